@@ -1,0 +1,31 @@
+"""tritonkit: verified, fast Triton kernels for LLM training and serving.
+
+Use as ``import tritonkit as tk``; the kernels live in ``tk.ops``. Submodules are imported on first
+use, so that a tool (the CLI, the test suite) can switch the Triton interpreter on before any kernel
+is defined: Triton decides between compiled and interpreted kernels when ``@triton.jit`` runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+__version__ = "0.1.0"
+
+_SUBMODULES = ("ops", "nn", "debug", "testing", "registry")
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and editors only
+    from . import debug, nn, ops, registry, testing
+
+
+def __getattr__(name: str):
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module 'tritonkit' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted([*globals(), *_SUBMODULES])
+
+
+__all__ = ["__version__", "debug", "nn", "ops", "registry", "testing"]

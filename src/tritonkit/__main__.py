@@ -1,0 +1,5 @@
+import sys
+
+from tritonkit.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Shared internals: validation, environment queries, output allocation and dtype maps."""

@@ -1,0 +1,148 @@
+"""Reference checks: the per-dtype tolerance table, comparison against float64, and running one case.
+
+``tritonkit check`` and the test suite both go through :func:`run_case`, so a kernel passes in one
+exactly when it passes in the other.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from dataclasses import dataclass
+
+import torch
+
+from tritonkit._core.alloc import poisoned_outputs
+from tritonkit.registry import Case, Inputs, KernelSpec, Tolerance
+
+__all__ = [
+    "TOLERANCES",
+    "CaseResult",
+    "Comparison",
+    "compare",
+    "fresh_seed",
+    "poisoned_outputs",
+    "run_case",
+    "tolerance_for",
+    "upcast",
+]
+
+# One table for the whole library. A correctly rounded result in a dtype is within half an ulp of the
+# exact value, a relative error of 2**-24 (float32), 2**-11 (float16) or 2**-8 (bfloat16); the bounds
+# leave room for a few roundings of fp32 intermediate arithmetic and nothing more, so a wrong
+# constant, a dropped term or a skipped element fails. Integer outputs must match exactly.
+TOLERANCES: dict[torch.dtype, Tolerance] = {
+    torch.float32: Tolerance(atol=1e-5, rtol=1e-5),
+    torch.float16: Tolerance(atol=1e-3, rtol=2e-3),
+    torch.bfloat16: Tolerance(atol=8e-3, rtol=8e-3),
+    torch.uint8: Tolerance(atol=0, rtol=0),
+}
+
+
+def tolerance_for(spec: KernelSpec, case: Case, dtype: torch.dtype) -> Tolerance:
+    """The spec's own tolerance for this case when it sets one, else the table's entry for the dtype."""
+    if spec.tolerance is not None:
+        specific = spec.tolerance(case, dtype)
+        if specific is not None:
+            return specific
+    return TOLERANCES[dtype]
+
+
+def upcast(value):
+    """Floating tensors to float64 (for references); other values unchanged."""
+    if isinstance(value, torch.Tensor) and value.is_floating_point():
+        return value.detach().to(torch.float64)
+    if isinstance(value, (tuple, list)):
+        return type(value)(upcast(item) for item in value)
+    return value
+
+
+@dataclass(frozen=True)
+class Comparison:
+    max_abs_err: float
+    max_rel_err: float
+    n_bad: int
+    numel: int
+    first_bad: tuple[int, ...] | None
+
+    @property
+    def ok(self) -> bool:
+        return self.n_bad == 0
+
+
+def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance) -> Comparison:
+    """Compare ``out`` with a higher-precision ``ref`` elementwise.
+
+    NaN in ``out`` passes only where ``ref`` is NaN too, infinities only where ``ref`` has the same one.
+    The relative error is reported over elements whose reference is not tiny (|ref| > atol).
+    """
+    if out.shape != ref.shape:
+        raise AssertionError(f"output shape {tuple(out.shape)} differs from the reference's {tuple(ref.shape)}")
+    out64 = out.detach().to(device="cpu", dtype=torch.float64)
+    ref64 = ref.detach().to(device="cpu", dtype=torch.float64)
+    if out64.numel() == 0:
+        return Comparison(0.0, 0.0, 0, 0, None)
+    close = torch.isclose(out64, ref64, rtol=tol.rtol, atol=tol.atol, equal_nan=True)
+    both_finite = torch.isfinite(out64) & torch.isfinite(ref64)
+    abs_err = torch.where(both_finite, (out64 - ref64).abs(), torch.zeros_like(out64))
+    abs_err = torch.where(close | both_finite, abs_err, torch.full_like(abs_err, math.inf))
+    significant = both_finite & (ref64.abs() > tol.atol)
+    rel_err = torch.where(significant, abs_err / ref64.abs().clamp_min(1e-300), torch.zeros_like(abs_err))
+    bad = ~close
+    n_bad = int(bad.sum())
+    first_bad = tuple(bad.nonzero()[0].tolist()) if n_bad else None
+    return Comparison(float(abs_err.max()), float(rel_err.max()), n_bad, out64.numel(), first_bad)
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    spec: str
+    case_id: str
+    dtype: torch.dtype
+    seed: int
+    comparisons: tuple[Comparison, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.comparisons)
+
+    @property
+    def max_abs_err(self) -> float:
+        return max((c.max_abs_err for c in self.comparisons), default=0.0)
+
+    @property
+    def max_rel_err(self) -> float:
+        return max((c.max_rel_err for c in self.comparisons), default=0.0)
+
+    def explain(self) -> str:
+        lines = [f"{self.spec} [{self.case_id}, {self.dtype}] seed={self.seed}"]
+        for index, c in enumerate(self.comparisons):
+            status = "ok" if c.ok else f"{c.n_bad}/{c.numel} elements off, first at {c.first_bad}"
+            lines.append(f"  output {index}: max abs {c.max_abs_err:.3g}, max rel {c.max_rel_err:.3g}: {status}")
+        return "\n".join(lines)
+
+
+def fresh_seed() -> int:
+    return secrets.randbits(31)
+
+
+def _as_tuple(value) -> tuple:
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
+def run_case(
+    spec: KernelSpec, case: Case, dtype: torch.dtype, device: torch.device | str, seed: int | None = None
+) -> CaseResult:
+    """Draw fresh inputs for ``case``, run ``spec.fn`` with poisoned outputs, compare to the reference."""
+    device = torch.device(device)
+    seed = fresh_seed() if seed is None else seed
+    generator = torch.Generator(device=device).manual_seed(seed)
+    inputs: Inputs = spec.make_inputs(case, device, dtype, generator)
+    with poisoned_outputs():
+        outputs = _as_tuple(spec.fn(*inputs.args, **inputs.kwargs))
+    references = _as_tuple(spec.reference(*upcast(inputs.args), **upcast(inputs.kwargs)))
+    if len(outputs) != len(references):
+        raise AssertionError(f"{spec.name}: {len(outputs)} outputs but {len(references)} reference outputs")
+    tol = tolerance_for(spec, case, dtype)
+    comparisons = tuple(compare(out, ref, tol) for out, ref in zip(outputs, references))
+    return CaseResult(spec.name, spec.case_id(case), dtype, seed, comparisons)

@@ -1,0 +1,33 @@
+"""Test set-up: the default run is the CPU suite under the Triton interpreter; ``-m gpu`` is compiled.
+
+The interpreter must be switched on before any kernel is defined, so this happens in
+``pytest_configure``, before test modules (and through them tritonkit's kernels) are imported.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def _gpu_run(config) -> bool:
+    expression = config.getoption("markexpr") or ""
+    return "gpu" in expression and "not gpu" not in expression
+
+
+def pytest_configure(config):
+    if _gpu_run(config):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise pytest.UsageError("`pytest -m gpu` runs compiled kernels and needs a CUDA GPU; none was found")
+        if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+            raise pytest.UsageError("`pytest -m gpu` tests compiled kernels: unset TRITON_INTERPRET")
+    else:
+        os.environ["TRITON_INTERPRET"] = "1"
+
+
+@pytest.fixture
+def device(request) -> str:
+    return "cuda" if request.node.get_closest_marker("gpu") else "cpu"

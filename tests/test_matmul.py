@@ -1,0 +1,70 @@
+"""Matmul specifics: variants agree, grouped order, precision switch, bad input."""
+
+import importlib
+
+import pytest
+import torch
+
+import tritonkit as tk
+
+matmul_module = importlib.import_module("tritonkit.ops.matmul")
+
+
+@pytest.mark.parametrize(
+    ("variant", "group_size"),
+    [("naive", None), ("grouped", None), ("grouped", 1), ("grouped", 3), ("autotuned", None), ("auto", None)],
+)
+def test_variants_and_group_sizes(variant, group_size, device):
+    a = torch.randn(150, 70, device=device)
+    b = torch.randn(70, 130, device=device)
+    c = tk.ops.matmul(a, b, variant=variant, group_size=group_size)
+    torch.testing.assert_close(c, (a.double() @ b.double()).float(), rtol=1e-5, atol=1e-4)
+
+
+def test_output_dtype_follows_input(device):
+    a = torch.randn(20, 30, device=device, dtype=torch.bfloat16)
+    b = torch.randn(30, 10, device=device, dtype=torch.bfloat16)
+    assert tk.ops.matmul(a, b).dtype == torch.bfloat16
+
+
+def test_k_zero_gives_zeros(device):
+    c = tk.ops.matmul(torch.randn(4, 0, device=device), torch.randn(0, 3, device=device))
+    assert c.shape == (4, 3) and torch.equal(c, torch.zeros(4, 3, device=device))
+
+
+def test_auto_variant_and_precision_rules():
+    assert matmul_module.choose_matmul_variant(64, 64, 64) == "grouped"  # under the interpreter
+    assert len(matmul_module.matmul_autotune_configs()) == 1
+    assert matmul_module._input_precision(torch.bfloat16) == "tf32"
+    previous = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        assert matmul_module._input_precision(torch.float32) == "ieee"
+        torch.set_float32_matmul_precision("high")
+        assert matmul_module._input_precision(torch.float32) == "tf32"
+    finally:
+        torch.set_float32_matmul_precision(previous)
+
+
+BAD = [
+    (lambda d: tk.ops.matmul(torch.ones(2, 3, device=d), torch.ones(4, 2, device=d)), ValueError,
+     r"a's columns must equal b's rows, got a of shape \(2, 3\) and b of shape \(4, 2\)"),
+    (lambda d: tk.ops.matmul(torch.ones(2, 3, 4, device=d), torch.ones(4, 2, device=d)), ValueError,
+     "a must have 2 dimensions, got 3"),
+    (lambda d: tk.ops.matmul(torch.ones(2, 3, device=d), torch.ones(3, 2, device=d, dtype=torch.float16)),
+     TypeError, "a and b must have the same dtype"),
+    (lambda d: tk.ops.matmul(torch.ones(2, 3, device=d, dtype=torch.int64), torch.ones(3, 2, device=d)),
+     TypeError, "a must have dtype in"),
+    (lambda d: tk.ops.matmul(torch.ones(2, 3, device=d), torch.ones(3, 2, device=d), variant="fast"),
+     ValueError, "variant must be one of .*got 'fast'"),
+    (lambda d: tk.ops.matmul(torch.ones(2, 3, device=d), torch.ones(3, 2, device=d), group_size=4),
+     ValueError, "group_size applies to variant='grouped' only, got variant='auto'"),
+    (lambda d: tk.ops.matmul(torch.ones(2, 3, device=d), torch.ones(3, 2, device=d), variant="grouped",
+                             group_size=0), ValueError, "group_size must be positive, got 0"),
+]
+
+
+@pytest.mark.parametrize(("fn", "error", "match"), BAD, ids=[m[:30] for _, _, m in BAD])
+def test_bad_input(fn, error, match, device):
+    with pytest.raises(error, match=match):
+        fn(device)

@@ -1,0 +1,95 @@
+"""Every registered op, every test case, every dtype: fresh inputs, poisoned outputs, float64 reference."""
+
+import pytest
+import torch
+
+from tritonkit import registry, testing
+from tritonkit.registry import Inputs, KernelSpec
+
+PARAMS = [
+    pytest.param(spec, case, dtype, id=f"{spec.name}-{spec.case_id(case)}-{str(dtype).removeprefix('torch.')}")
+    for spec in registry.all_specs()
+    for case in spec.test_cases
+    for dtype in spec.dtypes
+]
+GPU_PARAMS = [
+    pytest.param(spec, case, dtype, id=f"{spec.name}-{spec.case_id(case)}-{str(dtype).removeprefix('torch.')}")
+    for spec in registry.all_specs()
+    for case in spec.gpu_cases
+    for dtype in spec.dtypes
+]
+
+
+@pytest.mark.parametrize(("spec", "case", "dtype"), PARAMS)
+def test_matches_reference(spec, case, dtype, device):
+    result = testing.run_case(spec, case, dtype, device)
+    assert result.ok, result.explain()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("spec", "case", "dtype"), GPU_PARAMS)
+def test_matches_reference_compiled(spec, case, dtype, device):
+    result = testing.run_case(spec, case, dtype, device)
+    assert result.ok, result.explain()
+
+
+# The checker itself must fail wrong kernels; otherwise the tests above prove nothing.
+def _broken_spec(fn):
+    from tritonkit.ops.tutorial import add
+
+    base = registry.get("add")
+    return KernelSpec(**{**base.__dict__, "name": "broken", "fn": lambda x, y: fn(add, x, y)})
+
+
+def _skip_last(add, x, y):
+    out = add(x, y)
+    from tritonkit._core.alloc import empty
+
+    poisoned = empty(out.shape, dtype=out.dtype, device=out.device)
+    poisoned[:-1] = out[:-1]  # the last element is never written
+    return poisoned
+
+
+@pytest.mark.parametrize(
+    ("label", "fn"),
+    [
+        ("off by 2 percent", lambda add, x, y: add(x, y) * 1.02),
+        ("last element unwritten", _skip_last),
+        ("dropped operand", lambda add, x, y: add(x, torch.zeros_like(y))),
+    ],
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_checker_catches_wrong_kernels(label, fn, dtype):
+    result = testing.run_case(_broken_spec(fn), {"n": 4097}, dtype, "cpu")
+    assert not result.ok, label
+
+
+def test_compare_reports_errors():
+    tol = testing.TOLERANCES[torch.float32]
+    ref = torch.tensor([1.0, 2.0, float("nan"), float("inf")], dtype=torch.float64)
+    same = testing.compare(ref.float(), ref, tol)
+    assert same.ok and same.max_abs_err == 0.0
+    off = testing.compare(torch.tensor([1.0, 2.5, float("nan"), float("inf")]), ref, tol)
+    assert not off.ok and off.n_bad == 1 and off.first_bad == (1,) and off.max_abs_err == 0.5
+    assert off.max_rel_err == 0.25
+    nan_where_finite = testing.compare(torch.tensor([float("nan"), 2.0, float("nan"), float("inf")]), ref, tol)
+    assert nan_where_finite.n_bad == 1 and nan_where_finite.max_abs_err == float("inf")
+    with pytest.raises(AssertionError, match="shape"):
+        testing.compare(torch.zeros(3), torch.zeros(4, dtype=torch.float64), tol)
+
+
+def test_poisoned_outputs_fill_nan_and_max():
+    from tritonkit._core.alloc import empty
+
+    with testing.poisoned_outputs():
+        assert torch.isnan(empty((4,), dtype=torch.bfloat16, device="cpu")).all()
+        assert (empty((4,), dtype=torch.uint8, device="cpu") == 255).all()
+    assert testing.tolerance_for(registry.get("matmul"), {"m": 1, "n": 1, "k": 400}, torch.float32).atol == (
+        pytest.approx(2e-4))
+
+
+def test_same_seed_gives_same_inputs_and_result():
+    spec = registry.get("add_relu")
+    first = testing.run_case(spec, {"n": 123}, torch.float16, "cpu", seed=1234)
+    second = testing.run_case(spec, {"n": 123}, torch.float16, "cpu", seed=1234)
+    assert first.seed == second.seed == 1234 and first.comparisons == second.comparisons
