@@ -28,6 +28,7 @@ def pytest_configure(config):
         os.environ["TRITON_INTERPRET"] = "1"
 
 
-@pytest.fixture
+@pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def device(request) -> str:
-    return "cuda" if request.node.get_closest_marker("gpu") else "cpu"
+    """Tests that take ``device`` run on the CPU (interpreter suite) and compiled on CUDA (``-m gpu``)."""
+    return request.param

@@ -19,7 +19,7 @@ def test_check_tensors_gpu_ready_accepts_contiguous():
 def test_check_tensors_gpu_ready_names_position_and_reason():
     with pytest.raises(ValueError, match=r"tensor 1 is not contiguous \(shape \(3, 2\), strides \(1, 3\)\)"):
         debug.check_tensors_gpu_ready(torch.ones(4), torch.ones(2, 3).t())
-    with pytest.raises(ValueError, match="tensor 0 is not a torch.Tensor but list"):
+    with pytest.raises(ValueError, match=r"tensor 0 is not a torch\.Tensor but list"):
         debug.check_tensors_gpu_ready([1.0])
 
 
@@ -105,8 +105,9 @@ def test_print_if_with_explicit_ids(capsys):
 
 # ---------------------------------------------------------------- offset and mask helpers
 @triton.jit
-def _tile_kernel(p_x, p_out, n_rows, n_cols, stride_x_row, stride_x_col, stride_out_row,
-                 BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+def _tile_kernel(
+    p_x, p_out, n_rows, n_cols, stride_x_row, stride_x_col, stride_out_row, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr
+):
     o_r = debug.offsets_1d(BLOCK_R, tl.program_id(0))
     o_c = debug.offsets_1d(BLOCK_C, tl.program_id(1))
     m_rc = debug.mask_2d(o_r, o_c, n_rows, n_cols)
@@ -162,23 +163,27 @@ def _sum_neighbours(p_x, p_out, n, BLOCK: tl.constexpr):
 def _launcher(kernel, n, block=8):
     def launch(x, out):
         kernel[(debug.cdiv(n, block),)](x, out, n, BLOCK=block)
+
     return launch
 
 
 def test_guard_passes_a_correct_kernel(device):
     n = 13
-    report = debug.guard_bounds(_launcher(_masked_copy, n), torch.randn(n, device=device),
-                                torch.empty(n, device=device))
+    report = debug.guard_bounds(
+        _launcher(_masked_copy, n), torch.randn(n, device=device), torch.empty(n, device=device)
+    )
     assert report.ok and str(report) == "no out-of-bounds access detected"
     report.raise_if_bad()
 
 
 def test_guard_reports_writes_and_reads(device):
     n = 13
-    report = debug.guard_bounds(_launcher(_unmasked_copy, n), torch.randn(n, device=device),
-                                torch.empty(n, device=device))
-    assert report.oob_writes == ["tensor 1: 3 elements written outside it (first at element offsets [13, 14, 15] "
-                                 "from its start)"]
+    report = debug.guard_bounds(
+        _launcher(_unmasked_copy, n), torch.randn(n, device=device), torch.empty(n, device=device)
+    )
+    assert report.oob_writes == [
+        "tensor 1: 3 elements written outside it (first at element offsets [13, 14, 15] from its start)"
+    ]
     assert report.oob_reads == []  # what was read out of bounds was written out of bounds too
     with pytest.raises(debug.OutOfBoundsError, match="out-of-bounds write: tensor 1: 3 elements"):
         report.raise_if_bad()
@@ -186,16 +191,18 @@ def test_guard_reports_writes_and_reads(device):
 
 def test_guard_reports_a_read_that_reached_the_output(device):
     n = 13
-    report = debug.guard_bounds(_launcher(_sum_neighbours, n), torch.randn(n, device=device),
-                                torch.empty(n, device=device))
+    report = debug.guard_bounds(
+        _launcher(_sum_neighbours, n), torch.randn(n, device=device), torch.empty(n, device=device)
+    )
     assert report.oob_writes == []
     assert report.oob_reads == ["tensor 1: 1 of 13 elements depend on memory outside the inputs (first at [[12]])"]
 
 
 def test_guard_ignores_out_of_bounds_reads_that_are_discarded(device):
     n = 13
-    report = debug.guard_bounds(_launcher(_read_past_end, n), torch.randn(n, device=device),
-                                torch.empty(n, device=device))
+    report = debug.guard_bounds(
+        _launcher(_read_past_end, n), torch.randn(n, device=device), torch.empty(n, device=device)
+    )
     assert report.ok
 
 
@@ -216,10 +223,19 @@ def test_guard_compares_returned_tensors_and_integer_tensors(device):
 
     report = debug.guard_bounds(launch, torch.arange(5, dtype=torch.int32, device=device))
     assert report.oob_writes == []
-    assert report.oob_reads == ["returned tensor 0: 1 of 5 elements depend on memory outside the inputs "
-                                "(first at [[4]])"]
+    assert report.oob_reads == [
+        "returned tensor 0: 1 of 5 elements depend on memory outside the inputs (first at [[4]])"
+    ]
 
 
 def test_guard_rejects_non_tensors():
-    with pytest.raises(TypeError, match="argument 1 must be a torch.Tensor"):
+    with pytest.raises(TypeError, match=r"argument 1 must be a torch\.Tensor"):
         debug.guard_bounds(lambda x: x, [1, 2])
+
+
+@pytest.mark.gpu
+def test_check_tensors_gpu_ready_compiled():
+    debug.check_tensors_gpu_ready(torch.ones(3, device="cuda"))
+    with pytest.raises(ValueError, match="tensor 1 is on cpu, not on a CUDA device"):
+        debug.check_tensors_gpu_ready(torch.ones(3, device="cuda"), torch.ones(3))
+    assert not debug.interpreting()

@@ -47,20 +47,43 @@ def test_auto_variant_and_precision_rules():
 
 
 BAD = [
-    (lambda d: tk.ops.matmul(torch.ones(2, 3, device=d), torch.ones(4, 2, device=d)), ValueError,
-     r"a's columns must equal b's rows, got a of shape \(2, 3\) and b of shape \(4, 2\)"),
-    (lambda d: tk.ops.matmul(torch.ones(2, 3, 4, device=d), torch.ones(4, 2, device=d)), ValueError,
-     "a must have 2 dimensions, got 3"),
-    (lambda d: tk.ops.matmul(torch.ones(2, 3, device=d), torch.ones(3, 2, device=d, dtype=torch.float16)),
-     TypeError, "a and b must have the same dtype"),
-    (lambda d: tk.ops.matmul(torch.ones(2, 3, device=d, dtype=torch.int64), torch.ones(3, 2, device=d)),
-     TypeError, "a must have dtype in"),
-    (lambda d: tk.ops.matmul(torch.ones(2, 3, device=d), torch.ones(3, 2, device=d), variant="fast"),
-     ValueError, "variant must be one of .*got 'fast'"),
-    (lambda d: tk.ops.matmul(torch.ones(2, 3, device=d), torch.ones(3, 2, device=d), group_size=4),
-     ValueError, "group_size applies to variant='grouped' only, got variant='auto'"),
-    (lambda d: tk.ops.matmul(torch.ones(2, 3, device=d), torch.ones(3, 2, device=d), variant="grouped",
-                             group_size=0), ValueError, "group_size must be positive, got 0"),
+    (
+        lambda d: tk.ops.matmul(torch.ones(2, 3, device=d), torch.ones(4, 2, device=d)),
+        ValueError,
+        r"a's columns must equal b's rows, got a of shape \(2, 3\) and b of shape \(4, 2\)",
+    ),
+    (
+        lambda d: tk.ops.matmul(torch.ones(2, 3, 4, device=d), torch.ones(4, 2, device=d)),
+        ValueError,
+        "a must have 2 dimensions, got 3",
+    ),
+    (
+        lambda d: tk.ops.matmul(torch.ones(2, 3, device=d), torch.ones(3, 2, device=d, dtype=torch.float16)),
+        TypeError,
+        "a and b must have the same dtype",
+    ),
+    (
+        lambda d: tk.ops.matmul(torch.ones(2, 3, device=d, dtype=torch.int64), torch.ones(3, 2, device=d)),
+        TypeError,
+        "a must have dtype in",
+    ),
+    (
+        lambda d: tk.ops.matmul(torch.ones(2, 3, device=d), torch.ones(3, 2, device=d), variant="fast"),
+        ValueError,
+        "variant must be one of .*got 'fast'",
+    ),
+    (
+        lambda d: tk.ops.matmul(torch.ones(2, 3, device=d), torch.ones(3, 2, device=d), group_size=4),
+        ValueError,
+        "group_size applies to variant='grouped' only, got variant='auto'",
+    ),
+    (
+        lambda d: tk.ops.matmul(
+            torch.ones(2, 3, device=d), torch.ones(3, 2, device=d), variant="grouped", group_size=0
+        ),
+        ValueError,
+        "group_size must be positive, got 0",
+    ),
 ]
 
 
@@ -68,3 +91,12 @@ BAD = [
 def test_bad_input(fn, error, match, device):
     with pytest.raises(error, match=match):
         fn(device)
+
+
+@pytest.mark.gpu
+def test_auto_is_autotuned_when_compiled():
+    assert matmul_module.choose_matmul_variant(4096, 4096, 4096) == "autotuned"
+    assert len(matmul_module.matmul_autotune_configs()) == 10
+    a = torch.randn(2048, 512, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(512, 1024, device="cuda", dtype=torch.bfloat16)
+    torch.testing.assert_close(tk.ops.matmul(a, b).float(), (a.double() @ b.double()).float(), rtol=8e-3, atol=0.2)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from tritonkit import registry, testing
-from tritonkit.registry import Inputs, KernelSpec
+from tritonkit.registry import KernelSpec
 
 PARAMS = [
     pytest.param(spec, case, dtype, id=f"{spec.name}-{spec.case_id(case)}-{str(dtype).removeprefix('torch.')}")
@@ -28,8 +28,8 @@ def test_matches_reference(spec, case, dtype, device):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(("spec", "case", "dtype"), GPU_PARAMS)
-def test_matches_reference_compiled(spec, case, dtype, device):
-    result = testing.run_case(spec, case, dtype, device)
+def test_matches_reference_compiled(spec, case, dtype):
+    result = testing.run_case(spec, case, dtype, "cuda")
     assert result.ok, result.explain()
 
 
@@ -85,7 +85,8 @@ def test_poisoned_outputs_fill_nan_and_max():
         assert torch.isnan(empty((4,), dtype=torch.bfloat16, device="cpu")).all()
         assert (empty((4,), dtype=torch.uint8, device="cpu") == 255).all()
     assert testing.tolerance_for(registry.get("matmul"), {"m": 1, "n": 1, "k": 400}, torch.float32).atol == (
-        pytest.approx(2e-4))
+        pytest.approx(2e-4)
+    )
 
 
 def test_same_seed_gives_same_inputs_and_result():

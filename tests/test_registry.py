@@ -23,10 +23,19 @@ def test_public_ops_are_all_registered():
 
 def _spec(name="tmp_spec", **changes):
     fields = dict(
-        name=name, family="test", summary="s", fn=lambda x: x, reference=lambda x: x,
+        name=name,
+        family="test",
+        summary="s",
+        fn=lambda x: x,
+        reference=lambda x: x,
         make_inputs=lambda case, device, dtype, gen: Inputs((torch.zeros(1),)),
-        test_cases=({"n": 1},), gpu_cases=({"n": 2},), bench_cases=({"n": 3},),
-        bytes_moved=lambda case, dtype: 0, flops=lambda case, dtype: 0, dtypes=(torch.float32,), usage="x",
+        test_cases=({"n": 1},),
+        gpu_cases=({"n": 2},),
+        bench_cases=({"n": 3},),
+        bytes_moved=lambda case, dtype: 0,
+        flops=lambda case, dtype: 0,
+        dtypes=(torch.float32,),
+        usage="x",
     )
     fields.update(changes)
     return KernelSpec(**fields)
@@ -34,8 +43,13 @@ def _spec(name="tmp_spec", **changes):
 
 def test_missing_reports_each_gap():
     spec = _spec(reference=None, test_cases=(), bench_cases=(), flops=None, usage="")
-    assert spec.missing() == ["no reference", "no test cases", "no benchmark cases", "no cost model",
-                              "no usage example"]
+    assert spec.missing() == [
+        "no reference",
+        "no test cases",
+        "no benchmark cases",
+        "no cost model",
+        "no usage example",
+    ]
     assert _spec().missing() == []
 
 
@@ -51,7 +65,11 @@ def test_lookup_and_selection():
     with pytest.raises(KeyError, match="no kernel named 'nope'; registered: add, add_relu"):
         registry.get("nope")
     assert [s.name for s in registry.select(tag="matmul")] == [
-        "matmul", "matmul_autotuned", "matmul_grouped", "matmul_naive"]
+        "matmul",
+        "matmul_autotuned",
+        "matmul_grouped",
+        "matmul_naive",
+    ]
     assert [s.name for s in registry.select(["copy", "add"], tag="elementwise")] == ["copy", "add"]
     assert registry.get("copy").case_id({"n": 7, "block_size": 4}) == "n7-block_size4"
 

@@ -57,8 +57,13 @@ def test_grey_matches_float_formula(device):
     [
         ("copy", lambda d: (torch.randn(1000, device=d),)),
         ("add", lambda d: (torch.randn(999, device=d), torch.randn(999, device=d))),
-        ("add_relu", lambda d: (torch.randn(77, device=d, dtype=torch.bfloat16),
-                                torch.randn(77, device=d, dtype=torch.bfloat16))),
+        (
+            "add_relu",
+            lambda d: (
+                torch.randn(77, device=d, dtype=torch.bfloat16),
+                torch.randn(77, device=d, dtype=torch.bfloat16),
+            ),
+        ),
         ("rgb_to_grey", lambda d: (torch.rand(3, 37, 41, device=d),)),
         ("matmul", lambda d: (torch.randn(45, 33, device=d), torch.randn(33, 70, device=d))),
     ],
@@ -77,20 +82,41 @@ BAD_INPUTS = [
     _bad(lambda d: tk.ops.copy(torch.ones(3, device=d), block_size=0), ValueError, "block_size must be positive"),
     _bad(lambda d: tk.ops.copy(torch.ones(3, device=d), block_size=2.5), TypeError, "block_size must be an int"),
     _bad(lambda d: tk.ops.copy(torch.ones(3, device=d), block_size=1 << 17), ValueError, "at most 65536"),
-    _bad(lambda d: tk.ops.add(torch.ones(3, device=d, dtype=torch.int32), torch.ones(3, device=d)),
-         TypeError, r"x must have dtype in \(float32, float16, bfloat16\), got torch.int32"),
-    _bad(lambda d: tk.ops.add(torch.ones(3, device=d), torch.ones(3, device=d, dtype=torch.float16)),
-         TypeError, "x and y must have the same dtype, got torch.float32 and torch.float16"),
-    _bad(lambda d: tk.ops.add_relu(torch.ones(3, device=d), torch.ones(4, device=d)),
-         ValueError, r"x and y must have the same shape, got \(3,\) and \(4,\)"),
-    _bad(lambda d: tk.ops.add(torch.ones(3, device=d), torch.ones(3, device="meta")),
-         ValueError, "x and y must be on the same device"),
-    _bad(lambda d: tk.ops.rgb_to_grey(torch.ones(4, 5, 5, device=d)),
-         ValueError, r"img must have shape \(3, H, W\), got \(4, 5, 5\)"),
-    _bad(lambda d: tk.ops.rgb_to_grey(torch.ones(3, 5, device=d)),
-         ValueError, r"img must have 3 dimensions, got 2 \(shape \(3, 5\)\)"),
-    _bad(lambda d: tk.ops.rgb_to_grey(torch.ones(3, 5, 5, device=d, dtype=torch.int16)),
-         TypeError, "img must have dtype in .*uint8.*got torch.int16"),
+    _bad(
+        lambda d: tk.ops.add(torch.ones(3, device=d, dtype=torch.int32), torch.ones(3, device=d)),
+        TypeError,
+        r"x must have dtype in \(float32, float16, bfloat16\), got torch.int32",
+    ),
+    _bad(
+        lambda d: tk.ops.add(torch.ones(3, device=d), torch.ones(3, device=d, dtype=torch.float16)),
+        TypeError,
+        "x and y must have the same dtype, got torch.float32 and torch.float16",
+    ),
+    _bad(
+        lambda d: tk.ops.add_relu(torch.ones(3, device=d), torch.ones(4, device=d)),
+        ValueError,
+        r"x and y must have the same shape, got \(3,\) and \(4,\)",
+    ),
+    _bad(
+        lambda d: tk.ops.add(torch.ones(3, device=d), torch.ones(3, device="meta")),
+        ValueError,
+        "x and y must be on the same device",
+    ),
+    _bad(
+        lambda d: tk.ops.rgb_to_grey(torch.ones(4, 5, 5, device=d)),
+        ValueError,
+        r"img must have shape \(3, H, W\), got \(4, 5, 5\)",
+    ),
+    _bad(
+        lambda d: tk.ops.rgb_to_grey(torch.ones(3, 5, device=d)),
+        ValueError,
+        r"img must have 3 dimensions, got 2 \(shape \(3, 5\)\)",
+    ),
+    _bad(
+        lambda d: tk.ops.rgb_to_grey(torch.ones(3, 5, 5, device=d, dtype=torch.int16)),
+        TypeError,
+        "img must have dtype in .*uint8.*got torch.int16",
+    ),
 ]
 
 
@@ -98,3 +124,11 @@ BAD_INPUTS = [
 def test_bad_input_is_named(fn, error, match, device):
     with pytest.raises(error, match=match):
         fn(device)
+
+
+@pytest.mark.gpu
+def test_cpu_and_mixed_device_inputs_are_refused_when_compiled():
+    with pytest.raises(ValueError, match="x is on cpu, but compiled Triton kernels need CUDA tensors"):
+        tk.ops.add(torch.ones(3), torch.ones(3))
+    with pytest.raises(ValueError, match="x and y must be on the same device, got cuda:0 and cpu"):
+        tk.ops.add(torch.ones(3, device="cuda"), torch.ones(3))

@@ -12,10 +12,10 @@ _DTYPE_NAMES = ("float32", "float16", "bfloat16", "uint8")
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows)]
+    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows, strict=True)]
 
     def line(cells):
-        return "  ".join(str(cell).ljust(width) for cell, width in zip(cells, widths)).rstrip()
+        return "  ".join(str(cell).ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
 
     return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(row) for row in rows)])
 
@@ -42,12 +42,21 @@ def _cmd_show(args) -> int:
         print(error.args[0], file=sys.stderr)
         return 2
     fields = [
-        ("name", spec.name), ("family", spec.family), ("status", spec.status), ("tags", ", ".join(spec.tags)),
-        ("summary", spec.summary), ("description", spec.description), ("usage", spec.usage),
-        ("limits", spec.limits), ("dtypes", ", ".join(_dtype_name(d) for d in spec.dtypes)),
-        ("backward", "yes" if spec.has_backward else "no"), ("min triton", spec.min_triton),
-        ("peers", ", ".join(spec.peers) or "-"), ("notes", spec.notes or "-"),
-        ("test cases", str(len(spec.test_cases))), ("gpu cases", str(len(spec.gpu_cases))),
+        ("name", spec.name),
+        ("family", spec.family),
+        ("status", spec.status),
+        ("tags", ", ".join(spec.tags)),
+        ("summary", spec.summary),
+        ("description", spec.description),
+        ("usage", spec.usage),
+        ("limits", spec.limits),
+        ("dtypes", ", ".join(_dtype_name(d) for d in spec.dtypes)),
+        ("backward", "yes" if spec.has_backward else "no"),
+        ("min triton", spec.min_triton),
+        ("peers", ", ".join(spec.peers) or "-"),
+        ("notes", spec.notes or "-"),
+        ("test cases", str(len(spec.test_cases))),
+        ("gpu cases", str(len(spec.gpu_cases))),
     ]
     for key, value in fields:
         wrapped = textwrap.fill(value, width=88, subsequent_indent=" " * 14) if value else "-"
@@ -85,8 +94,16 @@ def _cmd_check(args) -> int:
                     details.append(f"{spec.name} [{spec.case_id(case)}, {dtype}] raised {error!r}")
                     continue
                 failures += not result.ok
-                rows.append([spec.name, result.case_id, _dtype_name(dtype), f"{result.max_abs_err:.2e}",
-                             f"{result.max_rel_err:.2e}", "pass" if result.ok else "FAIL"])
+                rows.append(
+                    [
+                        spec.name,
+                        result.case_id,
+                        _dtype_name(dtype),
+                        f"{result.max_abs_err:.2e}",
+                        f"{result.max_rel_err:.2e}",
+                        "pass" if result.ok else "FAIL",
+                    ]
+                )
                 if not result.ok:
                     details.append(result.explain())
     print(_table(["kernel", "case", "dtype", "max abs err", "max rel err", "result"], rows))
@@ -117,16 +134,20 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--tag", help="only kernels with this tag or family")
     listing.set_defaults(run=_cmd_list)
 
-    show = sub.add_parser("show", help="one kernel's metadata, usage and limits",
-                          description="Show one kernel's metadata, usage and limits.")
+    show = sub.add_parser(
+        "show",
+        help="one kernel's metadata, usage and limits",
+        description="Show one kernel's metadata, usage and limits.",
+    )
     show.add_argument("name", help="kernel name, as printed by `tritonkit list`")
     show.set_defaults(run=_cmd_show)
 
     check = sub.add_parser(
-        "check", help="verify kernels against their references",
+        "check",
+        help="verify kernels against their references",
         description="Run every case of the selected kernels on fresh random inputs, compare with the float64 "
-                    "reference and print a table; exit 1 on any failure. Small cases under the interpreter, "
-                    "GPU-sized cases when compiled.",
+        "reference and print a table; exit 1 on any failure. Small cases under the interpreter, "
+        "GPU-sized cases when compiled.",
     )
     check.add_argument("names", nargs="*", help="kernel names (default: all)")
     check.add_argument("--tag", help="only kernels with this tag or family")

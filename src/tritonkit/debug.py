@@ -176,7 +176,7 @@ if interpreting():
         compiled for a GPU it is a no-op.
         """
         if test_pid_conds(conds, pid_0, pid_1, pid_2):
-            breakpoint()  # noqa: T100 - stopping here is this helper's job
+            breakpoint()
 
 else:
     # Compiled kernels cannot call Python, and Triton rejects a reference to a Python function even in
@@ -276,7 +276,7 @@ def _span(tensor: torch.Tensor) -> int:
     """Elements from the first to the last one the tensor's strides can reach."""
     if tensor.numel() == 0:
         return 0
-    return 1 + sum((size - 1) * abs(stride) for size, stride in zip(tensor.shape, tensor.stride()))
+    return 1 + sum((size - 1) * abs(stride) for size, stride in zip(tensor.shape, tensor.stride(), strict=True))
 
 
 def _padded_copy(tensor: torch.Tensor, pad: int, fill) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -334,8 +334,9 @@ def guard_bounds(launch: Callable, *tensors: torch.Tensor, pad: int = 1024) -> B
             raise TypeError(f"guard_bounds: argument {position + 1} must be a torch.Tensor, got {type(tensor)}")
     runs = []
     for run in range(2):
-        padded = [_padded_copy(tensor, pad, _sentinel(tensor.dtype, run, position))
-                  for position, tensor in enumerate(tensors)]
+        padded = [
+            _padded_copy(tensor, pad, _sentinel(tensor.dtype, run, position)) for position, tensor in enumerate(tensors)
+        ]
         before = [_bits(buffer).clone() for buffer, _, _ in padded]
         result = launch(*[view for _, view, _ in padded])
         if any(t.is_cuda for t in tensors):
@@ -345,8 +346,7 @@ def guard_bounds(launch: Callable, *tensors: torch.Tensor, pad: int = 1024) -> B
     report = BoundsReport()
     for position in range(len(tensors)):
         # A write of a value equal to the padding is invisible in one run; the two runs differ.
-        changed = [_bits(padded[position][0]).ne(before[position]) & ~padded[position][2]
-                   for padded, before, _ in runs]
+        changed = [_bits(padded[position][0]).ne(before[position]) & ~padded[position][2] for padded, before, _ in runs]
         worst = max(changed, key=lambda mask: int(mask.sum()))
         count = int(worst.sum())
         if count:
@@ -356,11 +356,11 @@ def guard_bounds(launch: Callable, *tensors: torch.Tensor, pad: int = 1024) -> B
                 "from its start)"
             )
     (padded_a, _, outputs_a), (padded_b, _, outputs_b) = runs
-    for position, ((_, view_a, _), (_, view_b, _)) in enumerate(zip(padded_a, padded_b)):
+    for position, ((_, view_a, _), (_, view_b, _)) in enumerate(zip(padded_a, padded_b, strict=True)):
         line = _describe_difference(f"tensor {position}", view_a, view_b)
         if line:
             report.oob_reads.append(line)
-    for position, (out_a, out_b) in enumerate(zip(outputs_a, outputs_b)):
+    for position, (out_a, out_b) in enumerate(zip(outputs_a, outputs_b, strict=True)):
         line = _describe_difference(f"returned tensor {position}", out_a, out_b)
         if line:
             report.oob_reads.append(line)

@@ -144,5 +144,5 @@ def run_case(
     if len(outputs) != len(references):
         raise AssertionError(f"{spec.name}: {len(outputs)} outputs but {len(references)} reference outputs")
     tol = tolerance_for(spec, case, dtype)
-    comparisons = tuple(compare(out, ref, tol) for out, ref in zip(outputs, references))
+    comparisons = tuple(compare(out, ref, tol) for out, ref in zip(outputs, references, strict=True))
     return CaseResult(spec.name, spec.case_id(case), dtype, seed, comparisons)

@@ -30,9 +30,7 @@ def check_tensor(name: str, value, *, ndim: int | None = None, dtypes: Iterable[
 
 def check_same_shape(first: str, a: torch.Tensor, second: str, b: torch.Tensor) -> None:
     if a.shape != b.shape:
-        raise ValueError(
-            f"{first} and {second} must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}"
-        )
+        raise ValueError(f"{first} and {second} must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
 
 
 def check_same_dtype(first: str, a: torch.Tensor, second: str, b: torch.Tensor) -> None:
@@ -50,9 +48,7 @@ def check_device(**tensors: torch.Tensor) -> torch.device:
     device = tensors[first].device
     for name in names[1:]:
         if tensors[name].device != device:
-            raise ValueError(
-                f"{first} and {name} must be on the same device, got {device} and {tensors[name].device}"
-            )
+            raise ValueError(f"{first} and {name} must be on the same device, got {device} and {tensors[name].device}")
     if device.type != "cuda" and not interpreting():
         raise ValueError(
             f"{first} is on {device}, but compiled Triton kernels need CUDA tensors; move the inputs to a GPU "

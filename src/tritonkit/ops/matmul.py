@@ -29,10 +29,24 @@ MATMUL_VARIANTS = ("auto", "naive", "grouped", "autotuned")
 
 @triton.jit
 def _matmul_kernel(
-    p_a, p_b, p_c, M, N, K,
-    stride_a_m, stride_a_k, stride_b_k, stride_b_n, stride_c_m, stride_c_n,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_SIZE: tl.constexpr,
-    INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    p_a,
+    p_b,
+    p_c,
+    M,
+    N,
+    K,
+    stride_a_m,
+    stride_a_k,
+    stride_b_k,
+    stride_b_n,
+    stride_c_m,
+    stride_c_n,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_SIZE: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
 ):
     """C[M, N] = A[M, K] @ B[K, N], accumulated in fp32, stored in C's dtype.
 
@@ -78,13 +92,21 @@ def matmul_autotune_configs() -> list[triton.Config]:
     if interpreting():
         return [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_SIZE": 4})]
     shapes = [  # (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps)
-        (128, 256, 64, 3, 8), (256, 128, 64, 3, 8), (128, 128, 64, 4, 4), (128, 128, 32, 4, 4),
-        (128, 64, 64, 4, 4), (64, 128, 64, 4, 4), (64, 64, 64, 4, 4), (128, 32, 32, 4, 4),
-        (64, 32, 32, 5, 2), (32, 64, 32, 5, 2),
+        (128, 256, 64, 3, 8),
+        (256, 128, 64, 3, 8),
+        (128, 128, 64, 4, 4),
+        (128, 128, 32, 4, 4),
+        (128, 64, 64, 4, 4),
+        (64, 128, 64, 4, 4),
+        (64, 64, 64, 4, 4),
+        (128, 32, 32, 4, 4),
+        (64, 32, 32, 5, 2),
+        (32, 64, 32, 5, 2),
     ]
     return [
-        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_SIZE": 8},
-                      num_stages=stages, num_warps=warps)
+        triton.Config(
+            {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_SIZE": 8}, num_stages=stages, num_warps=warps
+        )
         for bm, bn, bk, stages, warps in shapes
     ]
 
@@ -145,6 +167,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, variant: str = "auto", group_siz
     args = (a, b, c, m, n, k, *a.stride(), *b.stride(), *c.stride())
     flags = {"INPUT_PRECISION": _input_precision(a.dtype), "UPCAST": interpreting() and a.dtype == torch.bfloat16}
     if variant == "autotuned":
+
         def grid(meta):
             return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
 
@@ -182,13 +205,20 @@ def _matmul_tolerance(case, dtype):
 
 
 _MATMUL_TESTS = (
-    {"m": 1, "n": 1, "k": 1}, {"m": 7, "n": 13, "k": 5}, {"m": 100, "n": 70, "k": 50},
-    {"m": 33, "n": 17, "k": 130}, {"m": 40, "n": 24, "k": 48, "a_transposed": True},
-    {"m": 24, "n": 40, "k": 36, "b_transposed": True}, {"m": 0, "n": 8, "k": 8}, {"m": 9, "n": 5, "k": 0},
+    {"m": 1, "n": 1, "k": 1},
+    {"m": 7, "n": 13, "k": 5},
+    {"m": 100, "n": 70, "k": 50},
+    {"m": 33, "n": 17, "k": 130},
+    {"m": 40, "n": 24, "k": 48, "a_transposed": True},
+    {"m": 24, "n": 40, "k": 36, "b_transposed": True},
+    {"m": 0, "n": 8, "k": 8},
+    {"m": 9, "n": 5, "k": 0},
 )
 _MATMUL_GPU = (
-    {"m": 1024, "n": 1024, "k": 1024}, {"m": 1000, "n": 1001, "k": 999},
-    {"m": 4096, "n": 4096, "k": 4096}, {"m": 513, "n": 257, "k": 2049, "a_transposed": True},
+    {"m": 1024, "n": 1024, "k": 1024},
+    {"m": 1000, "n": 1001, "k": 999},
+    {"m": 4096, "n": 4096, "k": 4096},
+    {"m": 513, "n": 257, "k": 2049, "a_transposed": True},
     {"m": 127, "n": 4095, "k": 64, "b_transposed": True},
 )
 _MATMUL_BENCH = tuple({"m": s, "n": s, "k": s} for s in (256, 512, 1024, 2048, 4096, 8192))
@@ -197,31 +227,34 @@ _VARIANT_TEXT = {
     "auto": "The best variant for the shape: autotuned on a GPU, grouped under the interpreter.",
     "naive": "One program per output tile in row-major order, a masked loop over K.",
     "grouped": "Output tiles swizzled in groups of tile-rows so that programs running together share "
-               "A rows and B columns in L2.",
+    "A rows and B columns in L2.",
     "autotuned": "Block sizes, warps and pipeline stages autotuned per (M, N, K) over a named config list.",
 }
 
 for _variant in MATMUL_VARIANTS:
     _name = "matmul" if _variant == "auto" else f"matmul_{_variant}"
     _call = "tk.ops.matmul(a, b)" if _variant == "auto" else f"tk.ops.matmul(a, b, variant={_variant!r})"
-    register(KernelSpec(
-        name=_name,
-        family="matmul",
-        summary=f"Matrix product a @ b, {_variant} variant; fp32 accumulation.",
-        description=_VARIANT_TEXT[_variant],
-        usage=f"c = {_call}  # a: (M, K), b: (K, N)",
-        tags=("tutorial", "matmul", "compute-bound"),
-        limits="2-D inputs of one floating dtype; any M, N, K and strides; no batching.",
-        fn=functools.partial(matmul, variant=_variant),
-        reference=_matmul_reference,
-        make_inputs=_matmul_inputs,
-        test_cases=_MATMUL_TESTS,
-        gpu_cases=_MATMUL_GPU,
-        bench_cases=_MATMUL_BENCH,
-        bytes_moved=lambda case, dtype: (case["m"] * case["k"] + case["k"] * case["n"]
-                                         + case["m"] * case["n"]) * dtype.itemsize,
-        flops=lambda case, dtype: 2 * case["m"] * case["n"] * case["k"],
-        dtypes=FLOAT_DTYPES,
-        tolerance=_matmul_tolerance,
-        peers=("torch.matmul",),
-    ))
+    register(
+        KernelSpec(
+            name=_name,
+            family="matmul",
+            summary=f"Matrix product a @ b, {_variant} variant; fp32 accumulation.",
+            description=_VARIANT_TEXT[_variant],
+            usage=f"c = {_call}  # a: (M, K), b: (K, N)",
+            tags=("tutorial", "matmul", "compute-bound"),
+            limits="2-D inputs of one floating dtype; any M, N, K and strides; no batching.",
+            fn=functools.partial(matmul, variant=_variant),
+            reference=_matmul_reference,
+            make_inputs=_matmul_inputs,
+            test_cases=_MATMUL_TESTS,
+            gpu_cases=_MATMUL_GPU,
+            bench_cases=_MATMUL_BENCH,
+            bytes_moved=lambda case, dtype: (
+                (case["m"] * case["k"] + case["k"] * case["n"] + case["m"] * case["n"]) * dtype.itemsize
+            ),
+            flops=lambda case, dtype: 2 * case["m"] * case["n"] * case["k"],
+            dtypes=FLOAT_DTYPES,
+            tolerance=_matmul_tolerance,
+            peers=("torch.matmul",),
+        )
+    )

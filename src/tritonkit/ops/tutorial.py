@@ -65,8 +65,7 @@ def copy(x: torch.Tensor, *, block_size: int = 1024) -> torch.Tensor:
     if n == 0:
         return out
     grid = (triton.cdiv(n, block_size),)
-    _copy_kernel[grid](_flat(x), out.view(-1), n, BLOCK_SIZE=block_size,
-                       BLOCK_POW2=triton.next_power_of_2(block_size))
+    _copy_kernel[grid](_flat(x), out.view(-1), n, BLOCK_SIZE=block_size, BLOCK_POW2=triton.next_power_of_2(block_size))
     return out
 
 
@@ -98,8 +97,9 @@ def _launch_add(x: torch.Tensor, y: torch.Tensor, apply_relu: bool) -> torch.Ten
     if n == 0:
         return out
     block_size = 1024
-    _add_kernel[(triton.cdiv(n, block_size),)](_flat(x), _flat(y), out.view(-1), n,
-                                                APPLY_RELU=apply_relu, BLOCK_SIZE=block_size)
+    _add_kernel[(triton.cdiv(n, block_size),)](
+        _flat(x), _flat(y), out.view(-1), n, APPLY_RELU=apply_relu, BLOCK_SIZE=block_size
+    )
     return out
 
 
@@ -118,9 +118,18 @@ def add_relu(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 # --------------------------------------------------------------------------------------------------
 @triton.jit
 def _rgb_to_grey_kernel(
-    p_img, p_out, height, width,
-    stride_img_c, stride_img_h, stride_img_w, stride_out_h, stride_out_w,
-    IS_UINT8: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr,
+    p_img,
+    p_out,
+    height,
+    width,
+    stride_img_c,
+    stride_img_h,
+    stride_img_w,
+    stride_out_h,
+    stride_out_w,
+    IS_UINT8: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_W: tl.constexpr,
 ):
     """grey = 0.2989 R + 0.5870 G + 0.1140 B on one [BLOCK_H, BLOCK_W] tile per program.
 
@@ -166,8 +175,15 @@ def rgb_to_grey(img: torch.Tensor) -> torch.Tensor:
     block_h, block_w = 32, 32
     grid = (triton.cdiv(height, block_h), triton.cdiv(width, block_w))
     _rgb_to_grey_kernel[grid](
-        img, out, height, width, *img.stride(), *out.stride(),
-        IS_UINT8=img.dtype == torch.uint8, BLOCK_H=block_h, BLOCK_W=block_w,
+        img,
+        out,
+        height,
+        width,
+        *img.stride(),
+        *out.stride(),
+        IS_UINT8=img.dtype == torch.uint8,
+        BLOCK_H=block_h,
+        BLOCK_W=block_w,
     )
     return out
 
@@ -235,87 +251,108 @@ _VECTOR_TESTS = ({"n": 0}, {"n": 1}, {"n": 7}, {"n": 123, "stride": 3}, {"n": 40
 _VECTOR_GPU = ({"n": 1}, {"n": 4097}, {"n": (1 << 24) + 3}, {"n": 1 << 20, "stride": 2})
 _VECTOR_BENCH = tuple({"n": 1 << p} for p in range(12, 29, 2))
 
-register(KernelSpec(
-    name="copy",
-    family="tutorial",
-    summary="Copy a tensor, any length, any block size (including non-powers of two).",
-    description="The first kernel of the guide: one program per block, a mask on the ragged last block. "
-                "A block size that is not a power of two is covered by the next power of two with the "
-                "extra lanes masked.",
-    usage="y = tk.ops.copy(x, block_size=100)",
-    tags=("tutorial", "elementwise", "memory-bound"),
-    limits="block_size from 1 to 65536; a non-contiguous input is made contiguous by torch first.",
-    fn=copy,
-    reference=_copy_reference,
-    make_inputs=_copy_inputs,
-    test_cases=({"n": 0, "block_size": 128}, {"n": 1, "block_size": 1}, {"n": 7, "block_size": 4},
-                {"n": 123, "block_size": 100}, {"n": 123, "block_size": 32, "stride": 2},
-                {"n": 4097, "block_size": 1024}),
-    gpu_cases=({"n": (1 << 24) + 3, "block_size": 1024}, {"n": 100_003, "block_size": 1000},
-               {"n": 1 << 20, "block_size": 4096, "stride": 3}),
-    bench_cases=tuple({**case, "block_size": 4096} for case in _VECTOR_BENCH),
-    bytes_moved=_elementwise_bytes(2),
-    flops=lambda case, dtype: 0,
-    dtypes=FLOAT_DTYPES,
-))
+register(
+    KernelSpec(
+        name="copy",
+        family="tutorial",
+        summary="Copy a tensor, any length, any block size (including non-powers of two).",
+        description="The first kernel of the guide: one program per block, a mask on the ragged last block. "
+        "A block size that is not a power of two is covered by the next power of two with the "
+        "extra lanes masked.",
+        usage="y = tk.ops.copy(x, block_size=100)",
+        tags=("tutorial", "elementwise", "memory-bound"),
+        limits="block_size from 1 to 65536; a non-contiguous input is made contiguous by torch first.",
+        fn=copy,
+        reference=_copy_reference,
+        make_inputs=_copy_inputs,
+        test_cases=(
+            {"n": 0, "block_size": 128},
+            {"n": 1, "block_size": 1},
+            {"n": 7, "block_size": 4},
+            {"n": 123, "block_size": 100},
+            {"n": 123, "block_size": 32, "stride": 2},
+            {"n": 4097, "block_size": 1024},
+        ),
+        gpu_cases=(
+            {"n": (1 << 24) + 3, "block_size": 1024},
+            {"n": 100_003, "block_size": 1000},
+            {"n": 1 << 20, "block_size": 4096, "stride": 3},
+        ),
+        bench_cases=tuple({**case, "block_size": 4096} for case in _VECTOR_BENCH),
+        bytes_moved=_elementwise_bytes(2),
+        flops=lambda case, dtype: 0,
+        dtypes=FLOAT_DTYPES,
+    )
+)
 
-register(KernelSpec(
-    name="add",
-    family="tutorial",
-    summary="Elementwise x + y, computed in fp32.",
-    description="Two loads, one store per element; the loads are cast to fp32 before the addition, "
-                "which the interpreter needs for bf16 and the GPU rewards.",
-    usage="z = tk.ops.add(x, y)",
-    tags=("tutorial", "elementwise", "memory-bound"),
-    limits="x and y of one shape and one floating dtype; no broadcasting.",
-    fn=add,
-    reference=_add_reference,
-    make_inputs=_binary_inputs,
-    test_cases=_VECTOR_TESTS,
-    gpu_cases=_VECTOR_GPU,
-    bench_cases=_VECTOR_BENCH,
-    bytes_moved=_elementwise_bytes(3),
-    flops=lambda case, dtype: case["n"],
-    dtypes=FLOAT_DTYPES,
-))
+register(
+    KernelSpec(
+        name="add",
+        family="tutorial",
+        summary="Elementwise x + y, computed in fp32.",
+        description="Two loads, one store per element; the loads are cast to fp32 before the addition, "
+        "which the interpreter needs for bf16 and the GPU rewards.",
+        usage="z = tk.ops.add(x, y)",
+        tags=("tutorial", "elementwise", "memory-bound"),
+        limits="x and y of one shape and one floating dtype; no broadcasting.",
+        fn=add,
+        reference=_add_reference,
+        make_inputs=_binary_inputs,
+        test_cases=_VECTOR_TESTS,
+        gpu_cases=_VECTOR_GPU,
+        bench_cases=_VECTOR_BENCH,
+        bytes_moved=_elementwise_bytes(3),
+        flops=lambda case, dtype: case["n"],
+        dtypes=FLOAT_DTYPES,
+    )
+)
 
-register(KernelSpec(
-    name="add_relu",
-    family="tutorial",
-    summary="relu(x + y) fused into one pass.",
-    description="The fusion lesson: eager torch writes x + y to memory and reads it back for the relu; "
-                "the kernel keeps it in registers.",
-    usage="z = tk.ops.add_relu(x, y)",
-    tags=("tutorial", "elementwise", "fused", "memory-bound"),
-    limits="x and y of one shape and one floating dtype; no broadcasting.",
-    fn=add_relu,
-    reference=_add_relu_reference,
-    make_inputs=_binary_inputs,
-    test_cases=_VECTOR_TESTS,
-    gpu_cases=_VECTOR_GPU,
-    bench_cases=_VECTOR_BENCH,
-    bytes_moved=_elementwise_bytes(3),
-    flops=lambda case, dtype: 2 * case["n"],
-    dtypes=FLOAT_DTYPES,
-))
+register(
+    KernelSpec(
+        name="add_relu",
+        family="tutorial",
+        summary="relu(x + y) fused into one pass.",
+        description="The fusion lesson: eager torch writes x + y to memory and reads it back for the relu; "
+        "the kernel keeps it in registers.",
+        usage="z = tk.ops.add_relu(x, y)",
+        tags=("tutorial", "elementwise", "fused", "memory-bound"),
+        limits="x and y of one shape and one floating dtype; no broadcasting.",
+        fn=add_relu,
+        reference=_add_relu_reference,
+        make_inputs=_binary_inputs,
+        test_cases=_VECTOR_TESTS,
+        gpu_cases=_VECTOR_GPU,
+        bench_cases=_VECTOR_BENCH,
+        bytes_moved=_elementwise_bytes(3),
+        flops=lambda case, dtype: 2 * case["n"],
+        dtypes=FLOAT_DTYPES,
+    )
+)
 
-register(KernelSpec(
-    name="rgb_to_grey",
-    family="tutorial",
-    summary="RGB (3, H, W) to greyscale (H, W) on a 2-D grid with 2-D masks; float or uint8.",
-    description="grey = 0.2989 R + 0.5870 G + 0.1140 B. Float images stay in their dtype; uint8 images "
-                "are rounded to nearest and clamped, computed exactly in integers.",
-    usage="grey = tk.ops.rgb_to_grey(img)  # img: (3, H, W), float or uint8",
-    tags=("tutorial", "image", "2d-grid", "memory-bound"),
-    limits="Channels first (3, H, W); any strides, so an HWC buffer permuted to CHW works.",
-    fn=rgb_to_grey,
-    reference=_rgb_to_grey_reference,
-    make_inputs=_image_inputs,
-    test_cases=({"h": 1, "w": 1}, {"h": 7, "w": 33}, {"h": 0, "w": 5}, {"h": 45, "w": 70},
-                {"h": 20, "w": 33, "channels_last": True}),
-    gpu_cases=({"h": 1080, "w": 1920}, {"h": 4001, "w": 3001}, {"h": 513, "w": 1025, "channels_last": True}),
-    bench_cases=tuple({"h": side, "w": side} for side in (256, 512, 1024, 2048, 4096, 8192)),
-    bytes_moved=lambda case, dtype: 4 * case["h"] * case["w"] * dtype.itemsize,
-    flops=lambda case, dtype: 5 * case["h"] * case["w"],
-    dtypes=(*FLOAT_DTYPES, torch.uint8),
-))
+register(
+    KernelSpec(
+        name="rgb_to_grey",
+        family="tutorial",
+        summary="RGB (3, H, W) to greyscale (H, W) on a 2-D grid with 2-D masks; float or uint8.",
+        description="grey = 0.2989 R + 0.5870 G + 0.1140 B. Float images stay in their dtype; uint8 images "
+        "are rounded to nearest and clamped, computed exactly in integers.",
+        usage="grey = tk.ops.rgb_to_grey(img)  # img: (3, H, W), float or uint8",
+        tags=("tutorial", "image", "2d-grid", "memory-bound"),
+        limits="Channels first (3, H, W); any strides, so an HWC buffer permuted to CHW works.",
+        fn=rgb_to_grey,
+        reference=_rgb_to_grey_reference,
+        make_inputs=_image_inputs,
+        test_cases=(
+            {"h": 1, "w": 1},
+            {"h": 7, "w": 33},
+            {"h": 0, "w": 5},
+            {"h": 45, "w": 70},
+            {"h": 20, "w": 33, "channels_last": True},
+        ),
+        gpu_cases=({"h": 1080, "w": 1920}, {"h": 4001, "w": 3001}, {"h": 513, "w": 1025, "channels_last": True}),
+        bench_cases=tuple({"h": side, "w": side} for side in (256, 512, 1024, 2048, 4096, 8192)),
+        bytes_moved=lambda case, dtype: 4 * case["h"] * case["w"] * dtype.itemsize,
+        flops=lambda case, dtype: 5 * case["h"] * case["w"],
+        dtypes=(*FLOAT_DTYPES, torch.uint8),
+    )
+)

@@ -1,0 +1,111 @@
+"""Compile tritonkit's kernels, and a kernel using every debug helper, for sm_90 without a GPU.
+
+Run by test_compiled_build.py in a fresh process without TRITON_INTERPRET: the interpreter accepts
+code the compiler rejects, so this catches kernels that would only fail on a GPU. Prints one line per
+kernel and exits non-zero on the first failure.
+"""
+
+import importlib
+import os
+import sys
+
+os.environ.pop("TRITON_INTERPRET", None)
+
+import triton
+import triton.language as tl
+from triton.backends.compiler import GPUTarget
+
+from tritonkit import debug
+
+tutorial = importlib.import_module("tritonkit.ops.tutorial")
+matmul = importlib.import_module("tritonkit.ops.matmul")
+HOPPER = GPUTarget("cuda", 90, 32)
+
+
+@triton.jit
+def _every_helper_kernel(p_x, p_out, n_rows, n_cols, stride_row, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    o_r = debug.offsets_1d(BLOCK_R, tl.program_id(0))
+    o_c = debug.offsets_1d(BLOCK_C, tl.program_id(1))
+    m_rc = debug.mask_2d(o_r, o_c, n_rows, n_cols)
+    b_x = tl.load(p_x + debug.offsets_2d(o_r, o_c, stride_row), mask=m_rc)
+    debug.print_if("tile", "=0,>=1")
+    debug.print_if(b_x, "!=0")
+    debug.breakpoint_if("<=3,,=0")
+    b_first = tl.load(p_x + o_c, mask=debug.mask_1d(o_c, n_cols))
+    tl.store(p_out + debug.offsets_2d(o_r, o_c, stride_row), b_x + b_first[None, :], mask=m_rc)
+
+
+def compile_one(name, fn, signature, constexprs, **options):
+    source = triton.compiler.ASTSource(
+        fn=fn, signature={**signature, **dict.fromkeys(constexprs, "constexpr")}, constexprs=constexprs
+    )
+    compiled = triton.compile(source, target=HOPPER, options=options or None)
+    print(f"{name}: {len(compiled.asm['cubin'])} bytes of sm_90 code")
+
+
+def main():
+    compile_one(
+        "debug helpers",
+        _every_helper_kernel,
+        {"p_x": "*fp32", "p_out": "*fp32", "n_rows": "i32", "n_cols": "i32", "stride_row": "i32"},
+        {"BLOCK_R": 16, "BLOCK_C": 32},
+    )
+    compile_one(
+        "copy",
+        tutorial._copy_kernel,
+        {"p_x": "*bf16", "p_out": "*bf16", "n_elements": "i64"},
+        {"BLOCK_SIZE": 100, "BLOCK_POW2": 128},
+    )
+    for relu in (False, True):
+        compile_one(
+            f"add relu={relu}",
+            tutorial._add_kernel,
+            {"p_x": "*bf16", "p_y": "*bf16", "p_out": "*bf16", "n_elements": "i32"},
+            {"APPLY_RELU": relu, "BLOCK_SIZE": 1024},
+        )
+    for dtype, is_uint8 in (("u8", True), ("fp16", False)):
+        compile_one(
+            f"rgb_to_grey {dtype}",
+            tutorial._rgb_to_grey_kernel,
+            {
+                "p_img": f"*{dtype}",
+                "p_out": f"*{dtype}",
+                "height": "i32",
+                "width": "i32",
+                **dict.fromkeys(
+                    ["stride_img_c", "stride_img_h", "stride_img_w", "stride_out_h", "stride_out_w"], "i32"
+                ),
+            },
+            {"IS_UINT8": is_uint8, "BLOCK_H": 32, "BLOCK_W": 32},
+        )
+    for dtype, precision in (("bf16", "tf32"), ("fp16", "tf32"), ("fp32", "ieee"), ("fp32", "tf32")):
+        compile_one(
+            f"matmul {dtype} {precision}",
+            matmul._matmul_kernel,
+            {
+                "p_a": f"*{dtype}",
+                "p_b": f"*{dtype}",
+                "p_c": f"*{dtype}",
+                "M": "i32",
+                "N": "i32",
+                "K": "i32",
+                **dict.fromkeys(
+                    ["stride_a_m", "stride_a_k", "stride_b_k", "stride_b_n", "stride_c_m", "stride_c_n"], "i32"
+                ),
+            },
+            {
+                "BLOCK_M": 128,
+                "BLOCK_N": 128,
+                "BLOCK_K": 64,
+                "GROUP_SIZE": 8,
+                "INPUT_PRECISION": precision,
+                "UPCAST": False,
+            },
+            num_warps=8,
+            num_stages=3,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

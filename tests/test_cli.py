@@ -1,0 +1,91 @@
+"""The `tritonkit` command: list, show, check, help and exit codes."""
+
+import subprocess
+import sys
+
+import pytest
+
+from tritonkit import cli, registry
+from tritonkit.registry import KernelSpec
+
+
+def test_list_prints_every_kernel(capsys):
+    assert cli.main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split() == ["name", "family", "tags", "backward", "status"]
+    for spec in registry.all_specs():
+        assert f"\n{spec.name} " in out
+
+
+def test_list_by_tag(capsys):
+    assert cli.main(["list", "--tag", "image"]) == 0
+    rows = capsys.readouterr().out.splitlines()[2:]
+    assert [row.split()[0] for row in rows] == ["rgb_to_grey"]
+
+
+def test_show(capsys):
+    assert cli.main(["show", "rgb_to_grey"]) == 0
+    out = capsys.readouterr().out
+    assert "usage:        grey = tk.ops.rgb_to_grey(img)" in out
+    assert "dtypes:       float32, float16, bfloat16, uint8" in out
+
+
+def test_show_unknown_name(capsys):
+    assert cli.main(["show", "nope"]) == 2
+    assert "no kernel named 'nope'" in capsys.readouterr().err
+
+
+def test_check_selected_kernels(capsys):
+    assert cli.main(["check", "add", "copy", "--dtype", "bfloat16", "--seed", "7"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("No CUDA GPU in use: running through the Triton interpreter")
+    rows = [line for line in out.splitlines() if line.startswith(("add ", "copy "))]
+    assert len(rows) == len(registry.get("add").test_cases) + len(registry.get("copy").test_cases)
+    assert all(row.split()[2] == "bfloat16" and row.endswith("pass") for row in rows)
+    assert out.rstrip().endswith(f"{len(rows)} passed, 0 failed")
+
+
+def test_check_by_tag_runs_only_that_family(capsys):
+    assert cli.main(["check", "--tag", "matmul", "--dtype", "float16"]) == 0
+    rows = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line.startswith("matmul")]
+    assert set(rows) == {"matmul", "matmul_naive", "matmul_grouped", "matmul_autotuned"}
+
+
+def test_check_fails_on_a_wrong_kernel(capsys, monkeypatch):
+    add = registry.get("add")
+    broken = KernelSpec(**{**add.__dict__, "name": "broken_add", "fn": lambda x, y: x - y})
+    monkeypatch.setitem(registry._REGISTRY, "broken_add", broken)
+    assert cli.main(["check", "broken_add", "--dtype", "float32"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL" in out and "elements off" in out
+    assert out.rstrip().endswith("1 passed, 4 failed")  # only the empty case passes
+
+
+def test_check_reports_a_crashing_kernel(capsys, monkeypatch):
+    add = registry.get("add")
+
+    def crash(x, y):
+        raise RuntimeError("boom")
+
+    monkeypatch.setitem(
+        registry._REGISTRY, "crashing_add", KernelSpec(**{**add.__dict__, "name": "crashing_add", "fn": crash})
+    )
+    assert cli.main(["check", "crashing_add", "--dtype", "float16"]) == 1
+    assert "raised RuntimeError('boom')" in capsys.readouterr().out
+
+
+def test_check_unknown_kernel_exits_2(capsys):
+    assert cli.main(["check", "nope"]) == 2
+
+
+def test_check_empty_selection_exits_2(capsys):
+    assert cli.main(["check", "--tag", "no-such-tag"]) == 2
+    assert "no kernel matches" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [[], ["list"], ["show"], ["check"]])
+def test_help_on_every_command(command):
+    result = subprocess.run(
+        [sys.executable, "-m", "tritonkit", *command, "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0 and result.stdout.startswith("usage: tritonkit")

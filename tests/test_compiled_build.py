@@ -1,0 +1,38 @@
+"""Checks that need the compiled (non-interpreted) path, run on the CPU in fresh processes."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).parent
+
+
+def _run_without_interpreter(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, timeout=600)
+
+
+def test_every_kernel_and_debug_helper_compiles_for_hopper():
+    result = _run_without_interpreter(str(HERE / "compile_for_hopper.py"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert len(lines) == 10 and all("bytes of sm_90 code" in line for line in lines), result.stdout
+
+
+def test_cpu_tensors_without_the_interpreter_are_refused_by_name():
+    script = (
+        "import torch, tritonkit as tk\n"
+        "for call in (lambda: tk.ops.add(torch.ones(3), torch.ones(3)),\n"
+        "             lambda: tk.ops.matmul(torch.ones(2, 2), torch.ones(2, 2)),\n"
+        "             lambda: tk.ops.rgb_to_grey(torch.ones(3, 2, 2))):\n"
+        "    try:\n"
+        "        call()\n"
+        "    except ValueError as error:\n"
+        "        print(error)\n"
+    )
+    result = _run_without_interpreter("-c", script)
+    lines = result.stdout.splitlines()
+    assert len(lines) == 3, result.stdout + result.stderr
+    for line, name in zip(lines, ("x", "a", "img"), strict=True):
+        assert line.startswith(f"{name} is on cpu, but compiled Triton kernels need CUDA tensors"), line
