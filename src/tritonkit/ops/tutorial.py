@@ -250,6 +250,16 @@ def _elementwise_bytes(n_tensors):
 _VECTOR_TESTS = ({"n": 0}, {"n": 1}, {"n": 7}, {"n": 123, "stride": 3}, {"n": 4097})
 _VECTOR_GPU = ({"n": 1}, {"n": 4097}, {"n": (1 << 24) + 3}, {"n": 1 << 20, "stride": 2})
 _VECTOR_BENCH = tuple({"n": 1 << p} for p in range(12, 29, 2))
+# What add and add_relu share: two same-shape vectors in, one out.
+_BINARY_SPEC_FIELDS = dict(
+    limits="x and y of one shape and one floating dtype; no broadcasting.",
+    make_inputs=_binary_inputs,
+    test_cases=_VECTOR_TESTS,
+    gpu_cases=_VECTOR_GPU,
+    bench_cases=_VECTOR_BENCH,
+    bytes_moved=_elementwise_bytes(3),
+    dtypes=FLOAT_DTYPES,
+)
 
 register(
     KernelSpec(
@@ -294,16 +304,10 @@ register(
         "which the interpreter needs for bf16 and the GPU rewards.",
         usage="z = tk.ops.add(x, y)",
         tags=("tutorial", "elementwise", "memory-bound"),
-        limits="x and y of one shape and one floating dtype; no broadcasting.",
         fn=add,
         reference=_add_reference,
-        make_inputs=_binary_inputs,
-        test_cases=_VECTOR_TESTS,
-        gpu_cases=_VECTOR_GPU,
-        bench_cases=_VECTOR_BENCH,
-        bytes_moved=_elementwise_bytes(3),
         flops=lambda case, dtype: case["n"],
-        dtypes=FLOAT_DTYPES,
+        **_BINARY_SPEC_FIELDS,
     )
 )
 
@@ -316,16 +320,10 @@ register(
         "the kernel keeps it in registers.",
         usage="z = tk.ops.add_relu(x, y)",
         tags=("tutorial", "elementwise", "fused", "memory-bound"),
-        limits="x and y of one shape and one floating dtype; no broadcasting.",
         fn=add_relu,
         reference=_add_relu_reference,
-        make_inputs=_binary_inputs,
-        test_cases=_VECTOR_TESTS,
-        gpu_cases=_VECTOR_GPU,
-        bench_cases=_VECTOR_BENCH,
-        bytes_moved=_elementwise_bytes(3),
         flops=lambda case, dtype: 2 * case["n"],
-        dtypes=FLOAT_DTYPES,
+        **_BINARY_SPEC_FIELDS,
     )
 )
 
