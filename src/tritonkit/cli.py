@@ -1,23 +1,17 @@
-"""The ``tritonkit`` command: list, show and check the registered kernels."""
+"""The ``tritonkit`` command: list, show, check and bench the registered kernels."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import textwrap
 
 from tritonkit._core.env import enable_interpreter_if_no_gpu
+from tritonkit._core.text import format_table
+from tritonkit.bench import MODES, SIZES
 
 _DTYPE_NAMES = ("float32", "float16", "bfloat16", "uint8")
-
-
-def _table(headers: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows, strict=True)]
-
-    def line(cells):
-        return "  ".join(str(cell).ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
-
-    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(row) for row in rows)])
 
 
 def _dtype_name(dtype) -> str:
@@ -29,7 +23,7 @@ def _cmd_list(args) -> int:
 
     specs = registry.select(tag=args.tag)
     rows = [[s.name, s.family, ",".join(s.tags), "yes" if s.has_backward else "no", s.status] for s in specs]
-    print(_table(["name", "family", "tags", "backward", "status"], rows))
+    print(format_table(["name", "family", "tags", "backward", "status"], rows))
     return 0
 
 
@@ -106,7 +100,7 @@ def _cmd_check(args) -> int:
                 )
                 if not result.ok:
                     details.append(result.explain())
-    print(_table(["kernel", "case", "dtype", "max abs err", "max rel err", "result"], rows))
+    print(format_table(["kernel", "case", "dtype", "max abs err", "max rel err", "result"], rows))
     for detail in details:
         print(detail)
     if not rows:
@@ -114,6 +108,87 @@ def _cmd_check(args) -> int:
         return 2
     print(f"{len(rows) - failures} passed, {failures} failed")
     return 1 if failures else 0
+
+
+def _cmd_bench(args) -> int:
+    import datetime
+    from pathlib import Path
+
+    import torch
+
+    if not torch.cuda.is_available():
+        print("tritonkit bench needs a CUDA GPU; none was found", file=sys.stderr)
+        return 2
+    if _interpreting():
+        print("tritonkit bench times compiled kernels: unset TRITON_INTERPRET", file=sys.stderr)
+        return 2
+    import triton
+
+    from tritonkit import registry
+    from tritonkit.bench import calibrate, harness, report
+
+    date = datetime.date.today().isoformat()
+    meta = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "date": date,
+        "cuda_graph": args.cuda_graph,
+        "command": "tritonkit " + " ".join(sys.argv[1:]),
+        "sizes": args.sizes,
+        "mode": args.mode,
+    }
+    if args.names == ["calibrate"]:
+        ceilings, by_block = calibrate.calibrate()
+        path = calibrate.save(ceilings)
+        print(report.ceilings_line(ceilings))
+        print("copy GB/s by block size: " + ", ".join(f"{b}: {v:.0f}" for b, v in by_block.items()))
+        print(f"cached in {path}")
+        if args.out:
+            out = Path(args.out)
+            out.mkdir(parents=True, exist_ok=True)
+            record = {
+                "meta": meta,
+                "bandwidth_gbps": ceilings.bandwidth_gbps,
+                "copy_gbps_by_block": by_block,
+                "matmul_tflops": ceilings.matmul_tflops,
+            }
+            (out / f"{date}-calibration.json").write_text(json.dumps(record, indent=2) + "\n")
+            (out / f"{date}-calibration.md").write_text(
+                f"# Calibration\n\n{meta['device']}; torch {meta['torch']}, triton {meta['triton']}; {date}.\n\n"
+                f"{report.ceilings_line(ceilings)}\n\nCopy bandwidth (bytes read + written) by block size of "
+                "tk.ops.copy over 1 GiB of fp32: "
+                + ", ".join(f"{b}: {v:.0f} GB/s" for b, v in by_block.items())
+                + ".\n"
+            )
+        return 0
+    try:
+        specs = registry.select(args.names, tag=args.tag)
+    except KeyError as error:
+        print(error.args[0], file=sys.stderr)
+        return 2
+    ceilings = calibrate.load_or_calibrate()
+    try:
+        results = harness.run(
+            specs,
+            dtypes=args.dtype,
+            modes=[args.mode],
+            sizes=args.sizes,
+            providers=args.providers,
+            ceilings=ceilings,
+            cuda_graph=args.cuda_graph,
+        )
+    except ValueError as error:
+        print(error, file=sys.stderr)
+        return 2
+    print(report.terminal_table(results))
+    print(report.ceilings_line(ceilings))
+    if args.out:
+        what = args.label or ("-".join(args.names) if args.names else args.tag or "all")
+        meta["what"] = what
+        for path in report.write_all(Path(args.out), f"{date}-{what}", results, meta, ceilings):
+            print(f"wrote {path}")
+    return 0
 
 
 def _interpreting() -> bool:
@@ -125,7 +200,8 @@ def _interpreting() -> bool:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tritonkit",
-        description="Verified Triton kernels: list them, show one, check them against their references.",
+        description="Verified Triton kernels: list them, show one, check them against their references, "
+        "benchmark them.",
         epilog="On a machine without a CUDA GPU the kernels run through the Triton interpreter.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -154,6 +230,30 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--dtype", choices=_DTYPE_NAMES, help="only this dtype")
     check.add_argument("--seed", type=int, help="seed for the random inputs (default: a fresh one per case)")
     check.set_defaults(run=_cmd_check)
+
+    bench = sub.add_parser(
+        "bench",
+        help="benchmark kernels against torch eager, torch.compile and peers (needs a GPU)",
+        description="Time the selected kernels and their baselines (torch eager on the reference, torch.compile "
+        "of it, peer libraries when installed) on a CUDA GPU; report ms, GB/s, TFLOP/s, % of the "
+        "calibrated ceiling, speed-up against the best baseline and peak memory. "
+        "`tritonkit bench calibrate` measures the ceilings (cached per device).",
+    )
+    bench.add_argument("names", nargs="*", help="kernel names (default: all), or `calibrate`")
+    bench.add_argument("--tag", help="only kernels with this tag or family")
+    bench.add_argument("--mode", choices=MODES, default="fwd", help="what to time (default: fwd)")
+    bench.add_argument("--dtype", action="append", choices=_DTYPE_NAMES, help="dtype to run (repeatable; default: all)")
+    bench.add_argument("--providers", nargs="+", help="only these providers (tritonkit, torch, torch.compile, peers)")
+    bench.add_argument(
+        "--sizes",
+        choices=SIZES,
+        default="default",
+        help="small: two smallest cases; default: the larger half; sweep: all",
+    )
+    bench.add_argument("--out", help="write JSON, markdown and PNG plots into this folder")
+    bench.add_argument("--label", help="name for the output files (default: the kernel names, tag or 'all')")
+    bench.add_argument("--cuda-graph", action="store_true", help="time CUDA-graph replays (no launch overhead)")
+    bench.set_defaults(run=_cmd_bench)
     return parser
 
 

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Benchmarks for benchmarks/results/, in parts that each fit one call of the lent device:
+#   bash scripts/gpu_bench.sh elementwise   # calibration, copy and add sweeps, a CUDA-graph run
+#   bash scripts/gpu_bench.sh matmul        # the matmul variants against torch.matmul
+# Everything lands in $OUT (or ./bench-out) as one tarball plus the logs.
+set -uo pipefail
+part=${1:?part: elementwise or matmul}
+out=${OUT:-bench-out}
+results="$out/results"
+mkdir -p "$results"
+export PYTHONPATH="$PWD/src" PYTHONUNBUFFERED=1 TRITONKIT_CACHE_DIR=/tmp/tritonkit-cache
+unset TRITON_INTERPRET
+tk() { python3 -m tritonkit "$@" 2>&1 | tee -a "$out/bench-$part.log"; }
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$out/device.txt"
+case "$part" in
+  elementwise)
+    tk bench calibrate --out "$results"
+    tk bench copy add --dtype bfloat16 --dtype float16 --sizes sweep --out "$results" --label copy-add
+    tk bench add --dtype bfloat16 --sizes small --cuda-graph --out "$results" --label add-cuda-graph
+    ;;
+  matmul)
+    tk bench calibrate
+    tk bench --tag matmul --dtype bfloat16 --dtype float16 --sizes sweep --out "$results" --label matmul
+    ;;
+esac
+tar czf "$out/results-$part.tgz" -C "$results" .

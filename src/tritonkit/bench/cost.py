@@ -1,0 +1,68 @@
+"""Roofline arithmetic: a time and a spec's cost model turned into GB/s, TFLOP/s and % of a ceiling."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from tritonkit.registry import Case, KernelSpec
+
+
+def gigabytes_per_second(n_bytes: int, ms: float) -> float:
+    """Bytes moved over the time, in GB/s (10**9 bytes per second)."""
+    return n_bytes / (ms * 1e-3) / 1e9
+
+
+def teraflops_per_second(n_flops: int, ms: float) -> float:
+    """Operations over the time, in TFLOP/s (10**12 per second)."""
+    return n_flops / (ms * 1e-3) / 1e12
+
+
+def percent_of(value: float, ceiling: float | None) -> float | None:
+    return None if not ceiling else 100.0 * value / ceiling
+
+
+def is_compute_bound(spec: KernelSpec) -> bool:
+    """Compute-bound specs are judged in TFLOP/s against the matmul ceiling; others in GB/s."""
+    return "compute-bound" in spec.tags
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    """A device's measured ceilings: copy bandwidth (GB/s, read + written) and matmul TFLOP/s by dtype."""
+
+    device: str
+    bandwidth_gbps: float
+    matmul_tflops: dict[str, float]
+
+    def for_spec(self, spec: KernelSpec, dtype: torch.dtype) -> tuple[str, float | None]:
+        """(unit, ceiling) against which a spec's runs in ``dtype`` are judged."""
+        if is_compute_bound(spec):
+            return "TFLOP/s", self.matmul_tflops.get(str(dtype).removeprefix("torch."))
+        return "GB/s", self.bandwidth_gbps
+
+
+@dataclass(frozen=True)
+class Throughput:
+    gbps: float
+    tflops: float
+    unit: str
+    percent: float | None
+
+
+def throughput(spec: KernelSpec, case: Case, dtype: torch.dtype, ms: float, ceilings: Ceilings | None) -> Throughput:
+    gbps = gigabytes_per_second(spec.bytes_moved(case, dtype), ms)
+    tflops = teraflops_per_second(spec.flops(case, dtype), ms)
+    unit, ceiling = (
+        ceilings.for_spec(spec, dtype)
+        if ceilings
+        else (("TFLOP/s", None) if is_compute_bound(spec) else ("GB/s", None))
+    )
+    value = tflops if unit == "TFLOP/s" else gbps
+    return Throughput(gbps, tflops, unit, percent_of(value, ceiling))
+
+
+def speedup(best_baseline_ms: float | None, ms: float) -> float | None:
+    """How many times faster than the best baseline (>1 is faster)."""
+    return None if best_baseline_ms is None else best_baseline_ms / ms

@@ -1,0 +1,225 @@
+"""Timing on a CUDA GPU: medians from ``triton.testing.do_bench`` after warm-up, input sets rotated
+when they would fit in L2, optional CUDA-graph replay, and peak memory above the inputs."""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from tritonkit.bench import MODES, SIZES  # noqa: F401 - re-exported for callers of the harness
+from tritonkit.bench.cost import Ceilings, speedup, throughput
+from tritonkit.bench.providers import Provider, select_providers
+from tritonkit.registry import Case, Inputs, KernelSpec
+from tritonkit.testing import fresh_seed
+
+MAX_INPUT_SETS = 256
+
+
+@dataclass
+class Measurement:
+    """One row of a report: a provider on a case, or the reason it was skipped."""
+
+    spec: str
+    family: str
+    case: dict
+    case_id: str
+    dtype: str
+    mode: str
+    provider: str
+    ms: float | None = None
+    gbps: float | None = None
+    tflops: float | None = None
+    unit: str = "GB/s"
+    percent_of_ceiling: float | None = None
+    speedup_vs_best_baseline: float | None = None
+    peak_mib: float | None = None
+    input_sets: int = 1
+    skipped: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def bench_cases(spec: KernelSpec, sizes: str) -> Sequence[Case]:
+    """``small``: the two smallest benchmark cases; ``default``: the larger half; ``sweep``: all."""
+    cases = list(spec.bench_cases)
+    if sizes == "small":
+        return cases[:2]
+    if sizes == "default":
+        return cases[len(cases) // 2 :]
+    return cases
+
+
+def input_sets_needed(bytes_per_set: int, l2_bytes: int) -> int:
+    """Enough distinct input sets that one pass over them overflows L2 twice, at most MAX_INPUT_SETS."""
+    if bytes_per_set <= 0:
+        return 1
+    return max(1, min(MAX_INPUT_SETS, math.ceil(2 * l2_bytes / bytes_per_set)))
+
+
+def _tensors(inputs: Inputs) -> list[torch.Tensor]:
+    values = [*inputs.args, *inputs.kwargs.values()]
+    return [v for v in values if isinstance(v, torch.Tensor)]
+
+
+def _first_output(result) -> torch.Tensor:
+    return result[0] if isinstance(result, (tuple, list)) else result
+
+
+def make_step(fn: Callable, inputs: Inputs, mode: str) -> tuple[Callable[[], object], list[torch.Tensor]]:
+    """A zero-argument callable that runs ``mode`` once on ``inputs``, and the tensors whose gradients
+    must be cleared between runs. ``bwd`` runs the forward once here and times the backward alone."""
+    if mode == "fwd":
+        return (lambda: fn(*inputs.args, **inputs.kwargs)), []
+    leaves = [t.requires_grad_(True) for t in _tensors(inputs) if t.is_floating_point()]
+    if mode == "fwd+bwd":
+
+        def step():
+            out = _first_output(fn(*inputs.args, **inputs.kwargs))
+            out.backward(torch.ones_like(out))
+
+        return step, leaves
+    out = _first_output(fn(*inputs.args, **inputs.kwargs))
+    grad = torch.randn_like(out)
+    return (lambda: out.backward(grad, retain_graph=True)), leaves
+
+
+def _time(steps: list[Callable], grad_to_none: list[torch.Tensor], cuda_graph: bool) -> float:
+    """Median milliseconds of one step, cycling through ``steps`` (one per input set)."""
+    import triton.testing
+
+    for step in steps[:3]:  # warm-up: compilation, autotuning, allocator growth
+        step()
+    torch.cuda.synchronize()
+    if cuda_graph:
+        graph = torch.cuda.CUDAGraph()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for step in steps:
+                step()
+        torch.cuda.current_stream().wait_stream(stream)
+        with torch.cuda.graph(graph):
+            for step in steps:
+                step()
+        return triton.testing.do_bench(graph.replay, return_mode="median") / len(steps)
+    position = [0]
+
+    def rotating():
+        steps[position[0]]()
+        position[0] = (position[0] + 1) % len(steps)
+
+    return triton.testing.do_bench(rotating, grad_to_none=grad_to_none or None, return_mode="median")
+
+
+def _peak_mib(step: Callable) -> float:
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    step()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - before) / 2**20
+
+
+def measure_case(
+    spec: KernelSpec,
+    case: Case,
+    dtype: torch.dtype,
+    mode: str,
+    providers: list[Provider],
+    ceilings: Ceilings | None,
+    cuda_graph: bool = False,
+) -> list[Measurement]:
+    """Time every provider on one case; fill in throughput, % of ceiling and speed-ups."""
+    device = torch.device("cuda")
+    l2_bytes = torch.cuda.get_device_properties(device).L2_cache_size
+    dtype_name = str(dtype).removeprefix("torch.")
+    rows = []
+    for provider in providers:
+        row = Measurement(spec.name, spec.family, dict(case), spec.case_id(case), dtype_name, mode, provider.name)
+        rows.append(row)
+        if provider.skip_reason:
+            row.skipped = provider.skip_reason
+            continue
+        if mode != "fwd" and not spec.has_backward:
+            row.skipped = f"{spec.name} has no backward pass"
+            continue
+        if provider.name == "torch.compile":
+            torch._dynamo.reset()  # a fresh compile per case: no recompile limit, no stale guards
+        try:
+            first = spec.make_inputs(case, device, dtype, torch.Generator(device).manual_seed(fresh_seed()))
+            bytes_per_set = sum(t.numel() * t.element_size() for t in _tensors(first))
+            n_sets = input_sets_needed(bytes_per_set, l2_bytes)
+            input_sets = [first] + [
+                spec.make_inputs(case, device, dtype, torch.Generator(device).manual_seed(fresh_seed()))
+                for _ in range(n_sets - 1)
+            ]
+            steps, grads = [], []
+            for inputs in input_sets:
+                step, leaves = make_step(provider.fn, inputs, mode)
+                steps.append(step)
+                grads.extend(leaves)
+            row.ms = _time(steps, grads, cuda_graph)
+            row.peak_mib = _peak_mib(steps[0])
+            row.input_sets = n_sets
+        except Exception as error:  # a provider that fails is reported, not dropped
+            row.skipped = f"failed: {type(error).__name__}: {str(error).splitlines()[0][:160] if str(error) else ''}"
+            continue
+        if mode == "fwd":
+            result = throughput(spec, case, dtype, row.ms, ceilings)
+            row.gbps, row.tflops, row.unit, row.percent_of_ceiling = (
+                result.gbps,
+                result.tflops,
+                result.unit,
+                result.percent,
+            )
+        del input_sets, steps, grads
+        torch.cuda.empty_cache()
+    fill_speedups(rows)
+    return rows
+
+
+def fill_speedups(rows: list[Measurement]) -> None:
+    """Each timed row's speed-up against the fastest timed baseline (any provider but tritonkit)."""
+    baselines = [r.ms for r in rows if r.provider != "tritonkit" and r.ms is not None]
+    best = min(baselines) if baselines else None
+    for row in rows:
+        if row.ms is not None:
+            row.speedup_vs_best_baseline = speedup(best, row.ms)
+
+
+def run(
+    specs: Sequence[KernelSpec],
+    *,
+    dtypes: Sequence[str] | None,
+    modes: Sequence[str],
+    sizes: str,
+    providers: Sequence[str] | None,
+    ceilings: Ceilings | None,
+    cuda_graph: bool = False,
+    progress: bool = True,
+) -> list[Measurement]:
+    """Benchmark every selected spec x dtype x mode x case."""
+    plan = []
+    for spec in specs:
+        chosen = [d for d in spec.dtypes if dtypes is None or str(d).removeprefix("torch.") in dtypes]
+        for dtype in chosen:
+            for mode in modes:
+                for case in bench_cases(spec, sizes):
+                    plan.append((spec, case, dtype, mode))
+    rows: list[Measurement] = []
+    selected = {spec.name: select_providers(spec, providers) for spec in specs}
+    for index, (spec, case, dtype, mode) in enumerate(plan, 1):
+        if progress:
+            label = f"{spec.name} {spec.case_id(case)} {str(dtype).removeprefix('torch.')} {mode}"
+            bar = "#" * (30 * index // len(plan))
+            print(f"\r[{bar:<30}] {index}/{len(plan)} {label:<60}", end="", file=sys.stderr, flush=True)
+        rows.extend(measure_case(spec, case, dtype, mode, selected[spec.name], ceilings, cuda_graph))
+    if progress and plan:
+        print(file=sys.stderr)
+    return rows

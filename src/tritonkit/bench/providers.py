@@ -1,0 +1,83 @@
+"""Who runs a spec in a benchmark: tritonkit, torch eager (the spec's reference), torch.compile of the
+reference, and peer libraries a spec names. A provider that cannot run is kept, with the reason."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from tritonkit.registry import KernelSpec
+
+BASE_PROVIDERS = ("tritonkit", "torch", "torch.compile")
+
+
+@dataclass(frozen=True)
+class Peer:
+    """A peer library: the module that must import, and how to get its version of a spec's op."""
+
+    name: str
+    module: str
+    ops: dict[str, Callable[[], Callable]]  # spec name -> factory returning the peer's callable
+
+
+# Filled as the kernel families that liger-kernel also covers arrive (norms, softmax, RoPE, ...).
+PEERS: dict[str, Peer] = {
+    "liger": Peer(name="liger", module="liger_kernel", ops={}),
+}
+
+
+@dataclass(frozen=True)
+class Provider:
+    name: str
+    fn: Callable | None
+    skip_reason: str | None = None
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.name != "tritonkit"
+
+
+def _module_available(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def _compiled(reference: Callable) -> Callable:
+    import torch
+
+    return torch.compile(reference)
+
+
+def select_providers(spec: KernelSpec, wanted: Sequence[str] | None = None) -> list[Provider]:
+    """The providers of ``spec``, in a fixed order, filtered by ``wanted`` (all when None).
+
+    Unknown names in ``wanted`` raise ValueError. Peers that are not installed, or that lack this op,
+    come back with ``fn=None`` and the reason.
+    """
+    known = (*BASE_PROVIDERS, *spec.peers)
+    if wanted:
+        unknown = [name for name in wanted if name not in (*BASE_PROVIDERS, *PEERS)]
+        if unknown:
+            raise ValueError(f"unknown providers {unknown}; known: {[*BASE_PROVIDERS, *PEERS]}")
+    chosen = [name for name in known if not wanted or name in wanted]
+    providers = []
+    for name in chosen:
+        if name == "tritonkit":
+            providers.append(Provider(name, spec.fn))
+        elif name == "torch":
+            providers.append(Provider(name, spec.reference))
+        elif name == "torch.compile":
+            providers.append(Provider(name, _compiled(spec.reference)))
+        elif name not in PEERS:
+            providers.append(Provider(name, None, f"no peer named {name!r} is known to tritonkit.bench"))
+        elif not _module_available(PEERS[name].module):
+            providers.append(Provider(name, None, f"{PEERS[name].module} is not installed"))
+        elif spec.name not in PEERS[name].ops:
+            providers.append(Provider(name, None, f"{name} has no counterpart of {spec.name}"))
+        else:
+            providers.append(Provider(name, PEERS[name].ops[spec.name]()))
+    if wanted:
+        for name in wanted:
+            if name not in known:
+                providers.append(Provider(name, None, f"{spec.name} does not list {name} as a peer"))
+    return providers
