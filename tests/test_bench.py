@@ -192,9 +192,10 @@ def test_terminal_table_rows():
         "78.6% GB/s",
         "2.00x",
         "2.0",
+        "",
     ]
     assert rows[1][4:10] == ["torch", "0.0040", "1572.9", "0.26", "39.3% GB/s", "1.00x"]  # the best baseline
-    assert rows[2][4:6] == ["liger", "skipped: liger_kernel is not installed"]
+    assert rows[2][4:] == ["liger", "-", "-", "-", "-", "-", "-", "skipped: liger_kernel is not installed"]
     text = report.terminal_table(_results())
     assert text.splitlines()[0].split()[:6] == ["kernel", "case", "dtype", "mode", "provider", "ms"]
 
@@ -221,7 +222,7 @@ def test_report_files_are_written_and_readable(tmp_path):
     assert data["results"][0]["gbps"] == pytest.approx(3145.728) and data["results"][2]["skipped"]
     markdown = paths[1].read_text()
     assert (
-        "| add | n1048576 | bfloat16 | fwd | tritonkit | 0.0020 | 3145.7 | 0.52 | 78.6% GB/s | 2.00x | 2.0 |"
+        "| add | n1048576 | bfloat16 | fwd | tritonkit | 0.0020 | 3145.7 | 0.52 | 78.6% GB/s | 2.00x | 2.0 |  |"
         in markdown
     )
     assert "Ceilings on NVIDIA H200: copy bandwidth 4000 GB/s; matmul TFLOP/s: bfloat16 800, float16 790." in markdown

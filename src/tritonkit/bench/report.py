@@ -10,7 +10,20 @@ from tritonkit._core.text import format_table
 from tritonkit.bench.cost import Ceilings
 from tritonkit.bench.harness import Measurement
 
-HEADERS = ["kernel", "case", "dtype", "mode", "provider", "ms", "GB/s", "TFLOP/s", "% ceiling", "speed-up", "peak MiB"]
+HEADERS = [
+    "kernel",
+    "case",
+    "dtype",
+    "mode",
+    "provider",
+    "ms",
+    "GB/s",
+    "TFLOP/s",
+    "% ceiling",
+    "speed-up",
+    "peak MiB",
+    "note",
+]
 
 
 def _fmt(value, spec: str) -> str:
@@ -21,7 +34,7 @@ def rows_for_table(results: Sequence[Measurement]) -> list[list[str]]:
     rows = []
     for r in results:
         if r.skipped:
-            rows.append([r.spec, r.case_id, r.dtype, r.mode, r.provider, f"skipped: {r.skipped}"] + [""] * 5)
+            rows.append([r.spec, r.case_id, r.dtype, r.mode, r.provider] + ["-"] * 6 + [f"skipped: {r.skipped}"])
             continue
         percent = "-" if r.percent_of_ceiling is None else f"{r.percent_of_ceiling:.1f}% {r.unit}"
         rows.append(
@@ -37,6 +50,7 @@ def rows_for_table(results: Sequence[Measurement]) -> list[list[str]]:
                 percent,
                 _fmt(r.speedup_vs_best_baseline, ".2f") + ("x" if r.ms else ""),
                 _fmt(r.peak_mib, ".1f"),
+                "" if r.input_sets == 1 else f"{r.input_sets} input sets",
             ]
         )
     return rows
@@ -49,8 +63,6 @@ def terminal_table(results: Sequence[Measurement]) -> str:
 def markdown_table(results: Sequence[Measurement]) -> str:
     lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     for row in rows_for_table(results):
-        if row[5].startswith("skipped"):
-            row = row[:5] + [row[5]] + [""] * 5
         lines.append("| " + " | ".join(cell.replace("|", "/") for cell in row) + " |")
     return "\n".join(lines)
 
