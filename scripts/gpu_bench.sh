@@ -2,12 +2,17 @@
 # Benchmarks for benchmarks/results/, in parts that each fit one call of the lent device:
 #   bash scripts/gpu_bench.sh elementwise   # calibration, copy and add sweeps, a CUDA-graph run
 #   bash scripts/gpu_bench.sh matmul        # the matmul variants against torch.matmul
-# Everything lands in $OUT (or ./bench-out) as one tarball plus the logs.
+#   bash scripts/gpu_bench.sh all           # both
+# Each part's files land in $OUT (or ./bench-out) as one tarball, with the logs beside it.
 set -uo pipefail
-part=${1:?part: elementwise or matmul}
+part=${1:?part: elementwise, matmul or all}
+if [ "$part" = all ]; then
+  bash "$0" elementwise && bash "$0" matmul
+  exit
+fi
 out=${OUT:-bench-out}
-results="$out/results"
-mkdir -p "$results"
+results=$(mktemp -d)
+mkdir -p "$out"
 export PYTHONPATH="$PWD/src" PYTHONUNBUFFERED=1 TRITONKIT_CACHE_DIR=/tmp/tritonkit-cache
 unset TRITON_INTERPRET
 tk() { python3 -m tritonkit "$@" 2>&1 | tee -a "$out/bench-$part.log"; }
