@@ -56,6 +56,8 @@ def test_missing_reports_each_gap():
 def test_register_rejects_duplicates_and_bad_status():
     with pytest.raises(ValueError, match="'copy' is already registered"):
         registry.register(_spec(name="copy"))
+    with pytest.raises(ValueError, match="'calibrate' is reserved"):
+        registry.register(_spec(name="calibrate"))
     with pytest.raises(ValueError, match="status must be one of"):
         registry.register(_spec(name="never_registered", status="beta"))
 

@@ -94,9 +94,12 @@ class KernelSpec:
 
 _REGISTRY: dict[str, KernelSpec] = {}
 _STATUSES = ("stable", "experimental")
+_RESERVED_NAMES = ("calibrate",)  # `tritonkit bench calibrate` is a command, never a kernel
 
 
 def register(spec: KernelSpec) -> KernelSpec:
+    if spec.name in _RESERVED_NAMES:
+        raise ValueError(f"{spec.name!r} is reserved for a tritonkit command and cannot name a kernel")
     if spec.name in _REGISTRY:
         raise ValueError(f"a kernel named {spec.name!r} is already registered")
     if spec.status not in _STATUSES:
