@@ -54,11 +54,10 @@ class Throughput:
 def throughput(spec: KernelSpec, case: Case, dtype: torch.dtype, ms: float, ceilings: Ceilings | None) -> Throughput:
     gbps = gigabytes_per_second(spec.bytes_moved(case, dtype), ms)
     tflops = teraflops_per_second(spec.flops(case, dtype), ms)
-    unit, ceiling = (
-        ceilings.for_spec(spec, dtype)
-        if ceilings
-        else (("TFLOP/s", None) if is_compute_bound(spec) else ("GB/s", None))
-    )
+    if ceilings is not None:
+        unit, ceiling = ceilings.for_spec(spec, dtype)
+    else:
+        unit, ceiling = ("TFLOP/s" if is_compute_bound(spec) else "GB/s"), None
     value = tflops if unit == "TFLOP/s" else gbps
     return Throughput(gbps, tflops, unit, percent_of(value, ceiling))
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import torch
 
@@ -39,7 +39,6 @@ class Measurement:
     peak_mib: float | None = None
     input_sets: int = 1
     skipped: str | None = None
-    extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
