@@ -20,6 +20,28 @@ GPU_PARAMS = [
 ]
 
 
+GRAD_PARAMS = [
+    pytest.param(
+        spec, case, dtype, mode, id=f"{spec.name}-{spec.case_id(case)}-{str(dtype).removeprefix('torch.')}-{mode}"
+    )
+    for spec in registry.all_specs()
+    if spec.has_backward
+    for case in spec.test_cases
+    for dtype in spec.dtypes
+    for mode in testing.GRAD_MODES
+]
+GPU_GRAD_PARAMS = [
+    pytest.param(
+        spec, case, dtype, mode, id=f"{spec.name}-{spec.case_id(case)}-{str(dtype).removeprefix('torch.')}-{mode}"
+    )
+    for spec in registry.all_specs()
+    if spec.has_backward
+    for case in spec.gpu_cases
+    for dtype in spec.dtypes
+    for mode in testing.GRAD_MODES
+]
+
+
 @pytest.mark.parametrize(("spec", "case", "dtype"), PARAMS)
 def test_matches_reference(spec, case, dtype, device):
     result = testing.run_case(spec, case, dtype, device)
@@ -30,6 +52,19 @@ def test_matches_reference(spec, case, dtype, device):
 @pytest.mark.parametrize(("spec", "case", "dtype"), GPU_PARAMS)
 def test_matches_reference_compiled(spec, case, dtype):
     result = testing.run_case(spec, case, dtype, "cuda")
+    assert result.ok, result.explain()
+
+
+@pytest.mark.parametrize(("spec", "case", "dtype", "grad_mode"), GRAD_PARAMS)
+def test_gradients_match_reference(spec, case, dtype, grad_mode):
+    result = testing.run_case(spec, case, dtype, "cpu", grad_mode=grad_mode)
+    assert result.ok, result.explain()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("spec", "case", "dtype", "grad_mode"), GPU_GRAD_PARAMS)
+def test_gradients_match_reference_compiled(spec, case, dtype, grad_mode):
+    result = testing.run_case(spec, case, dtype, "cuda", grad_mode=grad_mode)
     assert result.ok, result.explain()
 
 

@@ -67,7 +67,10 @@ class KernelSpec:
     status: str = "stable"
     has_backward: bool = False
     tolerance: Callable[[Case, torch.dtype], Tolerance | None] | None = None
-    peers: tuple[str, ...] = ()
+    bytes_moved_bwd: Callable[[Case, torch.dtype], int] | None = None
+    # Peer implementations for benchmarks: peer name (a key of tritonkit.bench.providers.PEERS) ->
+    # a factory that imports the peer and returns a callable taking this spec's arguments.
+    peers: Mapping[str, Callable[[], Callable]] = field(default_factory=dict)
 
     def case_id(self, case: Case) -> str:
         return "-".join(f"{key}{value}" for key, value in case.items()) or "default"
@@ -87,6 +90,8 @@ class KernelSpec:
             problems.append("no cost model")
         if not self.dtypes:
             problems.append("no dtypes")
+        if self.has_backward and not callable(self.bytes_moved_bwd):
+            problems.append("no backward cost model")
         if not self.usage:
             problems.append("no usage example")
         return problems

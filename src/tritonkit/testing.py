@@ -16,6 +16,7 @@ from tritonkit._core.alloc import poisoned_outputs
 from tritonkit.registry import Case, Inputs, KernelSpec, Tolerance
 
 __all__ = [
+    "GRAD_MODES",
     "TOLERANCES",
     "CaseResult",
     "Comparison",
@@ -130,19 +131,80 @@ def _as_tuple(value) -> tuple:
     return tuple(value) if isinstance(value, (tuple, list)) else (value,)
 
 
+GRAD_MODES = ("random", "sum")
+
+
+def _grad_leaves(inputs: Inputs) -> list[tuple[str, torch.Tensor]]:
+    """(name, tensor) for every floating tensor argument: the ones a backward must differentiate."""
+    named = [(f"arg{i}", a) for i, a in enumerate(inputs.args)] + list(inputs.kwargs.items())
+    return [(name, t) for name, t in named if isinstance(t, torch.Tensor) and t.is_floating_point()]
+
+
+def _with_grad(inputs: Inputs, upcast_to_float64: bool) -> Inputs:
+    """Fresh leaf copies (upcast for the reference) that require grad, other values unchanged."""
+
+    def leaf(value):
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            value = value.detach().to(torch.float64) if upcast_to_float64 else value.detach().clone()
+            return value.requires_grad_(True)
+        return value
+
+    return Inputs(tuple(leaf(a) for a in inputs.args), {k: leaf(v) for k, v in inputs.kwargs.items()})
+
+
+def _upstream(outputs: tuple, mode: str, generator: torch.Generator) -> list[torch.Tensor]:
+    """One upstream gradient per output: fresh random values, or what ``out.sum().backward()`` sends
+    (ones expanded from a scalar, all strides 0)."""
+    grads = []
+    for out in outputs:
+        if mode == "sum":
+            grads.append(torch.ones((), dtype=out.dtype, device=out.device).expand(out.shape))
+        else:
+            grads.append(torch.randn(out.shape, generator=generator, device=out.device, dtype=torch.float32))
+    return grads
+
+
 def run_case(
-    spec: KernelSpec, case: Case, dtype: torch.dtype, device: torch.device | str, seed: int | None = None
+    spec: KernelSpec,
+    case: Case,
+    dtype: torch.dtype,
+    device: torch.device | str,
+    seed: int | None = None,
+    grad_mode: str | None = None,
 ) -> CaseResult:
-    """Draw fresh inputs for ``case``, run ``spec.fn`` with poisoned outputs, compare to the reference."""
+    """Draw fresh inputs for ``case``, run ``spec.fn`` with poisoned outputs, compare to the reference.
+
+    With ``grad_mode`` ("random" or "sum") and a spec that has a backward, every floating input's
+    gradient is compared too, under a random upstream gradient or the stride-0 one of ``sum()``.
+    """
     device = torch.device(device)
     seed = fresh_seed() if seed is None else seed
     generator = torch.Generator(device=device).manual_seed(seed)
     inputs: Inputs = spec.make_inputs(case, device, dtype, generator)
+    backward = grad_mode is not None and spec.has_backward
+    if grad_mode is not None and grad_mode not in GRAD_MODES:
+        raise ValueError(f"grad_mode must be one of {GRAD_MODES}, got {grad_mode!r}")
+    ours = _with_grad(inputs, upcast_to_float64=False) if backward else inputs
+    theirs = (
+        _with_grad(inputs, upcast_to_float64=True) if backward else Inputs(upcast(inputs.args), upcast(inputs.kwargs))
+    )
     with poisoned_outputs():
-        outputs = _as_tuple(spec.fn(*inputs.args, **inputs.kwargs))
-    references = _as_tuple(spec.reference(*upcast(inputs.args), **upcast(inputs.kwargs)))
+        outputs = _as_tuple(spec.fn(*ours.args, **ours.kwargs))
+    references = _as_tuple(spec.reference(*theirs.args, **theirs.kwargs))
     if len(outputs) != len(references):
         raise AssertionError(f"{spec.name}: {len(outputs)} outputs but {len(references)} reference outputs")
     tol = tolerance_for(spec, case, dtype)
-    comparisons = tuple(compare(out, ref, tol) for out, ref in zip(outputs, references, strict=True))
-    return CaseResult(spec.name, spec.case_id(case), dtype, seed, comparisons)
+    comparisons = [compare(out, ref, tol) for out, ref in zip(outputs, references, strict=True)]
+    if backward:
+        # The reference gets exactly the upstream gradient the kernel got, rounded to the output dtype.
+        upstream = [g.to(o.dtype) for g, o in zip(_upstream(outputs, grad_mode, generator), outputs, strict=True)]
+        with poisoned_outputs():
+            torch.autograd.backward(outputs, upstream)
+        torch.autograd.backward(references, [g.to(torch.float64) for g in upstream])
+        for (name, mine), (_, exact) in zip(_grad_leaves(ours), _grad_leaves(theirs), strict=True):
+            if exact.grad is None:
+                continue  # the reference does not depend on this input (an unused optional)
+            if mine.grad is None:
+                raise AssertionError(f"{spec.name}: no gradient reached {name}")
+            comparisons.append(compare(mine.grad, exact.grad, tol))
+    return CaseResult(spec.name, spec.case_id(case), dtype, seed, tuple(comparisons))

@@ -51,9 +51,26 @@ class Throughput:
     percent: float | None
 
 
-def throughput(spec: KernelSpec, case: Case, dtype: torch.dtype, ms: float, ceilings: Ceilings | None) -> Throughput:
-    gbps = gigabytes_per_second(spec.bytes_moved(case, dtype), ms)
-    tflops = teraflops_per_second(spec.flops(case, dtype), ms)
+def bytes_for_mode(spec: KernelSpec, case: Case, dtype: torch.dtype, mode: str) -> int | None:
+    """Fewest bytes of the timed work: the forward, the backward, or both (None without a model)."""
+    forward = spec.bytes_moved(case, dtype)
+    backward = spec.bytes_moved_bwd(case, dtype) if spec.bytes_moved_bwd else None
+    if mode == "fwd":
+        return forward
+    if backward is None:
+        return None
+    return backward if mode == "bwd" else forward + backward
+
+
+def throughput(
+    spec: KernelSpec, case: Case, dtype: torch.dtype, ms: float, ceilings: Ceilings | None, mode: str = "fwd"
+) -> Throughput | None:
+    """GB/s, TFLOP/s (forward only) and % of ceiling; None when the mode has no cost model."""
+    n_bytes = bytes_for_mode(spec, case, dtype, mode)
+    if n_bytes is None:
+        return None
+    gbps = gigabytes_per_second(n_bytes, ms)
+    tflops = teraflops_per_second(spec.flops(case, dtype), ms) if mode == "fwd" else 0.0
     if ceilings is not None:
         unit, ceiling = ceilings.for_spec(spec, dtype)
     else:

@@ -12,18 +12,10 @@ from tritonkit.registry import KernelSpec
 BASE_PROVIDERS = ("tritonkit", "torch", "torch.compile")
 
 
-@dataclass(frozen=True)
-class Peer:
-    """A peer library: the module that must import, and how to get its version of a spec's op."""
-
-    name: str
-    module: str
-    ops: dict[str, Callable[[], Callable]]  # spec name -> factory returning the peer's callable
-
-
-# Filled as the kernel families that liger-kernel also covers arrive (norms, softmax, RoPE, ...).
-PEERS: dict[str, Peer] = {
-    "liger": Peer(name="liger", module="liger_kernel", ops={}),
+# Peer libraries by name: the module that must import for the peer to run. Each spec maps the peers
+# it can be compared with to a factory for the peer's version of its op (next to the op's code).
+PEERS: dict[str, str] = {
+    "liger": "liger_kernel",
 }
 
 
@@ -70,12 +62,10 @@ def select_providers(spec: KernelSpec, wanted: Sequence[str] | None = None) -> l
             providers.append(Provider(name, _compiled(spec.reference)))
         elif name not in PEERS:
             providers.append(Provider(name, None, f"no peer named {name!r} is known to tritonkit.bench"))
-        elif not _module_available(PEERS[name].module):
-            providers.append(Provider(name, None, f"{PEERS[name].module} is not installed"))
-        elif spec.name not in PEERS[name].ops:
-            providers.append(Provider(name, None, f"{name} has no counterpart of {spec.name}"))
+        elif not _module_available(PEERS[name]):
+            providers.append(Provider(name, None, f"{PEERS[name]} is not installed"))
         else:
-            providers.append(Provider(name, PEERS[name].ops[spec.name]()))
+            providers.append(Provider(name, spec.peers[name]()))
     if wanted:
         for name in wanted:
             if name not in known:

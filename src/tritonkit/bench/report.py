@@ -112,7 +112,7 @@ def _sweep_x(case: dict) -> tuple[str, float]:
 
 
 def write_plots(directory: Path, stem: str, results: Sequence[Measurement], ceilings: Ceilings | None) -> list[Path]:
-    """One PNG per sweep (kernel x dtype x mode with two or more timed cases): size on x, the kernel's
+    """One PNG per sweep (kernel x dtype x mode with two or more timed cases and a cost model): size on x, the kernel's
     unit on y, a line per provider, the device ceiling dashed."""
     import matplotlib
 
@@ -121,7 +121,7 @@ def write_plots(directory: Path, stem: str, results: Sequence[Measurement], ceil
 
     sweeps: dict[tuple[str, str, str], list[Measurement]] = {}
     for r in results:
-        if r.ms is not None and r.mode == "fwd":
+        if r.ms is not None and r.gbps is not None:
             sweeps.setdefault((r.spec, r.dtype, r.mode), []).append(r)
     paths = []
     for (spec, dtype, mode), rows in sweeps.items():

@@ -1,3 +1,5 @@
-"""Thin ``torch.nn.Module`` wrappers over :mod:`tritonkit.ops` (no kernels here); filled by later families."""
+"""Thin ``torch.nn.Module`` wrappers over :mod:`tritonkit.ops` (no kernels here)."""
 
-__all__: list[str] = []
+from tritonkit.nn.norm import LayerNorm, RMSNorm
+
+__all__ = ["LayerNorm", "RMSNorm"]

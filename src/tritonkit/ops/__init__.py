@@ -1,6 +1,7 @@
 """Public ops. Each family module holds kernels -> launchers -> public functions -> registry specs."""
 
 from tritonkit.ops.matmul import matmul
+from tritonkit.ops.norm import layer_norm, rms_norm
 from tritonkit.ops.tutorial import add, add_relu, copy, rgb_to_grey
 
-__all__ = ["add", "add_relu", "copy", "matmul", "rgb_to_grey"]
+__all__ = ["add", "add_relu", "copy", "layer_norm", "matmul", "rgb_to_grey", "rms_norm"]

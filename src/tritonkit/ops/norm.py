@@ -1,0 +1,604 @@
+"""Fused residual-add + RMSNorm / LayerNorm, forward and backward, as torch custom ops.
+
+Semantics follow the fused add+norm of mamba_ssm's ``rms_norm_fn`` / ``layer_norm_fn``:
+``h = x + residual`` (when given), ``y = normalize(h) * (offset + weight) + bias``; with
+``prenorm=True`` the call returns ``(y, h)``, ``h`` in fp32 when ``residual_in_fp32=True``.
+One kernel pair serves both norms (an ``IS_RMS`` switch). Rows up to 16384 wide are normalised in
+registers in one pass; wider rows loop over chunks. Statistics are fp32; dweight and dbias are
+summed in fp32 per program into a workspace and reduced in a fixed order, so they are deterministic.
+
+No ``from __future__ import annotations`` here: torch.library reads the launchers' type hints at runtime.
+"""
+
+# ruff: noqa: UP045 - torch.library's schema inference (torch 2.6 and up) is built on typing.Optional
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from tritonkit._core import alloc
+from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor
+from tritonkit._core.device import sm_count
+from tritonkit.registry import Inputs, KernelSpec, Tolerance, register
+
+__all__ = ["layer_norm", "rms_norm"]
+
+MAX_SINGLE_PASS = 16384  # widest row normalised in registers; wider rows loop over chunks
+LOOP_CHUNK = 4096
+
+
+@triton.jit
+def _norm_fwd_kernel(
+    p_x, p_res, p_w, p_b, p_y, p_h, p_mean, p_rstd,
+    n_rows, n_cols, stride_x_row, stride_res_row, stride_y_row, stride_h_row, eps, offset,
+    IS_RMS: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+    STORE_H: tl.constexpr, SINGLE_PASS: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """Forward of one block of ROWS rows.
+
+    h = x + res;  LayerNorm: mean = sum(h)/N, var = sum((h - mean)^2)/N;  RMSNorm: mean = 0,
+    var = sum(h^2)/N;  rstd = 1/sqrt(var + eps);  y = (h - mean) * rstd * (offset + w) + b.
+    Stores y, h (STORE_H), mean (LayerNorm) and rstd (fp32, for the backward).
+    """
+    o_rows = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
+    m_rows = o_rows < n_rows
+    if SINGLE_PASS:
+        o_n = tl.arange(0, BLOCK_N)
+        m_n = o_n < n_cols
+        m_rn = m_rows[:, None] & m_n[None, :]
+        b_h = tl.load(p_x + o_rows[:, None] * stride_x_row + o_n[None, :], mask=m_rn, other=0.0).to(tl.float32)
+        if HAS_RES:
+            p_res_rn = p_res + o_rows[:, None] * stride_res_row + o_n[None, :]
+            b_h += tl.load(p_res_rn, mask=m_rn, other=0.0).to(tl.float32)  # [ROWS, BLOCK_N]
+        if STORE_H:
+            tl.store(p_h + o_rows[:, None] * stride_h_row + o_n[None, :], b_h.to(p_h.dtype.element_ty), mask=m_rn)
+        if IS_RMS:
+            b_centered = b_h
+        else:
+            b_mean = tl.sum(b_h, axis=1) / n_cols  # [ROWS]
+            tl.store(p_mean + o_rows, b_mean, mask=m_rows)
+            b_centered = tl.where(m_rn, b_h - b_mean[:, None], 0.0)
+        b_rstd = tl.rsqrt(tl.sum(b_centered * b_centered, axis=1) / n_cols + eps)  # [ROWS]
+        tl.store(p_rstd + o_rows, b_rstd, mask=m_rows)
+        b_y = b_centered * b_rstd[:, None]
+        if HAS_W:
+            b_y *= tl.load(p_w + o_n, mask=m_n, other=0.0).to(tl.float32)[None, :] + offset
+        if HAS_B:
+            b_y += tl.load(p_b + o_n, mask=m_n, other=0.0).to(tl.float32)[None, :]
+        tl.store(p_y + o_rows[:, None] * stride_y_row + o_n[None, :], b_y.to(p_y.dtype.element_ty), mask=m_rn)
+    else:
+        # One row per program (ROWS == 1), read in chunks: mean, then variance, then the output.
+        i_row = tl.program_id(0).to(tl.int64)
+        p_x_row = p_x + i_row * stride_x_row
+        p_res_row = p_res + i_row * stride_res_row
+        b_mean = 0.0
+        if not IS_RMS:
+            acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+            for start in range(0, n_cols, BLOCK_N):
+                o_n = start + tl.arange(0, BLOCK_N)
+                b_h = tl.load(p_x_row + o_n, mask=o_n < n_cols, other=0.0).to(tl.float32)
+                if HAS_RES:
+                    b_h += tl.load(p_res_row + o_n, mask=o_n < n_cols, other=0.0).to(tl.float32)
+                acc += b_h
+            b_mean = tl.sum(acc, axis=0) / n_cols
+            tl.store(p_mean + i_row, b_mean)
+        acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+        for start in range(0, n_cols, BLOCK_N):
+            o_n = start + tl.arange(0, BLOCK_N)
+            b_h = tl.load(p_x_row + o_n, mask=o_n < n_cols, other=0.0).to(tl.float32)
+            if HAS_RES:
+                b_h += tl.load(p_res_row + o_n, mask=o_n < n_cols, other=0.0).to(tl.float32)
+            b_centered = tl.where(o_n < n_cols, b_h - b_mean, 0.0)
+            acc += b_centered * b_centered
+        b_rstd = tl.rsqrt(tl.sum(acc, axis=0) / n_cols + eps)
+        tl.store(p_rstd + i_row, b_rstd)
+        for start in range(0, n_cols, BLOCK_N):
+            o_n = start + tl.arange(0, BLOCK_N)
+            m_n = o_n < n_cols
+            b_h = tl.load(p_x_row + o_n, mask=m_n, other=0.0).to(tl.float32)
+            if HAS_RES:
+                b_h += tl.load(p_res_row + o_n, mask=m_n, other=0.0).to(tl.float32)
+            if STORE_H:
+                tl.store(p_h + i_row * stride_h_row + o_n, b_h.to(p_h.dtype.element_ty), mask=m_n)
+            b_y = (b_h - b_mean) * b_rstd
+            if HAS_W:
+                b_y *= tl.load(p_w + o_n, mask=m_n, other=0.0).to(tl.float32) + offset
+            if HAS_B:
+                b_y += tl.load(p_b + o_n, mask=m_n, other=0.0).to(tl.float32)
+            tl.store(p_y + i_row * stride_y_row + o_n, b_y.to(p_y.dtype.element_ty), mask=m_n)
+
+
+@triton.jit
+def _norm_row_grad(p_dy_row, p_x_row, p_res_row, p_dh_row, o_n, m_n, b_w, b_mean, b_rstd, n_cols,
+                   IS_RMS: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr, HAS_DH: tl.constexpr,
+                   c_xhat, c_one):  # fmt: skip
+    """For one chunk of a row: (xhat, dy, dh) with dh = rstd * (w*dy - xhat*c_xhat - c_one) + dh_out."""
+    b_h = tl.load(p_x_row + o_n, mask=m_n, other=0.0).to(tl.float32)
+    if HAS_RES:
+        b_h += tl.load(p_res_row + o_n, mask=m_n, other=0.0).to(tl.float32)
+    b_xhat = tl.where(m_n, (b_h - b_mean) * b_rstd, 0.0)
+    b_dy = tl.load(p_dy_row + o_n, mask=m_n, other=0.0).to(tl.float32)
+    b_wdy = b_dy * b_w if HAS_W else b_dy
+    b_dh = (b_wdy - b_xhat * c_xhat - c_one) * b_rstd
+    if HAS_DH:
+        b_dh += tl.load(p_dh_row + o_n, mask=m_n, other=0.0).to(tl.float32)
+    return b_xhat, b_dy, b_wdy, b_dh
+
+
+@triton.jit
+def _norm_bwd_kernel(
+    p_dy, p_dh, p_x, p_res, p_w, p_mean, p_rstd, p_dx, p_dres, p_dw_part, p_db_part,
+    n_rows, n_cols, rows_per_program, stride_dy_row, stride_dh_row, stride_x_row, stride_res_row,
+    stride_dx_row, stride_dres_row, offset,
+    IS_RMS: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+    HAS_DH: tl.constexpr, STORE_DRES: tl.constexpr, SINGLE_PASS: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """Backward over rows [pid*rows_per_program, ...), one row at a time.
+
+    With xhat = (h - mean) * rstd and g = (offset + w) * dy:
+      RMSNorm:   dh = rstd * (g - xhat * mean(g * xhat))
+      LayerNorm: dh = rstd * (g - xhat * mean(g * xhat) - mean(g))
+    plus the gradient of the returned h (prenorm); dx = dres = dh. This program's share of
+    dw = sum_rows(dy * xhat) and db = sum_rows(dy) goes to row pid of the fp32 workspaces.
+    """
+    i_prog = tl.program_id(0)
+    row_start = i_prog.to(tl.int64) * rows_per_program  # int64 bounds: row * stride can pass 2**31
+    row_end = tl.minimum(row_start + rows_per_program, n_rows)
+    p_dw_row = p_dw_part + i_prog.to(tl.int64) * n_cols
+    p_db_row = p_db_part + i_prog.to(tl.int64) * n_cols
+    if SINGLE_PASS:
+        o_n = tl.arange(0, BLOCK_N)
+        m_n = o_n < n_cols
+        b_w = tl.load(p_w + o_n, mask=m_n, other=0.0).to(tl.float32) + offset if HAS_W else 1.0
+        acc_dw = tl.zeros((BLOCK_N,), dtype=tl.float32)
+        acc_db = tl.zeros((BLOCK_N,), dtype=tl.float32)
+        for i_row in range(row_start, row_end):
+            b_mean = 0.0 if IS_RMS else tl.load(p_mean + i_row)
+            b_rstd = tl.load(p_rstd + i_row)
+            p_x_row = p_x + i_row * stride_x_row
+            p_res_row = p_res + i_row * stride_res_row
+            p_dy_row = p_dy + i_row * stride_dy_row
+            p_dh_row = p_dh + i_row * stride_dh_row
+            b_xhat, b_dy, b_wdy, _ = _norm_row_grad(
+                p_dy_row, p_x_row, p_res_row, p_dh_row, o_n, m_n, b_w, b_mean, b_rstd, n_cols,
+                IS_RMS, HAS_RES, HAS_W, False, 0.0, 0.0,
+            )  # fmt: skip
+            c_xhat = tl.sum(b_xhat * b_wdy, axis=0) / n_cols
+            c_one = 0.0 if IS_RMS else tl.sum(b_wdy, axis=0) / n_cols
+            b_dh = (b_wdy - b_xhat * c_xhat - c_one) * b_rstd
+            if HAS_DH:
+                b_dh += tl.load(p_dh_row + o_n, mask=m_n, other=0.0).to(tl.float32)
+            tl.store(p_dx + i_row * stride_dx_row + o_n, b_dh.to(p_dx.dtype.element_ty), mask=m_n)
+            if STORE_DRES:
+                tl.store(p_dres + i_row * stride_dres_row + o_n, b_dh.to(p_dres.dtype.element_ty), mask=m_n)
+            acc_dw += b_dy * b_xhat
+            acc_db += b_dy
+        if HAS_W:
+            tl.store(p_dw_row + o_n, acc_dw, mask=m_n)
+        if HAS_B:
+            tl.store(p_db_row + o_n, acc_db, mask=m_n)
+    else:
+        # Wide rows: one pass for the two row sums, one to write dh and add to this program's
+        # (zero-initialised) workspace rows.
+        for i_row in range(row_start, row_end):
+            b_mean = 0.0 if IS_RMS else tl.load(p_mean + i_row)
+            b_rstd = tl.load(p_rstd + i_row)
+            p_x_row = p_x + i_row * stride_x_row
+            p_res_row = p_res + i_row * stride_res_row
+            p_dy_row = p_dy + i_row * stride_dy_row
+            p_dh_row = p_dh + i_row * stride_dh_row
+            acc_xhat = tl.zeros((BLOCK_N,), dtype=tl.float32)
+            acc_one = tl.zeros((BLOCK_N,), dtype=tl.float32)
+            for start in range(0, n_cols, BLOCK_N):
+                o_n = start + tl.arange(0, BLOCK_N)
+                m_n = o_n < n_cols
+                b_w = tl.load(p_w + o_n, mask=m_n, other=0.0).to(tl.float32) + offset if HAS_W else 1.0
+                b_xhat, b_dy, b_wdy, _ = _norm_row_grad(
+                    p_dy_row, p_x_row, p_res_row, p_dh_row, o_n, m_n, b_w, b_mean, b_rstd, n_cols,
+                    IS_RMS, HAS_RES, HAS_W, False, 0.0, 0.0,
+                )  # fmt: skip
+                acc_xhat += b_xhat * b_wdy
+                acc_one += b_wdy
+            c_xhat = tl.sum(acc_xhat, axis=0) / n_cols
+            c_one = 0.0 if IS_RMS else tl.sum(acc_one, axis=0) / n_cols
+            for start in range(0, n_cols, BLOCK_N):
+                o_n = start + tl.arange(0, BLOCK_N)
+                m_n = o_n < n_cols
+                b_w = tl.load(p_w + o_n, mask=m_n, other=0.0).to(tl.float32) + offset if HAS_W else 1.0
+                b_xhat, b_dy, b_wdy, b_dh = _norm_row_grad(
+                    p_dy_row, p_x_row, p_res_row, p_dh_row, o_n, m_n, b_w, b_mean, b_rstd, n_cols,
+                    IS_RMS, HAS_RES, HAS_W, HAS_DH, c_xhat, c_one,
+                )  # fmt: skip
+                tl.store(p_dx + i_row * stride_dx_row + o_n, b_dh.to(p_dx.dtype.element_ty), mask=m_n)
+                if STORE_DRES:
+                    tl.store(p_dres + i_row * stride_dres_row + o_n, b_dh.to(p_dres.dtype.element_ty), mask=m_n)
+                if HAS_W:
+                    tl.store(p_dw_row + o_n, tl.load(p_dw_row + o_n, mask=m_n) + b_dy * b_xhat, mask=m_n)
+                if HAS_B:
+                    tl.store(p_db_row + o_n, tl.load(p_db_row + o_n, mask=m_n) + b_dy, mask=m_n)
+
+
+# --------------------------------------------------------------------------------------------------
+# Launch configuration
+# --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Plan:
+    single_pass: bool
+    block_n: int
+    rows: int
+    num_warps: int
+
+
+@functools.lru_cache(maxsize=256)
+def norm_launch_plan(n_cols: int) -> _Plan:
+    """Block shape and warps for rows of ``n_cols``: whole rows in registers up to MAX_SINGLE_PASS
+    (several rows per program when rows are short, ~4K elements a program), chunks beyond."""
+    block_n = triton.next_power_of_2(n_cols)
+    if block_n > MAX_SINGLE_PASS:
+        return _Plan(single_pass=False, block_n=LOOP_CHUNK, rows=1, num_warps=8)
+    rows = max(1, min(32, 4096 // block_n))
+    elements = rows * block_n
+    num_warps = 4 if elements <= 2048 else 8 if elements <= 8192 else 16
+    return _Plan(single_pass=True, block_n=block_n, rows=rows, num_warps=num_warps)
+
+
+def _last_dim_contiguous(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    """As rows of a 2-D (rows, n_cols) matrix with unit column stride: a view where possible."""
+    if t is None:
+        return None
+    if t.stride(-1) != 1:
+        t = t.contiguous()
+    return t.reshape(-1, t.shape[-1])
+
+
+def _empty_like_rows(rows: int, n_cols: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    return alloc.empty((rows, n_cols), dtype=dtype, device=device)
+
+
+# --------------------------------------------------------------------------------------------------
+# Launchers, registered as custom ops so that torch.compile traces them without a graph break
+# --------------------------------------------------------------------------------------------------
+@torch.library.custom_op("tritonkit::norm_fwd", mutates_args=())
+def norm_fwd(
+    x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor], residual: Optional[torch.Tensor],
+    eps: float, offset: float, is_rms: bool, store_h: bool, h_fp32: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    """x, residual: (rows, N) with unit column stride. Returns y, h (empty unless store_h), mean
+    (empty for RMSNorm) and rstd, the last two fp32 of shape (rows,)."""
+    n_rows, n_cols = x.shape
+    h_dtype = torch.float32 if h_fp32 else (residual.dtype if residual is not None else x.dtype)
+    y = _empty_like_rows(n_rows, n_cols, x.dtype, x.device)
+    h = _empty_like_rows(n_rows, n_cols, h_dtype, x.device) if store_h else x.new_empty((0, n_cols), dtype=h_dtype)
+    mean = x.new_empty((0 if is_rms else n_rows,), dtype=torch.float32)
+    rstd = x.new_empty((n_rows,), dtype=torch.float32)
+    if n_rows == 0:
+        return y, h, mean, rstd
+    plan = norm_launch_plan(n_cols)
+    grid = (triton.cdiv(n_rows, plan.rows),)
+    _norm_fwd_kernel[grid](
+        x, residual if residual is not None else x, weight if weight is not None else x,
+        bias if bias is not None else x, y, h, mean, rstd,
+        n_rows, n_cols, x.stride(0), residual.stride(0) if residual is not None else 0, y.stride(0),
+        h.stride(0) if store_h else 0, eps, offset,
+        IS_RMS=is_rms, HAS_RES=residual is not None, HAS_W=weight is not None, HAS_B=bias is not None,
+        STORE_H=store_h, SINGLE_PASS=plan.single_pass, ROWS=plan.rows, BLOCK_N=plan.block_n,
+        num_warps=plan.num_warps,
+    )  # fmt: skip
+    return y, h, mean, rstd
+
+
+@norm_fwd.register_fake
+def _(x, weight, bias, residual, eps, offset, is_rms, store_h, h_fp32):
+    n_rows, n_cols = x.shape
+    h_dtype = torch.float32 if h_fp32 else (residual.dtype if residual is not None else x.dtype)
+    return (
+        x.new_empty((n_rows, n_cols)),
+        x.new_empty((n_rows if store_h else 0, n_cols), dtype=h_dtype),
+        x.new_empty((0 if is_rms else n_rows,), dtype=torch.float32),
+        x.new_empty((n_rows,), dtype=torch.float32),
+    )
+
+
+@torch.library.custom_op("tritonkit::norm_bwd", mutates_args=())
+def norm_bwd(
+    dy: torch.Tensor, dh: Optional[torch.Tensor], x: torch.Tensor, weight: Optional[torch.Tensor],
+    residual: Optional[torch.Tensor], mean: torch.Tensor, rstd: torch.Tensor, offset: float, is_rms: bool,
+    has_bias: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    """Returns dx, dresidual (empty without a residual), dweight and dbias (empty when absent)."""
+    n_rows, n_cols = x.shape
+    dx = _empty_like_rows(n_rows, n_cols, x.dtype, x.device)
+    dres = _empty_like_rows(n_rows, n_cols, residual.dtype, x.device) if residual is not None else x.new_empty((0,))
+    w_dtype = weight.dtype if weight is not None else x.dtype
+    plan = norm_launch_plan(n_cols)
+    n_programs = max(1, min(n_rows, 8 * sm_count(x.device)))
+    rows_per_program = triton.cdiv(n_rows, n_programs) if n_rows else 0
+    workspace = torch.zeros if not plan.single_pass else torch.empty
+    dw_part = workspace((n_programs if weight is not None else 0, n_cols), dtype=torch.float32, device=x.device)
+    db_part = workspace((n_programs if has_bias else 0, n_cols), dtype=torch.float32, device=x.device)
+    if n_rows > 0:
+        _norm_bwd_kernel[(n_programs,)](
+            dy, dh if dh is not None else dy, x, residual if residual is not None else x,
+            weight if weight is not None else x, mean if not is_rms else rstd, rstd, dx, dres, dw_part, db_part,
+            n_rows, n_cols, rows_per_program, dy.stride(0), dh.stride(0) if dh is not None else 0, x.stride(0),
+            residual.stride(0) if residual is not None else 0, dx.stride(0),
+            dres.stride(0) if residual is not None else 0, offset,
+            IS_RMS=is_rms, HAS_RES=residual is not None, HAS_W=weight is not None, HAS_B=has_bias,
+            HAS_DH=dh is not None, STORE_DRES=residual is not None, SINGLE_PASS=plan.single_pass,
+            BLOCK_N=plan.block_n, num_warps=plan.num_warps,
+        )  # fmt: skip
+    dw = dw_part.sum(0).to(w_dtype) if weight is not None else x.new_empty((0,))
+    db = db_part.sum(0).to(w_dtype) if has_bias else x.new_empty((0,))
+    if n_rows == 0:
+        dw = torch.zeros(n_cols, dtype=w_dtype, device=x.device) if weight is not None else dw
+        db = torch.zeros(n_cols, dtype=w_dtype, device=x.device) if has_bias else db
+    return dx, dres, dw, db
+
+
+@norm_bwd.register_fake
+def _(dy, dh, x, weight, residual, mean, rstd, offset, is_rms, has_bias):
+    n_rows, n_cols = x.shape
+    w_dtype = weight.dtype if weight is not None else x.dtype
+    return (
+        x.new_empty((n_rows, n_cols)),
+        x.new_empty((n_rows, n_cols), dtype=residual.dtype) if residual is not None else x.new_empty((0,)),
+        x.new_empty((n_cols,), dtype=w_dtype) if weight is not None else x.new_empty((0,)),
+        x.new_empty((n_cols,), dtype=w_dtype) if has_bias else x.new_empty((0,)),
+    )
+
+
+def _setup_context(ctx, inputs, output):
+    x, weight, bias, residual, _eps, offset, is_rms, store_h, _h_fp32 = inputs
+    _, _, mean, rstd = output
+    ctx.save_for_backward(x, weight, residual, mean, rstd)
+    ctx.offset, ctx.is_rms, ctx.has_bias, ctx.store_h = offset, is_rms, bias is not None, store_h
+
+
+def _backward(ctx, dy, dh, dmean, drstd):
+    x, weight, residual, mean, rstd = ctx.saved_tensors
+    if dy is None:  # only h was used downstream
+        dy = torch.zeros_like(x)
+    dy = _last_dim_contiguous(dy)  # an expanded (stride-0) gradient from y.sum() is materialised here
+    dh = _last_dim_contiguous(dh) if ctx.store_h and dh is not None else None
+    dx, dres, dw, db = norm_bwd(dy, dh, x, weight, residual, mean, rstd, ctx.offset, ctx.is_rms, ctx.has_bias)
+    return (dx, dw if weight is not None else None, db if ctx.has_bias else None,
+            dres if residual is not None else None, None, None, None, None, None)  # fmt: skip
+
+
+norm_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+# --------------------------------------------------------------------------------------------------
+# Public functions
+# --------------------------------------------------------------------------------------------------
+def _check_norm_args(name, x, weight, bias, residual, eps, offset) -> None:
+    check_tensor("x", x, dtypes=FLOAT_DTYPES)
+    if x.dim() == 0:
+        raise ValueError(f"{name}: x must have at least one dimension, got a scalar")
+    n_cols = x.shape[-1]
+    if n_cols == 0:
+        raise ValueError(
+            f"{name}: x's last dimension (the normalised one) must be non-empty, got shape {tuple(x.shape)}"
+        )
+    for arg_name, value in (("weight", weight), ("bias", bias)):
+        if value is not None:
+            check_tensor(arg_name, value, dtypes=FLOAT_DTYPES)
+            if value.shape != (n_cols,):
+                raise ValueError(f"{name}: {arg_name} must have shape ({n_cols},) to match x's last dimension, "
+                                 f"got {tuple(value.shape)}")  # fmt: skip
+    if residual is not None:
+        check_tensor("residual", residual, dtypes=FLOAT_DTYPES)
+        if residual.shape != x.shape:
+            raise ValueError(f"{name}: residual must have x's shape {tuple(x.shape)}, got {tuple(residual.shape)}")
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
+        raise ValueError(f"{name}: eps must be a positive number, got {eps!r}")
+    if isinstance(offset, bool) or not isinstance(offset, (int, float)) or not math.isfinite(offset):
+        raise ValueError(f"{name}: offset must be a finite number, got {offset!r}")
+    if offset != 0 and weight is None:
+        raise ValueError(f"{name}: offset={offset} scales the weight, but weight is None")
+    tensors = {"x": x, "weight": weight, "bias": bias, "residual": residual}
+    check_device(**{k: v for k, v in tensors.items() if v is not None})
+
+
+def _norm(name, is_rms, x, weight, bias, residual, eps, prenorm, residual_in_fp32, offset):
+    _check_norm_args(name, x, weight, bias, residual, eps, offset)
+    shape = x.shape
+    y, h, _, _ = norm_fwd(
+        _last_dim_contiguous(x), weight, bias, _last_dim_contiguous(residual), float(eps), float(offset),
+        is_rms, bool(prenorm), bool(residual_in_fp32),
+    )  # fmt: skip
+    y = y.view(shape)
+    return (y, h.view(shape)) if prenorm else y
+
+
+def rms_norm(x, weight, bias=None, residual=None, eps=1e-6, prenorm=False, residual_in_fp32=False, offset=0.0):
+    """RMSNorm of the last dimension, fused with a residual add.
+
+    ``h = x + residual``; ``y = h / sqrt(mean(h^2) + eps) * (offset + weight) + bias``. x: (..., N)
+    in fp32/fp16/bf16, weight and bias: (N,) or None, residual: x's shape or None. Returns ``y``
+    (x's dtype), or ``(y, h)`` with ``prenorm=True`` (h in fp32 with ``residual_in_fp32=True``, else
+    in the residual's dtype, or x's when there is none). Differentiable in x, weight, bias, residual.
+
+    Example: ``y, h = tk.ops.rms_norm(x, w, residual=h, prenorm=True, residual_in_fp32=True)``.
+    """
+    return _norm("rms_norm", True, x, weight, bias, residual, eps, prenorm, residual_in_fp32, offset)
+
+
+def layer_norm(x, weight, bias, residual=None, eps=1e-5, prenorm=False, residual_in_fp32=False):
+    """LayerNorm of the last dimension, fused with a residual add.
+
+    ``h = x + residual``; ``y = (h - mean(h)) / sqrt(var(h) + eps) * weight + bias`` (biased
+    variance, as torch). Shapes, dtypes and ``prenorm``/``residual_in_fp32`` as :func:`rms_norm`;
+    weight and bias may be None.
+
+    Example: ``y = tk.ops.layer_norm(x, ln.weight, ln.bias)``.
+    """
+    return _norm("layer_norm", False, x, weight, bias, residual, eps, prenorm, residual_in_fp32, 0.0)
+
+
+# --------------------------------------------------------------------------------------------------
+# References (float64) and registry specs
+# --------------------------------------------------------------------------------------------------
+def _reference(is_rms, x, weight, bias=None, residual=None, eps=1e-6, prenorm=False, residual_in_fp32=False,
+               offset=0.0):  # fmt: skip
+    h = x + residual if residual is not None else x
+    if is_rms:
+        y = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    else:
+        centered = h - h.mean(-1, keepdim=True)
+        y = centered * torch.rsqrt(centered.pow(2).mean(-1, keepdim=True) + eps)
+    if weight is not None:
+        y = y * (offset + weight)
+    if bias is not None:
+        y = y + bias
+    return (y, h) if prenorm else y
+
+
+def _rms_norm_reference(x, weight, bias=None, residual=None, eps=1e-6, prenorm=False, residual_in_fp32=False,
+                        offset=0.0):  # fmt: skip
+    return _reference(True, x, weight, bias, residual, eps, prenorm, residual_in_fp32, offset)
+
+
+def _layer_norm_reference(x, weight, bias, residual=None, eps=1e-5, prenorm=False, residual_in_fp32=False):
+    return _reference(False, x, weight, bias, residual, eps, prenorm, residual_in_fp32)
+
+
+def _norm_inputs(case, device, dtype, generator):
+    rows, n = case["rows"], case["n"]
+    lead = case.get("lead", (rows,))
+
+    def randn(*shape, scale=1.0):
+        return (scale * torch.randn(shape, device=device, generator=generator, dtype=torch.float32)).to(dtype)
+
+    layout = case.get("layout", "contiguous")
+    if layout == "sliced":
+        x = randn(*lead, n + 5, scale=case.get("scale", 1.0))[..., 2 : n + 2]
+    elif layout == "transposed":
+        x = randn(n, *lead, scale=case.get("scale", 1.0)).movedim(0, -1)
+    else:
+        x = randn(*lead, n, scale=case.get("scale", 1.0))
+    kwargs = {"eps": case.get("eps", 1e-5)}
+    if case.get("residual", False):
+        kwargs["residual"] = randn(*x.shape)
+    kwargs["prenorm"] = case.get("prenorm", False)
+    kwargs["residual_in_fp32"] = case.get("residual_in_fp32", False)
+    weight = None if case.get("no_weight") else 1.0 + 0.1 * randn(n).float()
+    weight = weight.to(dtype) if weight is not None else None
+    bias = 0.1 * randn(n) if case.get("bias", True) else None
+    if case.get("offset"):
+        kwargs["offset"] = case["offset"]
+    return Inputs((x, weight), {"bias": bias, **kwargs})
+
+
+def _layer_norm_inputs(case, device, dtype, generator):
+    inputs = _norm_inputs(case, device, dtype, generator)
+    x, weight = inputs.args
+    kwargs = dict(inputs.kwargs)
+    bias = kwargs.pop("bias")
+    kwargs.pop("offset", None)
+    return Inputs((x, weight, bias), kwargs)
+
+
+def _norm_bytes(case, dtype, backward=False):
+    """Fewest bytes moved. Forward: x (and residual) in, y (and h) out. Backward: x (and residual)
+    and dy (and dh) in, dx (and dresidual) out. The weight and bias are counted once."""
+    elements = math.prod(case.get("lead", (case["rows"],))) * case["n"]
+    residual, prenorm = bool(case.get("residual")), bool(case.get("prenorm"))
+    tensors = (3 + 2 * residual + prenorm) if backward else (2 + residual + prenorm)
+    return tensors * elements * dtype.itemsize + 2 * case["n"] * dtype.itemsize
+
+
+def _liger_rms_norm():
+    from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+
+    def call(x, weight, bias=None, residual=None, eps=1e-6, prenorm=False, residual_in_fp32=False, offset=0.0):
+        if bias is not None or residual is not None or prenorm:
+            raise ValueError("liger-kernel's RMSNorm has no bias, residual or prenorm")
+        return LigerRMSNormFunction.apply(x, weight, eps, offset)
+
+    return call
+
+
+def _liger_layer_norm():
+    from liger_kernel.ops.layer_norm import LigerLayerNormFunction
+
+    def call(x, weight, bias, residual=None, eps=1e-5, prenorm=False, residual_in_fp32=False):
+        if residual is not None or prenorm:
+            raise ValueError("liger-kernel's LayerNorm has no residual or prenorm")
+        return LigerLayerNormFunction.apply(x, weight, bias, eps)
+
+    return call
+
+
+_NORM_TESTS = (
+    {"rows": 3, "n": 1},
+    {"rows": 5, "n": 7},
+    {"rows": 33, "n": 128},
+    {"rows": 4, "n": 1000, "residual": True},
+    {"rows": 6, "n": 96, "residual": True, "prenorm": True},
+    {"rows": 6, "n": 96, "residual": True, "prenorm": True, "residual_in_fp32": True},
+    {"rows": 0, "n": 64},
+    {"rows": 6, "n": 48, "lead": (2, 3), "layout": "transposed"},
+    {"rows": 7, "n": 50, "layout": "sliced", "residual": True},
+    {"rows": 9, "n": 64, "scale": 1e-3, "eps": 1e-5},  # variance near eps: a wrong eps shows
+    {"rows": 5, "n": 40, "no_weight": True, "bias": False},
+    {"rows": 2, "n": 20000, "residual": True, "prenorm": True},  # the looped path
+)
+_NORM_GPU = (
+    {"rows": 4096, "n": 4096},
+    {"rows": 1000, "n": 5120, "residual": True, "prenorm": True, "residual_in_fp32": True},
+    {"rows": 333, "n": 131072, "residual": True},
+    {"rows": 7, "n": 65537},
+    {"rows": 8, "n": 4096},
+    {"rows": 4097, "n": 123, "lead": (17, 241), "layout": "transposed"},
+)
+# The small case first (`--sizes small`), the sweep over widths, then the fused add + prenorm case.
+_NORM_BENCH = (
+    {"rows": 8, "n": 4096, "bias": False},
+    *({"rows": 16384, "n": n, "bias": False} for n in (1024, 2048, 4096, 8192, 16384)),
+    {"rows": 16384, "n": 4096, "bias": False, "residual": True, "prenorm": True},
+)
+
+_RMS_TESTS = (*_NORM_TESTS, {"rows": 5, "n": 64, "offset": 1.0})
+
+
+def _norm_tolerance(case, dtype):
+    """fp32 gradients need 1e-4: the backward's g - mean(g) - xhat * mean(g * xhat) cancels, and rstd
+    scales the remainder, so fp32 rounding reaches ~3e-5 relative on rows whose variance is near eps
+    (seen in the scale=1e-3 case). A wrong eps or a dropped term is still off by orders more."""
+    return Tolerance(atol=1e-4, rtol=1e-4) if dtype == torch.float32 else None
+
+for _name, _fn, _reference_fn, _inputs, _tests, _liger in (
+    ("rms_norm", rms_norm, _rms_norm_reference, _norm_inputs, _RMS_TESTS, _liger_rms_norm),
+    ("layer_norm", layer_norm, _layer_norm_reference, _layer_norm_inputs, _NORM_TESTS, _liger_layer_norm),
+):
+    register(KernelSpec(
+        name=_name,
+        family="norm",
+        summary=f"Fused residual add + {'RMSNorm' if _name == 'rms_norm' else 'LayerNorm'}, forward and backward.",
+        description="h = x + residual, y = normalize(h) * (offset + weight) + bias, with prenorm returning h "
+                    "(optionally fp32), as mamba_ssm's fused add+norm. One pass in registers up to 16384 "
+                    "columns, a looped path beyond; fp32 statistics; deterministic fp32 dweight/dbias.",
+        usage=f"y, h = tk.ops.{_name}(x, weight{', bias' if _name == 'layer_norm' else ''}, residual=h, "
+              "prenorm=True)",
+        tags=("norm", "fused", "memory-bound", "backward"),
+        limits="Normalises the last dimension; any leading shape; hidden sizes from 1 up (wide rows loop).",
+        fn=_fn,
+        reference=_reference_fn,
+        make_inputs=_inputs,
+        test_cases=_tests,
+        gpu_cases=_NORM_GPU,
+        bench_cases=_NORM_BENCH,
+        bytes_moved=_norm_bytes,
+        bytes_moved_bwd=functools.partial(_norm_bytes, backward=True),
+        flops=lambda case, dtype: 5 * math.prod(case.get("lead", (case["rows"],))) * case["n"],
+        dtypes=FLOAT_DTYPES,
+        has_backward=True,
+        tolerance=_norm_tolerance,
+        peers={"liger": _liger},
+    ))  # fmt: skip

@@ -1,0 +1,133 @@
+"""Fused add + RMSNorm / LayerNorm beyond the registry sweep: compile without graph breaks,
+determinism, the checker's power to catch wrong kernels, drop-in modules, bad input."""
+
+import pytest
+import torch
+
+import tritonkit as tk
+from tritonkit import registry, testing
+from tritonkit.registry import KernelSpec
+
+
+def _inputs(device, dtype=torch.float32, rows=6, n=32):
+    x = torch.randn(rows, n, device=device, dtype=dtype)
+    residual = torch.randn(rows, n, device=device, dtype=dtype)
+    weight = torch.randn(n, device=device, dtype=dtype)
+    bias = torch.randn(n, device=device, dtype=dtype)
+    return x, residual, weight, bias
+
+
+@pytest.mark.parametrize("norm", ["rms_norm", "layer_norm"])
+def test_compiles_fullgraph_with_backward(norm, device):
+    # On the CPU aot_eager traces through the custom ops' fake kernels (a graph break would raise under
+    # fullgraph) and runs the real ones; on the GPU inductor compiles the graph around them.
+    backend = "inductor" if device == "cuda" else "aot_eager"
+    op = getattr(tk.ops, norm)
+
+    def block(x, residual, weight, bias):
+        y, h = op(x, weight, bias, residual=residual, prenorm=True, residual_in_fp32=True)
+        return (y.float() * 2).sum() + h.sum()
+
+    inputs = [t.requires_grad_() for t in _inputs(device)]
+    compiled = torch.compile(block, fullgraph=True, backend=backend)
+    eager_loss = block(*inputs)
+    eager_grads = torch.autograd.grad(eager_loss, inputs)
+    torch._dynamo.reset()
+    compiled_loss = compiled(*inputs)
+    compiled_grads = torch.autograd.grad(compiled_loss, inputs)
+    torch.testing.assert_close(compiled_loss, eager_loss, rtol=1e-5, atol=1e-4)
+    for ours, theirs in zip(compiled_grads, eager_grads, strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("n", [64, 20000])
+def test_weight_and_bias_gradients_are_deterministic(n, device):
+    x, residual, weight, bias = (t.requires_grad_() for t in _inputs(device, rows=37, n=n))
+    grads = []
+    for _ in range(2):
+        y = tk.ops.layer_norm(x, weight, bias, residual=residual)
+        grads.append(torch.autograd.grad(y, (weight, bias), torch.ones_like(y)))
+    assert all(torch.equal(a, b) for a, b in zip(*grads, strict=True))
+
+
+def _broken(name, fn):
+    return KernelSpec(**{**registry.get(name).__dict__, "name": f"broken_{name}", "fn": fn})
+
+
+@pytest.mark.parametrize(
+    ("label", "fn", "case"),
+    [
+        ("eps ten times too large",
+         lambda x, w, bias=None, eps=1e-6, **kw: tk.ops.rms_norm(x, w, bias, eps=10 * eps, **kw),
+         {"rows": 9, "n": 64, "scale": 1e-3, "eps": 1e-5}),
+        ("residual dropped",
+         lambda x, w, bias=None, residual=None, **kw: tk.ops.rms_norm(x, w, bias, **kw),
+         {"rows": 4, "n": 100, "residual": True}),
+        ("offset ignored",
+         lambda x, w, bias=None, offset=0.0, **kw: tk.ops.rms_norm(x, w, bias, **kw),
+         {"rows": 5, "n": 64, "offset": 1.0}),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_checker_catches_wrong_norms(label, fn, case, dtype):
+    assert not testing.run_case(_broken("rms_norm", fn), case, dtype, "cpu").ok, label
+
+
+@pytest.mark.parametrize(("ours", "theirs"), [(tk.nn.RMSNorm, torch.nn.RMSNorm), (tk.nn.LayerNorm, torch.nn.LayerNorm)])
+@pytest.mark.parametrize("shape", [8, (4, 8)])
+def test_modules_are_drop_in(ours, theirs, shape, device):
+    reference = theirs(shape, device=device)
+    with torch.no_grad():
+        for parameter in reference.parameters():
+            parameter.normal_()
+    module = ours(shape, device=device)
+    module.load_state_dict(reference.state_dict())
+    assert list(module.state_dict()) == list(reference.state_dict())
+    x = torch.randn(3, 5, *((shape,) if isinstance(shape, int) else shape), device=device, requires_grad=True)
+    torch.testing.assert_close(module(x), reference(x), rtol=1e-5, atol=1e-5)
+    grad = torch.randn_like(x)
+    ours_grads = torch.autograd.grad(module(x), [x, *module.parameters()], grad)
+    theirs_grads = torch.autograd.grad(reference(x), [x, *reference.parameters()], grad)
+    for a, b in zip(ours_grads, theirs_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_module_rejects_wrong_trailing_shape(device):
+    with pytest.raises(ValueError, match=r"trailing dimensions must be \(4, 8\), got shape \(3, 8, 4\)"):
+        tk.nn.RMSNorm((4, 8), device=device)(torch.randn(3, 8, 4, device=device))
+
+
+def _call(norm, device, **changes):
+    x, residual, weight, bias = _inputs(device)
+    args = {"x": x, "weight": weight, "bias": bias, "residual": residual, **changes}
+    return getattr(tk.ops, norm)(**args)
+
+
+BAD = [
+    (
+        {"weight": torch.ones(31)},
+        ValueError,
+        r"weight must have shape \(32,\) to match x's last dimension, got \(31,\)",
+    ),
+    ({"bias": torch.ones(2, 16)}, ValueError, r"bias must have shape \(32,\) .* got \(2, 16\)"),
+    ({"residual": torch.ones(6, 31)}, ValueError, r"residual must have x's shape \(6, 32\), got \(6, 31\)"),
+    ({"x": torch.ones(6, 32, dtype=torch.int32)}, TypeError, "x must have dtype in .* got torch.int32"),
+    ({"weight": torch.ones(32, dtype=torch.int64)}, TypeError, "weight must have dtype in .* got torch.int64"),
+    ({"eps": 0.0}, ValueError, "eps must be a positive number, got 0.0"),
+    ({"eps": -1e-5}, ValueError, "eps must be a positive number, got -1e-05"),
+    ({"x": torch.ones(6, 0)}, ValueError, "x's last dimension .* must be non-empty"),
+    ({"x": torch.tensor(1.0)}, ValueError, "x must have at least one dimension"),
+]
+
+
+@pytest.mark.parametrize("norm", ["rms_norm", "layer_norm"])
+@pytest.mark.parametrize(("changes", "error", "match"), BAD, ids=[m[:25] for _, _, m in BAD])
+def test_bad_input_names_the_argument(norm, changes, error, match, device):
+    changes = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in changes.items()}
+    with pytest.raises(error, match=f"{norm}: {match}" if error is ValueError else match):
+        _call(norm, device, **changes)
+
+
+def test_offset_needs_a_weight(device):
+    with pytest.raises(ValueError, match=r"rms_norm: offset=1.0 scales the weight, but weight is None"):
+        tk.ops.rms_norm(torch.randn(2, 8, device=device), None, offset=1.0)
