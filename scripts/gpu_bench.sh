@@ -2,7 +2,9 @@
 # Benchmarks for benchmarks/results/, in parts that each fit one call of the lent device:
 #   bash scripts/gpu_bench.sh elementwise   # calibration, copy and add sweeps, a CUDA-graph run
 #   bash scripts/gpu_bench.sh matmul        # the matmul variants against torch.matmul
-#   bash scripts/gpu_bench.sh all           # both
+#   bash scripts/gpu_bench.sh norm MODE     # rms_norm and layer_norm, MODE fwd, bwd or fwd+bwd (with liger-kernel
+#                                           # when the wheel is carried in .whl/)
+#   bash scripts/gpu_bench.sh all           # elementwise and matmul
 # Each part's files land in $OUT (or ./bench-out) as one tarball, with the logs beside it.
 set -uo pipefail
 part=${1:?part: elementwise, matmul or all}
@@ -15,6 +17,10 @@ results=$(mktemp -d)
 mkdir -p "$out"
 export PYTHONPATH="$PWD/src" PYTHONUNBUFFERED=1 TRITONKIT_CACHE_DIR=/tmp/tritonkit-cache
 unset TRITON_INTERPRET
+if compgen -G ".whl/*.whl" > /dev/null; then  # peer libraries carried as wheels (no network there)
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
+  export PYTHONPATH="$PYTHONPATH:/tmp/site"
+fi
 tk() { python3 -m tritonkit "$@" 2>&1 | tee -a "$out/bench-$part.log"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$out/device.txt"
 case "$part" in
@@ -26,6 +32,13 @@ case "$part" in
   matmul)
     tk bench calibrate
     tk bench --tag matmul --dtype bfloat16 --dtype float16 --sizes sweep --out "$results" --label matmul
+    ;;
+  norm)
+    mode=${2:?norm needs a mode: fwd, bwd or fwd+bwd}
+    [ -f /tmp/tritonkit-cache/calibration.json ] || tk bench calibrate --out "$results"
+    tk bench rms_norm layer_norm --mode "$mode" --dtype bfloat16 --dtype float32 --sizes sweep --out "$results" \
+      --label "norm-${mode/+/-}"
+    part="norm-${mode/+/-}"
     ;;
 esac
 tar czf "$out/results-$part.tgz" -C "$results" .
