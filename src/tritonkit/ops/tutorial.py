@@ -27,9 +27,10 @@ __all__ = ["add", "add_relu", "copy", "rgb_to_grey"]
 _MAX_BLOCK = 65536
 
 
-def _flat(x: torch.Tensor) -> torch.Tensor:
-    """A 1-D view of ``x``; a non-contiguous or expanded input costs one torch copy first."""
-    return x.reshape(-1) if x.is_contiguous() else x.contiguous().reshape(-1)
+def _dense(x: torch.Tensor) -> torch.Tensor:
+    """``x`` itself when contiguous (the kernels index its elements linearly); a non-contiguous or
+    expanded input costs one torch copy first."""
+    return x if x.is_contiguous() else x.contiguous()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -65,7 +66,7 @@ def copy(x: torch.Tensor, *, block_size: int = 1024) -> torch.Tensor:
     if n == 0:
         return out
     grid = (triton.cdiv(n, block_size),)
-    _copy_kernel[grid](_flat(x), out.view(-1), n, BLOCK_SIZE=block_size, BLOCK_POW2=triton.next_power_of_2(block_size))
+    _copy_kernel[grid](_dense(x), out, n, BLOCK_SIZE=block_size, BLOCK_POW2=triton.next_power_of_2(block_size))
     return out
 
 
@@ -98,7 +99,7 @@ def _launch_add(x: torch.Tensor, y: torch.Tensor, apply_relu: bool) -> torch.Ten
         return out
     block_size = 1024
     _add_kernel[(triton.cdiv(n, block_size),)](
-        _flat(x), _flat(y), out.view(-1), n, APPLY_RELU=apply_relu, BLOCK_SIZE=block_size
+        _dense(x), _dense(y), out, n, APPLY_RELU=apply_relu, BLOCK_SIZE=block_size
     )
     return out
 

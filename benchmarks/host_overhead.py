@@ -1,0 +1,66 @@
+"""Host time per call of tritonkit ops and their layers, on shapes too small for the GPU to matter.
+
+Each line is wall time per call over many back-to-back calls (the GPU keeps up, so the host is the
+bottleneck). Run on a CUDA machine: `PYTHONPATH=src python3 benchmarks/host_overhead.py`.
+"""
+
+import importlib
+import time
+
+import torch
+import triton
+
+import tritonkit as tk
+
+norm = importlib.import_module("tritonkit.ops.norm")
+tutorial = importlib.import_module("tritonkit.ops.tutorial")
+
+
+def per_call_us(fn, calls=3000):
+    for _ in range(200):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def main():
+    x = torch.randn(8, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+    y, h = torch.empty_like(x), x.new_empty((0, 4096))
+    mean, rstd = torch.empty(0, device="cuda"), torch.empty(8, device="cuda")
+    plan = norm.norm_launch_plan(4096)
+
+    def raw_norm_launch():
+        norm._norm_fwd_kernel[(8,)](
+            x, x, w, x, y, h, mean, rstd, 8, 4096, 4096, 0, 4096, 0, 1e-6, 0.0,
+            IS_RMS=True, HAS_RES=False, HAS_W=True, HAS_B=False, STORE_H=False,
+            SINGLE_PASS=plan.single_pass, ROWS=plan.rows, BLOCK_N=plan.block_n, num_warps=plan.num_warps,
+        )  # fmt: skip
+
+    a = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty_like(a)
+    xg = x.clone().requires_grad_()
+    rows = [
+        ("torch: a + a", lambda: a + a),
+        ("torch: F.rms_norm", lambda: torch.nn.functional.rms_norm(x, (4096,), w, 1e-6)),
+        (
+            "triton launch: _add_kernel",
+            lambda: tutorial._add_kernel[(4,)](a, a, out, 4096, APPLY_RELU=False, BLOCK_SIZE=1024),
+        ),
+        ("tk.ops.add", lambda: tk.ops.add(a, a)),
+        ("triton launch: _norm_fwd_kernel", raw_norm_launch),
+        ("custom op: norm_fwd", lambda: norm.norm_fwd(x, w, None, None, 1e-6, 0.0, True, False, False)),
+        ("tk.ops.rms_norm", lambda: tk.ops.rms_norm(x, w)),
+        ("tk.ops.rms_norm, x requires grad", lambda: tk.ops.rms_norm(xg, w)),
+    ]
+    print(f"triton {triton.__version__}, torch {torch.__version__}, {torch.cuda.get_device_name()}")
+    for label, fn in rows:
+        print(f"{label:<36} {per_call_us(fn):7.1f} us/call")
+
+
+if __name__ == "__main__":
+    main()
