@@ -32,7 +32,7 @@ def main():
     w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
     y, h = torch.empty_like(x), x.new_empty((0, 4096))
     mean, rstd = torch.empty(0, device="cuda"), torch.empty(8, device="cuda")
-    plan = norm.norm_launch_plan(4096)
+    plan = norm.norm_launch_plan(4096, 2)
 
     def raw_norm_launch():
         norm._norm_fwd_kernel[(8,)](
