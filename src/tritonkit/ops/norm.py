@@ -228,32 +228,47 @@ def _norm_bwd_kernel(
 # --------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class _Plan:
-    single_pass: bool
+    single_pass: bool  # forward: whole rows in registers
     block_n: int
-    rows: int  # rows per program in the forward; the backward walks its rows one at a time
+    rows: int  # forward rows per program
     num_warps: int
+    bwd_single_pass: bool
+    bwd_programs_per_sm: int
     bwd_warps: int
+
+
+# Fastest launch configurations measured on the H200 over 16384 rows by benchmarks/norm_configs.py
+# (benchmarks/results/nvidia-h200/2026-11-22-norm-configs.txt), keyed by (power-of-two row width,
+# element size): forward (rows per program, warps) and backward (programs per SM, warps).
+_FWD_MEASURED = {
+    (1024, 2): (4, 8), (2048, 2): (1, 4), (4096, 2): (2, 4), (8192, 2): (2, 4), (16384, 2): (1, 8),
+    (1024, 4): (4, 4), (2048, 4): (4, 4), (4096, 4): (2, 4), (8192, 4): (4, 16), (16384, 4): (2, 16),
+}  # fmt: skip
+_BWD_MEASURED = {
+    (1024, 2): (8, 4), (2048, 2): (8, 8), (4096, 2): (4, 8), (8192, 2): (1, 16), (16384, 2): (2, 16),
+    (1024, 4): (8, 4), (2048, 4): (4, 8), (4096, 4): (4, 16), (8192, 4): (4, 16),
+}  # fmt: skip
 
 
 @functools.lru_cache(maxsize=256)
 def norm_launch_plan(n_cols: int, element_size: int) -> _Plan:
-    """Block shape and warps for rows of ``n_cols`` elements of ``element_size`` bytes.
+    """Launch configuration for rows of ``n_cols`` elements of ``element_size`` bytes.
 
-    Whole rows in registers up to MAX_SINGLE_PASS, several rows per program so that each moves about
-    32 KB of activations (a 4096-wide bf16 row alone is 8 KB, too little to amortise the weight load
-    and the row reductions: measured at 64% of bandwidth on the H200 with one row per program);
-    chunks beyond MAX_SINGLE_PASS.
+    Widths in the measured tables use their fastest configuration. Narrower rows pack 4096 elements
+    per program (4 warps) and take 8 backward programs per SM. Rows wider than MAX_SINGLE_PASS loop
+    over chunks, and so does the fp32 backward at 16384, which spills registers in one pass (5.4 ms
+    against 0.95 for RMSNorm in the sweep).
     """
     block_n = triton.next_power_of_2(n_cols)
     if block_n > MAX_SINGLE_PASS:
-        return _Plan(single_pass=False, block_n=LOOP_CHUNK, rows=1, num_warps=8, bwd_warps=8)
-    rows = max(1, min(64, (32768 // element_size) // block_n))
-
-    def warps(elements):
-        return 4 if elements <= 2048 else 8 if elements <= 8192 else 16
-
-    return _Plan(single_pass=True, block_n=block_n, rows=rows, num_warps=warps(rows * block_n),
-                 bwd_warps=warps(block_n))  # fmt: skip
+        return _Plan(False, LOOP_CHUNK, 1, 8, False, 8, 8)
+    rows, warps = _FWD_MEASURED.get((block_n, element_size), (max(1, min(64, 4096 // block_n)), 4))
+    bwd = _BWD_MEASURED.get((block_n, element_size))
+    if bwd is None and block_n < 1024:
+        bwd = (8, 4)
+    if bwd is None:  # fp32 at 16384 (or an element size never measured): the looped backward
+        return _Plan(True, block_n, rows, warps, False, 8, 8)
+    return _Plan(True, block_n, rows, warps, True, bwd[0], bwd[1])
 
 
 def _last_dim_contiguous(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
@@ -305,10 +320,11 @@ def norm_bwd_launch(dy, dh, x, weight, residual, mean, rstd, offset, is_rms, has
     dres = _empty_like_rows(n_rows, n_cols, residual.dtype, x.device) if residual is not None else None
     w_dtype = weight.dtype if weight is not None else x.dtype
     plan = norm_launch_plan(n_cols, x.element_size())
-    n_programs = max(1, min(n_rows, 8 * sm_count(x.device)))
+    block_n = plan.block_n if plan.bwd_single_pass else LOOP_CHUNK
+    n_programs = max(1, min(n_rows, plan.bwd_programs_per_sm * sm_count(x.device)))
     rows_per_program = triton.cdiv(n_rows, n_programs)
     # The looped path adds into its workspace rows, so they start at zero; the single pass stores once.
-    workspace = torch.empty if plan.single_pass and n_rows > 0 else torch.zeros
+    workspace = torch.empty if plan.bwd_single_pass and n_rows > 0 else torch.zeros
     dw_part = workspace((n_programs, n_cols), dtype=torch.float32, device=x.device) if weight is not None else None
     db_part = workspace((n_programs, n_cols), dtype=torch.float32, device=x.device) if has_bias else None
     if n_rows > 0:
@@ -321,8 +337,8 @@ def norm_bwd_launch(dy, dh, x, weight, residual, mean, rstd, offset, is_rms, has
             residual.stride(0) if residual is not None else 0, dx.stride(0),
             dres.stride(0) if dres is not None else 0, offset,
             IS_RMS=is_rms, HAS_RES=residual is not None, HAS_W=weight is not None, HAS_B=has_bias,
-            HAS_DH=dh is not None, STORE_DRES=residual is not None, SINGLE_PASS=plan.single_pass,
-            BLOCK_N=plan.block_n, num_warps=plan.bwd_warps,
+            HAS_DH=dh is not None, STORE_DRES=residual is not None, SINGLE_PASS=plan.bwd_single_pass,
+            BLOCK_N=block_n, num_warps=plan.bwd_warps,
         )  # fmt: skip
     dw = dw_part.sum(0).to(w_dtype) if dw_part is not None else None
     db = db_part.sum(0).to(w_dtype) if db_part is not None else None
@@ -614,6 +630,7 @@ _NORM_TESTS = (
     {"rows": 9, "n": 64, "scale": 1e-3, "eps": 1e-5},  # variance near eps: a wrong eps shows
     {"rows": 5, "n": 40, "no_weight": True, "bias": False},
     {"rows": 2, "n": 20000, "residual": True, "prenorm": True},  # the looped path
+    {"rows": 3, "n": 9000, "residual": True},  # fp32: single-pass forward, looped backward
 )
 _NORM_GPU = (
     {"rows": 4096, "n": 4096},
