@@ -1,0 +1,11 @@
+import cProfile, pstats, torch, tritonkit as tk
+x = torch.randn(8, 4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+w = torch.randn(4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+g = torch.randn(8, 4096, device="cuda", dtype=torch.bfloat16)
+y = tk.ops.rms_norm(x, w)
+for _ in range(50): y.backward(g, retain_graph=True)
+torch.cuda.synchronize()
+pr = cProfile.Profile(); pr.enable()
+for _ in range(300): y.backward(g, retain_graph=True)
+torch.cuda.synchronize(); pr.disable()
+pstats.Stats(pr).sort_stats("tottime").print_stats(14)
