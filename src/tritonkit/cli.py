@@ -78,28 +78,22 @@ def _cmd_check(args) -> int:
     for spec in specs:
         dtypes = [d for d in spec.dtypes if args.dtype is None or _dtype_name(d) == args.dtype]
         cases = spec.gpu_cases if on_gpu else spec.test_cases
-        for dtype in dtypes:
-            for case in cases:
-                try:
-                    result = testing.run_case(spec, case, dtype, device, seed=args.seed)
-                except Exception as error:  # a crash is a failure of that case, reported, not hidden
-                    failures += 1
-                    rows.append([spec.name, spec.case_id(case), _dtype_name(dtype), "-", "-", "FAIL"])
-                    details.append(f"{spec.name} [{spec.case_id(case)}, {dtype}] raised {error!r}")
-                    continue
-                failures += not result.ok
-                rows.append(
-                    [
-                        spec.name,
-                        result.case_id,
-                        _dtype_name(dtype),
-                        f"{result.max_abs_err:.2e}",
-                        f"{result.max_rel_err:.2e}",
-                        "pass" if result.ok else "FAIL",
-                    ]
-                )
-                if not result.ok:
-                    details.append(result.explain())
+        # Kernels with a backward are checked twice: the forward, then every gradient as well.
+        grad_modes = (None, "random") if spec.has_backward else (None,)
+        for dtype, case, grad_mode in ((d, c, g) for d in dtypes for c in cases for g in grad_modes):
+            label = spec.case_id(case) + (" +grad" if grad_mode else "")
+            try:
+                result = testing.run_case(spec, case, dtype, device, seed=args.seed, grad_mode=grad_mode)
+            except Exception as error:  # a crash is a failure of that case, reported, not hidden
+                failures += 1
+                rows.append([spec.name, label, _dtype_name(dtype), "-", "-", "FAIL"])
+                details.append(f"{spec.name} [{label}, {dtype}] raised {error!r}")
+                continue
+            failures += not result.ok
+            rows.append([spec.name, label, _dtype_name(dtype), f"{result.max_abs_err:.2e}",
+                         f"{result.max_rel_err:.2e}", "pass" if result.ok else "FAIL"])  # fmt: skip
+            if not result.ok:
+                details.append(result.explain())
     print(format_table(["kernel", "case", "dtype", "max abs err", "max rel err", "result"], rows))
     for detail in details:
         print(detail)
@@ -222,8 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
         "check",
         help="verify kernels against their references",
         description="Run every case of the selected kernels on fresh random inputs, compare with the float64 "
-        "reference and print a table; exit 1 on any failure. Small cases under the interpreter, "
-        "GPU-sized cases when compiled.",
+        "reference (and, for kernels with a backward, every gradient under a random upstream gradient) and "
+        "print a table; exit 1 on any failure. Small cases under the interpreter, GPU-sized cases when compiled.",
     )
     check.add_argument("names", nargs="*", help="kernel names (default: all)")
     check.add_argument("--tag", help="only kernels with this tag or family")
