@@ -6,40 +6,28 @@ import torch
 from tritonkit import registry, testing
 from tritonkit.registry import KernelSpec
 
-PARAMS = [
-    pytest.param(spec, case, dtype, id=f"{spec.name}-{spec.case_id(case)}-{str(dtype).removeprefix('torch.')}")
-    for spec in registry.all_specs()
-    for case in spec.test_cases
-    for dtype in spec.dtypes
-]
-GPU_PARAMS = [
-    pytest.param(spec, case, dtype, id=f"{spec.name}-{spec.case_id(case)}-{str(dtype).removeprefix('torch.')}")
-    for spec in registry.all_specs()
-    for case in spec.gpu_cases
-    for dtype in spec.dtypes
-]
+
+def _params(cases: str, with_grad_modes: bool = False) -> list:
+    """(spec, case, dtype[, grad mode]) for every registered spec, over ``spec.<cases>``; with grad
+    modes only for specs that have a backward."""
+    params = []
+    for spec in registry.all_specs():
+        if with_grad_modes and not spec.has_backward:
+            continue
+        for case in getattr(spec, cases):
+            for dtype in spec.dtypes:
+                label = f"{spec.name}-{spec.case_id(case)}-{str(dtype).removeprefix('torch.')}"
+                if not with_grad_modes:
+                    params.append(pytest.param(spec, case, dtype, id=label))
+                    continue
+                params += [pytest.param(spec, case, dtype, m, id=f"{label}-{m}") for m in testing.GRAD_MODES]
+    return params
 
 
-GRAD_PARAMS = [
-    pytest.param(
-        spec, case, dtype, mode, id=f"{spec.name}-{spec.case_id(case)}-{str(dtype).removeprefix('torch.')}-{mode}"
-    )
-    for spec in registry.all_specs()
-    if spec.has_backward
-    for case in spec.test_cases
-    for dtype in spec.dtypes
-    for mode in testing.GRAD_MODES
-]
-GPU_GRAD_PARAMS = [
-    pytest.param(
-        spec, case, dtype, mode, id=f"{spec.name}-{spec.case_id(case)}-{str(dtype).removeprefix('torch.')}-{mode}"
-    )
-    for spec in registry.all_specs()
-    if spec.has_backward
-    for case in spec.gpu_cases
-    for dtype in spec.dtypes
-    for mode in testing.GRAD_MODES
-]
+PARAMS = _params("test_cases")
+GPU_PARAMS = _params("gpu_cases")
+GRAD_PARAMS = _params("test_cases", with_grad_modes=True)
+GPU_GRAD_PARAMS = _params("gpu_cases", with_grad_modes=True)
 
 
 @pytest.mark.parametrize(("spec", "case", "dtype"), PARAMS)
