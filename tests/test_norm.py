@@ -131,3 +131,17 @@ def test_bad_input_names_the_argument(norm, changes, error, match, device):
 def test_offset_needs_a_weight(device):
     with pytest.raises(ValueError, match=r"rms_norm: offset=1.0 scales the weight, but weight is None"):
         tk.ops.rms_norm(torch.randn(2, 8, device=device), None, offset=1.0)
+
+
+@pytest.mark.parametrize("norm", ["rms_norm", "layer_norm"])
+def test_strided_weight_and_bias(norm, device):
+    x = torch.randn(5, 32, device=device, requires_grad=True)
+    weight = torch.randn(64, device=device)[::2].requires_grad_()  # stride 2
+    bias = torch.randn(32, 2, device=device)[:, 0].requires_grad_()  # stride 2
+    ours = getattr(tk.ops, norm)(x, weight, bias)
+    reference = (registry.get(norm).reference)(x.double(), weight.double(), bias.double())
+    torch.testing.assert_close(ours, reference.float(), rtol=1e-5, atol=1e-5)
+    grads = torch.autograd.grad(ours.sum(), (x, weight, bias))
+    expected = torch.autograd.grad(reference.sum(), (x, weight, bias))
+    for a, b in zip(grads, expected, strict=True):
+        torch.testing.assert_close(a, b.float(), rtol=1e-4, atol=1e-4)

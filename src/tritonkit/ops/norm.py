@@ -490,6 +490,9 @@ def _check_norm_args(name, x, weight, bias, residual, eps, offset) -> None:
 def _norm(name, is_rms, x, weight, bias, residual, eps, prenorm, residual_in_fp32, offset):
     _check_norm_args(name, x, weight, bias, residual, eps, offset)
     shape = x.shape
+    # The kernels read weight and bias with unit stride: a strided view (w[::2]) is made dense once.
+    weight = weight.contiguous() if weight is not None else None
+    bias = bias.contiguous() if bias is not None else None
     y, h, _, _ = _norm_call(
         _last_dim_contiguous(x), weight, bias, _last_dim_contiguous(residual), float(eps), float(offset),
         is_rms, bool(prenorm), bool(residual_in_fp32),
