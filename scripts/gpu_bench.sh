@@ -4,6 +4,7 @@
 #   bash scripts/gpu_bench.sh matmul        # the matmul variants against torch.matmul
 #   bash scripts/gpu_bench.sh norm MODE     # rms_norm and layer_norm, MODE fwd, bwd or fwd+bwd (with liger-kernel
 #                                           # when the wheel is carried in .whl/)
+#   bash scripts/gpu_bench.sh softmax MODE  # softmax and log_softmax, likewise
 #   bash scripts/gpu_bench.sh all           # elementwise and matmul
 # Each part's files land in $OUT (or ./bench-out) as one tarball, with the logs beside it.
 set -uo pipefail
@@ -33,12 +34,13 @@ case "$part" in
     tk bench calibrate
     tk bench --tag matmul --dtype bfloat16 --dtype float16 --sizes sweep --out "$results" --label matmul
     ;;
-  norm)
-    mode=${2:?norm needs a mode: fwd, bwd or fwd+bwd}
+  norm|softmax)
+    mode=${2:?$part needs a mode: fwd, bwd or fwd+bwd}
+    if [ "$part" = norm ]; then names="rms_norm layer_norm"; else names="softmax log_softmax"; fi
     [ -f /tmp/tritonkit-cache/calibration.json ] || tk bench calibrate --out "$results"
-    tk bench rms_norm layer_norm --mode "$mode" --dtype bfloat16 --dtype float32 --sizes sweep --out "$results" \
-      --label "norm-${mode/+/-}"
-    part="norm-${mode/+/-}"
+    tk bench $names --mode "$mode" --dtype bfloat16 --dtype float32 --sizes sweep --out "$results" \
+      --label "$part-${mode/+/-}"
+    part="$part-${mode/+/-}"
     ;;
 esac
 tar czf "$out/results-$part.tgz" -C "$results" .

@@ -2,6 +2,7 @@
 
 from tritonkit.ops.matmul import matmul
 from tritonkit.ops.norm import layer_norm, rms_norm
+from tritonkit.ops.softmax import log_softmax, softmax
 from tritonkit.ops.tutorial import add, add_relu, copy, rgb_to_grey
 
-__all__ = ["add", "add_relu", "copy", "layer_norm", "matmul", "rgb_to_grey", "rms_norm"]
+__all__ = ["add", "add_relu", "copy", "layer_norm", "log_softmax", "matmul", "rgb_to_grey", "rms_norm", "softmax"]

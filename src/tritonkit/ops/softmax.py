@@ -1,0 +1,329 @@
+"""Softmax and log-softmax along any dimension, forward and backward, as torch custom ops.
+
+Rows up to MAX_SINGLE_PASS wide are reduced in registers. Longer rows use the online algorithm: one
+pass keeps a running maximum m and a running sum s of exp(x - m), rescaled by exp(m_old - m_new) when
+the maximum grows; a second pass writes the output. Rows that are entirely -inf give NaN, as torch
+does; a row maximum of -inf is replaced by 0 in exponents so that partly masked rows stay exact.
+
+No ``from __future__ import annotations`` here: torch.library reads the launchers' type hints at runtime.
+"""
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from tritonkit._core import alloc
+from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor
+from tritonkit.registry import Inputs, KernelSpec, register
+
+__all__ = ["log_softmax", "softmax"]
+
+MAX_SINGLE_PASS = 32768
+LOOP_CHUNK = 4096
+
+
+@triton.jit
+def _finite_or_zero(m):
+    """A row maximum usable in exponents: -inf (a fully masked row) becomes 0."""
+    return tl.where(m == float("-inf"), 0.0, m)
+
+
+@triton.jit
+def _softmax_fwd_kernel(
+    p_x, p_y, p_lse, n_rows, n_cols, stride_x_row, stride_y_row,
+    LOG: tl.constexpr, SINGLE_PASS: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """softmax: y = exp(x - lse);  log_softmax: y = x - lse;  lse = m + log(s), m = max(x),
+    s = sum(exp(x - m)). lse is stored (fp32) for the backward."""
+    if SINGLE_PASS:
+        o_rows = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
+        o_n = tl.arange(0, BLOCK_N)
+        m_rn = (o_rows < n_rows)[:, None] & (o_n < n_cols)[None, :]
+        b_x = tl.load(p_x + o_rows[:, None] * stride_x_row + o_n[None, :], mask=m_rn, other=float("-inf"))
+        b_x = b_x.to(tl.float32)  # [ROWS, BLOCK_N]
+        b_m = _finite_or_zero(tl.max(b_x, axis=1))[:, None]
+        b_p = tl.exp(b_x - b_m)
+        b_s = tl.sum(b_p, axis=1)[:, None]
+        b_lse = b_m + tl.log(b_s)  # [ROWS, 1]
+        tl.store(p_lse + o_rows, tl.sum(b_lse, axis=1), mask=o_rows < n_rows)
+        b_y = b_x - b_lse if LOG else b_p / b_s
+        tl.store(p_y + o_rows[:, None] * stride_y_row + o_n[None, :], b_y.to(p_y.dtype.element_ty), mask=m_rn)
+    else:
+        i_row = tl.program_id(0).to(tl.int64)
+        p_x_row = p_x + i_row * stride_x_row
+        b_m = tl.full((BLOCK_N,), float("-inf"), dtype=tl.float32)  # running max per lane
+        b_s = tl.zeros((BLOCK_N,), dtype=tl.float32)  # running sum per lane, relative to b_m
+        for start in range(0, n_cols, BLOCK_N):
+            o_n = start + tl.arange(0, BLOCK_N)
+            b_x = tl.load(p_x_row + o_n, mask=o_n < n_cols, other=float("-inf")).to(tl.float32)
+            b_m_new = tl.maximum(b_m, b_x)
+            b_m_safe = _finite_or_zero(b_m_new)
+            b_s = b_s * tl.exp(b_m - b_m_safe) + tl.exp(b_x - b_m_safe)
+            b_m = b_m_new
+        m = tl.max(b_m, axis=0)
+        m_safe = _finite_or_zero(m)
+        s = tl.sum(b_s * tl.exp(b_m - m_safe), axis=0)
+        tl.store(p_lse + i_row, m_safe + tl.log(s))
+        for start in range(0, n_cols, BLOCK_N):
+            o_n = start + tl.arange(0, BLOCK_N)
+            b_x = tl.load(p_x_row + o_n, mask=o_n < n_cols, other=float("-inf")).to(tl.float32)
+            b_y = b_x - m_safe - tl.log(s) if LOG else tl.exp(b_x - m_safe) / s
+            tl.store(p_y + i_row * stride_y_row + o_n, b_y.to(p_y.dtype.element_ty), mask=o_n < n_cols)
+
+
+@triton.jit
+def _softmax_bwd_kernel(
+    p_dy, p_x, p_lse, p_dx, n_rows, n_cols, stride_dy_row, stride_x_row, stride_dx_row,
+    LOG: tl.constexpr, SINGLE_PASS: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """With p = exp(x - lse) recomputed in fp32 from the input:
+    softmax: dx = p * (dy - sum(dy * p));  log_softmax: dx = dy - p * sum(dy).
+    Recomputing beats reading a stored 16-bit output. exp(y) of a bf16 log-probability is off by
+    |y| * 2**-8 relative (4% at y = -10), and a near one-hot softmax row cancels dy - sum(dy * y)."""
+    if SINGLE_PASS:
+        o_rows = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
+        o_n = tl.arange(0, BLOCK_N)
+        m_rn = (o_rows < n_rows)[:, None] & (o_n < n_cols)[None, :]
+        b_dy = tl.load(p_dy + o_rows[:, None] * stride_dy_row + o_n[None, :], mask=m_rn, other=0.0).to(tl.float32)
+        b_x = tl.load(p_x + o_rows[:, None] * stride_x_row + o_n[None, :], mask=m_rn, other=float("-inf"))
+        b_lse = tl.load(p_lse + o_rows, mask=o_rows < n_rows, other=0.0)[:, None]
+        b_p = tl.exp(b_x.to(tl.float32) - b_lse)  # [ROWS, BLOCK_N]
+        c = tl.sum(b_dy if LOG else b_dy * b_p, axis=1)[:, None]
+        b_dx = b_dy - b_p * c if LOG else b_p * (b_dy - c)
+        tl.store(p_dx + o_rows[:, None] * stride_dx_row + o_n[None, :], b_dx.to(p_dx.dtype.element_ty), mask=m_rn)
+    else:
+        i_row = tl.program_id(0).to(tl.int64)
+        p_dy_row = p_dy + i_row * stride_dy_row
+        p_x_row = p_x + i_row * stride_x_row
+        lse = tl.load(p_lse + i_row)
+        acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+        for start in range(0, n_cols, BLOCK_N):
+            o_n = start + tl.arange(0, BLOCK_N)
+            b_dy = tl.load(p_dy_row + o_n, mask=o_n < n_cols, other=0.0).to(tl.float32)
+            if LOG:
+                acc += b_dy
+            else:
+                b_x = tl.load(p_x_row + o_n, mask=o_n < n_cols, other=float("-inf")).to(tl.float32)
+                acc += b_dy * tl.exp(b_x - lse)
+        c = tl.sum(acc, axis=0)
+        for start in range(0, n_cols, BLOCK_N):
+            o_n = start + tl.arange(0, BLOCK_N)
+            b_dy = tl.load(p_dy_row + o_n, mask=o_n < n_cols, other=0.0).to(tl.float32)
+            b_p = tl.exp(tl.load(p_x_row + o_n, mask=o_n < n_cols, other=float("-inf")).to(tl.float32) - lse)
+            b_dx = b_dy - b_p * c if LOG else b_p * (b_dy - c)
+            tl.store(p_dx + i_row * stride_dx_row + o_n, b_dx.to(p_dx.dtype.element_ty), mask=o_n < n_cols)
+
+
+@functools.lru_cache(maxsize=256)
+def softmax_launch_plan(n_cols: int) -> tuple[bool, int, int, int]:
+    """(single pass, BLOCK_N, rows per program, warps): about 4096 elements a program for short rows,
+    whole rows in registers up to MAX_SINGLE_PASS, chunks of LOOP_CHUNK beyond. Not yet tuned on a GPU."""
+    block_n = triton.next_power_of_2(n_cols)
+    if block_n > MAX_SINGLE_PASS:
+        return False, LOOP_CHUNK, 1, 8
+    rows = max(1, min(64, 4096 // block_n))
+    elements = rows * block_n
+    return True, block_n, rows, 4 if elements <= 2048 else 8 if elements <= 8192 else 16
+
+
+def _launch(kernel, tensors, strides, n_rows, n_cols, log):
+    single_pass, block_n, rows, warps = softmax_launch_plan(n_cols)
+    grid = (triton.cdiv(n_rows, rows) if single_pass else n_rows,)
+    kernel[grid](*tensors, n_rows, n_cols, *strides, LOG=log, SINGLE_PASS=single_pass, ROWS=rows, BLOCK_N=block_n,
+                 num_warps=warps)  # fmt: skip
+
+
+def softmax_fwd_launch(x: torch.Tensor, log: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """x: (rows, N) with unit column stride. Returns y (x's shape and dtype) and the fp32 row
+    log-sum-exp the backward needs."""
+    y = alloc.empty(x.shape, dtype=x.dtype, device=x.device)
+    lse = torch.empty((x.shape[0],), dtype=torch.float32, device=x.device)
+    if x.numel():
+        _launch(_softmax_fwd_kernel, (x, y, lse), (x.stride(0), y.stride(0)), x.shape[0], x.shape[1], log)
+    return y, lse
+
+
+def softmax_bwd_launch(dy: torch.Tensor, x: torch.Tensor, lse: torch.Tensor, log: bool) -> torch.Tensor:
+    """dy, x: (rows, N) with unit column stride; lse from the forward."""
+    dx = alloc.empty(x.shape, dtype=x.dtype, device=x.device)
+    if x.numel():
+        _launch(_softmax_bwd_kernel, (dy, x, lse, dx), (dy.stride(0), x.stride(0), dx.stride(0)), x.shape[0],
+                x.shape[1], log)  # fmt: skip
+    return dx
+
+
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    """As (rows, N) with unit column stride: a view where possible."""
+    t = t if t.stride(-1) == 1 else t.contiguous()
+    return t.reshape(-1, t.shape[-1])
+
+
+def _save(ctx, x, lse, log):
+    ctx.save_for_backward(x, lse)
+    ctx.log = log
+
+
+def _grad(ctx, dy, backward_launch):
+    x, lse = ctx.saved_tensors
+    return backward_launch(_rows(dy), x, lse, ctx.log)
+
+
+class _SoftmaxFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, log):
+        y, lse = softmax_fwd_launch(x, log)
+        _save(ctx, x, lse, log)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        return _grad(ctx, dy, softmax_bwd_launch), None
+
+
+@torch.library.custom_op("tritonkit::softmax_fwd", mutates_args=())
+def softmax_fwd(x: torch.Tensor, log: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    return softmax_fwd_launch(x, log)
+
+
+@softmax_fwd.register_fake
+def _(x, log):
+    return torch.empty_like(x), x.new_empty((x.shape[0],), dtype=torch.float32)
+
+
+@torch.library.custom_op("tritonkit::softmax_bwd", mutates_args=())
+def softmax_bwd(dy: torch.Tensor, x: torch.Tensor, lse: torch.Tensor, log: bool) -> torch.Tensor:
+    return softmax_bwd_launch(dy, x, lse, log)
+
+
+@softmax_bwd.register_fake
+def _(dy, x, lse, log):
+    return torch.empty_like(x)
+
+
+def _setup_context(ctx, inputs, output):
+    x, log = inputs
+    _, lse = output
+    _save(ctx, x, lse, log)
+
+
+def _custom_op_backward(ctx, dy, dlse):
+    return _grad(ctx, dy, softmax_bwd), None
+
+
+softmax_fwd.register_autograd(_custom_op_backward, setup_context=_setup_context)
+
+
+def _softmax(name: str, x: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
+    check_tensor("x", x, dtypes=FLOAT_DTYPES)
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise TypeError(f"{name}: dim must be an int, got {type(dim).__name__}")
+    ndim = max(x.dim(), 1)
+    if not -ndim <= dim < ndim:
+        raise ValueError(f"{name}: dim must be in [{-ndim}, {ndim - 1}] for x of shape {tuple(x.shape)}, got {dim}")
+    check_device(x=x)
+    moved = x.reshape(1) if x.dim() == 0 else x.movedim(dim, -1)
+    rows = _rows(moved)
+    if torch.compiler.is_compiling():
+        y = softmax_fwd(rows, log)[0]
+    elif torch.is_grad_enabled() and x.requires_grad:
+        y = _SoftmaxFunction.apply(rows, log)
+    else:
+        y = softmax_fwd_launch(rows, log)[0]
+    y = y.view(moved.shape)
+    return y.view(x.shape) if x.dim() == 0 else y.movedim(-1, dim)
+
+
+def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """``torch.softmax(x, dim)``: exp(x - max) / sum(exp(x - max)) along ``dim``, computed in fp32.
+
+    Any shape and strides, fp32/fp16/bf16; -inf entries are zero, fully -inf rows NaN (as torch).
+    Differentiable. Example: ``p = tk.ops.softmax(scores, dim=-1)``.
+    """
+    return _softmax("softmax", x, dim, log=False)
+
+
+def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """``torch.log_softmax(x, dim)``: x - max - log(sum(exp(x - max))) along ``dim``, computed in fp32.
+
+    Same shapes, dtypes and masking behaviour as :func:`softmax`. Differentiable.
+    """
+    return _softmax("log_softmax", x, dim, log=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# References and registry specs
+# --------------------------------------------------------------------------------------------------
+def _softmax_reference(x, dim=-1):
+    return torch.softmax(x, dim)
+
+
+def _log_softmax_reference(x, dim=-1):
+    return torch.log_softmax(x, dim)
+
+
+def _softmax_inputs(case, device, dtype, generator):
+    rows, n = case["rows"], case["n"]
+    x = (case.get("scale", 3.0) * torch.randn(rows, n, device=device, generator=generator)).to(dtype)
+    if case.get("masked"):  # a causal-style mask: -inf above the diagonal, and one fully masked row
+        x = x.masked_fill(torch.ones(rows, n, dtype=torch.bool, device=device).triu(1), float("-inf"))
+        x[0] = float("-inf")
+    if case.get("transposed"):
+        x = x.t().contiguous().t()  # same values, column-major: dim -1 is strided
+    if case.get("dim", -1) != -1:
+        x = x.movedim(-1, case["dim"]).contiguous()
+    return Inputs((x,), {"dim": case.get("dim", -1)})
+
+
+def _softmax_bytes(case, dtype, backward=False):
+    return (3 if backward else 2) * case["rows"] * case["n"] * dtype.itemsize
+
+
+_TESTS = (
+    {"rows": 1, "n": 1},
+    {"rows": 5, "n": 7},
+    {"rows": 33, "n": 128},
+    {"rows": 3, "n": 1000, "transposed": True},
+    {"rows": 6, "n": 16, "masked": True},
+    {"rows": 2, "n": 40000},  # the online (looped) path
+    {"rows": 2, "n": 40000, "masked": True},
+    {"rows": 0, "n": 16},
+    {"rows": 4, "n": 9, "dim": 0},
+    {"rows": 4, "n": 64, "scale": 30.0},  # large logits: exp would overflow without the max shift
+)
+_GPU = (
+    {"rows": 4096, "n": 4096},
+    {"rows": 1024, "n": 262144},
+    {"rows": 1000, "n": 50257, "masked": True},
+    {"rows": 2048, "n": 4096, "transposed": True},
+    {"rows": 8, "n": 4096},
+)
+_BENCH = ({"rows": 8, "n": 4096}, *({"rows": 16384, "n": n} for n in (1024, 2048, 4096, 8192, 32768)))
+
+for _name, _fn, _ref in (
+    ("softmax", softmax, _softmax_reference),
+    ("log_softmax", log_softmax, _log_softmax_reference),
+):
+    register(KernelSpec(
+        name=_name,
+        family="softmax",
+        summary=f"{'Log-softmax' if _name == 'log_softmax' else 'Softmax'} along any dimension, forward and backward.",
+        description="Rows up to 32768 in registers; longer rows with the online algorithm (running max and "
+                    "rescaled sum), one statistics pass and one write pass. fp32 arithmetic; -inf handled as torch.",
+        usage=f"p = tk.ops.{_name}(x, dim=-1)",
+        tags=("softmax", "memory-bound", "backward"),
+        limits="Any shape, dim and strides (a strided dim costs one torch copy); rows of any length.",
+        fn=_fn,
+        reference=_ref,
+        make_inputs=_softmax_inputs,
+        test_cases=_TESTS,
+        gpu_cases=_GPU,
+        bench_cases=_BENCH,
+        bytes_moved=_softmax_bytes,
+        bytes_moved_bwd=functools.partial(_softmax_bytes, backward=True),
+        flops=lambda case, dtype: 5 * case["rows"] * case["n"],
+        dtypes=FLOAT_DTYPES,
+        has_backward=True,
+        status="experimental",
+    ))  # fmt: skip
