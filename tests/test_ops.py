@@ -101,6 +101,15 @@ def test_compare_reports_errors():
         testing.compare(torch.zeros(3), torch.zeros(4, dtype=torch.float64), tol)
 
 
+def test_compare_expects_infinity_where_the_exact_value_overflows_the_dtype():
+    tol = testing.TOLERANCES[torch.float16]
+    ref = torch.tensor([-262143.0, 70000.0, 65000.0], dtype=torch.float64)
+    assert testing.compare(torch.tensor([float("-inf"), float("inf"), 65000.0], dtype=torch.float16), ref, tol).ok
+    wrong_sign = torch.tensor([float("inf"), float("inf"), 65000.0], dtype=torch.float16)
+    assert testing.compare(wrong_sign, ref, tol).n_bad == 1
+    assert not testing.compare(torch.tensor([float("-inf")] * 3), ref, testing.TOLERANCES[torch.float32]).ok
+
+
 def test_poisoned_outputs_fill_nan_and_max():
     from tritonkit._core.alloc import empty
 
