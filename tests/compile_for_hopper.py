@@ -19,6 +19,8 @@ from tritonkit import debug
 
 tutorial = importlib.import_module("tritonkit.ops.tutorial")
 matmul = importlib.import_module("tritonkit.ops.matmul")
+norm = importlib.import_module("tritonkit.ops.norm")
+softmax = importlib.import_module("tritonkit.ops.softmax")
 HOPPER = GPUTarget("cuda", 90, 32)
 
 
@@ -104,6 +106,90 @@ def main():
             num_warps=8,
             num_stages=3,
         )
+    for single_pass, block_n, rows in ((True, 4096, 2), (False, 4096, 1)):
+        for is_rms in (True, False):
+            flags = {"IS_RMS": is_rms, "HAS_RES": True, "HAS_W": True, "HAS_B": not is_rms}
+            compile_one(
+                f"norm fwd rms={is_rms} single={single_pass}",
+                norm._norm_fwd_kernel,
+                {
+                    **dict.fromkeys(["p_x", "p_res", "p_w", "p_b", "p_y", "p_h"], "*bf16"),
+                    "p_mean": "*fp32",
+                    "p_rstd": "*fp32",
+                    **dict.fromkeys(
+                        ["n_rows", "n_cols", "stride_x_row", "stride_res_row", "stride_y_row", "stride_h_row"], "i32"
+                    ),
+                    "eps": "fp32",
+                    "offset": "fp32",
+                },
+                {**flags, "STORE_H": True, "SINGLE_PASS": single_pass, "ROWS": rows, "BLOCK_N": block_n},
+                num_warps=8,
+            )
+            compile_one(
+                f"norm bwd rms={is_rms} single={single_pass}",
+                norm._norm_bwd_kernel,
+                {
+                    **dict.fromkeys(["p_dy", "p_dh", "p_x", "p_res", "p_w"], "*bf16"),
+                    "p_mean": "*fp32",
+                    "p_rstd": "*fp32",
+                    "p_dx": "*bf16",
+                    "p_dres": "*fp32",
+                    "p_dw_part": "*fp32",
+                    "p_db_part": "*fp32",
+                    **dict.fromkeys(
+                        [
+                            "n_rows",
+                            "n_cols",
+                            "rows_per_program",
+                            "stride_dy_row",
+                            "stride_dh_row",
+                            "stride_x_row",
+                            "stride_res_row",
+                            "stride_dx_row",
+                            "stride_dres_row",
+                        ],
+                        "i32",
+                    ),
+                    "offset": "fp32",
+                },
+                {**flags, "HAS_DH": True, "STORE_DRES": True, "SINGLE_PASS": single_pass, "BLOCK_N": block_n},
+                num_warps=8,
+            )
+    for single_pass, block_n, rows in ((True, 1024, 4), (False, 4096, 1)):
+        for log in (False, True):
+            constexprs = {"LOG": log, "SINGLE_PASS": single_pass, "ROWS": rows, "BLOCK_N": block_n}
+            compile_one(
+                f"softmax fwd log={log} single={single_pass}",
+                softmax._softmax_fwd_kernel,
+                {
+                    "p_x": "*bf16",
+                    "p_y": "*bf16",
+                    "p_lse": "*fp32",
+                    "n_rows": "i32",
+                    "n_cols": "i32",
+                    "stride_x_row": "i32",
+                    "stride_y_row": "i32",
+                },
+                constexprs,
+                num_warps=8,
+            )
+            compile_one(
+                f"softmax bwd log={log} single={single_pass}",
+                softmax._softmax_bwd_kernel,
+                {
+                    "p_dy": "*bf16",
+                    "p_x": "*bf16",
+                    "p_lse": "*fp32",
+                    "p_dx": "*bf16",
+                    "n_rows": "i32",
+                    "n_cols": "i32",
+                    "stride_dy_row": "i32",
+                    "stride_x_row": "i32",
+                    "stride_dx_row": "i32",
+                },
+                constexprs,
+                num_warps=8,
+            )
     return 0
 
 
