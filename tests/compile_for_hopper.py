@@ -21,6 +21,7 @@ tutorial = importlib.import_module("tritonkit.ops.tutorial")
 matmul = importlib.import_module("tritonkit.ops.matmul")
 norm = importlib.import_module("tritonkit.ops.norm")
 softmax = importlib.import_module("tritonkit.ops.softmax")
+activation = importlib.import_module("tritonkit.ops.activation")
 HOPPER = GPUTarget("cuda", 90, 32)
 
 
@@ -190,6 +191,19 @@ def main():
                 constexprs,
                 num_warps=8,
             )
+    for act in (activation.GELU_ERF, activation.GELU_TANH, activation.SILU):
+        compile_one(
+            f"activation fwd act={act}",
+            activation._activation_fwd_kernel,
+            {"p_x": "*bf16", "p_y": "*bf16", "n_elements": "i64"},
+            {"ACT": act, "BLOCK_SIZE": 1024},
+        )
+        compile_one(
+            f"activation bwd act={act}",
+            activation._activation_bwd_kernel,
+            {"p_dy": "*bf16", "p_x": "*bf16", "p_dx": "*bf16", "n_elements": "i64"},
+            {"ACT": act, "BLOCK_SIZE": 1024},
+        )
     return 0
 
 

@@ -30,6 +30,14 @@ def empty(shape, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     return out
 
 
+def empty_like(t: torch.Tensor, *, dtype: torch.dtype) -> torch.Tensor:
+    """``torch.empty_like`` keeping ``t``'s dense layout, poisoned like :func:`empty`."""
+    out = torch.empty_like(t, dtype=dtype, memory_format=torch.preserve_format)
+    if _POISON.get():
+        out.fill_(poison_value(dtype))
+    return out
+
+
 @contextlib.contextmanager
 def poisoned_outputs(enabled: bool = True):
     token = _POISON.set(enabled)

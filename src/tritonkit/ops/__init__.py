@@ -1,8 +1,21 @@
 """Public ops. Each family module holds kernels -> launchers -> public functions -> registry specs."""
 
+from tritonkit.ops.activation import gelu, silu
 from tritonkit.ops.matmul import matmul
 from tritonkit.ops.norm import layer_norm, rms_norm
 from tritonkit.ops.softmax import log_softmax, softmax
 from tritonkit.ops.tutorial import add, add_relu, copy, rgb_to_grey
 
-__all__ = ["add", "add_relu", "copy", "layer_norm", "log_softmax", "matmul", "rgb_to_grey", "rms_norm", "softmax"]
+__all__ = [
+    "add",
+    "add_relu",
+    "copy",
+    "gelu",
+    "layer_norm",
+    "log_softmax",
+    "matmul",
+    "rgb_to_grey",
+    "rms_norm",
+    "silu",
+    "softmax",
+]

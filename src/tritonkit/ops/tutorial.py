@@ -19,6 +19,7 @@ from tritonkit._core.checks import (
     check_same_shape,
     check_tensor,
 )
+from tritonkit._core.elementwise import launch_elementwise
 from tritonkit.debug import mask_2d, offsets_2d
 from tritonkit.registry import Inputs, KernelSpec, register
 
@@ -93,15 +94,7 @@ def _launch_add(x: torch.Tensor, y: torch.Tensor, apply_relu: bool) -> torch.Ten
     check_same_dtype("x", x, "y", y)
     check_same_shape("x", x, "y", y)
     check_device(x=x, y=y)
-    out = alloc.empty(x.shape, dtype=x.dtype, device=x.device)
-    n = x.numel()
-    if n == 0:
-        return out
-    block_size = 1024
-    _add_kernel[(triton.cdiv(n, block_size),)](
-        _dense(x), _dense(y), out, n, APPLY_RELU=apply_relu, BLOCK_SIZE=block_size
-    )
-    return out
+    return launch_elementwise(_add_kernel, [x, y], x.dtype, APPLY_RELU=apply_relu)
 
 
 def add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -253,7 +246,8 @@ _VECTOR_GPU = ({"n": 1}, {"n": 4097}, {"n": (1 << 24) + 3}, {"n": 1 << 20, "stri
 _VECTOR_BENCH = tuple({"n": 1 << p} for p in range(12, 29, 2))
 # What add and add_relu share: two same-shape vectors in, one out.
 _BINARY_SPEC_FIELDS = dict(
-    limits="x and y of one shape and one floating dtype; no broadcasting.",
+    limits="x and y of one shape and one floating dtype; no broadcasting. Any strides: inputs sharing a "
+    "dense layout (a transpose, say) are read in place, others are made contiguous first.",
     make_inputs=_binary_inputs,
     test_cases=_VECTOR_TESTS,
     gpu_cases=_VECTOR_GPU,
