@@ -1,8 +1,20 @@
 #!/usr/bin/env bash
-# Verify on a CUDA machine in one go: the compiled test suite (`pytest -m gpu`) and a compiled
-# `tritonkit check` over the whole catalog. Runs from a checkout without installing (PYTHONPATH=src);
-# logs go to $OUT (the lent device's output folder) or ./gpu-logs.
+# Verify on a CUDA machine: the compiled test suite (`pytest -m gpu`) and a compiled `tritonkit check`.
+# The whole suite takes longer than one call of the lent device (10 minutes), so it runs in parts:
+#   bash scripts/gpu_verify.sh core        # tutorial kernels, matmul (autotuning is the slow part), debug
+#   bash scripts/gpu_verify.sh norm        # rms_norm, layer_norm, the nn modules
+#   bash scripts/gpu_verify.sh softmax     # softmax, log_softmax
+#   bash scripts/gpu_verify.sh activation  # gelu, silu
+#   bash scripts/gpu_verify.sh check       # tritonkit check over the catalog, compiled
+#   bash scripts/gpu_verify.sh all         # every part in turn (on a machine without the time limit)
+# Runs from a checkout without installing (PYTHONPATH=src); logs go to $OUT or ./gpu-logs.
 set -uo pipefail
+part=${1:?part: core, norm, softmax, activation, check or all}
+if [ "$part" = all ]; then
+  rc=0
+  for p in core norm softmax activation check; do bash "$0" "$p" || rc=1; done
+  exit $rc
+fi
 out=${OUT:-gpu-logs}
 mkdir -p "$out"
 export PYTHONPATH="$PWD/src" PYTHONUNBUFFERED=1
@@ -11,9 +23,16 @@ unset TRITON_INTERPRET
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   python3 -c "import torch, triton, numpy; print('torch', torch.__version__, 'triton', triton.__version__, 'numpy', numpy.__version__)"
 } | tee "$out/device.txt"
-python3 -m pytest -m gpu -q -p no:cacheprovider 2>&1 | tee "$out/pytest-gpu.log"
-tests_rc=${PIPESTATUS[0]}
-python3 -m tritonkit check 2>&1 | tee "$out/check-gpu.log"
-check_rc=${PIPESTATUS[0]}
-echo "pytest -m gpu: exit $tests_rc; tritonkit check: exit $check_rc"
-[ "$tests_rc" -eq 0 ] && [ "$check_rc" -eq 0 ]
+case "$part" in
+  core) selection="not norm and not softmax and not gelu and not silu and not activation" ;;
+  norm) selection="norm" ;;
+  softmax) selection="softmax" ;;
+  activation) selection="gelu or silu or activation" ;;
+  check)
+    python3 -m tritonkit check 2>&1 | tee "$out/check-gpu.log"
+    exit "${PIPESTATUS[0]}"
+    ;;
+  *) echo "unknown part: $part" >&2; exit 2 ;;
+esac
+python3 -m pytest -m gpu -q -p no:cacheprovider -p no:warnings -k "$selection" -rf 2>&1 | tee "$out/pytest-gpu-$part.log"
+exit "${PIPESTATUS[0]}"
