@@ -204,6 +204,19 @@ def main():
             {"p_dy": "*bf16", "p_x": "*bf16", "p_dx": "*bf16", "n_elements": "i64"},
             {"ACT": act, "BLOCK_SIZE": 1024},
         )
+    for act in (activation.GELU_ERF, activation.GELU_TANH, activation.SILU):
+        compile_one(
+            f"gated fwd act={act}",
+            activation._gated_fwd_kernel,
+            {"p_gate": "*bf16", "p_up": "*bf16", "p_y": "*bf16", "n_elements": "i64"},
+            {"ACT": act, "BLOCK_SIZE": 1024},
+        )
+        compile_one(
+            f"gated bwd act={act}",
+            activation._gated_bwd_kernel,
+            {**dict.fromkeys(["p_dy", "p_gate", "p_up", "p_dgate", "p_dup"], "*bf16"), "n_elements": "i64"},
+            {"ACT": act, "BLOCK_SIZE": 1024},
+        )
     return 0
 
 

@@ -58,3 +58,53 @@ def test_bad_input(device):
         tk.ops.silu(torch.ones(3, dtype=torch.int32, device=device))
     with pytest.raises(TypeError, match=r"x must be a torch\.Tensor, got list"):
         tk.ops.gelu([1.0])
+
+
+def test_swiglu_mlp_matches_the_llama_mlp(device):
+    mlp = tk.nn.SwiGLUMLP(16, 40, device=device)
+    assert list(mlp.state_dict()) == ["gate_proj.weight", "up_proj.weight", "down_proj.weight"]
+    x = torch.randn(3, 5, 16, device=device, requires_grad=True)
+    expected = mlp.down_proj(torch.nn.functional.silu(mlp.gate_proj(x)) * mlp.up_proj(x))
+    torch.testing.assert_close(mlp(x), expected, rtol=1e-5, atol=1e-5)
+    params = [x, *mlp.parameters()]
+    for ours, theirs in zip(torch.autograd.grad(mlp(x).sum(), params), torch.autograd.grad(expected.sum(), params),
+                            strict=True):  # fmt: skip
+        torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["swiglu", "geglu"])
+def test_gated_compiles_fullgraph_with_backward(op, device):
+    backend = "inductor" if device == "cuda" else "aot_eager"
+    fn = getattr(tk.ops, op)
+
+    def block(gate, up):
+        return (fn(gate * 2, up) ** 2).sum()
+
+    gate = torch.randn(7, 9, device=device, requires_grad=True)
+    up = torch.randn(7, 9, device=device, requires_grad=True)
+    eager_loss = block(gate, up)
+    eager_grads = torch.autograd.grad(eager_loss, (gate, up))
+    torch._dynamo.reset()
+    compiled_loss = torch.compile(block, fullgraph=True, backend=backend)(gate, up)
+    compiled_grads = torch.autograd.grad(compiled_loss, (gate, up))
+    torch.testing.assert_close(compiled_loss, eager_loss, rtol=1e-5, atol=1e-4)
+    for ours, theirs in zip(compiled_grads, eager_grads, strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
+def test_gelu_tanh_gradient_in_the_saturated_tail(device):
+    # Written from tanh(u), 1 - tanh(u)^2 rounds to 0 in fp32 for x < -4.5 while f' is still ~1e-6.
+    x = torch.linspace(-9, -4, 50, device=device, requires_grad=True)
+    (ours,) = torch.autograd.grad(tk.ops.gelu(x, approximate="tanh").sum(), x)
+    x64 = x.detach().double().requires_grad_()
+    (exact,) = torch.autograd.grad(torch.nn.functional.gelu(x64, approximate="tanh").sum(), x64)
+    torch.testing.assert_close(ours.double(), exact, rtol=1e-4, atol=1e-12)
+
+
+def test_gated_bad_input(device):
+    with pytest.raises(ValueError, match=r"swiglu: gate and up must have the same shape, got \(3,\) and \(4,\)"):
+        tk.ops.swiglu(torch.randn(3, device=device), torch.randn(4, device=device))
+    with pytest.raises(TypeError, match="geglu: gate and up must have the same dtype"):
+        tk.ops.geglu(torch.randn(3, device=device), torch.randn(3, device=device, dtype=torch.float16))
+    with pytest.raises(ValueError, match=r"approximate must be one of \('none', 'tanh'\), got 'erf'"):
+        tk.ops.geglu(torch.randn(3, device=device), torch.randn(3, device=device), approximate="erf")

@@ -24,8 +24,10 @@ def _is_dense(t: torch.Tensor) -> bool:
     return t.permute(order).is_contiguous()
 
 
-def launch_elementwise(kernel, inputs: list[torch.Tensor], out_dtype: torch.dtype, **constexprs) -> torch.Tensor:
-    """Run ``kernel[grid](*inputs, out, n_elements, BLOCK_SIZE=..., **constexprs)`` over every element.
+def launch_elementwise(kernel, inputs: list[torch.Tensor], out_dtype: torch.dtype, n_outputs: int = 1,
+                       **constexprs):  # fmt: skip
+    """Run ``kernel[grid](*inputs, *outs, n_elements, BLOCK_SIZE=..., **constexprs)`` over every element;
+    return the output, or a tuple of ``n_outputs`` outputs.
 
     All inputs must have one shape (callers check it) and one device.
     """
@@ -33,8 +35,8 @@ def launch_elementwise(kernel, inputs: list[torch.Tensor], out_dtype: torch.dtyp
     shared_layout = all(t.stride() == first.stride() for t in inputs) and _is_dense(first)
     if not shared_layout:
         inputs = [t.contiguous() for t in inputs]
-    out = alloc.empty_like(inputs[0], dtype=out_dtype)
-    n = out.numel()
+    outs = [alloc.empty_like(inputs[0], dtype=out_dtype) for _ in range(n_outputs)]
+    n = outs[0].numel()
     if n:
-        kernel[(triton.cdiv(n, BLOCK_SIZE),)](*inputs, out, n, BLOCK_SIZE=BLOCK_SIZE, **constexprs)
-    return out
+        kernel[(triton.cdiv(n, BLOCK_SIZE),)](*inputs, *outs, n, BLOCK_SIZE=BLOCK_SIZE, **constexprs)
+    return outs[0] if n_outputs == 1 else tuple(outs)

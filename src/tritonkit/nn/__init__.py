@@ -1,5 +1,6 @@
 """Thin ``torch.nn.Module`` wrappers over :mod:`tritonkit.ops` (no kernels here)."""
 
+from tritonkit.nn.mlp import SwiGLUMLP
 from tritonkit.nn.norm import LayerNorm, RMSNorm
 
-__all__ = ["LayerNorm", "RMSNorm"]
+__all__ = ["LayerNorm", "RMSNorm", "SwiGLUMLP"]

@@ -1,6 +1,6 @@
 """Public ops. Each family module holds kernels -> launchers -> public functions -> registry specs."""
 
-from tritonkit.ops.activation import gelu, silu
+from tritonkit.ops.activation import geglu, gelu, silu, swiglu
 from tritonkit.ops.matmul import matmul
 from tritonkit.ops.norm import layer_norm, rms_norm
 from tritonkit.ops.softmax import log_softmax, softmax
@@ -10,6 +10,7 @@ __all__ = [
     "add",
     "add_relu",
     "copy",
+    "geglu",
     "gelu",
     "layer_norm",
     "log_softmax",
@@ -18,4 +19,5 @@ __all__ = [
     "rms_norm",
     "silu",
     "softmax",
+    "swiglu",
 ]

@@ -1,6 +1,8 @@
-"""GELU (exact and tanh) and SiLU, forward and backward, through the shared elementwise launcher.
+"""GELU (exact and tanh), SiLU and the gated SwiGLU / GeGLU, forward and backward, through the shared
+elementwise launcher.
 
-One kernel pair covers the three activations (an ``ACT`` switch). The backward recomputes the
+The activation and its derivative are shared jit helpers (an ``ACT`` switch); one kernel pair serves the
+plain activations and one the gated ones. The backward recomputes the
 activation's derivative from x, so it reads x and dy and writes dx: three passes over the data.
 
 No ``from __future__ import annotations`` here: torch.library reads the launchers' type hints at runtime.
@@ -16,58 +18,84 @@ from tritonkit._core.checks import FLOAT_DTYPES, check_choice, check_device, che
 from tritonkit._core.elementwise import launch_elementwise
 from tritonkit.registry import Inputs, KernelSpec, register
 
-__all__ = ["gelu", "silu"]
+__all__ = ["geglu", "gelu", "silu", "swiglu"]
 
 GELU_ERF, GELU_TANH, SILU = 0, 1, 2
-_SQRT_2_OVER_PI = 0.7978845608028654  # sqrt(2 / pi)
-_INV_SQRT_2 = 0.7071067811865476
-_INV_SQRT_2PI = 0.3989422804014327  # 1 / sqrt(2 * pi)
-_TANH_CUBIC = 0.044715
 
 
 @triton.jit
-def _tanh(u):
-    """tanh(u) = 1 - 2 / (exp(2u) + 1): exact limits at +-inf, no libdevice needed (the interpreter has none)."""
-    return 1.0 - 2.0 / (tl.exp(2.0 * u) + 1.0)
+def _act(x, ACT: tl.constexpr):
+    """GELU: f = x/2 (1 + erf(x / sqrt 2));  GELU tanh: f = x/2 (1 + tanh(u)) = x sigmoid(2u) with
+    u = sqrt(2/pi) (x + 0.044715 x^3);  SiLU: f = x sigmoid(x). x in fp32."""
+    if ACT == 0:
+        f = 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
+    elif ACT == 1:
+        f = x * tl.sigmoid(1.5957691216057308 * (x + 0.044715 * x * x * x))  # 2u
+    else:
+        f = x * tl.sigmoid(x)
+    return f
+
+
+@triton.jit
+def _act_grad(x, ACT: tl.constexpr):
+    """f'(x) for the activations of :func:`_act`:
+    GELU:      f' = (1 + erf(x / sqrt 2)) / 2 + x exp(-x^2 / 2) / sqrt(2 pi)
+    GELU tanh: f' = sigmoid(2u) + x/2 sech^2(u) sqrt(2/pi) (1 + 3 * 0.044715 x^2), with
+               sech^2(u) = 4e / (1 + e)^2, e = exp(-2|u|). Written from tanh(u) instead, 1 - t^2 and
+               1 + t cancel to 0 in fp32 once |u| > ~8 (x < -4.5), where f' is still ~1e-6.
+    SiLU:      f' = s (1 + x (1 - s)), s = sigmoid(x)."""
+    if ACT == 0:
+        g = 0.5 * (1.0 + tl.erf(x * 0.7071067811865476)) + x * tl.exp(-0.5 * x * x) * 0.3989422804014327
+    elif ACT == 1:
+        u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+        e = tl.exp(-2.0 * tl.abs(u))
+        sech2 = 4.0 * e / ((1.0 + e) * (1.0 + e))
+        g = tl.sigmoid(2.0 * u) + 0.5 * x * sech2 * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x)
+    else:
+        s = tl.sigmoid(x)
+        g = s * (1.0 + x * (1.0 - s))
+    return g
 
 
 @triton.jit
 def _activation_fwd_kernel(p_x, p_y, n_elements, ACT: tl.constexpr, BLOCK_SIZE: tl.constexpr):
-    """GELU: y = x/2 (1 + erf(x / sqrt 2));  GELU tanh: y = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)));
-    SiLU: y = x sigmoid(x). Computed in fp32."""
+    """y = f(x), computed in fp32."""
     o_x = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     m_x = o_x < n_elements
     b_x = tl.load(p_x + o_x, mask=m_x).to(tl.float32)
-    if ACT == 0:
-        b_y = 0.5 * b_x * (1.0 + tl.erf(b_x * 0.7071067811865476))
-    elif ACT == 1:
-        b_y = 0.5 * b_x * (1.0 + _tanh(0.7978845608028654 * (b_x + 0.044715 * b_x * b_x * b_x)))
-    else:
-        b_y = b_x * tl.sigmoid(b_x)
-    tl.store(p_y + o_x, b_y.to(p_y.dtype.element_ty), mask=m_x)
+    tl.store(p_y + o_x, _act(b_x, ACT).to(p_y.dtype.element_ty), mask=m_x)
 
 
 @triton.jit
 def _activation_bwd_kernel(p_dy, p_x, p_dx, n_elements, ACT: tl.constexpr, BLOCK_SIZE: tl.constexpr):
-    """dx = dy * f'(x) with
-    GELU:      f' = (1 + erf(x / sqrt 2)) / 2 + x exp(-x^2 / 2) / sqrt(2 pi)
-    GELU tanh: f' = (1 + t) / 2 + x/2 (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2), t the tanh above
-    SiLU:      f' = s (1 + x (1 - s)), s = sigmoid(x)."""
+    """dx = dy * f'(x)."""
     o_x = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     m_x = o_x < n_elements
     b_dy = tl.load(p_dy + o_x, mask=m_x).to(tl.float32)
     b_x = tl.load(p_x + o_x, mask=m_x).to(tl.float32)
-    if ACT == 0:
-        b_grad = 0.5 * (1.0 + tl.erf(b_x * 0.7071067811865476)) + b_x * tl.exp(-0.5 * b_x * b_x) * 0.3989422804014327
-    elif ACT == 1:
-        b_t = _tanh(0.7978845608028654 * (b_x + 0.044715 * b_x * b_x * b_x))
-        b_grad = 0.5 * (1.0 + b_t) + 0.5 * b_x * (1.0 - b_t * b_t) * 0.7978845608028654 * (
-            1.0 + 3.0 * 0.044715 * b_x * b_x
-        )
-    else:
-        b_s = tl.sigmoid(b_x)
-        b_grad = b_s * (1.0 + b_x * (1.0 - b_s))
-    tl.store(p_dx + o_x, (b_dy * b_grad).to(p_dx.dtype.element_ty), mask=m_x)
+    tl.store(p_dx + o_x, (b_dy * _act_grad(b_x, ACT)).to(p_dx.dtype.element_ty), mask=m_x)
+
+
+@triton.jit
+def _gated_fwd_kernel(p_gate, p_up, p_y, n_elements, ACT: tl.constexpr, BLOCK_SIZE: tl.constexpr):
+    """y = f(gate) * up (SwiGLU with SiLU, GeGLU with GELU)."""
+    o_x = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    m_x = o_x < n_elements
+    b_gate = tl.load(p_gate + o_x, mask=m_x).to(tl.float32)
+    b_up = tl.load(p_up + o_x, mask=m_x).to(tl.float32)
+    tl.store(p_y + o_x, (_act(b_gate, ACT) * b_up).to(p_y.dtype.element_ty), mask=m_x)
+
+
+@triton.jit
+def _gated_bwd_kernel(p_dy, p_gate, p_up, p_dgate, p_dup, n_elements, ACT: tl.constexpr, BLOCK_SIZE: tl.constexpr):
+    """dgate = dy * up * f'(gate);  dup = dy * f(gate)."""
+    o_x = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    m_x = o_x < n_elements
+    b_dy = tl.load(p_dy + o_x, mask=m_x).to(tl.float32)
+    b_gate = tl.load(p_gate + o_x, mask=m_x).to(tl.float32)
+    b_up = tl.load(p_up + o_x, mask=m_x).to(tl.float32)
+    tl.store(p_dgate + o_x, (b_dy * b_up * _act_grad(b_gate, ACT)).to(p_dgate.dtype.element_ty), mask=m_x)
+    tl.store(p_dup + o_x, (b_dy * _act(b_gate, ACT)).to(p_dup.dtype.element_ty), mask=m_x)
 
 
 def activation_fwd_launch(x: torch.Tensor, act: int) -> torch.Tensor:
@@ -76,6 +104,14 @@ def activation_fwd_launch(x: torch.Tensor, act: int) -> torch.Tensor:
 
 def activation_bwd_launch(dy: torch.Tensor, x: torch.Tensor, act: int) -> torch.Tensor:
     return launch_elementwise(_activation_bwd_kernel, [dy, x], x.dtype, ACT=act)
+
+
+def gated_fwd_launch(gate: torch.Tensor, up: torch.Tensor, act: int) -> torch.Tensor:
+    return launch_elementwise(_gated_fwd_kernel, [gate, up], gate.dtype, ACT=act)
+
+
+def gated_bwd_launch(dy: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, act: int):
+    return launch_elementwise(_gated_bwd_kernel, [dy, gate, up], gate.dtype, n_outputs=2, ACT=act)
 
 
 class _ActivationFunction(torch.autograd.Function):
@@ -124,6 +160,55 @@ def _custom_op_backward(ctx, dy):
 activation_fwd.register_autograd(_custom_op_backward, setup_context=_setup_context)
 
 
+class _GatedFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, gate, up, act):
+        ctx.save_for_backward(gate, up)
+        ctx.act = act
+        return gated_fwd_launch(gate, up, act)
+
+    @staticmethod
+    def backward(ctx, dy):
+        gate, up = ctx.saved_tensors
+        dgate, dup = gated_bwd_launch(dy, gate, up, ctx.act)
+        return dgate, dup, None
+
+
+@torch.library.custom_op("tritonkit::gated_fwd", mutates_args=())
+def gated_fwd(gate: torch.Tensor, up: torch.Tensor, act: int) -> torch.Tensor:
+    return gated_fwd_launch(gate, up, act)
+
+
+@gated_fwd.register_fake
+def _(gate, up, act):
+    return torch.empty_like(gate, memory_format=torch.preserve_format)
+
+
+@torch.library.custom_op("tritonkit::gated_bwd", mutates_args=())
+def gated_bwd(dy: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, act: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return gated_bwd_launch(dy, gate, up, act)
+
+
+@gated_bwd.register_fake
+def _(dy, gate, up, act):
+    like = torch.empty_like(gate, memory_format=torch.preserve_format)
+    return like, torch.empty_like(like)
+
+
+def _gated_setup_context(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0], inputs[1])
+    ctx.act = inputs[2]
+
+
+def _gated_custom_op_backward(ctx, dy):
+    gate, up = ctx.saved_tensors
+    dgate, dup = gated_bwd(dy, gate, up, ctx.act)
+    return dgate, dup, None
+
+
+gated_fwd.register_autograd(_gated_custom_op_backward, setup_context=_gated_setup_context)
+
+
 def _activate(x: torch.Tensor, act: int) -> torch.Tensor:
     check_tensor("x", x, dtypes=FLOAT_DTYPES)
     check_device(x=x)
@@ -132,6 +217,33 @@ def _activate(x: torch.Tensor, act: int) -> torch.Tensor:
     if torch.is_grad_enabled() and x.requires_grad:
         return _ActivationFunction.apply(x, act)
     return activation_fwd_launch(x, act)
+
+
+def _gate(name: str, gate: torch.Tensor, up: torch.Tensor, act: int) -> torch.Tensor:
+    check_tensor("gate", gate, dtypes=FLOAT_DTYPES)
+    check_tensor("up", up, dtypes=FLOAT_DTYPES)
+    if gate.shape != up.shape:
+        raise ValueError(f"{name}: gate and up must have the same shape, got {tuple(gate.shape)} and {tuple(up.shape)}")
+    if gate.dtype != up.dtype:
+        raise TypeError(f"{name}: gate and up must have the same dtype, got {gate.dtype} and {up.dtype}")
+    check_device(gate=gate, up=up)
+    if torch.compiler.is_compiling():
+        return gated_fwd(gate, up, act)
+    if torch.is_grad_enabled() and (gate.requires_grad or up.requires_grad):
+        return _GatedFunction.apply(gate, up, act)
+    return gated_fwd_launch(gate, up, act)
+
+
+def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """SwiGLU: ``silu(gate) * up``, one pass. gate and up of one shape and floating dtype, any strides;
+    differentiable in both. Example: ``h = tk.ops.swiglu(x @ w_gate.T, x @ w_up.T)``."""
+    return _gate("swiglu", gate, up, SILU)
+
+
+def geglu(gate: torch.Tensor, up: torch.Tensor, approximate: str = "tanh") -> torch.Tensor:
+    """GeGLU: ``gelu(gate, approximate) * up``, one pass; approximate "tanh" (default) or "none"."""
+    check_choice("approximate", approximate, ("none", "tanh"))
+    return _gate("geglu", gate, up, GELU_TANH if approximate == "tanh" else GELU_ERF)
 
 
 def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
@@ -157,6 +269,20 @@ def _gelu_reference(x, approximate="none"):
 
 def _silu_reference(x):
     return torch.nn.functional.silu(x)
+
+
+def _swiglu_reference(gate, up):
+    return torch.nn.functional.silu(gate) * up
+
+
+def _geglu_reference(gate, up, approximate="tanh"):
+    return torch.nn.functional.gelu(gate, approximate=approximate) * up
+
+
+def _gated_inputs(case, device, dtype, generator):
+    first = _activation_inputs(case, device, dtype, generator)
+    second = _activation_inputs({**case, "extreme": False}, device, dtype, generator)
+    return Inputs((first.args[0], second.args[0]), first.kwargs)
 
 
 def _activation_inputs(case, device, dtype, generator):
@@ -185,16 +311,29 @@ def _activation_bytes(case, dtype, backward=False):
     return (3 if backward else 2) * _elements(case) * dtype.itemsize
 
 
+def _gated_bytes(case, dtype, backward=False):
+    """Forward: gate and up in, y out. Backward: dy, gate and up in, dgate and dup out."""
+    return (5 if backward else 3) * _elements(case) * dtype.itemsize
+
+
 _SHAPES = ({"shape": (0,)}, {"shape": (1,)}, {"shape": (7, 13)}, {"shape": (2, 3, 1000)},
            {"shape": (40, 30), "layout": "transposed"}, {"shape": (5, 64), "layout": "sliced"},
            {"shape": (4, 32), "extreme": True})  # fmt: skip
 _GPU = ({"shape": (4096, 4096)}, {"shape": ((1 << 24) + 3,)}, {"shape": (3000, 2000), "layout": "transposed"})
 _BENCH = tuple({"shape": (16384, n)} for n in (1024, 4096, 16384))
 
-for _name, _fn, _ref, _modes in (
-    ("gelu", gelu, _gelu_reference, ("none", "tanh")),
-    ("silu", silu, _silu_reference, (None,)),
-):
+_ACTIVATIONS = (
+    ("gelu", gelu, _gelu_reference, ("none", "tanh"), "GELU (erf or tanh), forward and backward.",
+     "h = tk.ops.gelu(x, approximate='tanh')", _activation_inputs, _activation_bytes),
+    ("silu", silu, _silu_reference, (None,), "SiLU, forward and backward.", "h = tk.ops.silu(x)",
+     _activation_inputs, _activation_bytes),
+    ("swiglu", swiglu, _swiglu_reference, (None,), "SwiGLU, silu(gate) * up, forward and backward.",
+     "h = tk.ops.swiglu(gate, up)", _gated_inputs, _gated_bytes),
+    ("geglu", geglu, _geglu_reference, ("tanh", "none"), "GeGLU, gelu(gate) * up, forward and backward.",
+     "h = tk.ops.geglu(gate, up, approximate='tanh')", _gated_inputs, _gated_bytes),
+)  # fmt: skip
+
+for _name, _fn, _ref, _modes, _summary, _usage, _inputs, _bytes in _ACTIVATIONS:
 
     def _cases(cases, modes=_modes):
         return tuple({**case, **({"approximate": m} if m else {})} for case in cases for m in modes)
@@ -202,19 +341,19 @@ for _name, _fn, _ref, _modes in (
     register(KernelSpec(
         name=_name,
         family="activation",
-        summary="GELU (erf or tanh), forward and backward." if _name == "gelu" else "SiLU, forward and backward.",
+        summary=_summary,
         description="One pass in fp32 through the shared elementwise launcher; the backward recomputes f'(x).",
-        usage="h = tk.ops.gelu(x, approximate='tanh')" if _name == "gelu" else "h = tk.ops.silu(x)",
-        tags=("activation", "elementwise", "memory-bound", "backward"),
+        usage=_usage,
+        tags=("activation", "elementwise", "memory-bound", "backward") + (("gated",) if _name.endswith("glu") else ()),
         limits="Any shape and strides; dense layouts (transposes) are read in place, others copied once.",
         fn=_fn,
         reference=_ref,
-        make_inputs=_activation_inputs,
+        make_inputs=_inputs,
         test_cases=_cases(_SHAPES),
         gpu_cases=_cases(_GPU),
         bench_cases=_cases(_BENCH),
-        bytes_moved=_activation_bytes,
-        bytes_moved_bwd=functools.partial(_activation_bytes, backward=True),
+        bytes_moved=_bytes,
+        bytes_moved_bwd=functools.partial(_bytes, backward=True),
         flops=lambda case, dtype: 8 * _elements(case),
         dtypes=FLOAT_DTYPES,
         has_backward=True,
