@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import tritonkit as tk
+from helpers import assert_compiled_matches_eager
 from tritonkit._core.elementwise import _is_dense
 
 OPS = [("gelu", {}), ("gelu", {"approximate": "tanh"}), ("silu", {})]
@@ -35,20 +36,12 @@ def test_density_rule():
 
 @pytest.mark.parametrize(("name", "options"), OPS)
 def test_compiles_fullgraph_with_backward(name, options, device):
-    backend = "inductor" if device == "cuda" else "aot_eager"
     op = getattr(tk.ops, name)
 
     def block(x):
         return (op(x * 1.5, **options) ** 2).sum()
 
-    x = torch.randn(7, 9, device=device, requires_grad=True)
-    eager_loss = block(x)
-    (eager_grad,) = torch.autograd.grad(eager_loss, x)
-    torch._dynamo.reset()
-    compiled_loss = torch.compile(block, fullgraph=True, backend=backend)(x)
-    (compiled_grad,) = torch.autograd.grad(compiled_loss, x)
-    torch.testing.assert_close(compiled_loss, eager_loss, rtol=1e-5, atol=1e-4)
-    torch.testing.assert_close(compiled_grad, eager_grad, rtol=1e-5, atol=1e-5)
+    assert_compiled_matches_eager(block, [torch.randn(7, 9, device=device, requires_grad=True)], device)
 
 
 def test_bad_input(device):
@@ -74,22 +67,13 @@ def test_swiglu_mlp_matches_the_llama_mlp(device):
 
 @pytest.mark.parametrize("op", ["swiglu", "geglu"])
 def test_gated_compiles_fullgraph_with_backward(op, device):
-    backend = "inductor" if device == "cuda" else "aot_eager"
     fn = getattr(tk.ops, op)
 
     def block(gate, up):
         return (fn(gate * 2, up) ** 2).sum()
 
-    gate = torch.randn(7, 9, device=device, requires_grad=True)
-    up = torch.randn(7, 9, device=device, requires_grad=True)
-    eager_loss = block(gate, up)
-    eager_grads = torch.autograd.grad(eager_loss, (gate, up))
-    torch._dynamo.reset()
-    compiled_loss = torch.compile(block, fullgraph=True, backend=backend)(gate, up)
-    compiled_grads = torch.autograd.grad(compiled_loss, (gate, up))
-    torch.testing.assert_close(compiled_loss, eager_loss, rtol=1e-5, atol=1e-4)
-    for ours, theirs in zip(compiled_grads, eager_grads, strict=True):
-        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+    inputs = [torch.randn(7, 9, device=device, requires_grad=True) for _ in range(2)]
+    assert_compiled_matches_eager(block, inputs, device)
 
 
 def test_gelu_tanh_gradient_in_the_saturated_tail(device):

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import tritonkit as tk
+from helpers import assert_compiled_matches_eager
 from tritonkit import registry, testing
 from tritonkit.registry import KernelSpec
 
@@ -19,25 +20,13 @@ def _inputs(device, dtype=torch.float32, rows=6, n=32):
 
 @pytest.mark.parametrize("norm", ["rms_norm", "layer_norm"])
 def test_compiles_fullgraph_with_backward(norm, device):
-    # On the CPU aot_eager traces through the custom ops' fake kernels (a graph break would raise under
-    # fullgraph) and runs the real ones; on the GPU inductor compiles the graph around them.
-    backend = "inductor" if device == "cuda" else "aot_eager"
     op = getattr(tk.ops, norm)
 
     def block(x, residual, weight, bias):
         y, h = op(x, weight, bias, residual=residual, prenorm=True, residual_in_fp32=True)
         return (y.float() * 2).sum() + h.sum()
 
-    inputs = [t.requires_grad_() for t in _inputs(device)]
-    compiled = torch.compile(block, fullgraph=True, backend=backend)
-    eager_loss = block(*inputs)
-    eager_grads = torch.autograd.grad(eager_loss, inputs)
-    torch._dynamo.reset()
-    compiled_loss = compiled(*inputs)
-    compiled_grads = torch.autograd.grad(compiled_loss, inputs)
-    torch.testing.assert_close(compiled_loss, eager_loss, rtol=1e-5, atol=1e-4)
-    for ours, theirs in zip(compiled_grads, eager_grads, strict=True):
-        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+    assert_compiled_matches_eager(block, [t.requires_grad_() for t in _inputs(device)], device)
 
 
 @pytest.mark.parametrize("n", [64, 20000])
