@@ -110,6 +110,14 @@ def test_compare_expects_infinity_where_the_exact_value_overflows_the_dtype():
     assert not testing.compare(torch.tensor([float("-inf")] * 3), ref, testing.TOLERANCES[torch.float32]).ok
 
 
+def test_upcast_reaches_into_containers():
+    half = torch.ones(2, dtype=torch.bfloat16)
+    ints = torch.ones(2, dtype=torch.int32)
+    upcast = testing.upcast({"bias": half, "pair": (half, ints), "eps": 1e-5})
+    assert upcast["bias"].dtype == torch.float64 and upcast["pair"][0].dtype == torch.float64
+    assert upcast["pair"][1] is ints and upcast["eps"] == 1e-5
+
+
 def test_poisoned_outputs_fill_nan_and_max():
     from tritonkit._core.alloc import empty
 

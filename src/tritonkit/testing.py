@@ -50,11 +50,14 @@ def tolerance_for(spec: KernelSpec, case: Case, dtype: torch.dtype) -> Tolerance
 
 
 def upcast(value):
-    """Floating tensors to float64 (for references); other values unchanged."""
+    """Floating tensors to float64 (for references), inside tuples, lists and dicts too; other values
+    unchanged."""
     if isinstance(value, torch.Tensor) and value.is_floating_point():
         return value.detach().to(torch.float64)
     if isinstance(value, (tuple, list)):
         return type(value)(upcast(item) for item in value)
+    if isinstance(value, dict):
+        return {key: upcast(item) for key, item in value.items()}
     return value
 
 
