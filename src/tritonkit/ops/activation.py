@@ -15,6 +15,7 @@ import triton
 import triton.language as tl
 
 from tritonkit._core.checks import FLOAT_DTYPES, check_choice, check_device, check_tensor
+from tritonkit._core.dispatch import cheapest_path
 from tritonkit._core.elementwise import launch_elementwise
 from tritonkit.registry import Inputs, KernelSpec, register
 
@@ -212,11 +213,7 @@ gated_fwd.register_autograd(_gated_custom_op_backward, setup_context=_gated_setu
 def _activate(x: torch.Tensor, act: int) -> torch.Tensor:
     check_tensor("x", x, dtypes=FLOAT_DTYPES)
     check_device(x=x)
-    if torch.compiler.is_compiling():
-        return activation_fwd(x, act)
-    if torch.is_grad_enabled() and x.requires_grad:
-        return _ActivationFunction.apply(x, act)
-    return activation_fwd_launch(x, act)
+    return cheapest_path(activation_fwd, _ActivationFunction, activation_fwd_launch, (x,))(x, act)
 
 
 def _gate(name: str, gate: torch.Tensor, up: torch.Tensor, act: int) -> torch.Tensor:
@@ -227,11 +224,7 @@ def _gate(name: str, gate: torch.Tensor, up: torch.Tensor, act: int) -> torch.Te
     if gate.dtype != up.dtype:
         raise TypeError(f"{name}: gate and up must have the same dtype, got {gate.dtype} and {up.dtype}")
     check_device(gate=gate, up=up)
-    if torch.compiler.is_compiling():
-        return gated_fwd(gate, up, act)
-    if torch.is_grad_enabled() and (gate.requires_grad or up.requires_grad):
-        return _GatedFunction.apply(gate, up, act)
-    return gated_fwd_launch(gate, up, act)
+    return cheapest_path(gated_fwd, _GatedFunction, gated_fwd_launch, (gate, up))(gate, up, act)
 
 
 def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:

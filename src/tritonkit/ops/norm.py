@@ -24,6 +24,8 @@ import triton.language as tl
 from tritonkit._core import alloc
 from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor
 from tritonkit._core.device import sm_count
+from tritonkit._core.dispatch import cheapest_path
+from tritonkit._core.layout import as_rows
 from tritonkit.registry import Inputs, KernelSpec, Tolerance, register
 
 __all__ = ["layer_norm", "rms_norm"]
@@ -271,15 +273,6 @@ def norm_launch_plan(n_cols: int, element_size: int) -> _Plan:
     return _Plan(True, block_n, rows, warps, True, bwd[0], bwd[1])
 
 
-def _last_dim_contiguous(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-    """As rows of a 2-D (rows, n_cols) matrix with unit column stride: a view where possible."""
-    if t is None:
-        return None
-    if t.stride(-1) != 1:
-        t = t.contiguous()
-    return t.reshape(-1, t.shape[-1])
-
-
 def _empty_like_rows(rows: int, n_cols: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     return alloc.empty((rows, n_cols), dtype=dtype, device=device)
 
@@ -346,9 +339,8 @@ def norm_bwd_launch(dy, dh, x, weight, residual, mean, rstd, offset, is_rms, has
 
 
 # --------------------------------------------------------------------------------------------------
-# Autograd, shared by the eager path (an autograd.Function: cheap to call) and the compiled path (a
-# torch custom op, which torch.compile traces without a graph break but which costs ~45 us a call
-# in eager mode on the H200's host)
+# Autograd, shared by the eager path (an autograd.Function) and the compiled path (a torch custom op);
+# _core.dispatch.cheapest_path picks one per call
 # --------------------------------------------------------------------------------------------------
 def _save(ctx, x, weight, bias, residual, offset, is_rms, store_h, mean, rstd):
     ctx.save_for_backward(x, weight, residual, mean, rstd)
@@ -359,8 +351,8 @@ def _grads(ctx, dy, dh, backward_launch):
     x, weight, residual, mean, rstd = ctx.saved_tensors
     if dy is None:  # only h was used downstream
         dy = torch.zeros_like(x)
-    dy = _last_dim_contiguous(dy)  # an expanded (stride-0) gradient from y.sum() is materialised here
-    dh = _last_dim_contiguous(dh) if ctx.store_h and dh is not None else None
+    dy = as_rows(dy)  # an expanded (stride-0) gradient from y.sum() is materialised here
+    dh = as_rows(dh) if ctx.store_h and dh is not None else None
     return backward_launch(dy, dh, x, weight, residual, mean, rstd, ctx.offset, ctx.is_rms, ctx.has_bias)
 
 
@@ -444,17 +436,6 @@ def _custom_op_backward(ctx, dy, dh, dmean, drstd):
 norm_fwd.register_autograd(_custom_op_backward, setup_context=_setup_context)
 
 
-def _norm_call(*args):
-    """The fused norm through the cheapest path that is right here: the custom op while torch.compile
-    traces, an autograd.Function when a gradient is needed, the bare launcher otherwise."""
-    if torch.compiler.is_compiling():
-        return norm_fwd(*args)
-    x, weight, bias, residual = args[:4]
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias, residual)):
-        return _NormFunction.apply(*args)
-    return norm_fwd_launch(*args)
-
-
 # --------------------------------------------------------------------------------------------------
 # Public functions
 # --------------------------------------------------------------------------------------------------
@@ -493,10 +474,10 @@ def _norm(name, is_rms, x, weight, bias, residual, eps, prenorm, residual_in_fp3
     # The kernels read weight and bias with unit stride: a strided view (w[::2]) is made dense once.
     weight = weight.contiguous() if weight is not None else None
     bias = bias.contiguous() if bias is not None else None
-    y, h, _, _ = _norm_call(
-        _last_dim_contiguous(x), weight, bias, _last_dim_contiguous(residual), float(eps), float(offset),
-        is_rms, bool(prenorm), bool(residual_in_fp32),
-    )  # fmt: skip
+    rows, residual_rows = as_rows(x), as_rows(residual)
+    call = cheapest_path(norm_fwd, _NormFunction, norm_fwd_launch, (rows, weight, bias, residual_rows))
+    y, h, _, _ = call(rows, weight, bias, residual_rows, float(eps), float(offset), is_rms, bool(prenorm),
+                      bool(residual_in_fp32))  # fmt: skip
     y = y.view(shape)
     return (y, h.view(shape)) if prenorm else y
 

@@ -16,6 +16,8 @@ import triton.language as tl
 
 from tritonkit._core import alloc
 from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor
+from tritonkit._core.dispatch import cheapest_path
+from tritonkit._core.layout import as_rows
 from tritonkit.registry import Inputs, KernelSpec, register
 
 __all__ = ["log_softmax", "softmax"]
@@ -154,12 +156,6 @@ def softmax_bwd_launch(dy: torch.Tensor, x: torch.Tensor, lse: torch.Tensor, log
     return dx
 
 
-def _rows(t: torch.Tensor) -> torch.Tensor:
-    """As (rows, N) with unit column stride: a view where possible."""
-    t = t if t.stride(-1) == 1 else t.contiguous()
-    return t.reshape(-1, t.shape[-1])
-
-
 def _save(ctx, x, lse, log):
     ctx.save_for_backward(x, lse)
     ctx.log = log
@@ -167,7 +163,7 @@ def _save(ctx, x, lse, log):
 
 def _grad(ctx, dy, backward_launch):
     x, lse = ctx.saved_tensors
-    return backward_launch(_rows(dy), x, lse, ctx.log)
+    return backward_launch(as_rows(dy), x, lse, ctx.log)
 
 
 class _SoftmaxFunction(torch.autograd.Function):
@@ -175,10 +171,11 @@ class _SoftmaxFunction(torch.autograd.Function):
     def forward(ctx, x, log):
         y, lse = softmax_fwd_launch(x, log)
         _save(ctx, x, lse, log)
-        return y
+        ctx.mark_non_differentiable(lse)
+        return y, lse
 
     @staticmethod
-    def backward(ctx, dy):
+    def backward(ctx, dy, dlse):
         return _grad(ctx, dy, softmax_bwd_launch), None
 
 
@@ -224,13 +221,8 @@ def _softmax(name: str, x: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
         raise ValueError(f"{name}: dim must be in [{-ndim}, {ndim - 1}] for x of shape {tuple(x.shape)}, got {dim}")
     check_device(x=x)
     moved = x.reshape(1) if x.dim() == 0 else x.movedim(dim, -1)
-    rows = _rows(moved)
-    if torch.compiler.is_compiling():
-        y = softmax_fwd(rows, log)[0]
-    elif torch.is_grad_enabled() and x.requires_grad:
-        y = _SoftmaxFunction.apply(rows, log)
-    else:
-        y = softmax_fwd_launch(rows, log)[0]
+    rows = as_rows(moved)
+    y, _ = cheapest_path(softmax_fwd, _SoftmaxFunction, softmax_fwd_launch, (rows,))(rows, log)
     y = y.view(moved.shape)
     return y.view(x.shape) if x.dim() == 0 else y.movedim(-1, dim)
 
