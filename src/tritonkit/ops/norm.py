@@ -116,20 +116,35 @@ def _norm_fwd_kernel(
 
 
 @triton.jit
-def _norm_row_grad(p_dy_row, p_x_row, p_res_row, p_dh_row, o_n, m_n, b_w, b_mean, b_rstd, n_cols,
-                   IS_RMS: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr, HAS_DH: tl.constexpr,
-                   c_xhat, c_one):  # fmt: skip
-    """For one chunk of a row: (xhat, dy, dh) with dh = rstd * (w*dy - xhat*c_xhat - c_one) + dh_out."""
-    b_h = tl.load(p_x_row + o_n, mask=m_n, other=0.0).to(tl.float32)
+def _norm_row_terms(p_dy, p_x, p_res, p_mean, p_rstd, i_row, stride_dy_row, stride_x_row, stride_res_row, o_n, m_n,
+                    b_w, IS_RMS: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr):  # fmt: skip
+    """For columns o_n of row i_row: xhat = (h - mean) * rstd, dy, g = (offset + w) * dy, and rstd."""
+    b_mean = 0.0 if IS_RMS else tl.load(p_mean + i_row)
+    b_rstd = tl.load(p_rstd + i_row)
+    b_h = tl.load(p_x + i_row * stride_x_row + o_n, mask=m_n, other=0.0).to(tl.float32)
     if HAS_RES:
-        b_h += tl.load(p_res_row + o_n, mask=m_n, other=0.0).to(tl.float32)
+        b_h += tl.load(p_res + i_row * stride_res_row + o_n, mask=m_n, other=0.0).to(tl.float32)
     b_xhat = tl.where(m_n, (b_h - b_mean) * b_rstd, 0.0)
-    b_dy = tl.load(p_dy_row + o_n, mask=m_n, other=0.0).to(tl.float32)
+    b_dy = tl.load(p_dy + i_row * stride_dy_row + o_n, mask=m_n, other=0.0).to(tl.float32)
     b_wdy = b_dy * b_w if HAS_W else b_dy
+    return b_xhat, b_dy, b_wdy, b_rstd
+
+
+@triton.jit
+def _norm_dh(p_dh, i_row, stride_dh_row, o_n, m_n, b_xhat, b_wdy, b_rstd, c_xhat, c_one, HAS_DH: tl.constexpr):
+    """dh = rstd * (g - xhat * c_xhat - c_one), plus the gradient of the returned h (prenorm)."""
     b_dh = (b_wdy - b_xhat * c_xhat - c_one) * b_rstd
     if HAS_DH:
-        b_dh += tl.load(p_dh_row + o_n, mask=m_n, other=0.0).to(tl.float32)
-    return b_xhat, b_dy, b_wdy, b_dh
+        b_dh += tl.load(p_dh + i_row * stride_dh_row + o_n, mask=m_n, other=0.0).to(tl.float32)
+    return b_dh
+
+
+@triton.jit
+def _store_row_grad(p_dx, p_dres, i_row, stride_dx_row, stride_dres_row, o_n, m_n, b_dh, STORE_DRES: tl.constexpr):
+    """dx = dh, and dresidual = dh when there is a residual."""
+    tl.store(p_dx + i_row * stride_dx_row + o_n, b_dh.to(p_dx.dtype.element_ty), mask=m_n)
+    if STORE_DRES:
+        tl.store(p_dres + i_row * stride_dres_row + o_n, b_dh.to(p_dres.dtype.element_ty), mask=m_n)
 
 
 @triton.jit
@@ -160,24 +175,14 @@ def _norm_bwd_kernel(
         acc_dw = tl.zeros((BLOCK_N,), dtype=tl.float32)
         acc_db = tl.zeros((BLOCK_N,), dtype=tl.float32)
         for i_row in range(row_start, row_end):
-            b_mean = 0.0 if IS_RMS else tl.load(p_mean + i_row)
-            b_rstd = tl.load(p_rstd + i_row)
-            p_x_row = p_x + i_row * stride_x_row
-            p_res_row = p_res + i_row * stride_res_row
-            p_dy_row = p_dy + i_row * stride_dy_row
-            p_dh_row = p_dh + i_row * stride_dh_row
-            b_xhat, b_dy, b_wdy, _ = _norm_row_grad(
-                p_dy_row, p_x_row, p_res_row, p_dh_row, o_n, m_n, b_w, b_mean, b_rstd, n_cols,
-                IS_RMS, HAS_RES, HAS_W, False, 0.0, 0.0,
+            b_xhat, b_dy, b_wdy, b_rstd = _norm_row_terms(
+                p_dy, p_x, p_res, p_mean, p_rstd, i_row, stride_dy_row, stride_x_row, stride_res_row, o_n, m_n,
+                b_w, IS_RMS, HAS_RES, HAS_W,
             )  # fmt: skip
             c_xhat = tl.sum(b_xhat * b_wdy, axis=0) / n_cols
             c_one = 0.0 if IS_RMS else tl.sum(b_wdy, axis=0) / n_cols
-            b_dh = (b_wdy - b_xhat * c_xhat - c_one) * b_rstd
-            if HAS_DH:
-                b_dh += tl.load(p_dh_row + o_n, mask=m_n, other=0.0).to(tl.float32)
-            tl.store(p_dx + i_row * stride_dx_row + o_n, b_dh.to(p_dx.dtype.element_ty), mask=m_n)
-            if STORE_DRES:
-                tl.store(p_dres + i_row * stride_dres_row + o_n, b_dh.to(p_dres.dtype.element_ty), mask=m_n)
+            b_dh = _norm_dh(p_dh, i_row, stride_dh_row, o_n, m_n, b_xhat, b_wdy, b_rstd, c_xhat, c_one, HAS_DH)
+            _store_row_grad(p_dx, p_dres, i_row, stride_dx_row, stride_dres_row, o_n, m_n, b_dh, STORE_DRES)
             acc_dw += b_dy * b_xhat
             acc_db += b_dy
         if HAS_W:
@@ -188,21 +193,15 @@ def _norm_bwd_kernel(
         # Wide rows: one pass for the two row sums, one to write dh and add to this program's
         # (zero-initialised) workspace rows.
         for i_row in range(row_start, row_end):
-            b_mean = 0.0 if IS_RMS else tl.load(p_mean + i_row)
-            b_rstd = tl.load(p_rstd + i_row)
-            p_x_row = p_x + i_row * stride_x_row
-            p_res_row = p_res + i_row * stride_res_row
-            p_dy_row = p_dy + i_row * stride_dy_row
-            p_dh_row = p_dh + i_row * stride_dh_row
             acc_xhat = tl.zeros((BLOCK_N,), dtype=tl.float32)
             acc_one = tl.zeros((BLOCK_N,), dtype=tl.float32)
             for start in range(0, n_cols, BLOCK_N):
                 o_n = start + tl.arange(0, BLOCK_N)
                 m_n = o_n < n_cols
                 b_w = tl.load(p_w + o_n, mask=m_n, other=0.0).to(tl.float32) + offset if HAS_W else 1.0
-                b_xhat, b_dy, b_wdy, _ = _norm_row_grad(
-                    p_dy_row, p_x_row, p_res_row, p_dh_row, o_n, m_n, b_w, b_mean, b_rstd, n_cols,
-                    IS_RMS, HAS_RES, HAS_W, False, 0.0, 0.0,
+                b_xhat, b_dy, b_wdy, b_rstd = _norm_row_terms(
+                    p_dy, p_x, p_res, p_mean, p_rstd, i_row, stride_dy_row, stride_x_row, stride_res_row, o_n,
+                    m_n, b_w, IS_RMS, HAS_RES, HAS_W,
                 )  # fmt: skip
                 acc_xhat += b_xhat * b_wdy
                 acc_one += b_wdy
@@ -212,13 +211,12 @@ def _norm_bwd_kernel(
                 o_n = start + tl.arange(0, BLOCK_N)
                 m_n = o_n < n_cols
                 b_w = tl.load(p_w + o_n, mask=m_n, other=0.0).to(tl.float32) + offset if HAS_W else 1.0
-                b_xhat, b_dy, b_wdy, b_dh = _norm_row_grad(
-                    p_dy_row, p_x_row, p_res_row, p_dh_row, o_n, m_n, b_w, b_mean, b_rstd, n_cols,
-                    IS_RMS, HAS_RES, HAS_W, HAS_DH, c_xhat, c_one,
+                b_xhat, b_dy, b_wdy, b_rstd = _norm_row_terms(
+                    p_dy, p_x, p_res, p_mean, p_rstd, i_row, stride_dy_row, stride_x_row, stride_res_row, o_n,
+                    m_n, b_w, IS_RMS, HAS_RES, HAS_W,
                 )  # fmt: skip
-                tl.store(p_dx + i_row * stride_dx_row + o_n, b_dh.to(p_dx.dtype.element_ty), mask=m_n)
-                if STORE_DRES:
-                    tl.store(p_dres + i_row * stride_dres_row + o_n, b_dh.to(p_dres.dtype.element_ty), mask=m_n)
+                b_dh = _norm_dh(p_dh, i_row, stride_dh_row, o_n, m_n, b_xhat, b_wdy, b_rstd, c_xhat, c_one, HAS_DH)
+                _store_row_grad(p_dx, p_dres, i_row, stride_dx_row, stride_dres_row, o_n, m_n, b_dh, STORE_DRES)
                 if HAS_W:
                     tl.store(p_dw_row + o_n, tl.load(p_dw_row + o_n, mask=m_n) + b_dy * b_xhat, mask=m_n)
                 if HAS_B:
