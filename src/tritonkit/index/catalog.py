@@ -110,6 +110,15 @@ def load_wanted(path: Path, tags: set[str]) -> tuple[list[Wanted], list[Problem]
     return wanted, problems
 
 
+def _module_file(spec) -> str:
+    """The repository path of the module that defines a spec's kernels (its fn may be a functools.partial)."""
+    for obj in (spec.fn, getattr(spec.fn, "func", None), spec.reference, spec.make_inputs):
+        module = getattr(obj, "__module__", None) or ""
+        if module.startswith("tritonkit."):
+            return f"src/{module.replace('.', '/')}.py"
+    return "src/tritonkit/ops"
+
+
 def _dtype_name(dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
@@ -123,7 +132,7 @@ def our_entries(results_dir: Path | None) -> list[Entry]:
             Entry(
                 name=spec.name,
                 # A path inside this repository (renderers make it relative to where they write).
-                link=f"src/{spec.fn.__module__.replace('.', '/')}.py",
+                link=_module_file(spec),
                 author=OUR_AUTHOR,
                 license=OUR_LICENSE,
                 tags=tags,

@@ -292,7 +292,7 @@ def entry_from_data(data: dict, path: str) -> Entry:
         author=data["author"],
         license=data["license"],
         tags=tuple(data["tags"]),
-        description=data["description"].strip(),
+        description=" ".join(data["description"].split()),
         usage=data["usage"].strip("\n"),
         triton=data["triton"],
         backward=data["backward"],

@@ -19,15 +19,17 @@ def _toml_value(value) -> str:
         return "[" + ", ".join(_toml_value(item) for item in value) + "]"
     if isinstance(value, str):
         if "\n" in value and "'''" not in value:
-            return "'''\n" + value.rstrip("\n") + "\n'''"
+            # TOML drops the newline right after the opening quotes, so the text reads back unchanged.
+            return "'''\n" + value + "'''"
         # A JSON string is a valid TOML basic string (same escapes) when non-ASCII is left as it is.
         return json.dumps(value, ensure_ascii=False)
     raise TypeError(f"cannot write {type(value).__name__} {value!r} as TOML")
 
 
 def to_toml(data: dict) -> str:
-    """TOML text for an entry's data: scalar fields first, in schema order, then the [verify] table."""
-    lines = [f"{key} = {_toml_value(data[key])}" for key in ENTRY_FIELDS if key in data and key != "verify"]
+    """TOML text for an entry's data: fields in schema order (any others after them), then the [verify] table."""
+    order = [key for key in ENTRY_FIELDS if key in data] + [key for key in data if key not in ENTRY_FIELDS]
+    lines = [f"{key} = {_toml_value(data[key])}" for key in order if key != "verify"]
     if "verify" in data:
         lines += ["", "[verify]"] + [f"{key} = {_toml_value(value)}" for key, value in data["verify"].items()]
     text = "\n".join(lines) + "\n"
