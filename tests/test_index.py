@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from tritonkit import registry
 from tritonkit.cli import main
@@ -82,7 +82,9 @@ def test_shipped_catalog_is_valid_and_complete():
 
 def test_every_shipped_file_is_package_data():
     """The wheel ships exactly what pyproject's package-data globs match: every data file must match one."""
-    globs = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["tritonkit.index"]
+    globs = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"][
+        "tritonkit.index"
+    ]
     package = REPO / "src" / "tritonkit" / "index"
     data_files = [p for p in package.rglob("*") if p.is_file() and p.suffix != ".py" and "__pycache__" not in p.parts]
     assert len(data_files) >= 33
@@ -106,8 +108,11 @@ MUTATIONS = {
     "unknown dtype": (dict(dtypes=["float17"]), "dtypes", "unknown dtype"),
     "bad name": (dict(name="Has Spaces"), "name", "must be lowercase"),
     "verify without reference": (dict(verify={"import": "torch"}), "verify.reference", "missing"),
-    "verify with a bad device": (dict(verify={"import": "torch", "reference": "ref = 1", "device": "tpu"}),
-                                 "verify.device", "must be one of"),  # fmt: skip
+    "verify with a bad device": (
+        dict(verify={"import": "torch", "reference": "ref = 1", "device": "tpu"}),
+        "verify.device",
+        "must be one of",
+    ),
 }
 
 
@@ -255,7 +260,12 @@ def test_add_writes_a_valid_entry_and_refuses_duplicates(tmp_path, wanted_file, 
     catalog = load_external(entries)
     assert catalog.problems == ()
     (entry,) = catalog.entries
-    assert (entry.name, entry.tags, entry.backward, entry.dtypes) == ("new-kernel", ("norm", "fused"), False, ("bfloat16",))
+    assert (entry.name, entry.tags, entry.backward, entry.dtypes) == (
+        "new-kernel",
+        ("norm", "fused"),
+        False,
+        ("bfloat16",),
+    )
     capsys.readouterr()
     assert main([*base, "add", *ADD_FLAGS]) == 1
     assert "already exists" in capsys.readouterr().err
@@ -283,7 +293,12 @@ def test_add_prompts_for_what_is_missing_on_a_terminal(tmp_path, wanted_file, mo
     entries.mkdir()
     assert main(["index", "--entries", str(entries), "--wanted", str(wanted_file), "add"]) == 0
     (entry,) = load_external(entries).entries
-    assert (entry.name, entry.tags, entry.dtypes, entry.backward) == ("prompted", ("norm", "fused"), ("float16", "float32"), True)
+    assert (entry.name, entry.tags, entry.dtypes, entry.backward) == (
+        "prompted",
+        ("norm", "fused"),
+        ("float16", "float32"),
+        True,
+    )
 
 
 # ------------------------------------------------------------------ render
@@ -306,7 +321,9 @@ def test_committed_markdown_is_up_to_date(tmp_path):
     assert main(["index", "render", "--format", "md", "--out", str(fresh)]) == 0
     # rendered elsewhere, the repository links differ: compare with links made relative to docs/
     expected = render.render_markdown(catalog_module.load(), our_prefix="../")
-    assert out.read_text() == expected, "docs/index.md is stale: run `tritonkit index render --format md --out docs/index.md`"
+    assert out.read_text() == expected, (
+        "docs/index.md is stale: run `tritonkit index render --format md --out docs/index.md`"
+    )
 
 
 def test_render_html_writes_a_page_per_entry_and_copies_plots(tmp_path):
@@ -342,7 +359,9 @@ def verified(tmp_path, name, usage, reference, module="torch", device="cpu"):
 
 def test_verify_pass_fail_and_skip(tmp_path, capsys):
     wanted_file = tmp_path / "no-wanted.toml"
-    verified(tmp_path, "torch-only", "import torch\nout = torch.arange(5.0) * 2", "ref = torch.tensor([0., 2, 4, 6, 8])")
+    verified(
+        tmp_path, "torch-only", "import torch\nout = torch.arange(5.0) * 2", "ref = torch.tensor([0., 2, 4, 6, 8])"
+    )
     verified(tmp_path, "wrong", "import torch\nout = torch.arange(5.0)", "ref = torch.arange(5.0) + 1e-3")
     verified(tmp_path, "crashes", "out = undefined_name", "ref = 0")
     verified(tmp_path, "missing-package", "out = 1", "ref = 1", module="no_such_package_xyz.ops")
@@ -408,5 +427,7 @@ def test_latest_measurement_is_newest_forward_bf16_largest(tmp_path):
     m = measured.latest("add", tmp_path)
     assert (m.date, m.case_id, m.dtype, m.mode, m.ms) == ("2026-02-01", "n1048576", "bfloat16", "fwd", 2.0)
     assert [p.name for p in m.plots] == ["2026-02-01-new-add-bfloat16-fwd.png"]
-    assert m.line() == "2 ms, 50 GB/s (50% of ceiling), 1.25x best baseline [n1048576, bfloat16, fwd, GPU X, 2026-02-01]"
+    assert (
+        m.line() == "2 ms, 50 GB/s (50% of ceiling), 1.25x best baseline [n1048576, bfloat16, fwd, GPU X, 2026-02-01]"
+    )
     assert measured.latest("add", None) is None and measured.latest("copy", tmp_path) is None

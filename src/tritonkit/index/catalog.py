@@ -168,7 +168,7 @@ def _duplicates(entries: Iterable[Entry], wanted: Iterable[Wanted]) -> list[Prob
 def load(
     entries_dir: Path = ENTRIES_DIR,
     wanted_file: Path = WANTED_FILE,
-    results_dir: Path | None | str = "default",
+    results_dir: Path | str | None = "default",
     include_ours: bool = True,
 ) -> Catalog:
     """The whole catalog and every problem found while loading it (empty when valid)."""

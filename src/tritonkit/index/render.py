@@ -96,21 +96,19 @@ def render_markdown(catalog: Catalog, our_prefix: str = "") -> str:
 def _page(title: str, body: str, depth: int = 0) -> str:
     up = "../" * depth
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-        f"<title>{html.escape(title)}</title>\n<link rel=\"stylesheet\" href=\"{up}style.css\">\n</head>\n"
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f'<title>{html.escape(title)}</title>\n<link rel="stylesheet" href="{up}style.css">\n</head>\n'
         f"<body>\n{body}\n</body>\n</html>\n"
     )
 
 
+def page_search_text(entry: Entry) -> str:
+    """What the page's search box matches typed words against (lowercase)."""
+    return " ".join((entry.name, *entry.tags, entry.description, entry.author, *entry.dtypes)).lower()
+
+
 def _catalog_json(catalog: Catalog) -> str:
-    records = [
-        {
-            "name": e.name,
-            "tags": list(e.tags),
-            "text": " ".join((e.name, " ".join(e.tags), e.description, e.author, " ".join(e.dtypes))).lower(),
-        }
-        for e in catalog.entries
-    ]
+    records = [{"name": e.name, "tags": list(e.tags), "text": page_search_text(e)} for e in catalog.entries]
     # "</" would end the <script> element early; JSON allows the escaped slash.
     return json.dumps(records, indent=None).replace("</", "<\\/")
 
@@ -119,7 +117,7 @@ def _index_page(catalog: Catalog) -> str:
     tag_buttons = "\n".join(
         f'<button type="button" class="tag" data-tag="{html.escape(tag)}" aria-pressed="false" '
         f'title="{html.escape(TAGS.get(tag, "a family of our kernels"))}">{html.escape(tag)} '
-        f"<span class=\"count\">{count}</span></button>"
+        f'<span class="count">{count}</span></button>'
         for tag, count in catalog.tags().items()
         if count
     )

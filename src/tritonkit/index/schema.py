@@ -231,9 +231,9 @@ def validate_entry(data: dict, file: str, known_tags: set[str]) -> list[Problem]
     problems += _check_name(data.get("name"), file)
     link = data.get("link")
     problems += _check_url(link, file, "link")
-    if isinstance(link, str) and link.startswith("https://github.com/") and URL_PATTERN.match(link):
-        if not GITHUB_FILE.match(link):
-            problems.append(Problem(file, "link", f"a GitHub link must point to a file (/blob/<ref>/<path>): {link!r}"))
+    on_github = isinstance(link, str) and link.startswith("https://github.com/") and URL_PATTERN.match(link)
+    if on_github and not GITHUB_FILE.match(link):
+        problems.append(Problem(file, "link", f"a GitHub link must point to a file (/blob/<ref>/<path>): {link!r}"))
     problems += _check_tags(data.get("tags"), known_tags, file)
     license_ = data.get("license")
     if isinstance(license_, str) and license_ not in LICENSES:
