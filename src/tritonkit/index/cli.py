@@ -31,7 +31,7 @@ def _cmd_search(args) -> int:
     if not hits:
         print("no entry matches", file=sys.stderr)
         return 1
-    rows = [[str(score), e.name, "tritonkit" if e.ours else "external", ",".join(e.tags), e.summary()]
+    rows = [[str(score), e.name, "tritonkit" if e.ours else "external", ",".join(e.tags), textwrap.shorten(e.summary(), 80)]
             for score, e in hits]  # fmt: skip
     print(format_table(["score", "name", "source", "tags", "summary"], rows))
     return 0
