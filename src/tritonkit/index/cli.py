@@ -31,8 +31,10 @@ def _cmd_search(args) -> int:
     if not hits:
         print("no entry matches", file=sys.stderr)
         return 1
-    rows = [[str(score), e.name, "tritonkit" if e.ours else "external", ",".join(e.tags), textwrap.shorten(e.summary(), 80)]
-            for score, e in hits]  # fmt: skip
+    rows = []
+    for score, e in hits:
+        source = "tritonkit" if e.ours else "external"
+        rows.append([str(score), e.name, source, ",".join(e.tags), textwrap.shorten(e.summary(), 80)])
     print(format_table(["score", "name", "source", "tags", "summary"], rows))
     return 0
 
