@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: check test lint format clean
+.PHONY: check test lint format clean browser-deps
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,12 @@ check: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# The index's browser test drives Debian's Chromium through chromedriver (as root: CI runs this first).
+browser-deps:
+	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
+	fi
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests

@@ -1,0 +1,433 @@
+"""The index: schema validation names file and field, search order, CLI commands, renderers, verify, our
+kernels from the registry with their benchmarks, and the shipped catalog."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import tomllib
+
+from tritonkit import registry
+from tritonkit.cli import main
+from tritonkit.index import catalog as catalog_module
+from tritonkit.index import measured, render, verify
+from tritonkit.index.schema import GITHUB_PERMALINK, Entry
+from tritonkit.index.search import EXACT_NAME, NAME_CONTAINS_QUERY, NAME_CONTAINS_WORD, TAG, TEXT_WORD, score, search
+from tritonkit.index.writer import to_toml
+
+REPO = Path(__file__).resolve().parents[1]
+LINK = "https://github.com/owner/repo/blob/0123456789abcdef0123456789abcdef01234567/pkg/kernel.py"
+
+
+def entry_data(entry_name: str, /, **changes) -> dict:
+    data = {
+        "name": entry_name,
+        "link": LINK,
+        "author": "A. Author",
+        "license": "MIT",
+        "tags": ["norm"],
+        "description": "A kernel that normalises rows.",
+        "usage": "out = kernel(x)",
+        "triton": ">=3.0",
+        "backward": False,
+        "dtypes": ["float16"],
+        "checked": "2026-11-22: read the file",
+    }
+    data.update(changes)
+    return {key: value for key, value in data.items() if value is not None}
+
+
+def write(directory: Path, data: dict, filename: str | None = None) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / (filename or f"{data['name']}.toml")
+    path.write_text(to_toml(data))
+    return path
+
+
+@pytest.fixture
+def wanted_file(tmp_path) -> Path:
+    path = tmp_path / "wanted.toml"
+    path.write_text(
+        '[[wanted]]\nname = "wanted-x"\ntitle = "X"\nwhy = "Because."\ntags = ["norm"]\n'
+        'closest = [{ link = "https://example.org/x.py", what = "x" }]\n'
+    )
+    return path
+
+
+def load_external(directory: Path, wanted: Path | None = None) -> catalog_module.Catalog:
+    return catalog_module.load(directory, wanted or directory / "none.toml", results_dir=None, include_ours=False)
+
+
+# ------------------------------------------------------------------ the shipped catalog
+
+
+def test_shipped_catalog_is_valid_and_complete():
+    catalog = catalog_module.load()
+    assert catalog.problems == ()
+    external = [e for e in catalog.entries if not e.ours]
+    assert len(external) >= 30
+    assert len(catalog.wanted) >= 6
+    for entry in external:
+        assert GITHUB_PERMALINK.match(entry.link), entry.name  # pinned to a commit, not a moving branch
+        assert entry.checked.startswith("2026-"), entry.name
+    names = {e.name for e in external}
+    # the issue's must-haves are all there
+    for name in ("mamba-layer-norm", "xformers-flash-decoding-splitk", "flash-attn-triton", "unsloth-lora-mlp",
+                 "triton-tutorial-block-scaled-matmul", "gptq-triton-matmul4", "bitsandbytes-triton-4bit"):  # fmt: skip
+        assert name in names
+
+
+def test_every_shipped_file_is_package_data():
+    """The wheel ships exactly what pyproject's package-data globs match: every data file must match one."""
+    globs = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"][
+        "tritonkit.index"
+    ]
+    package = REPO / "src" / "tritonkit" / "index"
+    data_files = [p for p in package.rglob("*") if p.is_file() and p.suffix != ".py" and "__pycache__" not in p.parts]
+    assert len(data_files) >= 33
+    for path in data_files:
+        relative = path.relative_to(package)
+        assert any(relative.match(glob) for glob in globs), relative
+
+
+# ------------------------------------------------------------------ validation
+
+
+MUTATIONS = {
+    "missing field": (dict(author=None), "author", "missing"),
+    "bad url": (dict(link="ftp://example.org/x.py"), "link", "not an https URL"),
+    "github link to a repository, not a file": (dict(link="https://github.com/owner/repo"), "link", "point to a file"),
+    "unknown tag": (dict(tags=["norm", "nrom"]), "tags", "unknown tag 'nrom'"),
+    "empty tags": (dict(tags=[]), "tags", "is empty"),
+    "wrong type": (dict(backward="yes"), "backward", "expected boolean, got string"),
+    "unknown field": (dict(licence="MIT"), "licence", "unknown field"),
+    "unknown licence": (dict(license="Beerware"), "license", "unknown licence"),
+    "unknown dtype": (dict(dtypes=["float17"]), "dtypes", "unknown dtype"),
+    "bad name": (dict(name="Has Spaces"), "name", "must be lowercase"),
+    "verify without reference": (dict(verify={"import": "torch"}), "verify.reference", "missing"),
+    "verify with a bad device": (
+        dict(verify={"import": "torch", "reference": "ref = 1", "device": "tpu"}),
+        "verify.device",
+        "must be one of",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(MUTATIONS), ids=list(MUTATIONS))
+def test_validation_names_file_and_field(tmp_path, case):
+    changes, field, message = MUTATIONS[case]
+    path = write(tmp_path / "entries", entry_data("good"), "good.toml")
+    write(tmp_path / "entries", entry_data("bad", **changes), "bad.toml")
+    problems = load_external(tmp_path / "entries").problems
+    assert len(problems) == 1, problems
+    assert problems[0].file == str(tmp_path / "entries" / "bad.toml")
+    assert problems[0].field == field
+    assert message in problems[0].message
+    assert str(path) not in str(problems)
+
+
+def test_validation_reports_every_problem_of_a_file(tmp_path):
+    write(tmp_path / "e", entry_data("bad", author=None, tags=["nope"], link="http://x"), "bad.toml")
+    fields = sorted(p.field for p in load_external(tmp_path / "e").problems)
+    assert fields == ["author", "link", "tags"]
+
+
+def test_duplicate_names_are_reported_with_both_files(tmp_path):
+    first = write(tmp_path / "e", entry_data("same"), "a.toml")
+    second = write(tmp_path / "e", entry_data("same"), "b.toml")
+    (problem,) = load_external(tmp_path / "e").problems
+    assert (problem.file, problem.field) == (str(second), "name")
+    assert "duplicate name 'same'" in problem.message and str(first) in problem.message
+
+
+def test_an_external_entry_cannot_take_one_of_our_names(tmp_path, wanted_file):
+    path = write(tmp_path / "e", entry_data("rms_norm"))
+    catalog = catalog_module.load(tmp_path / "e", wanted_file, results_dir=None)
+    assert [(p.file, p.field) for p in catalog.problems] == [(str(path), "name")]
+
+
+def test_invalid_toml_is_a_problem_of_the_file(tmp_path):
+    (tmp_path / "e").mkdir()
+    (tmp_path / "e" / "broken.toml").write_text('name = "x\n')
+    (problem,) = load_external(tmp_path / "e").problems
+    assert problem.field == "(file)" and "not valid TOML" in problem.message
+
+
+def test_wanted_validation_names_the_table_and_field(tmp_path):
+    path = tmp_path / "wanted.toml"
+    path.write_text('[[wanted]]\nname = "w"\ntitle = "T"\nwhy = "Y"\nclosest = [{ link = "nope", what = "x" }]\n')
+    (problem,) = load_external(tmp_path / "e", path).problems
+    assert problem.file == f"{path}[wanted 0]" and problem.field == "closest[0].link"
+
+
+def test_cli_validate_exit_codes(tmp_path, wanted_file, capsys):
+    write(tmp_path / "e", entry_data("fine"))
+    assert main(["index", "--entries", str(tmp_path / "e"), "--wanted", str(wanted_file), "validate"]) == 0
+    assert "valid:" in capsys.readouterr().out
+    write(tmp_path / "e", entry_data("broken", tags=["nope"]))
+    assert main(["index", "--entries", str(tmp_path / "e"), "--wanted", str(wanted_file), "validate"]) == 1
+    out = capsys.readouterr().out
+    assert f"{tmp_path / 'e' / 'broken.toml'}: tags: unknown tag 'nope'" in out
+
+
+# ------------------------------------------------------------------ search
+
+
+def fake(name, tags=("norm",), description="Something else.") -> Entry:
+    return Entry(name=name, link=LINK, author="x", license="MIT", tags=tuple(tags), description=description,
+                 usage="", triton="", backward=False)  # fmt: skip
+
+
+SEARCH_POOL = [
+    fake("attention-kernel", tags=("attention",)),
+    fake("liger-rope", tags=("rope", "training")),
+    fake("rms", tags=("norm",), description="Normalises rows; pairs well with rope."),
+    fake("rope", tags=("rope",)),
+    fake("rope-quant", tags=("quantization",)),
+]
+
+
+def test_search_ranks_exact_name_then_name_then_tag_then_description():
+    hits = search(SEARCH_POOL, "rope")
+    assert [e.name for _, e in hits] == ["rope", "liger-rope", "rope-quant", "rms"]
+    assert [s for s, _ in hits] == [
+        EXACT_NAME + TAG + NAME_CONTAINS_WORD,
+        NAME_CONTAINS_QUERY + TAG + NAME_CONTAINS_WORD,
+        NAME_CONTAINS_QUERY + NAME_CONTAINS_WORD,
+        TEXT_WORD,
+    ]
+
+
+def test_search_needs_every_word_and_honours_the_tag_filter():
+    assert [e.name for _, e in search(SEARCH_POOL, "rope training")] == ["liger-rope"]
+    assert [e.name for _, e in search(SEARCH_POOL, "rope", tag="norm")] == ["rms"]
+    assert search(SEARCH_POOL, "nothing-like-this") == []
+    assert score(fake("x", description="Flash-decoding split."), "decoding") == TEXT_WORD  # parts of joined words
+
+
+def test_cli_search_on_the_shipped_catalog(capsys):
+    assert main(["index", "search", "rope"]) == 0
+    names = [line.split()[1] for line in capsys.readouterr().out.splitlines()[2:]]
+    assert names[:3] == ["liger-rope", "unsloth-rope", "lightllm-rotary-emb"]
+    assert main(["index", "search", "decoding", "--tag", "int4"]) == 0
+    names = [line.split()[1] for line in capsys.readouterr().out.splitlines()[2:]]
+    assert names == ["xformers-flash-decoding-splitk"]
+    assert main(["index", "search", "zzzz-no-such-thing"]) == 1
+
+
+# ------------------------------------------------------------------ show, tags, wanted
+
+
+def test_cli_show_external_and_ours(tmp_path, capsys):
+    assert main(["index", "show", "xformers-flash-decoding-splitk"]) == 0
+    out = capsys.readouterr().out
+    assert "licence:      BSD-3-Clause" in out and "triton_splitk.FwOp" in out and "usage:" in out
+    assert main(["index", "show", "rms_norm"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"measured:\s+\d", out) and "backward:     yes" in out and "limits:" in out
+    # an installed package has no benchmarks/results: it says so instead of failing
+    assert main(["index", "--results", str(tmp_path / "none"), "show", "rms_norm"]) == 0
+    assert "no measurement shipped" in capsys.readouterr().out
+    assert main(["index", "show", "no-such-entry"]) == 2
+
+
+def test_cli_tags_and_wanted(capsys):
+    assert main(["index", "tags"]) == 0
+    rows = {line.split()[0]: int(line.split()[1]) for line in capsys.readouterr().out.splitlines()[2:]}
+    catalog = catalog_module.load()
+    assert rows["attention"] == sum("attention" in e.tags for e in catalog.entries) >= 5
+    assert main(["index", "wanted"]) == 0
+    out = capsys.readouterr().out
+    assert f"{len(catalog.wanted)} kernels wanted" in out and "closest:" in out and "why:" in out
+
+
+# ------------------------------------------------------------------ add
+
+
+ADD_FLAGS = ["--name", "new-kernel", "--link", LINK, "--author", "Me", "--license", "MIT", "--tag", "norm",
+             "--tag", "fused", "--description", "Fuses things.", "--usage", "out = f(x)", "--triton", ">=3.0",
+             "--dtype", "bfloat16", "--checked", "2026-11-22: read it", "--no-backward"]  # fmt: skip
+
+
+def test_add_writes_a_valid_entry_and_refuses_duplicates(tmp_path, wanted_file, capsys):
+    entries = tmp_path / "entries"
+    entries.mkdir()
+    base = ["index", "--entries", str(entries), "--wanted", str(wanted_file)]
+    assert main([*base, "add", *ADD_FLAGS]) == 0
+    catalog = load_external(entries)
+    assert catalog.problems == ()
+    (entry,) = catalog.entries
+    assert (entry.name, entry.tags, entry.backward, entry.dtypes) == (
+        "new-kernel",
+        ("norm", "fused"),
+        False,
+        ("bfloat16",),
+    )
+    capsys.readouterr()
+    assert main([*base, "add", *ADD_FLAGS]) == 1
+    assert "already exists" in capsys.readouterr().err
+    renamed = [*ADD_FLAGS]
+    renamed[1] = "rms_norm"  # one of our kernels
+    assert main([*base, "add", *renamed]) == 1
+
+
+def test_add_without_a_terminal_names_the_missing_flags(tmp_path, wanted_file, capsys, monkeypatch):
+    monkeypatch.setattr("sys.stdin.isatty", lambda: False)
+    entries = tmp_path / "entries"
+    entries.mkdir()
+    assert main(["index", "--entries", str(entries), "--wanted", str(wanted_file), "add", "--name", "x"]) == 1
+    err = capsys.readouterr().err
+    assert "link: missing (required) (flag --link)" in err and "(flag --tag)" in err
+    assert list(entries.glob("*.toml")) == []
+
+
+def test_add_prompts_for_what_is_missing_on_a_terminal(tmp_path, wanted_file, monkeypatch):
+    monkeypatch.setattr("sys.stdin.isatty", lambda: True)
+    answers = iter(["prompted", LINK, "Me", "Apache-2.0", "norm, fused", "Does it.", "out = g(x)", "unknown",
+                    "float16, float32", "2026-11-22: read it", "y"])  # fmt: skip
+    monkeypatch.setattr("builtins.input", lambda _prompt: next(answers))
+    entries = tmp_path / "entries"
+    entries.mkdir()
+    assert main(["index", "--entries", str(entries), "--wanted", str(wanted_file), "add"]) == 0
+    (entry,) = load_external(entries).entries
+    assert (entry.name, entry.tags, entry.dtypes, entry.backward) == (
+        "prompted",
+        ("norm", "fused"),
+        ("float16", "float32"),
+        True,
+    )
+
+
+# ------------------------------------------------------------------ render
+
+
+def test_render_markdown_lists_everything_grouped_by_tag():
+    catalog = catalog_module.load()
+    text = render.render_markdown(catalog, our_prefix="../")
+    for entry in catalog.entries:
+        assert f"| [{entry.name}](" in text  # the overview table has every entry
+    assert "### attention" in text and "## Wanted" in text
+    assert "[rms_norm](../src/tritonkit/ops/norm.py)" in text
+    for wanted in catalog.wanted:
+        assert f"**{wanted.name}**" in text
+
+
+def test_committed_markdown_is_up_to_date(tmp_path):
+    out = REPO / "docs" / "index.md"
+    fresh = tmp_path / "index.md"
+    assert main(["index", "render", "--format", "md", "--out", str(fresh)]) == 0
+    # rendered elsewhere, the repository links differ: compare with links made relative to docs/
+    expected = render.render_markdown(catalog_module.load(), our_prefix="../")
+    assert out.read_text() == expected, (
+        "docs/index.md is stale: run `tritonkit index render --format md --out docs/index.md`"
+    )
+
+
+def test_render_html_writes_a_page_per_entry_and_copies_plots(tmp_path):
+    catalog = catalog_module.load()
+    written = render.render_html(catalog, tmp_path)
+    assert {p.name for p in written} >= {"index.html", "wanted.html", "app.js", "style.css"}
+    index = (tmp_path / "index.html").read_text()
+    data = json.loads(re.search(r'id="catalog-data">(.*?)</script>', index, re.S).group(1))
+    assert [record["name"] for record in data] == [e.name for e in catalog.entries]
+    page = (tmp_path / "entries" / "rms_norm.html").read_text()
+    assert '<pre><code id="usage">' in page and "Measured" in page
+    plots = re.findall(r'src="\.\./plots/([^"]+)"', page)
+    assert plots and all((tmp_path / "plots" / name).stat().st_size > 0 for name in plots)
+    assert "http" not in (tmp_path / "app.js").read_text()  # nothing fetched from the network
+
+
+def test_render_refuses_an_invalid_catalog(tmp_path, wanted_file, capsys):
+    write(tmp_path / "e", entry_data("broken", tags=["nope"]))
+    args = ["index", "--entries", str(tmp_path / "e"), "--wanted", str(wanted_file), "render", "--format", "md"]
+    assert main(args) == 1
+    assert "not valid" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ verify
+
+
+def verified(tmp_path, name, usage, reference, module="torch", device="cpu"):
+    data = entry_data(name, usage=usage, verify={"import": module, "reference": reference, "device": device,
+                                                 "atol": 1e-6, "rtol": 0.0})  # fmt: skip
+    write(tmp_path, data)
+    return data
+
+
+def test_verify_pass_fail_and_skip(tmp_path, capsys):
+    wanted_file = tmp_path / "no-wanted.toml"
+    verified(
+        tmp_path, "torch-only", "import torch\nout = torch.arange(5.0) * 2", "ref = torch.tensor([0., 2, 4, 6, 8])"
+    )
+    verified(tmp_path, "wrong", "import torch\nout = torch.arange(5.0)", "ref = torch.arange(5.0) + 1e-3")
+    verified(tmp_path, "crashes", "out = undefined_name", "ref = 0")
+    verified(tmp_path, "missing-package", "out = 1", "ref = 1", module="no_such_package_xyz.ops")
+    verified(tmp_path, "needs-gpu", "out = 1", "ref = 1", device="cuda")
+    write(tmp_path, entry_data("no-check"))
+    results = {r.name: r for r in verify.verify(load_external(tmp_path).entries)}
+    assert results["torch-only"].status == verify.PASS and "max abs error 0.000e+00" in results["torch-only"].reason
+    assert results["wrong"].status == verify.FAIL and "1.000e-03" in results["wrong"].reason
+    assert results["crashes"].status == verify.FAIL and "NameError" in results["crashes"].reason
+    assert results["missing-package"].status == verify.SKIPPED
+    assert "'no_such_package_xyz' is not installed" in results["missing-package"].reason
+    assert results["no-check"].status == verify.SKIPPED
+    import torch
+
+    if not torch.cuda.is_available():
+        assert results["needs-gpu"].reason == "needs a CUDA GPU"
+    base = ["index", "--entries", str(tmp_path), "--wanted", str(wanted_file), "verify"]
+    assert main([*base, "torch-only"]) == 0
+    assert main(base) == 1  # a failure anywhere is the command's failure
+    assert "1 passed, 2 failed, 3 skipped" in capsys.readouterr().out
+
+
+def test_verify_runs_over_the_shipped_catalog_without_crashing():
+    results = verify.verify(catalog_module.load().entries)
+    assert len(results) >= 30
+    assert all(r.status in (verify.PASS, verify.FAIL, verify.SKIPPED) and r.reason for r in results)
+
+
+# ------------------------------------------------------------------ our kernels
+
+
+def test_every_registered_kernel_is_an_entry():
+    catalog = catalog_module.load()
+    for spec in registry.all_specs():
+        entry = catalog.get(spec.name)
+        assert entry.ours and entry.usage.strip() == spec.usage.strip()
+        assert entry.backward == spec.has_backward and entry.limits == spec.limits and entry.status == spec.status
+        assert entry.dtypes == tuple(str(d).removeprefix("torch.") for d in spec.dtypes)
+        assert spec.family in entry.tags
+        assert (REPO / entry.link).is_file()
+
+
+def _run(device_dir: Path, stem: str, date: str, rows: list[dict]) -> None:
+    device_dir.mkdir(parents=True, exist_ok=True)
+    (device_dir / f"{stem}.json").write_text(json.dumps({"meta": {"device": "GPU X", "date": date}, "results": rows}))
+
+
+def _row(case, dtype="bfloat16", mode="fwd", provider="tritonkit", ms=1.0):
+    return {"spec": "add", "case": case, "case_id": f"n{case['n']}", "dtype": dtype, "mode": mode,
+            "provider": provider, "ms": ms, "gbps": 100.0 / ms, "tflops": None, "unit": "GB/s",
+            "percent_of_ceiling": 50.0, "speedup_vs_best_baseline": 1.25}  # fmt: skip
+
+
+def test_latest_measurement_is_newest_forward_bf16_largest(tmp_path):
+    device = tmp_path / "gpu-x"
+    _run(device, "2026-01-01-old", "2026-01-01", [_row({"n": 10**9}, ms=9.0)])
+    _run(device, "2026-02-01-new", "2026-02-01", [
+        _row({"n": 1024}, ms=0.5), _row({"n": 2**20}, ms=2.0), _row({"n": 2**20}, dtype="float32", ms=3.0),
+        _row({"n": 2**20}, mode="bwd", ms=4.0), _row({"n": 2**20}, provider="torch", ms=5.0),
+    ])  # fmt: skip
+    (device / "2026-02-01-new-add-bfloat16-fwd.png").write_bytes(b"png")
+    (device / "2026-02-01-new-add_relu-bfloat16-fwd.png").write_bytes(b"png")  # another kernel's plot
+    m = measured.latest("add", tmp_path)
+    assert (m.date, m.case_id, m.dtype, m.mode, m.ms) == ("2026-02-01", "n1048576", "bfloat16", "fwd", 2.0)
+    assert [p.name for p in m.plots] == ["2026-02-01-new-add-bfloat16-fwd.png"]
+    assert (
+        m.line() == "2 ms, 50 GB/s (50% of ceiling), 1.25x best baseline [n1048576, bfloat16, fwd, GPU X, 2026-02-01]"
+    )
+    assert measured.latest("add", None) is None and measured.latest("copy", tmp_path) is None
