@@ -20,10 +20,11 @@ $(STAMP): pyproject.toml Makefile
 check: $(STAMP)
 	$(BIN)/tritonkit check
 
-test: $(STAMP)
+test: $(STAMP) browser-deps
 	$(BIN)/python -m pytest
 
-# The index's browser test drives Debian's Chromium through chromedriver (as root: CI runs this first).
+# The index's browser test drives Debian's Chromium through chromedriver; `make test` installs them when
+# missing (apt-get, as root).
 browser-deps:
 	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
