@@ -248,6 +248,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--label", help="name for the output files (default: the kernel names, tag or 'all')")
     bench.add_argument("--cuda-graph", action="store_true", help="time CUDA-graph replays (no launch overhead)")
     bench.set_defaults(run=_cmd_bench)
+
+    from tritonkit.learn import add_parser as add_learn_parser
+    from tritonkit.puzzles.cli import add_parser as add_puzzles_parser
+
+    add_puzzles_parser(sub)
+    add_learn_parser(sub)
     return parser
 
 

@@ -506,11 +506,11 @@ def _trace_findings(accesses: list[Access], out_name: str | None, launches: list
                     )
                 )
                 break
-    stored: dict[tuple, set] = defaultdict(set)
+    stored: dict[tuple, set] = defaultdict(set)  # plain stores only: atomics may share elements
     for access in accesses:
-        if access.kind in ("store", "atomic") and access.tensor == out_name:
+        if access.kind == "store" and access.tensor == out_name:
             stored[access.pid].update(access.offsets.tolist())
-    if not stored:
+    if not stored and not any(a.kind == "atomic" and a.tensor == out_name for a in accesses):
         findings.append(Finding("never-written", "the kernel never stored anything to its output"))
     programs = sorted(stored)
     n_programs = int(np.prod(launches[0].grid)) if launches else 0
@@ -523,7 +523,7 @@ def _trace_findings(accesses: list[Access], out_name: str | None, launches: list
             )
         )
     elif n_programs > 1:
-        findings.extend(_unused_axis(stored, launches[0].grid, out_name))
+        findings.extend(_unused_axis(stored, launches[0].grid, out_name) or _race(stored, out_name))
     findings.extend(_pid_times_n(accesses, launches, puzzle))
     return findings
 
@@ -546,6 +546,24 @@ def _unused_axis(stored: dict, grid: tuple, out_name: str | None) -> list[Findin
                     f"the offsets do not use program id {axis}",
                 )
             ]
+    return []
+
+
+def _race(stored: dict, out_name: str | None) -> list[Finding]:
+    """Two programs storing to one element: on a GPU they run at once and one update is lost."""
+    owner: dict[int, tuple] = {}
+    for pid in sorted(stored):
+        for element in stored[pid]:
+            if element in owner:
+                return [
+                    Finding(
+                        "race",
+                        f"programs {owner[element]} and {pid} both store to element {element} of {out_name}. The "
+                        "interpreter runs programs one at a time, so this passes on the CPU, but on a GPU they run "
+                        "at once and one update is lost: give each element to one program, or use tl.atomic_add",
+                    )
+                ]
+            owner[element] = pid
     return []
 
 
