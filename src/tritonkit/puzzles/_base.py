@@ -34,12 +34,13 @@ class Puzzle:
     """One puzzle: the learner writes ``kernel`` and the checker calls ``launcher``.
 
     ``make_inputs(case, dtype, device, generator)`` draws the input tensors; ``reference`` computes
-    the expected output from float64 copies of them (given the case too with ``reference_takes_case``); ``out_shape(case)`` and ``out_dtype(dtype)``
-    describe the output that the checker allocates, fills with poison, and passes as the launcher's
-    last argument. ``cases`` are small shapes for the interpreter (some not multiples of the block
-    sizes), ``gpu_cases`` larger ones for the compiled run. ``block_arg`` names the constexpr that
-    program k's offsets should be shifted by (k * BLOCK) in 1-D puzzles, for the diagnosis of
-    ``pid * n``. ``hints`` go from a nudge to nearly the answer.
+    the expected output from float64 copies of them (and the case, with ``reference_takes_case``);
+    ``out_shape(case)`` and ``out_dtype(dtype)`` describe the output that the checker allocates,
+    fills with poison, and passes as the launcher's last argument. ``cases`` are small shapes for
+    the interpreter (some not multiples of the block sizes), ``gpu_cases`` larger ones for the
+    compiled run. ``block_arg`` names the constexpr that program k's offsets should be shifted by
+    (k * BLOCK) in 1-D puzzles, for the diagnosis of ``pid * n``. ``hints`` go from a nudge to
+    nearly the answer.
     """
 
     title: str
@@ -101,7 +102,9 @@ class Puzzle:
         has_docstring = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
         body_start = first.end_lineno if has_docstring else function.body[0].lineno - 1
         lines = text.splitlines(keepends=True)
-        return "".join(lines[:body_start]) + TODO_BODY.format(number=self.number) + "".join(lines[function.end_lineno :])
+        return (
+            "".join(lines[:body_start]) + TODO_BODY.format(number=self.number) + "".join(lines[function.end_lineno :])
+        )
 
 
 def scaled_tolerance(length: Callable[[dict], int], *, dot: bool = False, float32_output: bool = False):
@@ -158,4 +161,3 @@ def draw(shape, dtype: torch.dtype, device, generator, scale: float = 1.0, shift
     """Normal random numbers drawn in fp32 and rounded to ``dtype``: scale * N(0, 1) + shift."""
     values = torch.randn(shape, device=device, generator=generator, dtype=torch.float32)
     return (values * scale + shift).to(dtype)
-

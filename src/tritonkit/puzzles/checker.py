@@ -274,8 +274,7 @@ class MemoryTrace:
             address = int(live[~claimed][0])
             nearest = min(self.regions, key=lambda r: abs(address - r.start), default=None)
             where = (
-                f"element {(address - nearest.start) // nearest.item} of {nearest.name} "
-                f"({nearest.numel} elements)"
+                f"element {(address - nearest.start) // nearest.item} of {nearest.name} ({nearest.numel} elements)"
                 if nearest
                 else f"address {address:#x}"
             )
@@ -342,7 +341,9 @@ def run_case(puzzle: Puzzle, module, case: dict, dtype: torch.dtype, seed: int, 
     generator = torch.Generator(device=device).manual_seed(seed)
     inputs = tuple(puzzle.make_inputs(case, dtype, device, generator))
     expected = puzzle.expected(case, inputs)
-    out = torch.full(puzzle.out_shape(case), _poison(puzzle.out_dtype(dtype)), dtype=puzzle.out_dtype(dtype), device=device)
+    out = torch.full(
+        puzzle.out_shape(case), _poison(puzzle.out_dtype(dtype)), dtype=puzzle.out_dtype(dtype), device=device
+    )
     launcher = getattr(module, puzzle.launcher, None)
     if launcher is None:
         outcome.findings.append(Finding("no-launcher", f"the file defines no function named {puzzle.launcher}"))
@@ -389,8 +390,7 @@ def run_case(puzzle: Puzzle, module, case: dict, dtype: torch.dtype, seed: int, 
         findings.append(
             Finding(
                 "written-outside-kernel",
-                f"{puzzle.launcher} changed the output after {puzzle.kernel} ran: the answer must come from the "
-                "kernel",
+                f"{puzzle.launcher} changed the output after {puzzle.kernel} ran: the answer must come from the kernel",
             )
         )
     if isinstance(returned, torch.Tensor) and returned is not result:
@@ -510,11 +510,13 @@ def _trace_findings(accesses: list[Access], out_name: str | None, launches: list
     for access in accesses:
         if access.kind == "store" and access.tensor == out_name:
             stored[access.pid].update(access.offsets.tolist())
+            if np.unique(access.offsets).size < access.offsets.size:
+                return [*findings, _collision(access)]
     if not stored and not any(a.kind == "atomic" and a.tensor == out_name for a in accesses):
         findings.append(Finding("never-written", "the kernel never stored anything to its output"))
     programs = sorted(stored)
     n_programs = int(np.prod(launches[0].grid)) if launches else 0
-    if len(programs) > 1 and puzzle.kernel and all(stored[p] == stored[programs[0]] for p in programs):
+    if len(programs) > 1 and all(stored[p] == stored[programs[0]] for p in programs):
         findings.append(
             Finding(
                 "not-shifted",
@@ -547,6 +549,16 @@ def _unused_axis(stored: dict, grid: tuple, out_name: str | None) -> list[Findin
                 )
             ]
     return []
+
+
+def _collision(access: Access) -> Finding:
+    values, counts = np.unique(access.offsets, return_counts=True)
+    return Finding(
+        "race",
+        f"one store of program {access.pid} writes element {int(values[counts.argmax()])} of {access.tensor} from "
+        f"{int(counts.max())} lanes at once, and only one of them lands: to add up contributions to the same "
+        "element (a histogram), use tl.atomic_add",
+    )
 
 
 def _race(stored: dict, out_name: str | None) -> list[Finding]:
@@ -628,4 +640,3 @@ def check_puzzle(
             return report
         passed_dtypes.append(dtype)
     return report
-

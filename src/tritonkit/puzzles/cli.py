@@ -126,7 +126,10 @@ def _cmd_check(args) -> int:
         _print_report(report, path)
         (passed if report.ok else failed).append(puzzle.number)
         print(f"  {'PASSED' if report.ok else 'FAILED'}")
-    print(f"\n{_RULE}\n{len(passed)} passed, {len(failed)} failed" + (f", {len(untouched)} not started" if untouched else ""))
+    print(
+        f"\n{_RULE}\n{len(passed)} passed, {len(failed)} failed"
+        + (f", {len(untouched)} not started" if untouched else "")
+    )
     if passed and not failed and not args.number:
         print("Next: the first puzzle not started, or `tritonkit learn` for the lessons.")
     return 1 if failed or not passed else 0

@@ -44,15 +44,17 @@ PUZZLE = Puzzle(
     title="vector add",
     kernel="vector_add_kernel",
     launcher="vector_add",
-    make_inputs=lambda case, dtype, device, gen: (draw(case["n"], dtype, device, gen), draw(case["n"], dtype, device, gen)),
+    make_inputs=lambda case, dtype, device, gen: (
+        draw(case["n"], dtype, device, gen),
+        draw(case["n"], dtype, device, gen),
+    ),
     reference=lambda x, y: x + y,
     out_shape=lambda case: (case["n"],),
     cases=({"n": 1}, {"n": 100}, {"n": 384}, {"n": 1000}),
     gpu_cases=({"n": (1 << 20) + 3}, {"n": 98_765}),
     block_arg="BLOCK",
     hints=(
-        "Program k handles elements k*BLOCK to k*BLOCK + BLOCK - 1, and tl.program_id(0) tells the program "
-        "its k.",
+        "Program k handles elements k*BLOCK to k*BLOCK + BLOCK - 1, and tl.program_id(0) tells the program its k.",
         "tl.arange(0, BLOCK) is the vector [0, 1, ..., BLOCK-1]. Add k * BLOCK (not k * n) to get this "
         "program's offsets.",
         "p_x + offsets is a block of BLOCK pointers: tl.load(p_x + offsets, mask=...) reads them all at once, "

@@ -44,7 +44,10 @@ PUZZLE = Puzzle(
     title="fused add + ReLU",
     kernel="add_relu_kernel",
     launcher="add_relu",
-    make_inputs=lambda case, dtype, device, gen: (draw(case["n"], dtype, device, gen), draw(case["n"], dtype, device, gen)),
+    make_inputs=lambda case, dtype, device, gen: (
+        draw(case["n"], dtype, device, gen),
+        draw(case["n"], dtype, device, gen),
+    ),
     reference=lambda x, y: torch.relu(x + y),
     out_shape=lambda case: (case["n"],),
     cases=({"n": 1}, {"n": 300}, {"n": 1000}),

@@ -45,7 +45,10 @@ PUZZLE = Puzzle(
     title="outer product (2-D grid, broadcasting)",
     kernel="outer_kernel",
     launcher="outer",
-    make_inputs=lambda case, dtype, device, gen: (draw(case["m"], dtype, device, gen), draw(case["n"], dtype, device, gen)),
+    make_inputs=lambda case, dtype, device, gen: (
+        draw(case["m"], dtype, device, gen),
+        draw(case["n"], dtype, device, gen),
+    ),
     reference=lambda x, y: x[:, None] * y[None, :],
     out_shape=lambda case: (case["m"], case["n"]),
     cases=({"m": 1, "n": 1}, {"m": 20, "n": 45}, {"m": 33, "n": 70}),

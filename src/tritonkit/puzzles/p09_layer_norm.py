@@ -66,8 +66,7 @@ PUZZLE = Puzzle(
     hints=(
         "One program per row, and the row fits in one block: offsets tl.arange(0, BLOCK_N), mask cols < N.",
         "Load in float32 with other=0.0; mean = tl.sum(x, axis=0) / N.",
-        "Centre with tl.where(mask, x - mean, 0.0): the padded lanes would otherwise add mean^2 each to the "
-        "variance.",
+        "Centre with tl.where(mask, x - mean, 0.0): the padded lanes would otherwise add mean^2 each to the variance.",
         "rstd = 1.0 / tl.sqrt(tl.sum(c * c, axis=0) / N + eps); out = c * rstd * w + b, stored with the mask.",
     ),
 )
