@@ -71,6 +71,7 @@ class PuzzleReport:
     puzzle: Puzzle
     outcomes: list[CaseOutcome]
     device: str
+    seed: int  # case i of each dtype drew its inputs with seed + i: `--seed` replays them all
     notes: list[Finding] = field(default_factory=list)  # findings across cases (the bf16 one)
 
     @property
@@ -513,7 +514,9 @@ def _trace_findings(accesses: list[Access], out_name: str | None, launches: list
             if np.unique(access.offsets).size < access.offsets.size:
                 return [*findings, _collision(access)]
     if not stored and not any(a.kind == "atomic" and a.tensor == out_name for a in accesses):
-        findings.append(Finding("never-written", "the kernel never stored anything to its output"))
+        findings.append(
+            Finding("never-written", "the kernel never stored anything to its output (is its body still the stub's?)")
+        )
     programs = sorted(stored)
     n_programs = int(np.prod(launches[0].grid)) if launches else 0
     if len(programs) > 1 and all(stored[p] == stored[programs[0]] for p in programs):
@@ -619,8 +622,8 @@ def check_puzzle(
     Under the interpreter, float32 passing and a 16-bit dtype failing adds the bf16-cast diagnosis.
     """
     cases = list(cases if cases is not None else (puzzle.gpu_cases if device == "cuda" else puzzle.cases))
-    report = PuzzleReport(puzzle, [], device)
     base_seed = fresh_seed() if seed is None else seed
+    report = PuzzleReport(puzzle, [], device, base_seed)
     passed_dtypes = []
     for dtype in dtypes or puzzle.dtypes:
         for index, case in enumerate(cases):

@@ -83,7 +83,7 @@ def _print_report(report, path: Path) -> None:
         print(textwrap.fill(first, width=100, initial_indent="  - ", subsequent_indent="    "))
         for line in rest:
             print(f"    {line}")
-    print(f"  Replay this case: tritonkit puzzles check {path.parent} {report.puzzle.number} --seed {failing.seed}")
+    print(f"  Replay this case: tritonkit puzzles check {path.parent} {report.puzzle.number} --seed {report.seed}")
     print(f"  Stuck? tritonkit puzzles hint {report.puzzle.number}")
 
 
