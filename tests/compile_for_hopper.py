@@ -22,6 +22,7 @@ matmul = importlib.import_module("tritonkit.ops.matmul")
 norm = importlib.import_module("tritonkit.ops.norm")
 softmax = importlib.import_module("tritonkit.ops.softmax")
 activation = importlib.import_module("tritonkit.ops.activation")
+puzzles = importlib.import_module("tritonkit.puzzles")
 HOPPER = GPUTarget("cuda", 90, 32)
 
 
@@ -217,7 +218,40 @@ def main():
             {**dict.fromkeys(["p_dy", "p_gate", "p_up", "p_dgate", "p_dup"], "*bf16"), "n_elements": "i64"},
             {"ACT": act, "BLOCK_SIZE": 1024},
         )
+    compile_puzzle_solutions()
     return 0
+
+
+def compile_puzzle_solutions():
+    """The puzzles' reference kernels: `tritonkit puzzles check --device cuda` compiles the learner's."""
+    rows = ["n_cols", "stride_x_row", "stride_out_row"]
+    signatures = {
+        1: ({"p_x": "*fp32", "p_y": "*fp32", "p_out": "*fp32", "n": "i32"}, {"BLOCK": 128}),
+        2: ({"p_x": "*bf16", "p_y": "*bf16", "p_out": "*bf16", "n": "i32"}, {"BLOCK": 256}),
+        3: ({"p_x": "*fp32", "p_y": "*fp32", "p_out": "*fp32", **dict.fromkeys(["m", "n", "stride_out_m"], "i32")},
+            {"BLOCK_M": 16, "BLOCK_N": 32}),
+        4: ({"p_img": "*fp32", "p_grey": "*fp32", "height": "i32", "width": "i32"}, {"BLOCK_H": 16, "BLOCK_W": 16}),
+        5: ({"p_x": "*bf16", "p_out": "*fp32", "n_cols": "i32", "stride_x_row": "i32"}, {"BLOCK_N": 64}),
+        6: ({"p_x": "*bf16", "p_out": "*fp32", "n_cols": "i32", "stride_x_row": "i32"}, {"BLOCK_N": 64}),
+        7: ({"p_x": "*bf16", "p_out": "*bf16", **dict.fromkeys(rows, "i32")}, {"BLOCK_N": 64}),
+        8: ({"p_x": "*bf16", "p_out": "*bf16", "n": "i32"}, {"BLOCK": 256}),
+        9: ({**dict.fromkeys(["p_x", "p_w", "p_b", "p_out"], "*bf16"), **dict.fromkeys(rows, "i32"), "eps": "fp32"},
+            {"BLOCK_N": 1024}),
+        10: ({**dict.fromkeys(["p_x", "p_w", "p_out"], "*bf16"), **dict.fromkeys(rows, "i32"), "eps": "fp32"},
+             {"BLOCK_N": 1024}),
+        11: ({**dict.fromkeys(["p_a", "p_b", "p_c"], "*fp16"),
+              **dict.fromkeys(["M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm",
+                               "stride_cn"], "i32")},
+             {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}),
+        12: ({"p_x": "*i32", "p_counts": "*i32", "n": "i32"}, {"BLOCK": 128}),
+        13: ({**dict.fromkeys(["p_q", "p_k", "p_v", "p_out"], "*fp16"),
+              **dict.fromkeys(["seq_len", "stride_h", "stride_l"], "i32"), "scale": "fp32"},
+             {"HEAD_DIM": 64, "BLOCK_M": 16, "BLOCK_N": 16}),
+    }  # fmt: skip
+    for puzzle in puzzles.all_puzzles():
+        signature, constexprs = signatures[puzzle.number]
+        kernel = getattr(importlib.import_module(puzzle.module), puzzle.kernel)
+        compile_one(f"puzzle {puzzle.number} {puzzle.slug}", kernel, signature, constexprs)
 
 
 if __name__ == "__main__":

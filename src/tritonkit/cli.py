@@ -250,8 +250,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.set_defaults(run=_cmd_bench)
 
     from tritonkit.index.cli import add_parser as add_index_parser
+    from tritonkit.learn import add_parser as add_learn_parser
+    from tritonkit.puzzles.cli import add_parser as add_puzzles_parser
 
     add_index_parser(sub)
+    add_puzzles_parser(sub)
+    add_learn_parser(sub)
     return parser
 
 

@@ -1,0 +1,77 @@
+"""The practitioner's guide as runnable lessons: ``tritonkit learn`` lists them, ``tritonkit learn N``
+prints lesson N and runs it (through the interpreter on a machine without a GPU, compiled on one).
+
+Each lesson is one module ``lesson_NN_<slug>.py``: its docstring is the text, ``run(out_dir)`` the
+code, so the text and the code cannot drift apart. ``python -m tritonkit.learn.lesson_01_...`` runs one
+directly (set ``TRITON_INTERPRET=1`` first on a machine without a GPU).
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import re
+import sys
+from pathlib import Path
+
+_NAME = re.compile(r"^lesson_(\d\d)_(\w+)$")
+
+
+def lessons() -> list[tuple[int, str]]:
+    """(number, module name) of every lesson, in order."""
+    found = [
+        (int(match.group(1)), f"{__name__}.{info.name}")
+        for info in pkgutil.iter_modules(__path__)
+        if (match := _NAME.match(info.name))
+    ]
+    return sorted(found)
+
+
+def title(module_name: str) -> str:
+    """The first line of the lesson's docstring, read without importing it (importing defines kernels)."""
+    spec = importlib.util.find_spec(module_name)
+    text = Path(spec.origin).read_text()
+    return text.split('"""', 2)[1].strip().splitlines()[0]
+
+
+def run_lesson(number: int, out_dir: str | None = None, *, show_text: bool = True) -> int:
+    by_number = dict(lessons())
+    if number not in by_number:
+        print(f"there is no lesson {number}: lessons are numbered 1 to {len(by_number)}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(by_number[number])
+    if show_text:
+        print(module.__doc__.strip(), end="\n\n" + "-" * 72 + "\n")
+    module.run(out_dir)
+    return 0
+
+
+def _cmd_learn(args) -> int:
+    from tritonkit._core.env import enable_interpreter_if_no_gpu
+
+    if args.number is None:
+        for number, name in lessons():
+            print(f"{number}. {title(name)}")
+        print("\n`tritonkit learn N` prints lesson N and runs it.")
+        return 0
+    if args.source:
+        spec = importlib.util.find_spec(dict(lessons()).get(args.number, ""))
+        if spec is None:
+            print(f"there is no lesson {args.number}", file=sys.stderr)
+            return 2
+        print(Path(spec.origin).read_text(), end="")
+        return 0
+    enable_interpreter_if_no_gpu()
+    return run_lesson(args.number, args.out)
+
+
+def add_parser(sub) -> None:
+    learn = sub.add_parser(
+        "learn",
+        help="the practitioner's guide as runnable lessons",
+        description="List the lessons, or print lesson N and run it (under the interpreter without a GPU).",
+    )
+    learn.add_argument("number", nargs="?", type=int, help="the lesson to run")
+    learn.add_argument("--out", help="folder for the lesson's files (images, plots)")
+    learn.add_argument("--source", action="store_true", help="print the lesson's source instead of running it")
+    learn.set_defaults(run=_cmd_learn)

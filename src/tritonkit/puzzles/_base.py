@@ -1,0 +1,163 @@
+"""What a puzzle is, where the puzzles are found, and how a puzzle's learner file is written.
+
+Each puzzle is one module ``tritonkit/puzzles/pNN_<slug>.py``. Everything above the line
+:data:`CHECKER_LINE` is the learner's file, with the reference solution in the kernel's body:
+``tritonkit puzzles solution N`` prints it as it is, ``tritonkit puzzles init DIR`` writes it with
+the kernel body replaced by a TODO. Below the line, the module builds its :class:`Puzzle`: inputs,
+float64 reference, cases and hints, which the learner never sees. So the stub, the solution and the
+checker read one file, and nothing is kept twice.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import math
+import pkgutil
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import torch
+
+from tritonkit.registry import Tolerance
+
+CHECKER_LINE = "# ===== checker data: not part of the learner's file ====="
+_MODULE_NAME = re.compile(r"^p(\d\d)_(\w+)$")
+TODO_BODY = "    # TODO: write the kernel (`tritonkit puzzles hint {number}` when stuck).\n    pass\n"
+
+
+@dataclass(frozen=True)
+class Puzzle:
+    """One puzzle: the learner writes ``kernel`` and the checker calls ``launcher``.
+
+    ``make_inputs(case, dtype, device, generator)`` draws the input tensors; ``reference`` computes
+    the expected output from float64 copies of them (and the case, with ``reference_takes_case``);
+    ``out_shape(case)`` and ``out_dtype(dtype)`` describe the output that the checker allocates,
+    fills with poison, and passes as the launcher's last argument. ``cases`` are small shapes for
+    the interpreter (some not multiples of the block sizes), ``gpu_cases`` larger ones for the
+    compiled run. ``block_arg`` names the constexpr that program k's offsets should be shifted by
+    (k * BLOCK) in 1-D puzzles, for the diagnosis of ``pid * n``. ``hints`` go from a nudge to
+    nearly the answer.
+    """
+
+    title: str
+    kernel: str
+    launcher: str
+    make_inputs: Callable
+    reference: Callable
+    out_shape: Callable
+    cases: Sequence[dict]
+    gpu_cases: Sequence[dict]
+    hints: Sequence[str]
+    dtypes: Sequence[torch.dtype] = (torch.float32,)
+    out_dtype: Callable[[torch.dtype], torch.dtype] = lambda dtype: dtype
+    block_arg: str | None = None
+    reference_takes_case: bool = False  # reference(*inputs, case=case) when the inputs do not say it all
+    tolerance: Callable | None = None  # (case, dtype, device) -> Tolerance, else the table's entry
+    number: int = 0
+    slug: str = ""
+    module: str = ""
+
+    @property
+    def file_name(self) -> str:
+        return f"puzzle_{self.number:02d}_{self.slug}.py"
+
+    def tolerance_for(self, case: dict, dtype: torch.dtype, device: str) -> Tolerance:
+        from tritonkit.testing import TOLERANCES
+
+        if self.tolerance is not None:
+            return self.tolerance(case, dtype, device)
+        return TOLERANCES.get(dtype, Tolerance(atol=0, rtol=0))
+
+    def expected(self, case: dict, inputs: tuple) -> torch.Tensor:
+        from tritonkit.testing import upcast
+
+        extra = {"case": case} if self.reference_takes_case else {}
+        return self.reference(*upcast(inputs), **extra)
+
+    def source(self) -> str:
+        """The module's text: the solution file above :data:`CHECKER_LINE`, the checker data below."""
+        return Path(importlib.import_module(self.module).__file__).read_text()
+
+    def solution_text(self) -> str:
+        """The learner's file with the reference solution in it."""
+        text = self.source()
+        if CHECKER_LINE not in text:
+            raise ValueError(f"{self.module} has no line {CHECKER_LINE!r}")
+        return text.split(CHECKER_LINE)[0].rstrip() + "\n"
+
+    def stub_text(self) -> str:
+        """The learner's file with the kernel's body (after its docstring) replaced by a TODO."""
+        text = self.solution_text()
+        function = next(
+            (node for node in ast.parse(text).body if isinstance(node, ast.FunctionDef) and node.name == self.kernel),
+            None,
+        )
+        if function is None:
+            raise ValueError(f"{self.module} defines no kernel named {self.kernel}")
+        first = function.body[0]
+        has_docstring = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+        body_start = first.end_lineno if has_docstring else function.body[0].lineno - 1
+        lines = text.splitlines(keepends=True)
+        return (
+            "".join(lines[:body_start]) + TODO_BODY.format(number=self.number) + "".join(lines[function.end_lineno :])
+        )
+
+
+def scaled_tolerance(length: Callable[[dict], int], *, dot: bool = False, float32_output: bool = False):
+    """A tolerance for outputs that sum ``length(case)`` terms: atol grows like its square root.
+
+    ``float32_output``: the output is float32 whatever the input dtype (sums, maxima), so the float32
+    row applies. ``dot``: on a GPU, fp32 ``tl.dot`` uses TF32 by default (10 mantissa bits, relative
+    error 2**-11 per product), so float32 there gets the float16 row; the interpreter computes in
+    full fp32.
+    """
+    from tritonkit.testing import TOLERANCES
+
+    def tolerance(case, dtype, device):
+        row = torch.float32 if float32_output else dtype
+        if dot and row == torch.float32 and device == "cuda":
+            row = torch.float16
+        base = TOLERANCES[row]
+        return Tolerance(atol=base.atol * math.sqrt(max(length(case), 1)), rtol=base.rtol)
+
+    return tolerance
+
+
+@cache
+def all_puzzles() -> tuple[Puzzle, ...]:
+    """Every puzzle, in order, found by module name (``pNN_slug``); no list is kept anywhere else."""
+    import tritonkit.puzzles as package
+
+    found = []
+    for info in pkgutil.iter_modules(package.__path__):
+        match = _MODULE_NAME.match(info.name)
+        if match is None:
+            continue
+        module_name = f"{package.__name__}.{info.name}"
+        puzzle = importlib.import_module(module_name).PUZZLE
+        found.append(
+            Puzzle(**{**puzzle.__dict__, "number": int(match.group(1)), "slug": match.group(2), "module": module_name})
+        )
+    found.sort(key=lambda p: p.number)
+    numbers = [p.number for p in found]
+    if numbers != list(range(1, len(found) + 1)):
+        raise RuntimeError(f"puzzle numbers must run 1, 2, ... without gaps, got {numbers}")
+    return tuple(found)
+
+
+def get(number: int) -> Puzzle:
+    """Puzzle ``number`` (1-based); ValueError naming the valid range otherwise."""
+    puzzles = all_puzzles()
+    if not 1 <= number <= len(puzzles):
+        raise ValueError(f"there is no puzzle {number}: puzzles are numbered 1 to {len(puzzles)}")
+    return puzzles[number - 1]
+
+
+def draw(shape, dtype: torch.dtype, device, generator, scale: float = 1.0, shift: float = 0.0) -> torch.Tensor:
+    """Normal random numbers drawn in fp32 and rounded to ``dtype``: scale * N(0, 1) + shift."""
+    values = torch.randn(shape, device=device, generator=generator, dtype=torch.float32)
+    return (values * scale + shift).to(dtype)

@@ -1,0 +1,645 @@
+"""The puzzle checker: run a learner's kernel on random cases and say what is wrong, by watching it.
+
+For each case the checker draws inputs, fills the output with poison (NaN, or a sentinel integer),
+and calls the learner's launcher inside :func:`tritonkit.debug.guard_bounds`, which pads every tensor
+with sentinels and reports reads and writes outside them. Around the launch it
+
+* counts launches of the learner's kernel (a launcher that computes the answer with torch and never
+  launches, or changes the output after the kernel ran, is caught),
+* under the interpreter, records every load, store and atomic by program (:class:`MemoryTrace`):
+  which elements each program touched, which lanes fell outside their tensor, and stops an access
+  that would land outside every launched tensor before it crashes the process.
+
+Mistakes are named from what was observed: every program storing the same elements (offsets not
+shifted by the program id), program k starting at k * n instead of k * BLOCK, lanes past the end
+(a missing mask), outputs never written, and float32 passing where bfloat16 fails under the
+interpreter (bf16 arithmetic without a cast).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import traceback
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from tritonkit._core.env import interpreting
+from tritonkit.debug import guard_bounds
+from tritonkit.puzzles._base import Puzzle
+from tritonkit.testing import compare, fresh_seed
+
+_INT_POISON = -(2**31) + 7  # an integer output the kernel never wrote keeps this value
+_SHOW_POSITIONS = 5
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One observation about a failing case: a stable ``code`` (tests match it) and a message."""
+
+    code: str
+    message: str
+
+
+@dataclass
+class CaseOutcome:
+    case: dict
+    dtype: torch.dtype
+    seed: int
+    findings: list[Finding] = field(default_factory=list)
+    max_abs_err: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    @property
+    def codes(self) -> list[str]:
+        return [f.code for f in self.findings]
+
+    def label(self) -> str:
+        shape = " ".join(f"{key}={value}" for key, value in self.case.items())
+        return f"{str(self.dtype).removeprefix('torch.'):<9} {shape}"
+
+
+@dataclass
+class PuzzleReport:
+    puzzle: Puzzle
+    outcomes: list[CaseOutcome]
+    device: str
+    seed: int  # case i of each dtype drew its inputs with seed + i: `--seed` replays them all
+    notes: list[Finding] = field(default_factory=list)  # findings across cases (the bf16 one)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.outcomes) and all(o.ok for o in self.outcomes)
+
+    @property
+    def codes(self) -> list[str]:
+        failing = next((o for o in self.outcomes if not o.ok), None)
+        return [f.code for f in self.notes] + (failing.codes if failing else [])
+
+
+# --------------------------------------------------------------------------------------------------
+# Loading the learner's file
+# --------------------------------------------------------------------------------------------------
+def load_file(path: Path):
+    """Import the learner's file as a fresh module (a new name each time, so edits are seen)."""
+    path = Path(path).resolve()
+    name = f"_tritonkit_learner_{path.stem}_{abs(hash((str(path), path.stat().st_mtime_ns)))}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # triton's jit looks its function's module up
+    spec.loader.exec_module(module)
+    return module
+
+
+# --------------------------------------------------------------------------------------------------
+# Watching launches
+# --------------------------------------------------------------------------------------------------
+@dataclass
+class Launch:
+    grid: tuple
+    args: dict  # kernel argument name -> value
+
+
+class LaunchRecorder:
+    """Replace the module's kernel by a stand-in that records each launch and then runs the kernel.
+
+    The learner's launcher looks the kernel up among its module's globals at call time, so it
+    launches the stand-in. After each launch the output is copied, to see whether the launcher
+    changes it afterwards.
+    """
+
+    def __init__(self, module, kernel_name: str, trace: MemoryTrace | None):
+        self.module, self.kernel_name, self.trace = module, kernel_name, trace
+        self.kernel = getattr(module, kernel_name, None)
+        if self.kernel is None:
+            raise AttributeError(f"the file defines no function named {kernel_name}")
+        self.launches: list[Launch] = []
+        self.out: torch.Tensor | None = None
+        self.after_last_launch: torch.Tensor | None = None
+
+    def __enter__(self):
+        setattr(self.module, self.kernel_name, self)
+        return self
+
+    def __exit__(self, *exc):
+        setattr(self.module, self.kernel_name, self.kernel)
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            names = _arg_names(self.kernel)
+            named = dict(zip(names, args, strict=False)) | kwargs
+            resolved = grid(named) if callable(grid) else grid
+            resolved = tuple(resolved) if isinstance(resolved, (tuple, list)) else (resolved,)
+            self.launches.append(Launch(resolved, named))
+            if self.trace is not None:
+                self.trace.start_launch(named, self.out)
+            try:
+                return self.kernel[grid](*args, **kwargs)
+            finally:
+                if self.out is not None:
+                    self.after_last_launch = self.out.clone()
+
+        return launch
+
+    def __getattr__(self, name):  # anything else (.fn, .arg_names, .run) goes to the real kernel
+        return getattr(self.kernel, name)
+
+
+def _arg_names(kernel) -> list[str]:
+    names = getattr(kernel, "arg_names", None)
+    if names is None and hasattr(kernel, "fn"):  # an Autotuner or Heuristics wraps the JITFunction
+        return _arg_names(kernel.fn)
+    return list(names or [])
+
+
+class WildAccessError(RuntimeError):
+    """An access outside every tensor of the launch, stopped before it could crash the process."""
+
+
+@dataclass
+class _Region:
+    name: str
+    start: int  # address of element 0
+    numel: int  # elements from the first to the last one the strides reach
+    lo: int  # the allocation holding it (the guard's padded buffer): accesses there are safe
+    hi: int
+    item: int
+
+
+@dataclass
+class Access:
+    kind: str  # "load", "store" or "atomic"
+    pid: tuple[int, int, int]
+    tensor: str
+    offsets: np.ndarray  # element offsets of the active lanes from the tensor's element 0
+    numel: int
+    first_attempt: int | None = None  # stores to the output: lowest offset of any lane, masked or not
+
+
+class MemoryTrace:
+    """Under the interpreter, record each load, store and atomic of a launch, per program.
+
+    It wraps the interpreter's builder (``create_masked_load``/``_store``/``create_atomic_rmw``); when
+    a Triton release renames those, :meth:`available` is False and the checker works without it.
+    """
+
+    _METHODS = ("create_masked_load", "create_masked_store", "create_atomic_rmw")
+
+    def __init__(self):
+        from triton.runtime import interpreter
+
+        self.builder = interpreter.interpreter_builder
+        self.regions: list[_Region] = []
+        self.accesses: list[Access] = []
+        self.out_region: _Region | None = None
+        self.out_name: str | None = None  # the kernel argument that received the output (traced run)
+        self.enabled = True
+
+    @staticmethod
+    def available() -> bool:
+        if not interpreting():
+            return False
+        try:
+            from triton.runtime import interpreter
+        except ImportError:
+            return False
+        builder = getattr(interpreter, "interpreter_builder", None)
+        return builder is not None and all(hasattr(builder, m) for m in MemoryTrace._METHODS)
+
+    def start_launch(self, named_args: dict, out: torch.Tensor | None) -> None:
+        self.regions, self.out_region = [], None
+        for name, value in named_args.items():
+            if not isinstance(value, torch.Tensor):
+                continue
+            storage = value.untyped_storage()
+            span = 1 + sum((s - 1) * abs(st) for s, st in zip(value.shape, value.stride(), strict=True))
+            region = _Region(
+                name,
+                value.data_ptr(),
+                span if value.numel() else 0,
+                storage.data_ptr(),
+                storage.data_ptr() + storage.nbytes(),
+                value.element_size(),
+            )
+            self.regions.append(region)
+            if out is not None and value.data_ptr() == out.data_ptr():
+                self.out_region = region
+                if self.enabled:
+                    self.out_name = name
+
+    def __enter__(self):
+        load, store, atomic = (getattr(self.builder, m) for m in self._METHODS)
+
+        def traced_load(ptrs, mask, *rest):
+            self._record("load", ptrs.data, mask.data)
+            return load(ptrs, mask, *rest)
+
+        def traced_store(ptrs, value, mask, *rest):
+            self._record("store", ptrs.data, mask.data)
+            return store(ptrs, value, mask, *rest)
+
+        def traced_atomic(op, ptrs, value, mask, *rest):
+            self._record("atomic", ptrs.data, mask.data)
+            return atomic(op, ptrs, value, mask, *rest)
+
+        for method, traced in zip(self._METHODS, (traced_load, traced_store, traced_atomic), strict=True):
+            setattr(self.builder, method, traced)
+        return self
+
+    def __exit__(self, *exc):
+        for method in self._METHODS:
+            self.builder.__dict__.pop(method, None)
+
+    def _record(self, kind: str, ptrs: np.ndarray, mask: np.ndarray | None) -> None:
+        pid = tuple(int(i) for i in self.builder.grid_idx)
+        ptrs = np.asarray(ptrs, dtype=np.uint64).astype(np.int64)
+        active = np.ones(ptrs.shape, bool) if mask is None else np.broadcast_to(np.asarray(mask, bool), ptrs.shape)
+        live = ptrs[active]
+        claimed = np.zeros(live.shape, bool)
+        for region in self.regions:
+            inside = (live >= region.lo) & (live < region.hi)
+            claimed |= inside
+            if inside.any() and self.enabled:
+                self.accesses.append(
+                    Access(kind, pid, region.name, (live[inside] - region.start) // region.item, region.numel)
+                )
+        # Checked in every run, traced or not: such an access would crash the process.
+        if not claimed.all():
+            address = int(live[~claimed][0])
+            nearest = min(self.regions, key=lambda r: abs(address - r.start), default=None)
+            where = (
+                f"element {(address - nearest.start) // nearest.item} of {nearest.name} ({nearest.numel} elements)"
+                if nearest
+                else f"address {address:#x}"
+            )
+            raise WildAccessError(
+                f"program {pid} tried to {kind} {where}, far outside every tensor of the launch; the checker "
+                "stopped it before it crashed the process"
+            )
+        if kind == "store" and self.enabled and self.out_region is not None and ptrs.size:
+            out = self.out_region
+            self.accesses.append(
+                Access(
+                    "attempt",
+                    pid,
+                    out.name,
+                    np.empty(0, np.int64),
+                    out.numel,
+                    first_attempt=int((ptrs.min() - out.start) // out.item),
+                )
+            )
+
+
+# --------------------------------------------------------------------------------------------------
+# One case
+# --------------------------------------------------------------------------------------------------
+def _poison(dtype: torch.dtype):
+    return float("nan") if dtype.is_floating_point else _INT_POISON
+
+
+def _unwritten(out: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
+    if out.dtype.is_floating_point:
+        return torch.isnan(out) & ~torch.isnan(expected)
+    return out == _INT_POISON
+
+
+def _format_value(value: float) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def _where(index: tuple[int, ...]) -> str:
+    return "[" + ", ".join(str(i) for i in index) + "]"
+
+
+def _learner_line(error: BaseException, path: str | None) -> str:
+    """``file, line N: code`` of the deepest frame in the learner's file, if any."""
+    found = ""
+    chain = error
+    while chain is not None:
+        for frame in traceback.extract_tb(chain.__traceback__):
+            if path and Path(frame.filename).resolve() == Path(path).resolve():
+                found = f" (line {frame.lineno}: {frame.line.strip()})" if frame.line else f" (line {frame.lineno})"
+        chain = chain.__cause__ or chain.__context__
+    return found
+
+
+def _root_error(error: BaseException) -> BaseException:
+    while error.__cause__ is not None:
+        error = error.__cause__
+    return error
+
+
+def run_case(puzzle: Puzzle, module, case: dict, dtype: torch.dtype, seed: int, device: str) -> CaseOutcome:
+    """Run one case of ``puzzle`` through ``module``'s launcher and report what went wrong, if anything."""
+    outcome = CaseOutcome(case, dtype, seed)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    inputs = tuple(puzzle.make_inputs(case, dtype, device, generator))
+    expected = puzzle.expected(case, inputs)
+    out = torch.full(
+        puzzle.out_shape(case), _poison(puzzle.out_dtype(dtype)), dtype=puzzle.out_dtype(dtype), device=device
+    )
+    launcher = getattr(module, puzzle.launcher, None)
+    if launcher is None:
+        outcome.findings.append(Finding("no-launcher", f"the file defines no function named {puzzle.launcher}"))
+        return outcome
+    inputs_before = [t.clone() for t in inputs]
+    trace = MemoryTrace() if MemoryTrace.available() else None
+    recorder = LaunchRecorder(module, puzzle.kernel, trace)
+    runs = []
+
+    def launch(*views):
+        recorder.launches, recorder.out, recorder.after_last_launch = [], views[-1], None
+        if trace is not None:
+            trace.enabled = not runs  # the first run (NaN padding) is traced; the second only guarded
+        returned = launcher(*views)
+        runs.append((views, returned, list(recorder.launches), recorder.after_last_launch))
+        return returned
+
+    try:
+        with recorder:
+            if trace is not None:
+                with trace:
+                    bounds = guard_bounds(launch, *inputs, out)
+            else:
+                bounds = guard_bounds(launch, *inputs, out)
+    except Exception as error:
+        root = _root_error(error)
+        where = _learner_line(error, getattr(module, "__file__", None))
+        code = "wild-access" if isinstance(root, WildAccessError) else "exception"
+        outcome.findings.append(Finding(code, f"{type(root).__name__}: {root}{where}"))
+        return outcome
+
+    views, returned, launches, after_last_launch = runs[0]
+    result = views[-1]
+    findings = outcome.findings
+    if not launches:
+        findings.append(
+            Finding(
+                "never-launched",
+                f"{puzzle.launcher} never launched {puzzle.kernel}: the output did not come from your kernel "
+                "(a launcher must launch the kernel, kernel[grid](...), not compute the answer with torch)",
+            )
+        )
+    elif not torch.equal(_bits_or_self(after_last_launch), _bits_or_self(result)):
+        findings.append(
+            Finding(
+                "written-outside-kernel",
+                f"{puzzle.launcher} changed the output after {puzzle.kernel} ran: the answer must come from the kernel",
+            )
+        )
+    if isinstance(returned, torch.Tensor) and returned is not result:
+        result = returned
+    if result.shape != expected.shape:
+        findings.append(
+            Finding("shape-mismatch", f"output shape {tuple(result.shape)}, expected {tuple(expected.shape)}")
+        )
+        return outcome
+    if result.dtype != out.dtype:
+        findings.append(Finding("dtype-mismatch", f"output dtype {result.dtype}, expected {out.dtype}"))
+        return outcome
+    for position, (before, tensor) in enumerate(zip(inputs_before, inputs, strict=True)):
+        if not torch.equal(_bits_or_self(before), _bits_or_self(tensor)):
+            findings.append(Finding("input-modified", f"input {position} was changed: the kernel wrote into it"))
+    if trace is not None:
+        findings.extend(_trace_findings(trace.accesses, trace.out_name, launches, puzzle))
+    if not bounds.ok and not any(f.code == "missing-mask" for f in findings):
+        findings.append(Finding("out-of-bounds", f"the guard saw accesses outside the tensors:\n{bounds}"))
+    findings.extend(_value_findings(puzzle, case, dtype, device, result, expected, launches, outcome))
+    return outcome
+
+
+def _bits_or_self(tensor: torch.Tensor | None) -> torch.Tensor | None:
+    """Integers of the same width, so that NaN compares equal to the same NaN."""
+    if tensor is None or not tensor.dtype.is_floating_point:
+        return tensor
+    return tensor.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()])
+
+
+def _value_findings(puzzle, case, dtype, device, result, expected, launches, outcome) -> list[Finding]:
+    tolerance = puzzle.tolerance_for(case, dtype, device)
+    comparison = compare(result, expected, tolerance)
+    outcome.max_abs_err = comparison.max_abs_err
+    if comparison.ok:
+        return []
+    result, expected = result.detach().cpu(), expected.detach().cpu()
+    unwritten = _unwritten(result, expected)
+    bad = ~torch.isclose(result.to(torch.float64), expected.to(torch.float64), tolerance.rtol, tolerance.atol, True)
+    findings = []
+    n_unwritten = int(unwritten.sum())
+    if any(f.code == "never-written" for f in outcome.findings):
+        pass  # the trace saw no store at all
+    elif n_unwritten == result.numel():
+        findings.append(Finding("never-written", "the kernel wrote nothing: every output still holds the poison"))
+    elif n_unwritten:
+        first = [_where(tuple(i)) for i in unwritten.nonzero()[:_SHOW_POSITIONS].tolist()]
+        findings.append(
+            Finding(
+                "never-written",
+                f"{n_unwritten} of {result.numel()} outputs were never written (first at {', '.join(first)})",
+            )
+        )
+    wrong = bad & ~unwritten
+    if int(wrong.sum()):
+        lines = [
+            f"  at {_where(tuple(i))}: expected {_format_value(expected[tuple(i)].item())}, "
+            f"got {_format_value(result[tuple(i)].item())}"
+            for i in wrong.nonzero()[:_SHOW_POSITIONS].tolist()
+        ]
+        findings.append(
+            Finding(
+                "wrong-values",
+                f"{int(wrong.sum())} of {result.numel()} outputs are wrong (tolerance atol={tolerance.atol:.2g}, "
+                f"rtol={tolerance.rtol:.2g}):\n" + "\n".join(lines),
+            )
+        )
+    if not any(f.code in ("not-shifted", "pid-times-n") for f in outcome.findings):
+        findings.extend(_first_block_only(result, unwritten, bad, launches, puzzle))
+    return findings
+
+
+def _first_block_only(result, unwritten, bad, launches, puzzle) -> list[Finding]:
+    """Without a trace (compiled), the output's shape of failure: only the first block right."""
+    if puzzle.block_arg is None or not launches or result.dim() != 1:
+        return []
+    block = launches[0].args.get(puzzle.block_arg)
+    if not isinstance(block, int) or result.numel() <= block:
+        return []
+    good_head = not bool(bad[:block].any())
+    rest_unwritten = bool(unwritten[block:].all())
+    if good_head and rest_unwritten:
+        return [
+            Finding(
+                "first-block-only",
+                f"only the first block ({puzzle.block_arg} = {block} elements) is right and nothing after it was "
+                "written: every program stored to the first block (offsets not shifted by tl.program_id), or the "
+                f"shift jumps past the end where the mask drops the stores (pid * n instead of pid * "
+                f"{puzzle.block_arg})",
+            )
+        ]
+    return []
+
+
+# --------------------------------------------------------------------------------------------------
+# What the trace shows
+# --------------------------------------------------------------------------------------------------
+def _trace_findings(accesses: list[Access], out_name: str | None, launches: list[Launch], puzzle) -> list[Finding]:
+    findings = []
+    for kind, verb in (("store", "stored"), ("load", "loaded"), ("atomic", "updated atomically")):
+        for access in accesses:
+            if access.kind != kind:
+                continue
+            outside = access.offsets[(access.offsets < 0) | (access.offsets >= access.numel)]
+            if outside.size:
+                lo, hi = int(outside.min()), int(outside.max())
+                findings.append(
+                    Finding(
+                        "missing-mask",
+                        f"program {access.pid} {verb} {outside.size} elements outside {access.tensor} (elements "
+                        f"{lo}..{hi}; it has {access.numel}): lanes past the end need mask= (offsets < n), "
+                        "and a load also other=",
+                    )
+                )
+                break
+    stored: dict[tuple, set] = defaultdict(set)  # plain stores only: atomics may share elements
+    for access in accesses:
+        if access.kind == "store" and access.tensor == out_name:
+            stored[access.pid].update(access.offsets.tolist())
+            if np.unique(access.offsets).size < access.offsets.size:
+                return [*findings, _collision(access)]
+    if not stored and not any(a.kind == "atomic" and a.tensor == out_name for a in accesses):
+        findings.append(
+            Finding("never-written", "the kernel never stored anything to its output (is its body still the stub's?)")
+        )
+    programs = sorted(stored)
+    n_programs = int(np.prod(launches[0].grid)) if launches else 0
+    if len(programs) > 1 and all(stored[p] == stored[programs[0]] for p in programs):
+        findings.append(
+            Finding(
+                "not-shifted",
+                f"all {len(programs)} programs stored to the same {len(stored[programs[0]])} elements of "
+                f"{out_name}: the offsets are not shifted by the program id (start at tl.program_id(0) * BLOCK)",
+            )
+        )
+    elif n_programs > 1:
+        findings.extend(_unused_axis(stored, launches[0].grid, out_name) or _race(stored, out_name))
+    findings.extend(_pid_times_n(accesses, launches, puzzle))
+    return findings
+
+
+def _unused_axis(stored: dict, grid: tuple, out_name: str | None) -> list[Finding]:
+    """Programs that differ along one axis only, yet store the same elements: that axis is unused."""
+    for axis in range(len(grid)):
+        if grid[axis] < 2:
+            continue
+        same = [
+            stored[p] == stored[(*p[:axis], 0, *p[axis + 1 :])]
+            for p in stored
+            if p[axis] > 0 and (*p[:axis], 0, *p[axis + 1 :]) in stored
+        ]
+        if same and all(same):
+            return [
+                Finding(
+                    "not-shifted",
+                    f"programs that differ only in tl.program_id({axis}) store to the same elements of {out_name}: "
+                    f"the offsets do not use program id {axis}",
+                )
+            ]
+    return []
+
+
+def _collision(access: Access) -> Finding:
+    values, counts = np.unique(access.offsets, return_counts=True)
+    return Finding(
+        "race",
+        f"one store of program {access.pid} writes element {int(values[counts.argmax()])} of {access.tensor} from "
+        f"{int(counts.max())} lanes at once, and only one of them lands: to add up contributions to the same "
+        "element (a histogram), use tl.atomic_add",
+    )
+
+
+def _race(stored: dict, out_name: str | None) -> list[Finding]:
+    """Two programs storing to one element: on a GPU they run at once and one update is lost."""
+    owner: dict[int, tuple] = {}
+    for pid in sorted(stored):
+        for element in stored[pid]:
+            if element in owner:
+                return [
+                    Finding(
+                        "race",
+                        f"programs {owner[element]} and {pid} both store to element {element} of {out_name}. The "
+                        "interpreter runs programs one at a time, so this passes on the CPU, but on a GPU they run "
+                        "at once and one update is lost: give each element to one program, or use tl.atomic_add",
+                    )
+                ]
+            owner[element] = pid
+    return []
+
+
+def _pid_times_n(accesses: list[Access], launches: list[Launch], puzzle: Puzzle) -> list[Finding]:
+    """Program k's block starts at k * (an integer argument) other than k * BLOCK."""
+    if puzzle.block_arg is None or not launches:
+        return []
+    args = launches[0].args
+    block = args.get(puzzle.block_arg)
+    starts = {}
+    for access in accesses:
+        if access.kind == "attempt" and access.pid[1:] == (0, 0):
+            starts[access.pid[0]] = min(starts.get(access.pid[0], access.first_attempt), access.first_attempt)
+    if 1 not in starts or starts[1] == block:
+        return []
+    step = starts[1] - starts.get(0, 0)
+    culprits = [
+        name
+        for name, value in args.items()
+        if name != puzzle.block_arg and isinstance(value, int) and not isinstance(value, bool) and value == step
+    ]
+    if not culprits:
+        return []
+    return [
+        Finding(
+            "pid-times-n",
+            f"program 1 starts at element {starts[1]} and program k at k * {culprits[0]} (= {step}): the block "
+            f"start should be tl.program_id(0) * {puzzle.block_arg} (= {block}), not * {culprits[0]}",
+        )
+    ]
+
+
+# --------------------------------------------------------------------------------------------------
+# A whole puzzle
+# --------------------------------------------------------------------------------------------------
+def check_puzzle(
+    puzzle: Puzzle, module, *, device: str = "cpu", seed: int | None = None, cases=None, dtypes=None
+) -> PuzzleReport:
+    """Run every case in every dtype (float32 first) and stop at the first failing case.
+
+    Under the interpreter, float32 passing and a 16-bit dtype failing adds the bf16-cast diagnosis.
+    """
+    cases = list(cases if cases is not None else (puzzle.gpu_cases if device == "cuda" else puzzle.cases))
+    base_seed = fresh_seed() if seed is None else seed
+    report = PuzzleReport(puzzle, [], device, base_seed)
+    passed_dtypes = []
+    for dtype in dtypes or puzzle.dtypes:
+        for index, case in enumerate(cases):
+            outcome = run_case(puzzle, module, case, dtype, base_seed + index, device)
+            report.outcomes.append(outcome)
+            if outcome.ok:
+                continue
+            if torch.float32 in passed_dtypes and dtype in (torch.bfloat16, torch.float16) and interpreting():
+                report.notes.append(
+                    Finding(
+                        "bf16-no-cast",
+                        f"float32 passes but {str(dtype).removeprefix('torch.')} fails. The interpreter computes "
+                        "16-bit arithmetic on raw bits (bf16 especially): load, .to(tl.float32), compute in "
+                        "float32, and store (the store casts back to the output's dtype)",
+                    )
+                )
+            return report
+        passed_dtypes.append(dtype)
+    return report

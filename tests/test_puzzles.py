@@ -1,0 +1,163 @@
+"""The puzzles: every reference solution passes, every stub fails, and each known mistake fails
+with its own diagnosis. The mistakes are small edits of the reference solutions, so they follow
+the solutions as those change (each edit asserts that its target text is still there)."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from tritonkit.puzzles import all_puzzles, get
+from tritonkit.puzzles.checker import check_puzzle, load_file
+from tritonkit.puzzles.cli import main as puzzles_main
+
+PUZZLES = all_puzzles()
+
+
+def _module(puzzle):
+    return importlib.import_module(puzzle.module)
+
+
+def test_there_are_thirteen_puzzles_numbered_in_order_each_with_hints_and_odd_sizes():
+    assert [p.number for p in PUZZLES] == list(range(1, 14))
+    for puzzle in PUZZLES:
+        assert len(puzzle.hints) >= 3, puzzle.title
+        assert len(puzzle.cases) >= 3 and puzzle.gpu_cases, puzzle.title
+        # At least one case whose sizes are not all powers of two (so not a multiple of the blocks).
+        assert any(any(v & (v - 1) for v in case.values()) for case in puzzle.cases), puzzle.title
+
+
+@pytest.mark.parametrize("puzzle", PUZZLES, ids=lambda p: f"{p.number:02d}-{p.slug}")
+def test_reference_solution_passes_and_stub_fails(puzzle, device, tmp_path):
+    report = check_puzzle(puzzle, _module(puzzle), device=device)
+    failing = [(o.label(), o.seed, o.findings) for o in report.outcomes if not o.ok]
+    assert report.ok, failing
+    assert len(report.outcomes) == len(puzzle.dtypes) * len(puzzle.gpu_cases if device == "cuda" else puzzle.cases)
+    stub = tmp_path / puzzle.file_name
+    stub.write_text(puzzle.stub_text())
+    stub_report = check_puzzle(puzzle, load_file(stub), device=device, cases=puzzle.cases[-1:])
+    assert not stub_report.ok
+    assert "never-written" in stub_report.codes or "wrong-values" in stub_report.codes
+
+
+def _mutant(tmp_path, number: int, *edits: tuple[str, str]):
+    puzzle = get(number)
+    text = puzzle.solution_text()
+    for old, new in edits:
+        assert old in text, f"puzzle {number}'s solution no longer contains {old!r}"
+        text = text.replace(old, new)
+    path = tmp_path / puzzle.file_name
+    path.write_text(text)
+    return puzzle, load_file(path)
+
+
+_SHIFT = ("o_x = i_block * BLOCK + tl.arange(0, BLOCK)", "o_x = tl.arange(0, BLOCK)")
+_PID_N = ("o_x = i_block * BLOCK + tl.arange(0, BLOCK)", "o_x = i_block * n + tl.arange(0, BLOCK)")
+_NO_MASK = ("m_x = o_x < n", "m_x = None")
+_LAUNCH = "    vector_add_kernel[grid](x, y, out, n, BLOCK=BLOCK)"
+_CHEAT = (_LAUNCH, "    out.copy_(x + y)")
+_EMPTY = ("    tl.store(p_out + o_x, b_x + b_y, mask=m_x)", "    pass")
+_NO_CAST = (".to(tl.float32)", "")
+
+
+@pytest.mark.parametrize(
+    ("number", "edits", "code"),
+    [
+        (1, [_SHIFT], "not-shifted"),
+        (1, [_PID_N], "pid-times-n"),
+        (1, [_NO_MASK], "missing-mask"),
+        (1, [_CHEAT], "never-launched"),
+        (1, [_EMPTY], "never-written"),
+        (2, [_NO_CAST], "bf16-no-cast"),
+        (3, [("o_n = tl.program_id(1) * BLOCK_N", "o_n = 0 * BLOCK_N")], "not-shifted"),
+        (4, [("m_hw = (o_h[:, None] < height) & (o_w[None, :] < width)", "m_hw = o_h[:, None] < height")],
+         "missing-mask"),
+        (12, [("tl.atomic_add(p_counts + b_bins, tl.full([BLOCK], 1, dtype=tl.int32), mask=m_x)",
+               "tl.store(p_counts + b_bins, tl.load(p_counts + b_bins, mask=m_x) + 1, mask=m_x)")], "race"),
+        (6, [('other=float("-inf")', "other=0.0")], "wrong-values"),
+    ],
+    ids=["not-shifted", "pid-times-n", "missing-mask", "cheat", "empty-kernel", "bf16-no-cast", "unused-axis",
+         "2d-missing-column-mask", "histogram-race", "max-other-zero"],
+)  # fmt: skip
+def test_known_mistake_fails_with_its_diagnosis(tmp_path, number, edits, code):
+    puzzle, module = _mutant(tmp_path, number, *edits)
+    report = check_puzzle(puzzle, module)
+    assert not report.ok
+    assert code in report.codes, report.codes
+
+
+def test_a_launcher_that_overwrites_the_kernels_output_is_caught(tmp_path):
+    puzzle, module = _mutant(
+        tmp_path,
+        1,
+        _EMPTY,
+        (_LAUNCH, _LAUNCH + "\n    out.copy_(x + y)"),
+    )  # fmt: skip
+    assert "written-outside-kernel" in check_puzzle(puzzle, module).codes
+
+
+def test_without_the_trace_the_guard_and_the_output_pattern_still_name_the_mistake(tmp_path, monkeypatch):
+    """What the compiled path sees (no interpreter trace): guard_bounds and the shape of the failure."""
+    from tritonkit.puzzles import checker
+
+    monkeypatch.setattr(checker.MemoryTrace, "available", staticmethod(lambda: False))
+    puzzle, module = _mutant(tmp_path, 1, _NO_MASK)
+    report = check_puzzle(puzzle, module, cases=[{"n": 100}])
+    assert report.codes == ["out-of-bounds"]
+    assert "written outside" in report.outcomes[0].findings[0].message
+    puzzle, module = _mutant(tmp_path, 1, _SHIFT)
+    assert "first-block-only" in check_puzzle(puzzle, module, cases=[{"n": 1000}]).codes
+
+
+def test_messages_name_positions_values_and_the_learners_line(tmp_path):
+    puzzle, module = _mutant(tmp_path, 1, ("b_x + b_y, mask=m_x)", "b_x - b_y, mask=m_x)"))
+    report = check_puzzle(puzzle, module, cases=[{"n": 100}], seed=3)
+    (finding,) = report.outcomes[0].findings
+    assert finding.code == "wrong-values" and "at [0]: expected" in finding.message and ", got " in finding.message
+    puzzle, module = _mutant(tmp_path, 1, ("tl.arange(0, BLOCK)", "tl.arange(0, n)"))
+    (finding,) = check_puzzle(puzzle, module, cases=[{"n": 100}]).outcomes[0].findings
+    assert finding.code == "exception" and "(line 25: o_x = i_block * BLOCK + tl.arange(0, n))" in finding.message
+
+
+def test_an_access_far_outside_every_tensor_is_stopped_not_crashing(tmp_path):
+    puzzle, module = _mutant(tmp_path, 12, ("mask=m_x, other=0)", "mask=m_x, other=0) + (1 << 30)"))
+    report = check_puzzle(puzzle, module, cases=[{"n": 10, "bins": 4}])
+    assert report.codes == ["wild-access"]
+
+
+def test_cli_init_check_hint_solution(tmp_path, capsys):
+    folder = tmp_path / "mine"
+    assert puzzles_main(["puzzles", "init", str(folder)]) == 0
+    assert len(list(folder.glob("puzzle_*.py"))) == len(PUZZLES)
+    # An untouched stub fails with the diagnosis; the solution pasted in passes.
+    assert puzzles_main(["puzzles", "check", str(folder), "1"]) == 1
+    assert "the kernel never stored anything" in capsys.readouterr().out
+    (folder / get(1).file_name).write_text(get(1).solution_text())
+    assert puzzles_main(["puzzles", "check", str(folder), "1"]) == 0
+    assert "1 passed, 0 failed" in capsys.readouterr().out
+    assert puzzles_main(["puzzles", "check", str(folder)]) == 0  # the others are "not started"
+    assert "12 not started" in capsys.readouterr().out
+    assert puzzles_main(["puzzles", "hint", "13", "--level", "2"]) == 0
+    hints = capsys.readouterr().out
+    assert "1. " in hints and "2. " in hints and "3. " not in hints
+    assert puzzles_main(["puzzles", "solution", "2"]) == 0
+    assert "def add_relu_kernel" in capsys.readouterr().out
+    assert puzzles_main(["puzzles", "hint", "14"]) == 2
+    assert puzzles_main(["puzzles", "list"]) == 0
+    assert "flash-attention forward" in capsys.readouterr().out
+
+
+def test_stub_keeps_the_docstrings_and_the_launcher_and_drops_the_checker_data():
+    for puzzle in PUZZLES:
+        stub = puzzle.stub_text()
+        assert "checker data" not in stub and "PUZZLE" not in stub
+        assert f"def {puzzle.launcher}(" in stub and "# TODO" in stub
+        compile(stub, puzzle.file_name, "exec")
+
+
+def test_a_returned_torch_result_of_the_wrong_dtype_is_named(tmp_path):
+    puzzle, module = _mutant(tmp_path, 1, (_LAUNCH, "    return (x + y).double()"))
+    report = check_puzzle(puzzle, module, cases=[{"n": 10}])
+    assert report.codes[:2] == ["never-launched", "dtype-mismatch"]
+    assert "torch.float64, expected torch.float32" in report.outcomes[0].findings[1].message
