@@ -24,6 +24,7 @@ softmax = importlib.import_module("tritonkit.ops.softmax")
 activation = importlib.import_module("tritonkit.ops.activation")
 lora = importlib.import_module("tritonkit.ops.lora")
 HOPPER = GPUTarget("cuda", 90, 32)
+_GEMM_TILE = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_SIZE": 8, "UPCAST": False}
 _LORA_STRIDES = ("stride_p_m", "stride_p_d", "stride_q_d", "stride_q_n", "stride_l1_d", "stride_l1_r",
                  "stride_l2_r", "stride_l2_n", "stride_out_m", "stride_out_n", "stride_pl1_m")  # fmt: skip
 
@@ -99,14 +100,7 @@ def main():
                     ["stride_a_m", "stride_a_k", "stride_b_k", "stride_b_n", "stride_c_m", "stride_c_n"], "i32"
                 ),
             },
-            {
-                "BLOCK_M": 128,
-                "BLOCK_N": 128,
-                "BLOCK_K": 64,
-                "GROUP_SIZE": 8,
-                "INPUT_PRECISION": precision,
-                "UPCAST": False,
-            },
+            {**_GEMM_TILE, "INPUT_PRECISION": precision},
             num_warps=8,
             num_stages=3,
         )
@@ -236,12 +230,8 @@ def main():
                 "HAS_BIAS": has_bias,
                 "R_PAD": r_pad,
                 "SPLIT": dtype != "fp32",
-                "BLOCK_M": 128,
-                "BLOCK_N": 128,
-                "BLOCK_K": 64,
-                "GROUP_SIZE": 8,
+                **_GEMM_TILE,
                 "INPUT_PRECISION": precision,
-                "UPCAST": False,
             },
             num_warps=8,
             num_stages=3,

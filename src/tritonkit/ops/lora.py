@@ -35,7 +35,7 @@ from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor
 from tritonkit._core.dispatch import cheapest_path
 from tritonkit._core.env import interpreting
 from tritonkit.debug import mask_2d, offsets_2d
-from tritonkit.ops.matmul import _FIXED_TILE, _input_precision, matmul_autotune_configs
+from tritonkit.ops.matmul import _FIXED_TILE, _input_precision, grouped_tile, matmul_autotune_configs
 from tritonkit.registry import Inputs, KernelSpec, Tolerance, register
 from tritonkit.testing import TOLERANCES
 
@@ -84,15 +84,7 @@ def _lora_matmul_kernel(
     program of tile-column 0 stores its rows of PL1 (the others computed the same values). Tiles are
     visited in groups of GROUP_SIZE tile-rows, as tk.ops.matmul does.
     """
-    i_pid = tl.program_id(0)
-    n_tiles_m = tl.cdiv(M, BLOCK_M)
-    n_tiles_n = tl.cdiv(N, BLOCK_N)
-    n_pids_in_group = GROUP_SIZE * n_tiles_n
-    first_m = (i_pid // n_pids_in_group) * GROUP_SIZE
-    rows_in_group = tl.minimum(n_tiles_m - first_m, GROUP_SIZE)
-    i_m = first_m + (i_pid % n_pids_in_group) % rows_in_group
-    i_n = (i_pid % n_pids_in_group) // rows_in_group
-
+    i_m, i_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_SIZE)
     o_m = (i_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
     o_n = (i_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
     o_k = tl.arange(0, BLOCK_K)
