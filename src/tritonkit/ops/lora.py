@@ -18,6 +18,17 @@ tensor-core dot they are split in two 16-bit parts, hi = t.to(dtype) and lo = (t
 both are multiplied: t is carried to about twice the dtype's precision (the split costs r / K of the
 GEMM), where torch's eager LoRA rounds it to the 16-bit dtype. Each output is rounded once.
 
+Where the fusion pays, and where it may not (to be settled by the benchmark; no GPU has run this
+yet). The unfused path, torch's eager LoRA and this spec's "torch" provider, is a cuBLAS GEMM plus
+``x A^T`` (one more read of x) and an add of the adapter's product (one more read and write of y):
+2 * tokens * (K + 2N) bytes beyond the GEMM. For few tokens (decoding, the small bench case) the GEMM
+is memory-bound on W and those extras and two more launches are the whole difference, so the fused
+kernel should win. For many tokens (8192 x 4096 x 4096 bf16) the GEMM is compute-bound, the extras
+are 10 to 15% of its time at H100 and H200 bandwidths, and the question is whether this Triton GEMM (its tile, plus r_pad / BLOCK_N
+more MMA work) comes within that of cuBLAS. Until a GPU run answers it, every call takes the fused
+path; the bench cases (small, 8192 tokens at r = 16 and 64, Llama's 11008-wide up projection) measure
+exactly this crossover against torch eager and torch.compile.
+
 No ``from __future__ import annotations`` here: torch.library reads the launchers' type hints at runtime.
 """
 
