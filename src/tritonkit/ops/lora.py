@@ -15,8 +15,9 @@ requires grad: a frozen base weight costs nothing), ``dbias = sum(dy)``.
 
 Precision: the rank-r intermediates (x A^T, dy B) stay fp32. Where they meet 16-bit operands in a
 tensor-core dot they are split in two 16-bit parts, hi = t.to(dtype) and lo = (t - hi).to(dtype), and
-both are multiplied: t is carried to about twice the dtype's precision (the split costs r / K of the
-GEMM), where torch's eager LoRA rounds it to the 16-bit dtype. Each output is rounded once.
+both are multiplied: t is carried to about twice the dtype's precision (the split costs 2 r_pad / K
+of the GEMM), where torch's eager LoRA rounds it to the 16-bit dtype. y, dx, dW and dbias are rounded
+once from fp32; dA and dB at most twice (cuBLAS rounds the hi part's product before the fp32 sum).
 
 Where the fusion pays, and where it may not (to be settled by the benchmark; no GPU has run this
 yet). The unfused path, torch's eager LoRA and this spec's "torch" provider, is a cuBLAS GEMM plus
@@ -24,10 +25,10 @@ yet). The unfused path, torch's eager LoRA and this spec's "torch" provider, is 
 2 * tokens * (K + 2N) bytes beyond the GEMM. For few tokens (decoding, the small bench case) the GEMM
 is memory-bound on W and those extras and two more launches are the whole difference, so the fused
 kernel should win. For many tokens (8192 x 4096 x 4096 bf16) the GEMM is compute-bound, the extras
-are 10 to 15% of its time at H100 and H200 bandwidths, and the question is whether this Triton GEMM (its tile, plus r_pad / BLOCK_N
-more MMA work) comes within that of cuBLAS. Until a GPU run answers it, every call takes the fused
-path; the bench cases (small, 8192 tokens at r = 16 and 64, Llama's 11008-wide up projection) measure
-exactly this crossover against torch eager and torch.compile.
+are 10 to 15% of its time at H100 and H200 bandwidths, and the question is whether this Triton GEMM
+(its tile, plus r_pad / BLOCK_N more MMA work) comes within that of cuBLAS. Until a GPU run answers
+it, every call takes the fused path; the bench cases (small, 8192 tokens at r = 16 and 64, Llama's
+11008-wide up projection) measure exactly this crossover against torch eager and torch.compile.
 
 No ``from __future__ import annotations`` here: torch.library reads the launchers' type hints at runtime.
 """
@@ -204,11 +205,13 @@ def _times_fp32(small: torch.Tensor, big: torch.Tensor) -> torch.Tensor:
 def lora_bwd_launch(dy, x, weight, lora_a, lora_b, xa, scale, need_dx, need_dw, need_da, need_db, need_dbias):
     """Gradients (dx, dweight, dlora_a, dlora_b, dbias), each None unless asked for.
 
-    dx = dy W + scale (dy B) A in the fused kernel (which also gives dy B); the rest in torch.
+    dx = dy W + scale (dy B) A in the fused kernel (which also gives dy B in fp32); the rest in torch.
     """
     dx = dyb = None
-    if need_dx or need_da:
+    if need_dx:
         dx, dyb = _launch_lora_matmul(dy, weight.t(), lora_b.t(), lora_a.t(), None, scale)
+    elif need_da:  # x needs no gradient (a first layer): dy B alone, a thin fp32 GEMM, not the dx GEMM
+        dyb = dy.float() @ lora_b.float()
     dw = (dy.t() @ x) if need_dw else None
     da = (scale * _times_fp32(dyb, x)).to(lora_a.dtype) if need_da else None
     db = (scale * _times_fp32(xa, dy)).t().to(lora_b.dtype) if need_db else None
@@ -390,7 +393,8 @@ def _lora_inputs(case, device, dtype, generator):
     lora_a = randn(r, k, std=max(k, 1) ** -0.5)
     lora_b = randn(n, r, std=r**-0.5)
     bias = randn(n, std=0.1) if case.get("bias") else None
-    frozen = frozenset({1}) if case.get("frozen") else frozenset()
+    # "frozen": the base weight is not trained; "frozen_x": nor is the input (a first layer).
+    frozen = frozenset(i for i, flag in ((0, "frozen_x"), (1, "frozen")) if case.get(flag))
     return Inputs((x, weight, lora_a, lora_b, case.get("scale", 2.0)), {"bias": bias}, frozen)
 
 
@@ -438,6 +442,7 @@ _LORA_TESTS = (
     {"lead": (3, 4), "k": 70, "n": 33, "r": 1, "bias": True, "frozen": True},
     {"m": 66, "k": 48, "n": 80, "r": 20, "scale": 0.5},  # r padded to 32; two tile-rows
     {"lead": (4, 6), "k": 36, "n": 20, "r": 8, "x_transposed": True, "bias": True},
+    {"m": 9, "k": 20, "n": 30, "r": 4, "frozen": True, "frozen_x": True},  # dA without the dx kernel
     {"m": 0, "k": 16, "n": 8, "r": 4, "bias": True},
     {"m": 5, "k": 0, "n": 9, "r": 2, "bias": True},
 )
