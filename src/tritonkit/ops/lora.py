@@ -473,6 +473,9 @@ register(
         usage="y = tk.ops.lora_linear(x, weight, lora_a, lora_b, scale=alpha / r, bias=bias)",
         tags=("lora", "gemm", "fused", "compute-bound", "backward"),
         limits="One dtype for all tensors (fp32, fp16, bf16); rank 1 to 128; any leading shape and strides.",
+        notes="Not yet run on a GPU. Every call takes the fused path; whether cuBLAS plus the unfused "
+        "adapter beats it at large compute-bound shapes is what the bench cases measure (module docstring). "
+        "The GEMM kernels autotune per (M, N, K) on first use, like tk.ops.matmul.",
         status="experimental",
         fn=lora_linear,
         reference=_lora_reference,
