@@ -23,7 +23,11 @@ norm = importlib.import_module("tritonkit.ops.norm")
 softmax = importlib.import_module("tritonkit.ops.softmax")
 activation = importlib.import_module("tritonkit.ops.activation")
 puzzles = importlib.import_module("tritonkit.puzzles")
+lora = importlib.import_module("tritonkit.ops.lora")
 HOPPER = GPUTarget("cuda", 90, 32)
+_GEMM_TILE = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_SIZE": 8, "UPCAST": False}
+_LORA_STRIDES = ("stride_p_m", "stride_p_d", "stride_q_d", "stride_q_n", "stride_l1_d", "stride_l1_r",
+                 "stride_l2_r", "stride_l2_n", "stride_out_m", "stride_out_n", "stride_pl1_m")  # fmt: skip
 
 
 @triton.jit
@@ -97,14 +101,7 @@ def main():
                     ["stride_a_m", "stride_a_k", "stride_b_k", "stride_b_n", "stride_c_m", "stride_c_n"], "i32"
                 ),
             },
-            {
-                "BLOCK_M": 128,
-                "BLOCK_N": 128,
-                "BLOCK_K": 64,
-                "GROUP_SIZE": 8,
-                "INPUT_PRECISION": precision,
-                "UPCAST": False,
-            },
+            {**_GEMM_TILE, "INPUT_PRECISION": precision},
             num_warps=8,
             num_stages=3,
         )
@@ -219,6 +216,28 @@ def main():
             {"ACT": act, "BLOCK_SIZE": 1024},
         )
     compile_puzzle_solutions()
+    for dtype, precision, has_bias, r_pad in (("bf16", "tf32", True, 16), ("fp16", "tf32", False, 64),
+                                              ("fp32", "ieee", True, 16), ("fp32", "tf32", False, 128)):  # fmt: skip
+        compile_one(
+            f"lora matmul {dtype} {precision} bias={has_bias} r_pad={r_pad}",
+            lora._lora_matmul_kernel,
+            {
+                **dict.fromkeys(["p_p", "p_q", "p_l1", "p_l2", "p_bias", "p_out"], f"*{dtype}"),
+                "p_pl1": "*fp32",
+                **dict.fromkeys(["M", "N", "D", "R"], "i32"),
+                "scale": "fp32",
+                **dict.fromkeys(_LORA_STRIDES, "i32"),
+            },
+            {
+                "HAS_BIAS": has_bias,
+                "R_PAD": r_pad,
+                "SPLIT": dtype != "fp32",
+                **_GEMM_TILE,
+                "INPUT_PRECISION": precision,
+            },
+            num_warps=8,
+            num_stages=3,
+        )
     return 0
 
 

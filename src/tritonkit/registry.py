@@ -24,6 +24,22 @@ class Inputs:
 
     args: tuple
     kwargs: dict = field(default_factory=dict)
+    # Floating tensor arguments that stay constant, as a frozen weight under LoRA: no gradient is
+    # required, compared or timed for them. Positions (int) of positional arguments, names (str) of
+    # keyword arguments.
+    frozen: frozenset = frozenset()
+
+    def named(self) -> list[tuple[int | str, Any]]:
+        """(position or keyword, value) for every argument."""
+        return [*enumerate(self.args), *self.kwargs.items()]
+
+    def trainable(self) -> list[tuple[int | str, torch.Tensor]]:
+        """(position or keyword, tensor) for every floating tensor argument that is not frozen."""
+        return [
+            (key, value)
+            for key, value in self.named()
+            if isinstance(value, torch.Tensor) and value.is_floating_point() and key not in self.frozen
+        ]
 
 
 @dataclass(frozen=True)

@@ -144,21 +144,26 @@ GRAD_MODES = ("random", "sum")
 
 
 def _grad_leaves(inputs: Inputs) -> list[tuple[str, torch.Tensor]]:
-    """(name, tensor) for every floating tensor argument: the ones a backward must differentiate."""
-    named = [(f"arg{i}", a) for i, a in enumerate(inputs.args)] + list(inputs.kwargs.items())
-    return [(name, t) for name, t in named if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    """(name, tensor) for every floating, non-frozen tensor argument: the ones a backward must differentiate."""
+    return [(f"arg{key}" if isinstance(key, int) else key, t) for key, t in inputs.trainable()]
 
 
 def _with_grad(inputs: Inputs, upcast_to_float64: bool) -> Inputs:
-    """Fresh leaf copies (upcast for the reference) that require grad, other values unchanged."""
+    """Fresh leaf copies (upcast for the reference) of the floating tensors; the trainable ones
+    require grad, frozen ones stay constant; other values unchanged."""
+    trainable = {key for key, _ in inputs.trainable()}
 
-    def leaf(value):
+    def leaf(key, value):
         if isinstance(value, torch.Tensor) and value.is_floating_point():
             value = value.detach().to(torch.float64) if upcast_to_float64 else value.detach().clone()
-            return value.requires_grad_(True)
+            return value.requires_grad_(key in trainable)
         return value
 
-    return Inputs(tuple(leaf(a) for a in inputs.args), {k: leaf(v) for k, v in inputs.kwargs.items()})
+    return Inputs(
+        tuple(leaf(i, a) for i, a in enumerate(inputs.args)),
+        {k: leaf(k, v) for k, v in inputs.kwargs.items()},
+        inputs.frozen,
+    )
 
 
 def _upstream(outputs: tuple, mode: str, generator: torch.Generator) -> list[torch.Tensor]:

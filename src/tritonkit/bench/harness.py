@@ -75,7 +75,7 @@ def make_step(fn: Callable, inputs: Inputs, mode: str) -> tuple[Callable[[], obj
     must be cleared between runs. ``bwd`` runs the forward once here and times the backward alone."""
     if mode == "fwd":
         return (lambda: fn(*inputs.args, **inputs.kwargs)), []
-    leaves = [t.requires_grad_(True) for t in _tensors(inputs) if t.is_floating_point()]
+    leaves = [t.requires_grad_(True) for _, t in inputs.trainable()]
     if mode == "fwd+bwd":
         upstream: list[torch.Tensor] = []  # allocated on the first call, outside the timed runs
 

@@ -1,6 +1,7 @@
 """Public ops. Each family module holds kernels -> launchers -> public functions -> registry specs."""
 
 from tritonkit.ops.activation import geglu, gelu, silu, swiglu
+from tritonkit.ops.lora import lora_linear
 from tritonkit.ops.matmul import matmul
 from tritonkit.ops.norm import layer_norm, rms_norm
 from tritonkit.ops.softmax import log_softmax, softmax
@@ -14,6 +15,7 @@ __all__ = [
     "gelu",
     "layer_norm",
     "log_softmax",
+    "lora_linear",
     "matmul",
     "rgb_to_grey",
     "rms_norm",

@@ -28,6 +28,20 @@ MATMUL_VARIANTS = ("auto", "naive", "grouped", "autotuned")
 
 
 @triton.jit
+def grouped_tile(i_pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_SIZE: tl.constexpr):
+    """(i_m, i_n), the output tile of program i_pid: programs walk GROUP_SIZE tile-rows column by
+    column before moving to the next group (GROUP_SIZE = 1 is row-major order)."""
+    n_tiles_m = tl.cdiv(M, BLOCK_M)
+    n_tiles_n = tl.cdiv(N, BLOCK_N)
+    n_pids_in_group = GROUP_SIZE * n_tiles_n
+    first_m = (i_pid // n_pids_in_group) * GROUP_SIZE
+    rows_in_group = tl.minimum(n_tiles_m - first_m, GROUP_SIZE)
+    i_m = first_m + (i_pid % n_pids_in_group) % rows_in_group
+    i_n = (i_pid % n_pids_in_group) // rows_in_group
+    return i_m, i_n
+
+
+@triton.jit
 def _matmul_kernel(
     p_a,
     p_b,
@@ -54,16 +68,7 @@ def _matmul_kernel(
     masked to zero on load and never stored. UPCAST casts the tiles to fp32 before the dot (the
     interpreter computes 16-bit dots wrongly otherwise).
     """
-    i_pid = tl.program_id(0)
-    n_tiles_m = tl.cdiv(M, BLOCK_M)
-    n_tiles_n = tl.cdiv(N, BLOCK_N)
-    # Swizzle: walk GROUP_SIZE tile-rows column by column before moving to the next group.
-    n_pids_in_group = GROUP_SIZE * n_tiles_n
-    first_m = (i_pid // n_pids_in_group) * GROUP_SIZE
-    rows_in_group = tl.minimum(n_tiles_m - first_m, GROUP_SIZE)
-    i_m = first_m + (i_pid % n_pids_in_group) % rows_in_group
-    i_n = (i_pid % n_pids_in_group) // rows_in_group
-
+    i_m, i_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_SIZE)
     o_m = (i_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
     o_n = (i_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
     o_k = tl.arange(0, BLOCK_K)

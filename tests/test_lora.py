@@ -1,0 +1,155 @@
+"""LoRA linear beyond the registry sweep: compile without graph breaks, the frozen weight's skipped
+GEMM, strided parameters, the tolerance's power to reject rounded intermediates, the module, bad input."""
+
+import pytest
+import torch
+
+import tritonkit as tk
+from helpers import assert_compiled_matches_eager
+from tritonkit import registry, testing
+from tritonkit.ops import lora as lora_module
+from tritonkit.registry import KernelSpec
+
+
+def _inputs(device, dtype=torch.float32, lead=(2, 5), k=24, n=40, r=8):
+    x = torch.randn(*lead, k, device=device, dtype=dtype)
+    weight = (torch.randn(n, k, device=device) * k**-0.5).to(dtype)
+    lora_a = (torch.randn(r, k, device=device) * k**-0.5).to(dtype)
+    lora_b = (torch.randn(n, r, device=device) * r**-0.5).to(dtype)
+    bias = torch.randn(n, device=device, dtype=dtype)
+    return x, weight, lora_a, lora_b, bias
+
+
+def _with_fn(name, fn):
+    return KernelSpec(**{**registry.get("lora_linear").__dict__, "name": name, "fn": fn})
+
+
+@pytest.mark.parametrize("frozen", [True, False], ids=["frozen-weight", "trained-weight"])
+def test_compiles_fullgraph_with_backward(frozen, device):
+    x, weight, lora_a, lora_b, bias = _inputs(device)
+
+    def block(x, lora_a, lora_b, bias, *maybe_weight):
+        y = tk.ops.lora_linear(x, maybe_weight[0] if maybe_weight else weight, lora_a, lora_b, 0.5, bias)
+        return (y.float() * 2).sum()
+
+    inputs = [x, lora_a, lora_b, bias] + ([] if frozen else [weight])
+    assert_compiled_matches_eager(block, [t.requires_grad_() for t in inputs], device)
+
+
+def test_frozen_weight_skips_its_gradient(device, monkeypatch):
+    asked = []
+
+    def spy(*args):
+        asked.append(args[-5:])  # need_dx, need_dw, need_da, need_db, need_dbias
+        return launch(*args)
+
+    launch = lora_module.lora_bwd_launch
+    monkeypatch.setattr(lora_module, "lora_bwd_launch", spy)
+    x, weight, lora_a, lora_b, bias = _inputs(device)
+    lora_a.requires_grad_()
+    lora_b.requires_grad_()
+    tk.ops.lora_linear(x, weight, lora_a, lora_b, 2.0, bias).sum().backward()
+    assert asked == [(False, False, True, True, False)]
+    assert weight.grad is None and x.grad is None and lora_a.grad is not None and lora_b.grad is not None
+
+
+@pytest.mark.parametrize(("frozen", "checked"), [(True, 4), (False, 5)])
+def test_run_case_leaves_a_frozen_weight_alone(frozen, checked):
+    """Inputs.frozen: the frozen weight requires no grad, so neither its gradient nor its GEMM is checked."""
+    case = {"lead": (2, 5), "k": 40, "n": 24, "r": 16, "frozen": frozen}
+    result = testing.run_case(registry.get("lora_linear"), case, torch.float32, "cpu", grad_mode="random")
+    assert result.ok and len(result.comparisons) == checked  # y, dx, dA, dB (and dW)
+
+
+def test_strided_parameters_and_expanded_gradient(device):
+    x, weight, lora_a, lora_b, bias = _inputs(device, k=33, n=70, r=4)
+    # Transposed and sliced views of every parameter, and x sliced along its features.
+    weight = weight.t().contiguous().t().requires_grad_()
+    lora_a = torch.cat([lora_a, lora_a], dim=1)[:, ::2].requires_grad_()
+    lora_b = lora_b.t().contiguous().t().requires_grad_()
+    x = torch.cat([x, x], dim=-1)[..., 1::2].requires_grad_()
+    bias = torch.cat([bias, bias])[::2].requires_grad_()
+    leaves = (x, weight, lora_a, lora_b, bias)
+    ours = tk.ops.lora_linear(x, weight, lora_a, lora_b, 2.0, bias)
+    reference = registry.get("lora_linear").reference(*(t.double() for t in leaves[:4]), 2.0, bias.double())
+    torch.testing.assert_close(ours, reference.float(), rtol=1e-5, atol=1e-5)
+    grads = torch.autograd.grad(ours.sum(), leaves)  # sum(): an expanded, stride-0 upstream gradient
+    expected = torch.autograd.grad(reference.sum(), leaves)
+    for a, b in zip(grads, expected, strict=True):
+        torch.testing.assert_close(a, b.float(), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_tolerance_rejects_rounded_intermediates(dtype):
+    """torch's eager LoRA in 16-bit rounds x A^T and dy B to the dtype; the kernels split them instead.
+    The spec's tolerance must tell the two apart, or it would not catch a kernel that lost the split."""
+    unfused = _with_fn("unfused", lora_module._lora_reference)
+    case = {"m": 66, "k": 48, "n": 80, "r": 20, "bias": True}
+    assert not testing.run_case(unfused, case, dtype, "cpu", seed=0, grad_mode="random").ok
+
+
+def test_module_matches_linear_plus_adapter(device):
+    linear = torch.nn.Linear(24, 40, device=device)
+    layer = tk.nn.LoRALinear.from_linear(linear, r=4, lora_alpha=8)
+    assert layer.weight is linear.weight and not linear.weight.requires_grad and layer.scaling == 2.0
+    assert set(layer.state_dict()) == {"weight", "bias", "lora_A", "lora_B"}
+    x = torch.randn(3, 24, device=device)
+    torch.testing.assert_close(layer(x), linear(x), rtol=1e-5, atol=1e-5)  # B starts at zero
+    with torch.no_grad():
+        layer.lora_B.normal_()
+    expected = linear(x) + 2.0 * (x @ layer.lora_A.t()) @ layer.lora_B.t()
+    torch.testing.assert_close(layer(x), expected, rtol=1e-5, atol=1e-5)
+    layer(x).sum().backward()
+    assert layer.lora_A.grad is not None and layer.lora_B.grad is not None and layer.weight.grad is None
+    trained = tk.nn.LoRALinear(24, 40, r=2, bias=False, freeze_base=False, device=device)
+    assert trained.weight.requires_grad and trained.bias is None and trained.lora_A.shape == (2, 24)
+
+
+def _call(device, **changes):
+    x, weight, lora_a, lora_b, bias = _inputs(device)
+    args = {"x": x, "weight": weight, "lora_a": lora_a, "lora_b": lora_b, "scale": 2.0, "bias": bias, **changes}
+    return tk.ops.lora_linear(**args)
+
+
+BAD = [
+    ({"weight": torch.ones(40, 23)}, ValueError, r"x's last dimension must equal weight's in_features 23"),
+    ({"lora_a": torch.ones(8, 23)}, ValueError, r"lora_a must have shape \(r, 24\), got \(8, 23\)"),
+    ({"lora_b": torch.ones(40, 7)}, ValueError, r"lora_b must have shape \(40, 8\) \(out_features, r\), got \(40, 7\)"),
+    ({"lora_b": torch.ones(39, 8)}, ValueError, r"lora_b must have shape \(40, 8\)"),
+    ({"bias": torch.ones(41)}, ValueError, r"bias must have shape \(40,\), got \(41,\)"),
+    ({"lora_a": torch.ones(0, 24), "lora_b": torch.ones(40, 0)}, ValueError,
+     r"rank r = lora_a.shape\[0\] must be in \[1, 128\], got 0"),
+    ({"lora_a": torch.ones(129, 24), "lora_b": torch.ones(40, 129)}, ValueError, r"must be in \[1, 128\], got 129"),
+    ({"weight": torch.ones(40, 24, 1)}, ValueError, "weight must have 2 dimensions, got 3"),
+    ({"x": torch.tensor(1.0)}, ValueError, "x must have at least one dimension"),
+    ({"x": torch.ones(3, 24, dtype=torch.int32)}, TypeError, "x must have dtype in .* got torch.int32"),
+    ({"lora_b": torch.ones(40, 8, dtype=torch.bfloat16)}, TypeError,
+     "lora_b must have x's dtype torch.float32, got torch.bfloat16"),
+    ({"weight": torch.ones(40, 24, dtype=torch.float16)}, TypeError, "weight must have x's dtype"),
+    ({"scale": float("nan")}, TypeError, "scale must be a finite Python number, got nan"),
+    ({"scale": torch.tensor(2.0)}, TypeError, "scale must be a finite Python number"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("changes", "error", "match"), BAD, ids=[m[:30] for _, _, m in BAD])
+def test_bad_input_names_the_argument(changes, error, match, device):
+    changes = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in changes.items()}
+    with pytest.raises(error, match=match):
+        _call(device, **changes)
+
+
+def test_module_rejects_a_bad_rank():
+    with pytest.raises(ValueError, match="r must be a positive int, got 0"):
+        tk.nn.LoRALinear(4, 4, r=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("frozen", [True, False], ids=["frozen-weight", "trained-weight"])
+def test_bf16_large_compiled_matches_reference(frozen):
+    """A Llama-sized projection in bf16 under inductor, forward and backward, against the float64
+    reference with the spec's tolerance (eager runs the same shapes in the registry's gpu_cases)."""
+    torch._dynamo.reset()
+    compiled = _with_fn("lora_linear_compiled", torch.compile(tk.ops.lora_linear, fullgraph=True))
+    case = {"lead": (4, 1024), "k": 4096, "n": 4096, "r": 16, "bias": True, "frozen": frozen}
+    result = testing.run_case(compiled, case, torch.bfloat16, "cuda", grad_mode="random")
+    assert result.ok, result.explain()
