@@ -68,6 +68,10 @@ class KernelSpec:
     has_backward: bool = False
     tolerance: Callable[[Case, torch.dtype], Tolerance | None] | None = None
     bytes_moved_bwd: Callable[[Case, torch.dtype], int] | None = None
+    # Keyword arguments (names in make_inputs' Inputs.kwargs) that the op treats as constants, such as
+    # RoPE's cos/sin tables: tests and benchmarks never make them require grad nor compare gradients
+    # for them. Every other floating input is differentiated.
+    constant_inputs: tuple[str, ...] = ()
     # Peer implementations for benchmarks: peer name (a key of tritonkit.bench.providers.PEERS) ->
     # a factory that imports the peer and returns a callable taking this spec's arguments.
     peers: Mapping[str, Callable[[], Callable]] = field(default_factory=dict)

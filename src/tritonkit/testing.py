@@ -143,22 +143,30 @@ def _as_tuple(value) -> tuple:
 GRAD_MODES = ("random", "sum")
 
 
-def _grad_leaves(inputs: Inputs) -> list[tuple[str, torch.Tensor]]:
-    """(name, tensor) for every floating tensor argument: the ones a backward must differentiate."""
+def _grad_leaves(inputs: Inputs, constants: tuple[str, ...] = ()) -> list[tuple[str, torch.Tensor]]:
+    """(name, tensor) for every floating tensor argument but the spec's ``constants``: the ones a
+    backward must differentiate."""
     named = [(f"arg{i}", a) for i, a in enumerate(inputs.args)] + list(inputs.kwargs.items())
-    return [(name, t) for name, t in named if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    return [
+        (name, t)
+        for name, t in named
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and name not in constants
+    ]
 
 
-def _with_grad(inputs: Inputs, upcast_to_float64: bool) -> Inputs:
-    """Fresh leaf copies (upcast for the reference) that require grad, other values unchanged."""
+def _with_grad(inputs: Inputs, upcast_to_float64: bool, constants: tuple[str, ...] = ()) -> Inputs:
+    """Fresh leaf copies (upcast for the reference) that require grad, except the keyword arguments
+    named in ``constants`` (copied and upcast, never requiring grad); other values unchanged."""
 
-    def leaf(value):
+    def leaf(value, differentiable=True):
         if isinstance(value, torch.Tensor) and value.is_floating_point():
             value = value.detach().to(torch.float64) if upcast_to_float64 else value.detach().clone()
-            return value.requires_grad_(True)
+            return value.requires_grad_(differentiable)
         return value
 
-    return Inputs(tuple(leaf(a) for a in inputs.args), {k: leaf(v) for k, v in inputs.kwargs.items()})
+    return Inputs(
+        tuple(leaf(a) for a in inputs.args), {k: leaf(v, k not in constants) for k, v in inputs.kwargs.items()}
+    )
 
 
 def _upstream(outputs: tuple, mode: str, generator: torch.Generator) -> list[torch.Tensor]:
@@ -184,7 +192,8 @@ def run_case(
     """Draw fresh inputs for ``case``, run ``spec.fn`` with poisoned outputs, compare to the reference.
 
     With ``grad_mode`` ("random" or "sum") and a spec that has a backward, every floating input's
-    gradient is compared too, under a random upstream gradient or the stride-0 one of ``sum()``.
+    gradient (but the spec's ``constant_inputs``) is compared too, under a random upstream gradient or
+    the stride-0 one of ``sum()``.
     """
     device = torch.device(device)
     seed = fresh_seed() if seed is None else seed
@@ -193,9 +202,12 @@ def run_case(
     backward = grad_mode is not None and spec.has_backward
     if grad_mode is not None and grad_mode not in GRAD_MODES:
         raise ValueError(f"grad_mode must be one of {GRAD_MODES}, got {grad_mode!r}")
-    ours = _with_grad(inputs, upcast_to_float64=False) if backward else inputs
+    constants = spec.constant_inputs
+    ours = _with_grad(inputs, upcast_to_float64=False, constants=constants) if backward else inputs
     theirs = (
-        _with_grad(inputs, upcast_to_float64=True) if backward else Inputs(upcast(inputs.args), upcast(inputs.kwargs))
+        _with_grad(inputs, upcast_to_float64=True, constants=constants)
+        if backward
+        else Inputs(upcast(inputs.args), upcast(inputs.kwargs))
     )
     with poisoned_outputs():
         outputs = _as_tuple(spec.fn(*ours.args, **ours.kwargs))
@@ -210,7 +222,9 @@ def run_case(
         with poisoned_outputs():
             torch.autograd.backward(outputs, upstream)
         torch.autograd.backward(references, [g.to(torch.float64) for g in upstream])
-        for (name, mine), (_, exact) in zip(_grad_leaves(ours), _grad_leaves(theirs), strict=True):
+        for (name, mine), (_, exact) in zip(
+            _grad_leaves(ours, constants), _grad_leaves(theirs, constants), strict=True
+        ):
             if exact.grad is None:
                 continue  # the reference does not depend on this input (an unused optional)
             if mine.grad is None:
