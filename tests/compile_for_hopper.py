@@ -22,6 +22,7 @@ matmul = importlib.import_module("tritonkit.ops.matmul")
 norm = importlib.import_module("tritonkit.ops.norm")
 softmax = importlib.import_module("tritonkit.ops.softmax")
 activation = importlib.import_module("tritonkit.ops.activation")
+rope = importlib.import_module("tritonkit.ops.rope")
 HOPPER = GPUTarget("cuda", 90, 32)
 
 
@@ -217,6 +218,32 @@ def main():
             {**dict.fromkeys(["p_dy", "p_gate", "p_up", "p_dgate", "p_dup"], "*bf16"), "n_elements": "i64"},
             {"ACT": act, "BLOCK_SIZE": 1024},
         )
+    rope_strides = [f"stride_{t}_{d}" for t in ("q", "k", "qo", "ko") for d in "bhtd"]
+    rope_strides += [f"stride_{t}_{d}" for t in ("cos", "sin") for d in "btd"] + ["stride_pos_b", "stride_pos_t"]
+    # Llama's full rotary with a shared table, and Phi-2's partial rotary (80 = 32 rotated + 48 copied)
+    # gathered by position_ids; forward and backward of each.
+    for has_pos, half, block_pass in ((False, 64, 0), (True, 16, 64)):
+        for backward in (False, True):
+            compile_one(
+                f"rope backward={backward} position_ids={has_pos} pass={block_pass}",
+                rope._rope_kernel,
+                {
+                    **dict.fromkeys(["p_q", "p_k", "p_cos", "p_sin"], "*bf16"),
+                    "p_pos": "*i64",
+                    **dict.fromkeys(["p_q_out", "p_k_out"], "*bf16"),
+                    **dict.fromkeys(["n_tokens", "n_q_heads", "n_k_heads", "half", "n_pass", "n_positions"], "i32"),
+                    **dict.fromkeys(rope_strides, "i32"),
+                },
+                {
+                    "BACKWARD": backward,
+                    "HAS_POS": has_pos,
+                    "BLOCK_HQ": 32,
+                    "BLOCK_HK": 8,
+                    "BLOCK_HALF": half,
+                    "BLOCK_PASS": block_pass,
+                },
+                num_warps=8,
+            )
     return 0
 
 

@@ -122,6 +122,11 @@ def _bhtd_strides(x: torch.Tensor, heads_dim: int) -> tuple[int, int, int, int]:
         x.stride(0), x.stride(2), x.stride(1), x.stride(3))  # fmt: skip
 
 
+def _batch_stride(t: torch.Tensor) -> int:
+    """Stride of dim 0, or 0 where one batch row serves every sequence."""
+    return t.stride(0) if t.shape[0] > 1 else 0
+
+
 def _heads_block(n_heads: int, block_half: int) -> int:
     return min(triton.next_power_of_2(max(n_heads, 1)), max(1, MAX_HALF_TILE // block_half))
 
@@ -142,14 +147,14 @@ def rope_launch(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.
     block_half = triton.next_power_of_2(half)
     block_hq, block_hk = _heads_block(q.shape[heads_dim], block_half), _heads_block(k.shape[heads_dim], block_half)
     has_pos = position_ids is not None
-    pos_strides = (position_ids.stride(0) if position_ids.shape[0] > 1 else 0, position_ids.stride(1)) if has_pos else (0, 0)
+    pos_strides = (_batch_stride(position_ids), position_ids.stride(1)) if has_pos else (0, 0)
     _rope_kernel[(n_batch * n_tokens,)](
         q, k, cos, sin, position_ids if has_pos else cos, q_out, k_out,
         n_tokens, q.shape[heads_dim], k.shape[heads_dim], half, n_pass, cos.shape[1],
         *_bhtd_strides(q, heads_dim), *_bhtd_strides(k, heads_dim),
         *_bhtd_strides(q_out, heads_dim), *_bhtd_strides(k_out, heads_dim),
-        cos.stride(0) if cos.shape[0] > 1 else 0, cos.stride(1), cos.stride(2),
-        sin.stride(0) if sin.shape[0] > 1 else 0, sin.stride(1), sin.stride(2), *pos_strides,
+        _batch_stride(cos), cos.stride(1), cos.stride(2), _batch_stride(sin), sin.stride(1), sin.stride(2),
+        *pos_strides,
         BACKWARD=backward, HAS_POS=has_pos, BLOCK_HQ=block_hq, BLOCK_HK=block_hk, BLOCK_HALF=block_half,
         BLOCK_PASS=triton.next_power_of_2(n_pass) if n_pass else 0,
         num_warps=4 if 2 * max(block_hq, block_hk) * block_half <= 2048 else 8,
@@ -254,7 +259,8 @@ def _check_rope_args(q, k, cos, sin, position_ids, layout, rotary_dim) -> int:
         expected = f"(T, R), (1, T, R) or (B, T, R) = ({n_tokens}, {rotary_dim}), (1, {n_tokens}, {rotary_dim}) " \
                    f"or ({n_batch}, {n_tokens}, {rotary_dim})"  # fmt: skip
         ok = cos.shape == (n_tokens, rotary_dim) or (
-            cos.dim() == 3 and cos.shape[0] in (1, n_batch) and cos.shape[1:] == (n_tokens, rotary_dim))
+            cos.dim() == 3 and cos.shape[0] in (1, n_batch) and cos.shape[1:] == (n_tokens, rotary_dim)
+        )
     else:
         check_tensor("position_ids", position_ids, ndim=2, dtypes=POSITION_DTYPES)
         if position_ids.shape[1] != n_tokens or position_ids.shape[0] not in (1, n_batch):
