@@ -115,8 +115,8 @@ def test_cos_or_sin_requiring_grad_is_refused(device):
 def test_positions_outside_the_table_give_nan_rows(device):
     q, k = _qk(device, "bthd", b=1, t=3)
     cos, sin = _tables(8, 16, device)
-    q_embed, k_embed = tk.ops.rope(q, k, cos, sin, position_ids=torch.tensor([[2, 8, -1]], device=device),
-                                   layout="bthd")  # fmt: skip
+    position_ids = torch.tensor([[2, 8, -1]], device=device, dtype=torch.int32)
+    q_embed, k_embed = tk.ops.rope(q, k, cos, sin, position_ids=position_ids, layout="bthd")
     assert q_embed[:, 1:].isnan().all() and k_embed[:, 1:].isnan().all()
     expected = REFERENCE(q[:, :1], k[:, :1], cos, sin, position_ids=torch.tensor([[2]], device=device), layout="bthd")
     torch.testing.assert_close(q_embed[:, :1], expected[0], rtol=1e-5, atol=1e-5)

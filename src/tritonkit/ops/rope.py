@@ -29,7 +29,8 @@ from tritonkit.registry import Inputs, KernelSpec, register
 
 __all__ = ["rope"]
 
-LAYOUTS = ("bhtd", "bthd")
+HEADS_DIM = {"bhtd": 1, "bthd": 2}  # layout -> the dimension of q and k that indexes heads
+LAYOUTS = tuple(HEADS_DIM)
 POSITION_DTYPES = (torch.int32, torch.int64)
 MAX_HALF_TILE = 2048  # elements of one [heads, rotary_dim / 2] tile a program holds at a time
 
@@ -118,8 +119,7 @@ def _rope_kernel(
 # --------------------------------------------------------------------------------------------------
 def _bhtd_strides(x: torch.Tensor, heads_dim: int) -> tuple[int, int, int, int]:
     """x's strides in (batch, head, token, dim) order, whichever of dims 1 and 2 holds the heads."""
-    return (x.stride(0), x.stride(1), x.stride(2), x.stride(3)) if heads_dim == 1 else (
-        x.stride(0), x.stride(2), x.stride(1), x.stride(3))  # fmt: skip
+    return tuple(x.stride(dim) for dim in ((0, 1, 2, 3) if heads_dim == 1 else (0, 2, 1, 3)))
 
 
 def _batch_stride(t: torch.Tensor) -> int:
@@ -128,6 +128,8 @@ def _batch_stride(t: torch.Tensor) -> int:
 
 
 def _heads_block(n_heads: int, block_half: int) -> int:
+    """Heads per pass of the head loop: all of them when a [heads, half] tile stays within MAX_HALF_TILE
+    elements (Llama's 32 heads of 128), else as many as fit."""
     return min(triton.next_power_of_2(max(n_heads, 1)), max(1, MAX_HALF_TILE // block_half))
 
 
@@ -157,7 +159,7 @@ def rope_launch(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.
         *pos_strides,
         BACKWARD=backward, HAS_POS=has_pos, BLOCK_HQ=block_hq, BLOCK_HK=block_hk, BLOCK_HALF=block_half,
         BLOCK_PASS=triton.next_power_of_2(n_pass) if n_pass else 0,
-        num_warps=4 if 2 * max(block_hq, block_hk) * block_half <= 2048 else 8,
+        num_warps=4 if 2 * max(block_hq, block_hk) * block_half <= 2048 else 8,  # not yet tuned on a GPU
     )  # fmt: skip
     return q_out, k_out
 
@@ -235,7 +237,7 @@ def _check_rope_args(q, k, cos, sin, position_ids, layout, rotary_dim) -> int:
     check_tensor("q", q, ndim=4, dtypes=FLOAT_DTYPES)
     check_tensor("k", k, ndim=4, dtypes=FLOAT_DTYPES)
     check_same_dtype("q", q, "k", k)
-    heads_dim = 1 if layout == "bhtd" else 2
+    heads_dim = HEADS_DIM[layout]
     names = "(batch, heads, tokens, head_dim)" if layout == "bhtd" else "(batch, tokens, heads, head_dim)"
     for dim, what in ((0, "batch size"), (3 - heads_dim, "number of tokens"), (3, "head_dim")):
         if q.shape[dim] != k.shape[dim]:
@@ -307,7 +309,7 @@ def rope(
     """
     rotary_dim = _check_rope_args(q, k, cos, sin, position_ids, layout, rotary_dim)
     cos3, sin3 = (cos, sin) if cos.dim() == 3 else (cos.unsqueeze(0), sin.unsqueeze(0))
-    heads_dim = 1 if layout == "bhtd" else 2
+    heads_dim = HEADS_DIM[layout]
     call = cheapest_path(rope_op, _RopeFunction, rope_launch, (q, k))
     return call(q, k, cos3, sin3, position_ids, heads_dim, False)
 
@@ -324,7 +326,7 @@ def _rope_reference(q, k, cos, sin, *, position_ids=None, layout="bhtd", rotary_
     """transformers' apply_rotary_pos_emb, with the partial-rotary split of GPT-NeoX / Phi."""
     if position_ids is not None:
         cos, sin = cos[position_ids], sin[position_ids]
-    heads_dim = 1 if layout == "bhtd" else 2
+    heads_dim = HEADS_DIM[layout]
     cos = (cos if cos.dim() == 3 else cos.unsqueeze(0)).unsqueeze(heads_dim)
     sin = (sin if sin.dim() == 3 else sin.unsqueeze(0)).unsqueeze(heads_dim)
     rotary = cos.shape[-1]
