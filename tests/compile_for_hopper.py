@@ -24,6 +24,7 @@ softmax = importlib.import_module("tritonkit.ops.softmax")
 activation = importlib.import_module("tritonkit.ops.activation")
 puzzles = importlib.import_module("tritonkit.puzzles")
 lora = importlib.import_module("tritonkit.ops.lora")
+rope = importlib.import_module("tritonkit.ops.rope")
 HOPPER = GPUTarget("cuda", 90, 32)
 _GEMM_TILE = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_SIZE": 8, "UPCAST": False}
 _LORA_STRIDES = ("stride_p_m", "stride_p_d", "stride_q_d", "stride_q_n", "stride_l1_d", "stride_l1_r",
@@ -238,6 +239,32 @@ def main():
             num_warps=8,
             num_stages=3,
         )
+    rope_strides = [f"stride_{t}_{d}" for t in ("q", "k", "qo", "ko") for d in "bhtd"]
+    rope_strides += [f"stride_{t}_{d}" for t in ("cos", "sin") for d in "btd"] + ["stride_pos_b", "stride_pos_t"]
+    # Llama's full rotary with a shared table, and Phi-2's partial rotary (80 = 32 rotated + 48 copied)
+    # gathered by position_ids; forward and backward of each.
+    for has_pos, half, block_pass in ((False, 64, 0), (True, 16, 64)):
+        for backward in (False, True):
+            compile_one(
+                f"rope backward={backward} position_ids={has_pos} pass={block_pass}",
+                rope._rope_kernel,
+                {
+                    **dict.fromkeys(["p_q", "p_k", "p_cos", "p_sin"], "*bf16"),
+                    "p_pos": "*i64",
+                    **dict.fromkeys(["p_q_out", "p_k_out"], "*bf16"),
+                    **dict.fromkeys(["n_tokens", "n_q_heads", "n_k_heads", "half", "n_pass", "n_positions"], "i32"),
+                    **dict.fromkeys(rope_strides, "i32"),
+                },
+                {
+                    "BACKWARD": backward,
+                    "HAS_POS": has_pos,
+                    "BLOCK_HQ": 32,
+                    "BLOCK_HK": 8,
+                    "BLOCK_HALF": half,
+                    "BLOCK_PASS": block_pass,
+                },
+                num_warps=8,
+            )
     return 0
 
 

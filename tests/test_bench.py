@@ -267,3 +267,15 @@ def test_norms_name_liger_and_explain_what_it_cannot_run(monkeypatch):
     for name in ("rms_norm", "layer_norm"):
         liger = providers.select_providers(registry.get(name))[-1]
         assert (liger.name, liger.skip_reason) == ("liger", "liger_kernel is not installed")
+
+
+def test_backward_flows_from_every_output_and_skips_frozen_inputs():
+    from tritonkit.registry import Inputs
+
+    x, y, c = torch.randn(5), torch.randn(5), torch.randn(5)
+    step, leaves = harness.make_step(
+        lambda x, y, c: (x * c, y * c), Inputs((x, y), {"c": c}, frozenset({"c"})), "fwd+bwd"
+    )
+    step()
+    assert leaves == [x, y] and not c.requires_grad
+    assert x.grad is not None and y.grad is not None  # the second output's backward ran too

@@ -189,7 +189,8 @@ def run_case(
     """Draw fresh inputs for ``case``, run ``spec.fn`` with poisoned outputs, compare to the reference.
 
     With ``grad_mode`` ("random" or "sum") and a spec that has a backward, every floating input's
-    gradient is compared too, under a random upstream gradient or the stride-0 one of ``sum()``.
+    gradient (but the frozen inputs') is compared too, under a random upstream gradient or
+    the stride-0 one of ``sum()``.
     """
     device = torch.device(device)
     seed = fresh_seed() if seed is None else seed

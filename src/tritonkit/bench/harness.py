@@ -66,13 +66,17 @@ def _tensors(inputs: Inputs) -> list[torch.Tensor]:
     return [v for v in values if isinstance(v, torch.Tensor)]
 
 
-def _first_output(result) -> torch.Tensor:
-    return result[0] if isinstance(result, (tuple, list)) else result
+def _differentiable_outputs(result) -> list[torch.Tensor]:
+    """Every output a backward flows from: all of a tuple's, as a training step uses them all."""
+    outputs = result if isinstance(result, (tuple, list)) else (result,)
+    return [out for out in outputs if isinstance(out, torch.Tensor) and out.requires_grad]
 
 
 def make_step(fn: Callable, inputs: Inputs, mode: str) -> tuple[Callable[[], object], list[torch.Tensor]]:
     """A zero-argument callable that runs ``mode`` once on ``inputs``, and the tensors whose gradients
-    must be cleared between runs. ``bwd`` runs the forward once here and times the backward alone."""
+    must be cleared between runs. ``bwd`` runs the forward once here and times the backward alone.
+    Floating inputs require grad except the frozen ones (``Inputs.frozen``); the backward flows from
+    every output, each under its own random gradient."""
     if mode == "fwd":
         return (lambda: fn(*inputs.args, **inputs.kwargs)), []
     leaves = [t.requires_grad_(True) for _, t in inputs.trainable()]
@@ -80,15 +84,15 @@ def make_step(fn: Callable, inputs: Inputs, mode: str) -> tuple[Callable[[], obj
         upstream: list[torch.Tensor] = []  # allocated on the first call, outside the timed runs
 
         def step():
-            out = _first_output(fn(*inputs.args, **inputs.kwargs))
+            outs = _differentiable_outputs(fn(*inputs.args, **inputs.kwargs))
             if not upstream:
-                upstream.append(torch.randn_like(out))
-            out.backward(upstream[0])
+                upstream.extend(torch.randn_like(out) for out in outs)
+            torch.autograd.backward(outs, upstream)
 
         return step, leaves
-    out = _first_output(fn(*inputs.args, **inputs.kwargs))
-    grad = torch.randn_like(out)
-    return (lambda: out.backward(grad, retain_graph=True)), leaves
+    outs = _differentiable_outputs(fn(*inputs.args, **inputs.kwargs))
+    grads = [torch.randn_like(out) for out in outs]
+    return (lambda: torch.autograd.backward(outs, grads, retain_graph=True)), leaves
 
 
 def _time(steps: list[Callable], grad_to_none: list[torch.Tensor], cuda_graph: bool) -> float:

@@ -4,6 +4,7 @@ from tritonkit.ops.activation import geglu, gelu, silu, swiglu
 from tritonkit.ops.lora import lora_linear
 from tritonkit.ops.matmul import matmul
 from tritonkit.ops.norm import layer_norm, rms_norm
+from tritonkit.ops.rope import rope
 from tritonkit.ops.softmax import log_softmax, softmax
 from tritonkit.ops.tutorial import add, add_relu, copy, rgb_to_grey
 
@@ -19,6 +20,7 @@ __all__ = [
     "matmul",
     "rgb_to_grey",
     "rms_norm",
+    "rope",
     "silu",
     "softmax",
     "swiglu",
