@@ -1,6 +1,7 @@
 """Thin ``torch.nn.Module`` wrappers over :mod:`tritonkit.ops` (no kernels here)."""
 
+from tritonkit.nn.loss import CrossEntropyLoss, FusedLinearCrossEntropyLoss
 from tritonkit.nn.mlp import SwiGLUMLP
 from tritonkit.nn.norm import LayerNorm, RMSNorm
 
-__all__ = ["LayerNorm", "RMSNorm", "SwiGLUMLP"]
+__all__ = ["CrossEntropyLoss", "FusedLinearCrossEntropyLoss", "LayerNorm", "RMSNorm", "SwiGLUMLP"]
