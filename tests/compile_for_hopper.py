@@ -22,6 +22,7 @@ matmul = importlib.import_module("tritonkit.ops.matmul")
 norm = importlib.import_module("tritonkit.ops.norm")
 softmax = importlib.import_module("tritonkit.ops.softmax")
 activation = importlib.import_module("tritonkit.ops.activation")
+cross_entropy = importlib.import_module("tritonkit.ops.cross_entropy")
 HOPPER = GPUTarget("cuda", 90, 32)
 
 
@@ -216,6 +217,31 @@ def main():
             activation._gated_bwd_kernel,
             {**dict.fromkeys(["p_dy", "p_gate", "p_up", "p_dgate", "p_dup"], "*bf16"), "n_elements": "i64"},
             {"ACT": act, "BLOCK_SIZE": 1024},
+        )
+    for compute_loss, write_grad, options in ((True, False, False), (True, False, True), (False, True, True),
+                                              (True, True, False)):  # fmt: skip
+        compile_one(
+            f"cross_entropy loss={compute_loss} grad={write_grad} options={options}",
+            cross_entropy._cross_entropy_kernel,
+            {
+                "p_x": "*bf16",
+                "p_target": "*i64",
+                "p_loss": "*fp32",
+                "p_lse": "*fp32",
+                "p_scale": "*fp32",
+                "p_dx": "*bf16",
+                **dict.fromkeys(["n_cols", "stride_x_row", "stride_target", "stride_scale", "stride_dx_row"], "i32"),
+                "ignore_index": "i32",
+                **dict.fromkeys(["label_smoothing", "z_loss", "softcap"], "fp32"),
+            },
+            {
+                "COMPUTE_LOSS": compute_loss,
+                "WRITE_GRAD": write_grad,
+                "HAS_SMOOTHING": options,
+                "HAS_SOFTCAP": options,
+                "BLOCK_N": cross_entropy.MAX_BLOCK_N,
+            },
+            num_warps=8,
         )
     return 0
 

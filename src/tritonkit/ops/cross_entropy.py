@@ -180,8 +180,10 @@ def _row_scale(grad_loss: torch.Tensor, target: torch.Tensor, ignore_index: int,
     return grad_loss.float() / _n_valid(target, ignore_index) if reduction == "mean" else grad_loss
 
 
-def cross_entropy_fwd_launch(logits: torch.Tensor, target: torch.Tensor, ignore_index: int, label_smoothing: float,
-                             z_loss: float, softcap: float, reduction: str) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+def cross_entropy_fwd_launch(
+    logits: torch.Tensor, target: torch.Tensor, ignore_index: int, label_smoothing: float, z_loss: float,
+    softcap: float, reduction: str,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """logits: (rows, V) with unit column stride; target: (rows,). Returns the reduced loss (logits'
     dtype; 0-d, or (rows,) for "none") and the fp32 row lse the backward needs."""
     n_rows = logits.shape[0]
@@ -694,8 +696,9 @@ def _liger_cross_entropy():
     from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
 
     def call(logits, target, *, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None, reduction="mean"):
-        loss, *_ = LigerCrossEntropyFunction.apply(logits.view(-1, logits.shape[-1]), target.view(-1), None,
-                                                   ignore_index, z_loss, label_smoothing, reduction, softcap)  # fmt: skip
+        rows, targets = logits.view(-1, logits.shape[-1]), target.view(-1)
+        options = (ignore_index, z_loss, label_smoothing, reduction, softcap)  # liger's positional order
+        loss, *_ = LigerCrossEntropyFunction.apply(rows, targets, None, *options)
         return loss
 
     return call
