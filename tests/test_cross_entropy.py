@@ -266,14 +266,15 @@ def _peak_extra_bytes(fn) -> int:
 
 @pytest.mark.gpu
 def test_fused_peak_memory_is_within_a_tenth_of_the_logits():
-    """Beyond the gradients it must produce (d(hidden), d(weight) and its fp32 accumulator, the loss),
-    the fused op's peak is its chunk of logits: at most 10% of the full (tokens, V) logits."""
+    """Beyond the gradients (d(hidden) saved by the forward and its scaled copy, d(weight) and its fp32
+    accumulator), the fused op's peak is its chunk of logits: at most 10% of the full (tokens, V)
+    logits (768 of 8192 tokens here: 9.4%)."""
     tokens, hidden_size, vocab = 8192, 256, 65536
     hidden = torch.randn(tokens, hidden_size, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     weight = torch.randn(vocab, hidden_size, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     target = _targets(tokens, vocab, "cuda")
     logits_bytes = tokens * vocab * 2
-    gradients = hidden.numel() * 2 + weight.numel() * (2 + 4)
+    gradients = hidden.numel() * (2 + 2) + weight.numel() * (2 + 4)
 
     def step():
         tk.ops.fused_linear_cross_entropy(hidden, weight, target).backward()
