@@ -25,6 +25,7 @@ activation = importlib.import_module("tritonkit.ops.activation")
 puzzles = importlib.import_module("tritonkit.puzzles")
 lora = importlib.import_module("tritonkit.ops.lora")
 rope = importlib.import_module("tritonkit.ops.rope")
+cross_entropy = importlib.import_module("tritonkit.ops.cross_entropy")
 HOPPER = GPUTarget("cuda", 90, 32)
 _GEMM_TILE = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_SIZE": 8, "UPCAST": False}
 _LORA_STRIDES = ("stride_p_m", "stride_p_d", "stride_q_d", "stride_q_n", "stride_l1_d", "stride_l1_r",
@@ -265,6 +266,31 @@ def main():
                 },
                 num_warps=8,
             )
+    for compute_loss, write_grad, options in ((True, False, False), (True, False, True), (False, True, True),
+                                              (True, True, False)):  # fmt: skip
+        compile_one(
+            f"cross_entropy loss={compute_loss} grad={write_grad} options={options}",
+            cross_entropy._cross_entropy_kernel,
+            {
+                "p_x": "*bf16",
+                "p_target": "*i64",
+                "p_loss": "*fp32",
+                "p_lse": "*fp32",
+                "p_scale": "*fp32",
+                "p_dx": "*bf16",
+                **dict.fromkeys(["n_cols", "stride_x_row", "stride_target", "stride_scale", "stride_dx_row"], "i32"),
+                "ignore_index": "i32",
+                **dict.fromkeys(["label_smoothing", "z_loss", "softcap"], "fp32"),
+            },
+            {
+                "COMPUTE_LOSS": compute_loss,
+                "WRITE_GRAD": write_grad,
+                "HAS_SMOOTHING": options,
+                "HAS_SOFTCAP": options,
+                "BLOCK_N": cross_entropy.MAX_BLOCK_N,
+            },
+            num_warps=8,
+        )
     return 0
 
 

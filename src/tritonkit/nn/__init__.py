@@ -1,7 +1,8 @@
 """Thin ``torch.nn.Module`` wrappers over :mod:`tritonkit.ops` (no kernels here)."""
 
 from tritonkit.nn.lora import LoRALinear
+from tritonkit.nn.loss import CrossEntropyLoss, FusedLinearCrossEntropyLoss
 from tritonkit.nn.mlp import SwiGLUMLP
 from tritonkit.nn.norm import LayerNorm, RMSNorm
 
-__all__ = ["LayerNorm", "LoRALinear", "RMSNorm", "SwiGLUMLP"]
+__all__ = ["CrossEntropyLoss", "FusedLinearCrossEntropyLoss", "LayerNorm", "LoRALinear", "RMSNorm", "SwiGLUMLP"]

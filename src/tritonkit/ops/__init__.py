@@ -1,6 +1,7 @@
 """Public ops. Each family module holds kernels -> launchers -> public functions -> registry specs."""
 
 from tritonkit.ops.activation import geglu, gelu, silu, swiglu
+from tritonkit.ops.cross_entropy import cross_entropy, fused_linear_cross_entropy
 from tritonkit.ops.lora import lora_linear
 from tritonkit.ops.matmul import matmul
 from tritonkit.ops.norm import layer_norm, rms_norm
@@ -12,6 +13,8 @@ __all__ = [
     "add",
     "add_relu",
     "copy",
+    "cross_entropy",
+    "fused_linear_cross_entropy",
     "geglu",
     "gelu",
     "layer_norm",

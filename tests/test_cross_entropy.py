@@ -1,0 +1,298 @@
+"""Cross-entropy and fused linear cross-entropy beyond the registry sweep: torch's own semantics,
+all-ignored batches, bad targets, compile without graph breaks, the nn modules, chunking, bad input;
+and, with ``-m gpu``, CUDA graphs and memory."""
+
+import importlib
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tritonkit as tk
+from helpers import assert_compiled_matches_eager
+from tritonkit import debug, registry, testing
+from tritonkit.registry import KernelSpec
+
+ce = importlib.import_module("tritonkit.ops.cross_entropy")  # the module (tk.ops.cross_entropy is the op)
+
+REDUCTIONS = ["mean", "sum", "none"]
+
+
+def _targets(n, vocab, device, ignore_every=3, ignore_index=-100):
+    target = torch.randint(0, vocab, (n,), device=device)
+    target[::ignore_every] = ignore_index
+    return target
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.3])
+def test_equals_torch_cross_entropy(reduction, label_smoothing, device):
+    """Straight against F.cross_entropy (no reimplemented reduction): mean over non-ignored targets,
+    label smoothing as torch defines it, and the gradient."""
+    logits = (3 * torch.randn(7, 50, device=device, dtype=torch.float64)).float().requires_grad_()
+    target = _targets(7, 50, device)
+    ours = tk.ops.cross_entropy(logits, target, label_smoothing=label_smoothing, reduction=reduction)
+    theirs = F.cross_entropy(logits, target, label_smoothing=label_smoothing, reduction=reduction)
+    torch.testing.assert_close(ours, theirs, rtol=1e-6, atol=1e-6)
+    upstream = torch.randn_like(theirs)
+    grads = [torch.autograd.grad(out, logits, upstream)[0] for out in (ours, theirs)]
+    torch.testing.assert_close(*grads, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("fused", [False, True])
+def test_all_ignored_gives_zero_loss_and_zero_gradient(reduction, fused, device):
+    hidden = torch.randn(5, 8, device=device, requires_grad=True)
+    weight = torch.randn(11, 8, device=device, requires_grad=True)
+    target = torch.full((5,), -100, device=device)
+    options = {"label_smoothing": 0.1, "z_loss": 1e-2, "softcap": 3.0, "reduction": reduction}
+    if fused:
+        loss = tk.ops.fused_linear_cross_entropy(hidden, weight, target, **options)
+    else:
+        loss = tk.ops.cross_entropy(hidden @ weight.t(), target, **options)
+    loss.sum().backward()
+    assert torch.equal(loss, torch.zeros_like(loss))
+    assert torch.equal(hidden.grad, torch.zeros_like(hidden)) and torch.equal(weight.grad, torch.zeros_like(weight))
+
+
+@pytest.mark.parametrize("bad", [7, 10**12, -1, -(10**12)])
+def test_out_of_range_target_gives_nan_for_its_row_and_is_never_an_address(bad, device):
+    logits = torch.randn(4, 7, device=device, requires_grad=True)
+    target = torch.tensor([1, bad, -100, 6], device=device)
+    rows = tk.ops.cross_entropy(logits, target, reduction="none")
+    assert rows[1].isnan() and rows[2] == 0
+    valid = torch.tensor([0, 3], device=device)
+    torch.testing.assert_close(rows[valid], F.cross_entropy(logits[valid], target[valid], reduction="none"))
+    assert tk.ops.cross_entropy(logits, target).isnan()  # the mean carries it: the error is visible
+    (grad,) = torch.autograd.grad(rows.sum(), logits)
+    assert grad[1].isnan().all() and grad[[0, 2, 3]].isfinite().all()
+
+    def backward(x, t, lse):
+        return ce.cross_entropy_bwd_launch(torch.ones(4, device=device), x, t, lse, -100, 0.0, 0.0, 0.0, "none")
+
+    _, lse = ce.cross_entropy_fwd_launch(logits.detach(), target, -100, 0.0, 0.0, 0.0, "none")
+    debug.guard_bounds(backward, logits.detach(), target, lse).raise_if_bad()
+    debug.guard_bounds(
+        lambda x, t: ce.cross_entropy_fwd_launch(x, t, -100, 0.1, 1e-2, 0.0, "none"), logits.detach(), target
+    ).raise_if_bad()
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_fused_equals_cross_entropy_of_the_logits_across_chunks(reduction, device):
+    """37 tokens go through in chunks of 3 (and a remainder of 1); loss and every gradient must match
+    the unfused op on the materialised logits."""
+    assert ce.fused_chunk_rows(37) == 3
+    hidden = torch.randn(37, 16, device=device, requires_grad=True)
+    weight = torch.randn(29, 16, device=device, requires_grad=True)
+    bias = torch.randn(29, device=device, requires_grad=True)
+    target = _targets(37, 29, device)
+    options = {"label_smoothing": 0.1, "z_loss": 1e-3, "softcap": 6.0, "reduction": reduction}
+    fused = tk.ops.fused_linear_cross_entropy(hidden, weight, target, bias, **options)
+    plain = tk.ops.cross_entropy(torch.addmm(bias, hidden, weight.t()), target, **options)
+    torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-6)
+    upstream = torch.randn_like(plain)
+    ours = torch.autograd.grad(fused, (hidden, weight, bias), upstream)
+    theirs = torch.autograd.grad(plain, (hidden, weight, bias), upstream)
+    for a, b in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_fused_chunks_hold_at_most_a_tenth_of_the_tokens():
+    for n in (1, 9, 10, 11, 129, 1279, 1280, 1281, 4097, 8192, 65536):
+        rows = ce.fused_chunk_rows(n)
+        assert 1 <= rows <= max(1, n // 10), n
+    assert ce.fused_chunk_rows(8192) == 768  # 11 GEMM-friendly chunks, 9.4% of the logits each
+
+
+def test_fused_with_a_frozen_weight_or_hidden_skips_their_gradients(device):
+    hidden = torch.randn(6, 8, device=device)
+    weight = torch.randn(5, 8, device=device).t().contiguous().t()  # a column-major view, as tied weights can be
+    target = _targets(6, 5, device)
+    loss = tk.ops.fused_linear_cross_entropy(hidden.requires_grad_(), weight, target)
+    (grad_hidden,) = torch.autograd.grad(loss, hidden)
+    hidden.requires_grad_(False)
+    weight.requires_grad_()
+    (grad_weight,) = torch.autograd.grad(tk.ops.fused_linear_cross_entropy(hidden, weight, target), weight)
+    hidden.requires_grad_()
+    plain = F.cross_entropy(hidden @ weight.t(), target)
+    expected = torch.autograd.grad(plain, (hidden, weight))
+    torch.testing.assert_close(grad_hidden, expected[0], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(grad_weight, expected[1], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_compiles_fullgraph_with_backward(reduction, device):
+    def cross_entropy_block(logits):
+        target = torch.arange(logits.shape[0], device=logits.device) % logits.shape[1]
+        target[::2] = -100
+        loss = tk.ops.cross_entropy(logits * 2, target, z_loss=1e-3, label_smoothing=0.1, softcap=4.0,
+                                    reduction=reduction)  # fmt: skip
+        return (loss * torch.arange(loss.numel(), device=loss.device)).sum() if reduction == "none" else loss * 3
+
+    def fused_block(hidden, weight, bias):
+        target = torch.arange(hidden.shape[0], device=hidden.device) % weight.shape[0]
+        target[::3] = -100
+        loss = tk.ops.fused_linear_cross_entropy(hidden, weight, target, bias, z_loss=1e-3, reduction=reduction)
+        return (loss * torch.arange(loss.numel(), device=loss.device)).sum() if reduction == "none" else loss * 3
+
+    assert_compiled_matches_eager(cross_entropy_block, [torch.randn(6, 33, device=device, requires_grad=True)], device)
+    fused_inputs = [torch.randn(shape, device=device, requires_grad=True) for shape in ((12, 8), (9, 8), (9,))]
+    assert_compiled_matches_eager(fused_block, fused_inputs, device)
+
+
+def test_modules_match_the_ops(device):
+    hidden = torch.randn(2, 5, 8, device=device)
+    weight = torch.randn(13, 8, device=device)
+    target = torch.randint(0, 13, (2, 5), device=device)
+    options = {"ignore_index": 4, "label_smoothing": 0.05, "z_loss": 1e-3, "softcap": 10.0, "reduction": "none"}
+    fused = tk.nn.FusedLinearCrossEntropyLoss(**options)(hidden, weight, target)
+    assert fused.shape == (2, 5) and "z_loss=0.001" in repr(tk.nn.FusedLinearCrossEntropyLoss(**options))
+    plain = tk.nn.CrossEntropyLoss(**options)(hidden @ weight.t(), target)
+    torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(plain, ce._cross_entropy_reference(hidden @ weight.t(), target, **options))
+
+
+def _broken(name, fn):
+    return KernelSpec(**{**registry.get(name).__dict__, "name": f"broken_{name}", "fn": fn})
+
+
+def _without(option):
+    """cross_entropy with ``option`` switched off whatever the case asks."""
+    off = {option: None if option == "softcap" else 0.0}
+    return lambda logits, target, **options: tk.ops.cross_entropy(logits, target, **{**options, **off})
+
+
+@pytest.mark.parametrize(
+    ("label", "fn", "case"),
+    [
+        ("label smoothing ignored", _without("label_smoothing"), {"tokens": 6, "vocab": 40, "label_smoothing": 0.1}),
+        ("z-loss ignored", _without("z_loss"), {"tokens": 6, "vocab": 40, "z_loss": 1e-2}),
+        ("softcap ignored", _without("softcap"), {"tokens": 6, "vocab": 40, "softcap": 5.0}),
+        ("sum for mean", lambda x, t, **kw: tk.ops.cross_entropy(x, t, reduction="sum"),
+         {"tokens": 6, "vocab": 40, "ignored": True}),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_checker_catches_a_dropped_option(label, fn, case, dtype):
+    result = testing.run_case(_broken("cross_entropy", fn), case, dtype, "cpu", grad_mode="random")
+    assert not result.ok, label
+
+
+def test_bad_input(device):
+    logits = torch.randn(4, 7, device=device)
+    target = torch.zeros(4, dtype=torch.int64, device=device)
+    with pytest.raises(ValueError, match=r"cross_entropy: target must have shape \(4,\), got \(5,\)"):
+        tk.ops.cross_entropy(logits, torch.zeros(5, dtype=torch.int64, device=device))
+    with pytest.raises(TypeError, match=r"target must have dtype in \(int64, int32\), got torch.float32"):
+        tk.ops.cross_entropy(logits, target.float())
+    with pytest.raises(ValueError, match=r"reduction must be one of \('mean', 'sum', 'none'\), got 'avg'"):
+        tk.ops.cross_entropy(logits, target, reduction="avg")
+    with pytest.raises(ValueError, match=r"label_smoothing must be a number in \[0, 1\], got 1.5"):
+        tk.ops.cross_entropy(logits, target, label_smoothing=1.5)
+    with pytest.raises(ValueError, match=r"softcap must be None or a finite number > 0, got 0"):
+        tk.ops.cross_entropy(logits, target, softcap=0)
+    with pytest.raises(ValueError, match=r"z_loss must be a finite number >= 0, got -1"):
+        tk.ops.cross_entropy(logits, target, z_loss=-1)
+    with pytest.raises(ValueError, match=r"V >= 1 classes, got shape \(4, 0\)"):
+        tk.ops.cross_entropy(torch.randn(4, 0, device=device), target)
+    weight = torch.randn(7, 3, device=device)
+    with pytest.raises(
+        ValueError, match=r"hidden must be \(..., H\) with H = weight.shape\[1\] = 3, got shape \(4, 7\)"
+    ):
+        tk.ops.fused_linear_cross_entropy(logits, weight, target)
+    with pytest.raises(TypeError, match=r"weight must have hidden's dtype torch.float32, got torch.float16"):
+        tk.ops.fused_linear_cross_entropy(logits[:, :3], weight.half(), target)
+    with pytest.raises(ValueError, match=r"bias must have shape \(7,\), got \(6,\)"):
+        tk.ops.fused_linear_cross_entropy(logits[:, :3], weight, target, torch.zeros(6, device=device))
+
+
+def test_empty_batch_gives_zero(device):
+    logits = torch.randn(0, 7, device=device, requires_grad=True)
+    target = torch.zeros(0, dtype=torch.int64, device=device)
+    loss = tk.ops.cross_entropy(logits, target)
+    loss.backward()
+    assert loss.item() == 0 and logits.grad.shape == (0, 7)
+
+
+# --------------------------------------------------------------------------------------------------
+# GPU only: CUDA graphs, memory
+# --------------------------------------------------------------------------------------------------
+def _graph_matches_eager(step, inputs):
+    """Capture ``step`` (forward + backward, returning loss and gradients) in a CUDA graph, replay
+    it on new values, compare with an eager run."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        step(*inputs)  # warm-up: compilation and allocator growth outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step(*inputs)
+    for t in inputs:
+        if t.is_floating_point():
+            t.copy_(torch.randn_like(t))
+    graph.replay()
+    torch.cuda.synchronize()
+    for ours, theirs in zip(captured, step(*inputs), strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.gpu
+def test_cuda_graph_capture():
+    device = "cuda"
+    target = _targets(300, 1000, device)
+
+    def ce_step(logits):
+        loss = tk.ops.cross_entropy(logits.requires_grad_(), target, z_loss=1e-4)
+        return (loss, *torch.autograd.grad(loss, logits))
+
+    def fused_step(hidden, weight):
+        hidden.requires_grad_(), weight.requires_grad_()
+        loss = tk.ops.fused_linear_cross_entropy(hidden, weight, target, label_smoothing=0.1)
+        return (loss, *torch.autograd.grad(loss, (hidden, weight)))
+
+    _graph_matches_eager(ce_step, [torch.randn(300, 1000, device=device)])
+    _graph_matches_eager(fused_step, [torch.randn(300, 64, device=device), torch.randn(1000, 64, device=device)])
+
+
+def _peak_extra_bytes(fn) -> int:
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - before
+
+
+@pytest.mark.gpu
+def test_fused_peak_memory_is_within_a_tenth_of_the_logits():
+    """Beyond the gradients (d(hidden) saved by the forward and its scaled copy, d(weight) and its fp32
+    accumulator), the fused op's peak is its chunk of logits: at most 10% of the full (tokens, V)
+    logits (768 of 8192 tokens here: 9.4%)."""
+    tokens, hidden_size, vocab = 8192, 256, 65536
+    hidden = torch.randn(tokens, hidden_size, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    weight = torch.randn(vocab, hidden_size, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    target = _targets(tokens, vocab, "cuda")
+    logits_bytes = tokens * vocab * 2
+    gradients = hidden.numel() * (2 + 2) + weight.numel() * (2 + 4)
+
+    def step():
+        tk.ops.fused_linear_cross_entropy(hidden, weight, target).backward()
+
+    step()
+    hidden.grad = weight.grad = None
+    assert _peak_extra_bytes(step) - gradients <= 0.1 * logits_bytes
+
+
+@pytest.mark.gpu
+def test_cross_entropy_extra_memory_is_the_gradient():
+    logits = torch.randn(4096, 32000, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    target = _targets(4096, 32000, "cuda")
+
+    def step():
+        tk.ops.cross_entropy(logits, target).backward()
+
+    step()
+    logits.grad = None
+    grad_bytes = logits.numel() * 2
+    assert _peak_extra_bytes(step) <= grad_bytes + 4 * 2**20  # plus per-row fp32 lse and loss
