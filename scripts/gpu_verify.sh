@@ -7,14 +7,17 @@
 #   bash scripts/gpu_verify.sh activation  # gelu, silu
 #   bash scripts/gpu_verify.sh lora        # lora_linear, LoRALinear (autotunes two GEMM kernels)
 #   bash scripts/gpu_verify.sh rope        # rope (the shape, CUDA-graph capture)
+#   bash scripts/gpu_verify.sh ce          # cross_entropy, fused_linear_cross_entropy (peak memory checks)
+#   bash scripts/gpu_verify.sh hf          # Hugging Face patching: bf16 training against unpatched
+#   bash scripts/gpu_verify.sh learn       # puzzle solutions and lessons, compiled
 #   bash scripts/gpu_verify.sh check       # tritonkit check over the catalog, compiled
 #   bash scripts/gpu_verify.sh all         # every part in turn (on a machine without the time limit)
 # Runs from a checkout without installing (PYTHONPATH=src); logs go to $OUT or ./gpu-logs.
 set -uo pipefail
-part=${1:?part: core, norm, softmax, activation, lora, rope, check or all}
+part=${1:?part: core, norm, softmax, activation, lora, rope, ce, hf, learn, check or all}
 if [ "$part" = all ]; then
   rc=0
-  for p in core norm softmax activation lora rope check; do bash "$0" "$p" || rc=1; done
+  for p in core norm softmax activation lora rope ce hf learn check; do bash "$0" "$p" || rc=1; done
   exit $rc
 fi
 out=${OUT:-gpu-logs}
@@ -26,12 +29,16 @@ unset TRITON_INTERPRET
   python3 -c "import torch, triton, numpy; print('torch', torch.__version__, 'triton', triton.__version__, 'numpy', numpy.__version__)"
 } | tee "$out/device.txt"
 case "$part" in
-  core) selection="not norm and not softmax and not gelu and not silu and not activation and not lora and not rope" ;;
+  core) selection="not norm and not softmax and not gelu and not silu and not activation and not lora and not rope"
+        selection="$selection and not cross_entropy and not transformers and not puzzles and not lessons" ;;
   norm) selection="norm" ;;
   softmax) selection="softmax" ;;
   activation) selection="gelu or silu or activation" ;;
   lora) selection="lora" ;;
   rope) selection="rope" ;;
+  ce) selection="cross_entropy" ;;
+  hf) selection="transformers" ;;
+  learn) selection="puzzles or lessons" ;;
   check)
     python3 -m tritonkit check 2>&1 | tee "$out/check-gpu.log"
     exit "${PIPESTATUS[0]}"

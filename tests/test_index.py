@@ -211,7 +211,7 @@ def test_search_needs_every_word_and_honours_the_tag_filter():
 def test_cli_search_on_the_shipped_catalog(capsys):
     assert main(["index", "search", "rope"]) == 0
     names = [line.split()[1] for line in capsys.readouterr().out.splitlines()[2:]]
-    assert names[:3] == ["liger-rope", "unsloth-rope", "lightllm-rotary-emb"]
+    assert names[:4] == ["rope", "liger-rope", "unsloth-rope", "lightllm-rotary-emb"]  # exact name first
     assert main(["index", "search", "decoding", "--tag", "int4"]) == 0
     names = [line.split()[1] for line in capsys.readouterr().out.splitlines()[2:]]
     assert names == ["xformers-flash-decoding-splitk"]

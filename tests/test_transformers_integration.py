@@ -142,8 +142,11 @@ def test_unsupported_activation_and_double_patching_are_refused():
         tk_hf.revert(model)
 
 
-def _train(model, batches, steps):
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+LEARNING_RATE = 0.5
+
+
+def _train(model, batches, steps, lr=LEARNING_RATE):
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     losses = []
     model.train()
     for ids, labels in batches[:steps]:
@@ -162,18 +165,20 @@ def _top_log_probs(model, ids, k=5):
     return log_probs.topk(k, dim=-1)
 
 
-# Tolerances of the convergence test, fp32 under the interpreter: see test_training_matches_unpatched.
-CONVERGENCE_TOLERANCE = {"loss": 1e-5, "parameters": 1e-5, "log_probs": 1e-4}
+# Tolerances of the convergence test, fp32 under the interpreter, about 8x the largest difference
+# measured over 6 seeds x 5 families: loss 6.7e-7 relative, parameters 1.2e-6, top-5 log-probs 6.7e-5.
+CONVERGENCE_TOLERANCE = {"loss": 1e-5, "parameters": 1e-5, "log_probs": 5e-4}
 
 
 @pytest.mark.parametrize("model_type", sorted(_CLASSES))
 def test_training_matches_unpatched(model_type):
     """N AdamW steps patched and unpatched from the same initial weights and batches.
 
-    fp32 kernels agree with the model's own code to a few ulp per op; AdamW divides each gradient by its
-    running RMS, so the differences reach the weights at about lr * (relative gradient error), far below
-    the tolerances, which still catch any real mistake (a wrong rotation sign or norm offset moves the
-    loss at the first step by orders of magnitude more).
+    fp32 kernels agree with the model's own code to a few ulp per op. The optimizer is SGD with momentum:
+    its step is linear in the gradient, so those differences stay ulp-sized in the weights. (Adam divides
+    by the gradient's RMS and turns a sign flip of a near-zero gradient into a full step: a test with it
+    would measure Adam, not the kernels.) A real mistake (a wrong rotation sign, a missing norm offset,
+    a mis-shifted label) moves the first loss by orders of magnitude more.
     """
     steps = 4
     seed = testing.fresh_seed()
@@ -183,10 +188,10 @@ def test_training_matches_unpatched(model_type):
     reference = _tiny_model(model_type)
     patched = copy.deepcopy(reference)
     tk_hf.apply(patched)
-    batches = [_batch(generator) for _ in range(steps)]
+    batches = [_batch(generator)] * steps  # one batch again and again: the loss must fall as it is learnt
     losses_ref, losses_tk = _train(reference, batches, steps), _train(patched, batches, steps)
     torch.testing.assert_close(losses_tk, losses_ref, atol=0, rtol=CONVERGENCE_TOLERANCE["loss"])
-    assert losses_ref[-1] < losses_ref[0]  # it is training, not a fixed point
+    assert losses_ref[-1] < losses_ref[0]  # it is training, not sitting at a fixed point
     for (name, mine), (_, theirs) in zip(patched.named_parameters(), reference.named_parameters(), strict=True):
         torch.testing.assert_close(mine, theirs, atol=CONVERGENCE_TOLERANCE["parameters"], rtol=0, msg=name)
     eval_ids, _ = _batch(generator)
@@ -206,5 +211,5 @@ def test_training_matches_unpatched_bf16_on_gpu(model_type):
     patched = copy.deepcopy(reference)
     tk_hf.apply(patched)
     batches = [_batch(generator, batch=4, tokens=256, vocab=1024, device="cuda") for _ in range(steps)]
-    losses_ref, losses_tk = _train(reference, batches, steps), _train(patched, batches, steps)
+    losses_ref, losses_tk = _train(reference, batches, steps, lr=0.05), _train(patched, batches, steps, lr=0.05)
     torch.testing.assert_close(losses_tk, losses_ref, atol=0, rtol=2e-2)
