@@ -191,7 +191,10 @@ def test_training_matches_unpatched(model_type):
     batches = [_batch(generator)] * steps  # one batch again and again: the loss must fall as it is learnt
     losses_ref, losses_tk = _train(reference, batches, steps), _train(patched, batches, steps)
     torch.testing.assert_close(losses_tk, losses_ref, atol=0, rtol=CONVERGENCE_TOLERANCE["loss"])
-    assert losses_ref[-1] < losses_ref[0]  # it is training, not sitting at a fixed point
+    # It is training, not sitting at a fixed point: the loss falls well below its start (momentum at this
+    # learning rate can overshoot on a later step, so not necessarily at the last one; in the llama seeds
+    # measured, the first step alone lowered it by 0.6 to 0.8).
+    assert losses_ref[1:].min() < losses_ref[0] - 0.1
     for (name, mine), (_, theirs) in zip(patched.named_parameters(), reference.named_parameters(), strict=True):
         torch.testing.assert_close(mine, theirs, atol=CONVERGENCE_TOLERANCE["parameters"], rtol=0, msg=name)
     eval_ids, _ = _batch(generator)
