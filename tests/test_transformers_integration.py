@@ -142,7 +142,7 @@ def test_unsupported_activation_and_double_patching_are_refused():
         tk_hf.revert(model)
 
 
-LEARNING_RATE = 0.5
+LEARNING_RATE = 0.2
 
 
 def _train(model, batches, steps, lr=LEARNING_RATE):
@@ -165,8 +165,10 @@ def _top_log_probs(model, ids, k=5):
     return log_probs.topk(k, dim=-1)
 
 
-# Tolerances of the convergence test, fp32 under the interpreter, about 8x the largest difference
-# measured over 6 seeds x 5 families: loss 6.7e-7 relative, parameters 1.2e-6, top-5 log-probs 6.7e-5.
+# Tolerances of the convergence test, fp32 under the interpreter. Largest differences measured: at
+# lr 0.5, 6 seeds x 5 families: loss 6.7e-7 relative, parameters 1.2e-6, top-5 log-probs 6.7e-5, but
+# some seeds overshot into loss spikes that amplify them (one qwen2 run failed); at lr 0.2 (now), 14
+# qwen2 seeds: 2.3e-7, 1.2e-7 and 2.5e-6, every loss falling smoothly.
 CONVERGENCE_TOLERANCE = {"loss": 1e-5, "parameters": 1e-5, "log_probs": 5e-4}
 
 
@@ -191,9 +193,8 @@ def test_training_matches_unpatched(model_type):
     batches = [_batch(generator)] * steps  # one batch again and again: the loss must fall as it is learnt
     losses_ref, losses_tk = _train(reference, batches, steps), _train(patched, batches, steps)
     torch.testing.assert_close(losses_tk, losses_ref, atol=0, rtol=CONVERGENCE_TOLERANCE["loss"])
-    # It is training, not sitting at a fixed point: the loss falls well below its start (momentum at this
-    # learning rate can overshoot on a later step, so not necessarily at the last one; in the llama seeds
-    # measured, the first step alone lowered it by 0.6 to 0.8).
+    # It is training, not sitting at a fixed point: the loss falls well below its start (by about 1.6
+    # over the 4 steps in the qwen2 seeds measured; checked on the lowest later loss, not the last).
     assert losses_ref[1:].min() < losses_ref[0] - 0.1
     for (name, mine), (_, theirs) in zip(patched.named_parameters(), reference.named_parameters(), strict=True):
         torch.testing.assert_close(mine, theirs, atol=CONVERGENCE_TOLERANCE["parameters"], rtol=0, msg=name)
