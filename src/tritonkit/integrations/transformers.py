@@ -280,18 +280,18 @@ def apply(model, *, rms_norm=True, rope=True, swiglu=True, cross_entropy=True, f
     record: list = []
     counts = {}
 
-    def patch_modules(switch, class_name, make_forward):
+    def patch_modules(switch, class_name, forward):
         modules = _modules_named(model, class_name)
         if not modules:
             raise ValueError(f"tritonkit: {switch}=True, but the model has no {class_name} module to patch")
         for module in modules:
-            _set(record, module, "forward", types.MethodType(make_forward(module), module))
+            _set(record, module, "forward", types.MethodType(forward, module))
         counts[switch] = len(modules)
 
     if rms_norm:
-        patch_modules("rms_norm", f"{family.prefix}RMSNorm", lambda _: _rms_norm_forward(family))
+        patch_modules("rms_norm", f"{family.prefix}RMSNorm", _rms_norm_forward(family))
     if rope:
-        patch_modules("rope", f"{family.prefix}Attention", lambda _: _attention_forward(family, modeling))
+        patch_modules("rope", f"{family.prefix}Attention", _attention_forward(family, modeling))
     if swiglu:
         hidden_act = model.config.hidden_act
         if hidden_act not in _GATED:
@@ -299,7 +299,7 @@ def apply(model, *, rms_norm=True, rope=True, swiglu=True, cross_entropy=True, f
                 f"tritonkit: swiglu=True, but config.hidden_act={hidden_act!r} has no fused kernel; "
                 f"supported: {', '.join(_GATED)}"
             )
-        patch_modules("swiglu", f"{family.prefix}MLP", lambda _: _mlp_forward(_GATED[hidden_act]))
+        patch_modules("swiglu", f"{family.prefix}MLP", _mlp_forward(_GATED[hidden_act]))
 
     has_head = hasattr(model, "lm_head") and hasattr(model, "model")
     counts["cross_entropy"] = counts["fused_linear_cross_entropy"] = 0

@@ -21,10 +21,15 @@ def _puzzles():
     return all_puzzles()
 
 
-def _get(number: int):
+def _lookup(number: int):
+    """The puzzle numbered ``number``, or None after saying on stderr that there is no such puzzle."""
     from tritonkit.puzzles import get
 
-    return get(number)
+    try:
+        return get(number)
+    except ValueError as error:
+        print(error, file=sys.stderr)
+        return None
 
 
 def _cmd_list(args) -> int:
@@ -98,10 +103,8 @@ def _cmd_check(args) -> int:
     if not folder.is_dir():
         print(f"{folder} is not a folder: create it with `tritonkit puzzles init {folder}`", file=sys.stderr)
         return 2
-    try:
-        chosen = [_get(args.number)] if args.number else list(_puzzles())
-    except ValueError as error:
-        print(error, file=sys.stderr)
+    chosen = [_lookup(args.number)] if args.number else list(_puzzles())
+    if None in chosen:
         return 2
     where = "compiled on the GPU" if args.device == "cuda" else "under the Triton interpreter on the CPU"
     print(f"Checking {where}, with fresh random inputs (outputs start as NaN).")
@@ -136,10 +139,8 @@ def _cmd_check(args) -> int:
 
 
 def _cmd_hint(args) -> int:
-    try:
-        puzzle = _get(args.number)
-    except ValueError as error:
-        print(error, file=sys.stderr)
+    puzzle = _lookup(args.number)
+    if puzzle is None:
         return 2
     hints = puzzle.hints
     level = min(max(args.level, 1), len(hints))
@@ -152,10 +153,8 @@ def _cmd_hint(args) -> int:
 
 
 def _cmd_solution(args) -> int:
-    try:
-        puzzle = _get(args.number)
-    except ValueError as error:
-        print(error, file=sys.stderr)
+    puzzle = _lookup(args.number)
+    if puzzle is None:
         return 2
     print(puzzle.solution_text(), end="")
     return 0
