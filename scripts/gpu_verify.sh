@@ -12,6 +12,8 @@
 #   bash scripts/gpu_verify.sh learn       # puzzle solutions and lessons, compiled
 #   bash scripts/gpu_verify.sh check       # tritonkit check over the catalog, compiled
 #   bash scripts/gpu_verify.sh all         # every part in turn (on a machine without the time limit)
+#   bash scripts/gpu_verify.sh parallel SECONDS PART...  # the parts at once (Triton compiles on the CPU cores, so
+#                                          # parts overlap well), each stopped after SECONDS; a summary line each
 # Runs from a checkout without installing (PYTHONPATH=src); logs go to $OUT or ./gpu-logs.
 set -uo pipefail
 part=${1:?part: core, norm, softmax, activation, lora, rope, ce, hf, learn, check or all}
@@ -19,6 +21,19 @@ if [ "$part" = all ]; then
   rc=0
   for p in core norm softmax activation lora rope ce hf learn check; do bash "$0" "$p" || rc=1; done
   exit $rc
+fi
+if [ "$part" = parallel ]; then
+  limit=${2:?parallel needs a time limit in seconds}; shift 2
+  summary=${OUT:-gpu-logs}/parallel-summary.txt
+  mkdir -p "$(dirname "$summary")"
+  for p in "$@"; do
+    ( start=$SECONDS; timeout "$limit" bash "$0" "$p" > /dev/null 2>&1; rc=$?
+      echo "$p: exit $rc after $((SECONDS - start)) s" >> "$summary" ) &
+  done
+  wait
+  cat "$summary"
+  ! grep -qv ": exit 0 " "$summary"
+  exit
 fi
 out=${OUT:-gpu-logs}
 mkdir -p "$out"
@@ -45,5 +60,5 @@ case "$part" in
     ;;
   *) echo "unknown part: $part" >&2; exit 2 ;;
 esac
-python3 -m pytest -m gpu -q -p no:cacheprovider -p no:warnings -k "$selection" -rf 2>&1 | tee "$out/pytest-gpu-$part.log"
+python3 -m pytest -m gpu -q -p no:cacheprovider -p no:warnings -k "$selection" -rf --durations=8 2>&1 | tee "$out/pytest-gpu-$part.log"
 exit "${PIPESTATUS[0]}"
