@@ -2,9 +2,14 @@
 
 Each line is wall time per call over many back-to-back calls (the GPU keeps up, so the host is the
 bottleneck). Run on a CUDA machine: `PYTHONPATH=src python3 benchmarks/host_overhead.py`.
+
+`--steps` looks at whole RMSNorm fwd+bwd steps instead, for tritonkit, liger-kernel (when installed)
+and torch.compile: wall time per step, the host's time to issue one (if that nears the wall time,
+something in the step waits for the GPU) and the CUDA runtime calls that block the host.
 """
 
 import importlib
+import sys
 import time
 
 import torch
@@ -62,5 +67,62 @@ def main():
         print(f"{label:<36} {per_call_us(fn):7.1f} us/call")
 
 
+def _issue_us(step, calls=50):
+    """Host time to issue one step, with the GPU idle at the start of each."""
+    total = 0.0
+    for _ in range(calls):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        step()
+        total += time.perf_counter() - start
+    torch.cuda.synchronize()
+    return total / calls * 1e6
+
+
+def _blocking_calls(step):
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(5):
+            step()
+        torch.cuda.synchronize()
+    names = ("Synchronize", "Memcpy", "cudaFree", "cudaMalloc")
+    counts = {}
+    for event in prof.events():
+        if event.name.startswith("cuda") and any(n in event.name for n in names):
+            counts[event.name] = counts.get(event.name, 0) + 1
+    kernels = sorted({e.name[:40] for e in prof.events() if e.device_type.name == "CUDA"})
+    return {k: v / 5 for k, v in counts.items()}, kernels
+
+
+def steps():
+    providers = {"tritonkit": lambda x, w: tk.ops.rms_norm(x, w, eps=1e-6)}
+    try:
+        from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+
+        providers["liger"] = lambda x, w: LigerRMSNormFunction.apply(x, w, 1e-6, 0.0, "llama", False)
+    except ImportError:
+        pass
+    compiled = torch.compile(lambda x, w: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, 1e-6))
+    providers["torch.compile"] = compiled
+    print(f"triton {triton.__version__}, torch {torch.__version__}, {torch.cuda.get_device_name()}")
+    for dtype in (torch.bfloat16, torch.float32):
+        for rows, n in ((8, 4096), (16384, 4096)):
+            x = torch.randn(rows, n, device="cuda", dtype=dtype, requires_grad=True)
+            w = torch.randn(n, device="cuda", dtype=dtype, requires_grad=True)
+            dy = torch.randn(rows, n, device="cuda", dtype=dtype)
+            for name, fn in providers.items():
+                def step(fn=fn):
+                    x.grad = w.grad = None
+                    fn(x, w).backward(dy)
+
+                wall = per_call_us(step, calls=300)
+                issue = _issue_us(step)
+                blocking, kernels = _blocking_calls(step)
+                print(f"{str(dtype):15} {rows:6}x{n} {name:14} wall {wall:7.1f} us/step, issue {issue:7.1f} us, "
+                      f"blocking per step {blocking or 'none'}")
+                print(f"{'':38}kernels: {kernels}")
+
+
 if __name__ == "__main__":
-    main()
+    steps() if "--steps" in sys.argv else main()

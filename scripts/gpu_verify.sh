@@ -24,14 +24,17 @@ if [ "$part" = all ]; then
 fi
 if [ "$part" = parallel ]; then
   limit=${2:?parallel needs a time limit in seconds}; shift 2
-  summary=${OUT:-gpu-logs}/parallel-summary.txt
-  mkdir -p "$(dirname "$summary")"
+  top=${OUT:-gpu-logs}
+  export OUT="$top/logs"  # the parts' logs, packed into one file at the end (the device returns 8 files)
+  mkdir -p "$OUT"
+  summary=$OUT/parallel-summary.txt
   for p in "$@"; do
     ( start=$SECONDS; timeout "$limit" bash "$0" "$p" > /dev/null 2>&1; rc=$?
       echo "$p: exit $rc after $((SECONDS - start)) s" >> "$summary" ) &
   done
   wait
   cat "$summary"
+  tar czf "$top/gpu-logs.tgz" -C "$OUT" . && rm -rf "$OUT"
   ! grep -qv ": exit 0 " "$summary"
   exit
 fi
