@@ -5,10 +5,13 @@
 #   bash scripts/gpu_bench.sh norm MODE     # rms_norm and layer_norm, MODE fwd, bwd or fwd+bwd (with liger-kernel
 #                                           # when the wheel is carried in .whl/)
 #   bash scripts/gpu_bench.sh softmax MODE  # softmax and log_softmax, likewise
+#   bash scripts/gpu_bench.sh kernels LABEL MODE NAME...  # the named kernels in bf16 at their default (larger)
+#                                           # sizes, MODE fwd, bwd or fwd+bwd, with liger-kernel when carried
+#   bash scripts/gpu_bench.sh host          # benchmarks/host_overhead.py --steps (host time of RMSNorm steps)
 #   bash scripts/gpu_bench.sh all           # elementwise and matmul
 # Each part's files land in $OUT (or ./bench-out) as one tarball, with the logs beside it.
 set -uo pipefail
-part=${1:?part: elementwise, matmul or all}
+part=${1:?part: elementwise, matmul, norm, softmax, kernels, host or all}
 if [ "$part" = all ]; then
   bash "$0" elementwise && bash "$0" matmul
   exit
@@ -33,6 +36,15 @@ case "$part" in
   matmul)
     tk bench calibrate
     tk bench --tag matmul --dtype bfloat16 --dtype float16 --sizes sweep --out "$results" --label matmul
+    ;;
+  kernels)
+    label=${2:?kernels needs a label}; mode=${3:?kernels needs a mode}; shift 3
+    [ -f /tmp/tritonkit-cache/calibration.json ] || tk bench calibrate --out "$results"
+    tk bench "$@" --mode "$mode" --dtype bfloat16 --sizes default --out "$results" --label "$label-${mode/+/-}"
+    part="$label-${mode/+/-}"
+    ;;
+  host)
+    python3 benchmarks/host_overhead.py --steps 2>&1 | tee "$out/host-steps.log"
     ;;
   norm|softmax)
     mode=${2:?$part needs a mode: fwd, bwd or fwd+bwd}

@@ -232,9 +232,10 @@ def _graph_matches_eager(step, inputs):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         captured = step(*inputs)
-    for t in inputs:
-        if t.is_floating_point():
-            t.copy_(torch.randn_like(t))
+    with torch.no_grad():  # the step made the inputs leaves that require grad
+        for t in inputs:
+            if t.is_floating_point():
+                t.copy_(torch.randn_like(t))
     graph.replay()
     torch.cuda.synchronize()
     for ours, theirs in zip(captured, step(*inputs), strict=True):

@@ -82,6 +82,8 @@ def _cmd_check(args) -> int:
         grad_modes = (None, "random") if spec.has_backward else (None,)
         for dtype, case, grad_mode in ((d, c, g) for d in dtypes for c in cases for g in grad_modes):
             label = spec.case_id(case) + (" +grad" if grad_mode else "")
+            if on_gpu:
+                torch.cuda.empty_cache()  # GPU-sized cases: keep no cache of the last case's blocks
             try:
                 result = testing.run_case(spec, case, dtype, device, seed=args.seed, grad_mode=grad_mode)
             except Exception as error:  # a crash is a failure of that case, reported, not hidden

@@ -116,35 +116,49 @@ def _norm_fwd_kernel(
 
 
 @triton.jit
-def _norm_row_terms(p_dy, p_x, p_res, p_mean, p_rstd, i_row, stride_dy_row, stride_x_row, stride_res_row, o_n, m_n,
-                    b_w, IS_RMS: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr):  # fmt: skip
-    """For columns o_n of row i_row: xhat = (h - mean) * rstd, dy, g = (offset + w) * dy, and rstd."""
-    b_mean = 0.0 if IS_RMS else tl.load(p_mean + i_row)
-    b_rstd = tl.load(p_rstd + i_row)
-    b_h = tl.load(p_x + i_row * stride_x_row + o_n, mask=m_n, other=0.0).to(tl.float32)
+def _norm_tile_terms(p_dy, p_x, p_res, p_mean, p_rstd, o_r, m_r, stride_dy_row, stride_x_row, stride_res_row, o_n,
+                     m_n, b_w, IS_RMS: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr):  # fmt: skip
+    """For rows o_r and columns o_n: xhat = (h - mean) * rstd, dy and g = (offset + w) * dy, each
+    [rows, columns] (zero where masked), and rstd [rows]."""
+    m_rn = m_r[:, None] & m_n[None, :]
+    b_rstd = tl.load(p_rstd + o_r, mask=m_r, other=0.0)
+    b_h = tl.load(p_x + o_r[:, None] * stride_x_row + o_n[None, :], mask=m_rn, other=0.0).to(tl.float32)
     if HAS_RES:
-        b_h += tl.load(p_res + i_row * stride_res_row + o_n, mask=m_n, other=0.0).to(tl.float32)
-    b_xhat = tl.where(m_n, (b_h - b_mean) * b_rstd, 0.0)
-    b_dy = tl.load(p_dy + i_row * stride_dy_row + o_n, mask=m_n, other=0.0).to(tl.float32)
-    b_wdy = b_dy * b_w if HAS_W else b_dy
+        b_h += tl.load(p_res + o_r[:, None] * stride_res_row + o_n[None, :], mask=m_rn, other=0.0).to(tl.float32)
+    if IS_RMS:
+        b_xhat = b_h * b_rstd[:, None]
+    else:
+        b_mean = tl.load(p_mean + o_r, mask=m_r, other=0.0)
+        b_xhat = tl.where(m_rn, (b_h - b_mean[:, None]) * b_rstd[:, None], 0.0)
+    b_dy = tl.load(p_dy + o_r[:, None] * stride_dy_row + o_n[None, :], mask=m_rn, other=0.0).to(tl.float32)
+    b_wdy = b_dy * b_w[None, :] if HAS_W else b_dy
     return b_xhat, b_dy, b_wdy, b_rstd
 
 
 @triton.jit
-def _norm_dh(p_dh, i_row, stride_dh_row, o_n, m_n, b_xhat, b_wdy, b_rstd, c_xhat, c_one, HAS_DH: tl.constexpr):
-    """dh = rstd * (g - xhat * c_xhat - c_one), plus the gradient of the returned h (prenorm)."""
-    b_dh = (b_wdy - b_xhat * c_xhat - c_one) * b_rstd
+def _norm_dh(p_dh, o_r, m_r, stride_dh_row, o_n, m_n, b_xhat, b_wdy, b_rstd, c_xhat, c_one, IS_RMS: tl.constexpr,
+             HAS_DH: tl.constexpr):  # fmt: skip
+    """dh = rstd * (g - xhat * c_xhat - c_one) per row (c_one only for LayerNorm), plus the gradient of
+    the returned h (prenorm)."""
+    b_dh = b_wdy - b_xhat * c_xhat[:, None]
+    if not IS_RMS:
+        b_dh -= c_one[:, None]
+    b_dh *= b_rstd[:, None]
     if HAS_DH:
-        b_dh += tl.load(p_dh + i_row * stride_dh_row + o_n, mask=m_n, other=0.0).to(tl.float32)
+        m_rn = m_r[:, None] & m_n[None, :]
+        b_dh += tl.load(p_dh + o_r[:, None] * stride_dh_row + o_n[None, :], mask=m_rn, other=0.0).to(tl.float32)
     return b_dh
 
 
 @triton.jit
-def _store_row_grad(p_dx, p_dres, i_row, stride_dx_row, stride_dres_row, o_n, m_n, b_dh, STORE_DRES: tl.constexpr):
+def _store_tile_grad(p_dx, p_dres, o_r, m_r, stride_dx_row, stride_dres_row, o_n, m_n, b_dh,
+                     STORE_DRES: tl.constexpr):  # fmt: skip
     """dx = dh, and dresidual = dh when there is a residual."""
-    tl.store(p_dx + i_row * stride_dx_row + o_n, b_dh.to(p_dx.dtype.element_ty), mask=m_n)
+    m_rn = m_r[:, None] & m_n[None, :]
+    tl.store(p_dx + o_r[:, None] * stride_dx_row + o_n[None, :], b_dh.to(p_dx.dtype.element_ty), mask=m_rn)
     if STORE_DRES:
-        tl.store(p_dres + i_row * stride_dres_row + o_n, b_dh.to(p_dres.dtype.element_ty), mask=m_n)
+        p_dres_rn = p_dres + o_r[:, None] * stride_dres_row + o_n[None, :]
+        tl.store(p_dres_rn, b_dh.to(p_dres.dtype.element_ty), mask=m_rn)
 
 
 @triton.jit
@@ -153,9 +167,10 @@ def _norm_bwd_kernel(
     n_rows, n_cols, rows_per_program, stride_dy_row, stride_dh_row, stride_x_row, stride_res_row,
     stride_dx_row, stride_dres_row, offset,
     IS_RMS: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
-    HAS_DH: tl.constexpr, STORE_DRES: tl.constexpr, SINGLE_PASS: tl.constexpr, BLOCK_N: tl.constexpr,
+    HAS_DH: tl.constexpr, STORE_DRES: tl.constexpr, SINGLE_PASS: tl.constexpr, ROWS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
 ):  # fmt: skip
-    """Backward over rows [pid*rows_per_program, ...), one row at a time.
+    """Backward over rows [pid*rows_per_program, ...), ROWS rows at a time (one on the looped path).
 
     With xhat = (h - mean) * rstd and g = (offset + w) * dy:
       RMSNorm:   dh = rstd * (g - xhat * mean(g * xhat))
@@ -169,58 +184,66 @@ def _norm_bwd_kernel(
     p_dw_row = p_dw_part + i_prog.to(tl.int64) * n_cols
     p_db_row = p_db_part + i_prog.to(tl.int64) * n_cols
     if SINGLE_PASS:
+        # ROWS whole rows per iteration: more loads in flight per program than one row at a time.
         o_n = tl.arange(0, BLOCK_N)
         m_n = o_n < n_cols
         b_w = tl.load(p_w + o_n, mask=m_n, other=0.0).to(tl.float32) + offset if HAS_W else 1.0
         acc_dw = tl.zeros((BLOCK_N,), dtype=tl.float32)
         acc_db = tl.zeros((BLOCK_N,), dtype=tl.float32)
-        for i_row in range(row_start, row_end):
-            b_xhat, b_dy, b_wdy, b_rstd = _norm_row_terms(
-                p_dy, p_x, p_res, p_mean, p_rstd, i_row, stride_dy_row, stride_x_row, stride_res_row, o_n, m_n,
+        for r0 in range(row_start, row_end, ROWS):
+            o_r = r0 + tl.arange(0, ROWS)
+            m_r = o_r < row_end
+            b_xhat, b_dy, b_wdy, b_rstd = _norm_tile_terms(
+                p_dy, p_x, p_res, p_mean, p_rstd, o_r, m_r, stride_dy_row, stride_x_row, stride_res_row, o_n, m_n,
                 b_w, IS_RMS, HAS_RES, HAS_W,
             )  # fmt: skip
-            c_xhat = tl.sum(b_xhat * b_wdy, axis=0) / n_cols
-            c_one = 0.0 if IS_RMS else tl.sum(b_wdy, axis=0) / n_cols
-            b_dh = _norm_dh(p_dh, i_row, stride_dh_row, o_n, m_n, b_xhat, b_wdy, b_rstd, c_xhat, c_one, HAS_DH)
-            _store_row_grad(p_dx, p_dres, i_row, stride_dx_row, stride_dres_row, o_n, m_n, b_dh, STORE_DRES)
-            acc_dw += b_dy * b_xhat
-            acc_db += b_dy
+            c_xhat = tl.sum(b_xhat * b_wdy, axis=1) / n_cols  # [ROWS]
+            c_one = tl.sum(b_wdy, axis=1) / n_cols
+            b_dh = _norm_dh(p_dh, o_r, m_r, stride_dh_row, o_n, m_n, b_xhat, b_wdy, b_rstd, c_xhat, c_one, IS_RMS,
+                            HAS_DH)  # fmt: skip
+            _store_tile_grad(p_dx, p_dres, o_r, m_r, stride_dx_row, stride_dres_row, o_n, m_n, b_dh, STORE_DRES)
+            acc_dw += tl.sum(b_dy * b_xhat, axis=0)
+            acc_db += tl.sum(b_dy, axis=0)
         if HAS_W:
             tl.store(p_dw_row + o_n, acc_dw, mask=m_n)
         if HAS_B:
             tl.store(p_db_row + o_n, acc_db, mask=m_n)
     else:
-        # Wide rows: one pass for the two row sums, one to write dh and add to this program's
-        # (zero-initialised) workspace rows.
+        # Wide rows, one at a time: one pass for the two row sums, one to write dh and add to this
+        # program's (zero-initialised) workspace rows.
         for i_row in range(row_start, row_end):
-            acc_xhat = tl.zeros((BLOCK_N,), dtype=tl.float32)
-            acc_one = tl.zeros((BLOCK_N,), dtype=tl.float32)
+            o_r = i_row + tl.arange(0, 1)
+            m_r = o_r < row_end
+            acc_xhat = tl.zeros((1, BLOCK_N), dtype=tl.float32)
+            acc_one = tl.zeros((1, BLOCK_N), dtype=tl.float32)
             for start in range(0, n_cols, BLOCK_N):
                 o_n = start + tl.arange(0, BLOCK_N)
                 m_n = o_n < n_cols
                 b_w = tl.load(p_w + o_n, mask=m_n, other=0.0).to(tl.float32) + offset if HAS_W else 1.0
-                b_xhat, b_dy, b_wdy, b_rstd = _norm_row_terms(
-                    p_dy, p_x, p_res, p_mean, p_rstd, i_row, stride_dy_row, stride_x_row, stride_res_row, o_n,
+                b_xhat, b_dy, b_wdy, b_rstd = _norm_tile_terms(
+                    p_dy, p_x, p_res, p_mean, p_rstd, o_r, m_r, stride_dy_row, stride_x_row, stride_res_row, o_n,
                     m_n, b_w, IS_RMS, HAS_RES, HAS_W,
                 )  # fmt: skip
                 acc_xhat += b_xhat * b_wdy
                 acc_one += b_wdy
-            c_xhat = tl.sum(acc_xhat, axis=0) / n_cols
-            c_one = 0.0 if IS_RMS else tl.sum(acc_one, axis=0) / n_cols
+            c_xhat = tl.sum(acc_xhat, axis=1) / n_cols  # [1]
+            c_one = tl.sum(acc_one, axis=1) / n_cols
             for start in range(0, n_cols, BLOCK_N):
                 o_n = start + tl.arange(0, BLOCK_N)
                 m_n = o_n < n_cols
                 b_w = tl.load(p_w + o_n, mask=m_n, other=0.0).to(tl.float32) + offset if HAS_W else 1.0
-                b_xhat, b_dy, b_wdy, b_rstd = _norm_row_terms(
-                    p_dy, p_x, p_res, p_mean, p_rstd, i_row, stride_dy_row, stride_x_row, stride_res_row, o_n,
+                b_xhat, b_dy, b_wdy, b_rstd = _norm_tile_terms(
+                    p_dy, p_x, p_res, p_mean, p_rstd, o_r, m_r, stride_dy_row, stride_x_row, stride_res_row, o_n,
                     m_n, b_w, IS_RMS, HAS_RES, HAS_W,
                 )  # fmt: skip
-                b_dh = _norm_dh(p_dh, i_row, stride_dh_row, o_n, m_n, b_xhat, b_wdy, b_rstd, c_xhat, c_one, HAS_DH)
-                _store_row_grad(p_dx, p_dres, i_row, stride_dx_row, stride_dres_row, o_n, m_n, b_dh, STORE_DRES)
+                b_dh = _norm_dh(p_dh, o_r, m_r, stride_dh_row, o_n, m_n, b_xhat, b_wdy, b_rstd, c_xhat, c_one,
+                                IS_RMS, HAS_DH)  # fmt: skip
+                _store_tile_grad(p_dx, p_dres, o_r, m_r, stride_dx_row, stride_dres_row, o_n, m_n, b_dh, STORE_DRES)
                 if HAS_W:
-                    tl.store(p_dw_row + o_n, tl.load(p_dw_row + o_n, mask=m_n) + b_dy * b_xhat, mask=m_n)
+                    tl.store(p_dw_row + o_n, tl.load(p_dw_row + o_n, mask=m_n) + tl.sum(b_dy * b_xhat, axis=0),
+                             mask=m_n)  # fmt: skip
                 if HAS_B:
-                    tl.store(p_db_row + o_n, tl.load(p_db_row + o_n, mask=m_n) + b_dy, mask=m_n)
+                    tl.store(p_db_row + o_n, tl.load(p_db_row + o_n, mask=m_n) + tl.sum(b_dy, axis=0), mask=m_n)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -235,6 +258,7 @@ class _Plan:
     bwd_single_pass: bool
     bwd_programs_per_sm: int
     bwd_warps: int
+    bwd_rows: int = 1  # rows per backward loop iteration
 
 
 # Fastest launch configurations measured on the H200 over 16384 rows by benchmarks/norm_configs.py
@@ -329,7 +353,7 @@ def norm_bwd_launch(dy, dh, x, weight, residual, mean, rstd, offset, is_rms, has
             dres.stride(0) if dres is not None else 0, offset,
             IS_RMS=is_rms, HAS_RES=residual is not None, HAS_W=weight is not None, HAS_B=has_bias,
             HAS_DH=dh is not None, STORE_DRES=residual is not None, SINGLE_PASS=plan.bwd_single_pass,
-            BLOCK_N=block_n, num_warps=plan.bwd_warps,
+            ROWS=plan.bwd_rows if plan.bwd_single_pass else 1, BLOCK_N=block_n, num_warps=plan.bwd_warps,
         )  # fmt: skip
     dw = dw_part.sum(0).to(w_dtype) if dw_part is not None else None
     db = db_part.sum(0).to(w_dtype) if db_part is not None else None
