@@ -112,15 +112,18 @@ def steps():
             w = torch.randn(n, device="cuda", dtype=dtype, requires_grad=True)
             dy = torch.randn(rows, n, device="cuda", dtype=dtype)
             for name, fn in providers.items():
-                def step(fn=fn):
+
+                def step(fn=fn, x=x, w=w, dy=dy):
                     x.grad = w.grad = None
                     fn(x, w).backward(dy)
 
                 wall = per_call_us(step, calls=300)
                 issue = _issue_us(step)
                 blocking, kernels = _blocking_calls(step)
-                print(f"{str(dtype):15} {rows:6}x{n} {name:14} wall {wall:7.1f} us/step, issue {issue:7.1f} us, "
-                      f"blocking per step {blocking or 'none'}")
+                print(
+                    f"{str(dtype):15} {rows:6}x{n} {name:14} wall {wall:7.1f} us/step, issue {issue:7.1f} us, "
+                    f"blocking per step {blocking or 'none'}"
+                )
                 print(f"{'':38}kernels: {kernels}")
 
 
