@@ -121,7 +121,7 @@ def steps():
                 issue = _issue_us(step)
                 blocking, kernels = _blocking_calls(step)
                 print(
-                    f"{str(dtype):15} {rows:6}x{n} {name:14} wall {wall:7.1f} us/step, issue {issue:7.1f} us, "
+                    f"{dtype!s:15} {rows:6}x{n} {name:14} wall {wall:7.1f} us/step, issue {issue:7.1f} us, "
                     f"blocking per step {blocking or 'none'}"
                 )
                 print(f"{'':38}kernels: {kernels}")
