@@ -24,17 +24,19 @@ def main():
         q = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
         k = torch.randn((B, HK, T, D) if layout == "bhtd" else (B, T, HK, D), device="cuda", dtype=torch.bfloat16)
         q_out, k_out = torch.empty_like(q), torch.empty_like(k)
+        args = (
+            q, k, cos, sin, cos, q_out, k_out, T, HQ, HK, D // 2, 0, T,
+            *rope._bhtd_strides(q, heads_dim), *rope._bhtd_strides(k, heads_dim),
+            *rope._bhtd_strides(q_out, heads_dim), *rope._bhtd_strides(k_out, heads_dim),
+            0, cos.stride(1), cos.stride(2), 0, sin.stride(1), sin.stride(2), 0, 0,
+        )  # fmt: skip
         results = {}
         for block_h, warps in itertools.product((4, 8, 16, 32), (1, 2, 4, 8)):
 
-            def run(block_h=block_h, warps=warps):
+            def run(args=args, block_h=block_h, warps=warps):
                 rope._rope_kernel[(B * T,)](
-                    q, k, cos, sin, cos, q_out, k_out, T, HQ, HK, D // 2, 0, T,
-                    *rope._bhtd_strides(q, heads_dim), *rope._bhtd_strides(k, heads_dim),
-                    *rope._bhtd_strides(q_out, heads_dim), *rope._bhtd_strides(k_out, heads_dim),
-                    0, cos.stride(1), cos.stride(2), 0, sin.stride(1), sin.stride(2), 0, 0,
-                    BACKWARD=False, HAS_POS=False, BLOCK_HQ=block_h, BLOCK_HK=min(block_h, HK), BLOCK_HALF=D // 2,
-                    BLOCK_PASS=0, num_warps=warps,
+                    *args, BACKWARD=False, HAS_POS=False, BLOCK_HQ=block_h, BLOCK_HK=min(block_h, HK),
+                    BLOCK_HALF=D // 2, BLOCK_PASS=0, num_warps=warps,
                 )  # fmt: skip
 
             results[(block_h, warps)] = triton.testing.do_bench(run, return_mode="median")
