@@ -263,14 +263,15 @@ class _Plan:
 
 # Fastest launch configurations measured on the H200 over 16384 rows by benchmarks/norm_configs.py
 # (benchmarks/results/nvidia-h200/2026-11-22-norm-configs.txt), keyed by (power-of-two row width,
-# element size): forward (rows per program, warps) and backward (programs per SM, warps).
+# element size): forward (rows per program, warps) and backward (programs per SM, warps, rows per loop
+# iteration; the last measured for 4096 only so far, 2026-11-22-norm-configs-bwd-4096.txt).
 _FWD_MEASURED = {
     (1024, 2): (4, 8), (2048, 2): (1, 4), (4096, 2): (2, 4), (8192, 2): (2, 4), (16384, 2): (1, 8),
     (1024, 4): (4, 4), (2048, 4): (4, 4), (4096, 4): (2, 4), (8192, 4): (4, 16), (16384, 4): (2, 16),
 }  # fmt: skip
 _BWD_MEASURED = {
-    (1024, 2): (8, 4), (2048, 2): (8, 8), (4096, 2): (4, 8), (8192, 2): (1, 16), (16384, 2): (2, 16),
-    (1024, 4): (8, 4), (2048, 4): (4, 8), (4096, 4): (4, 16), (8192, 4): (4, 16),
+    (1024, 2): (8, 4, 1), (2048, 2): (8, 8, 1), (4096, 2): (4, 8, 4), (8192, 2): (1, 16, 1), (16384, 2): (2, 16, 1),
+    (1024, 4): (8, 4, 1), (2048, 4): (4, 8, 1), (4096, 4): (4, 8, 4), (8192, 4): (4, 16, 1),
 }  # fmt: skip
 
 
@@ -289,10 +290,10 @@ def norm_launch_plan(n_cols: int, element_size: int) -> _Plan:
     rows, warps = _FWD_MEASURED.get((block_n, element_size), (max(1, min(64, 4096 // block_n)), 4))
     bwd = _BWD_MEASURED.get((block_n, element_size))
     if bwd is None and block_n < 1024:
-        bwd = (8, 4)
+        bwd = (8, 4, 1)
     if bwd is None:  # fp32 at 16384 (or an element size never measured): the looped backward
         return _Plan(True, block_n, rows, warps, False, 8, 8)
-    return _Plan(True, block_n, rows, warps, True, bwd[0], bwd[1])
+    return _Plan(True, block_n, rows, warps, True, *bwd)
 
 
 def _empty_like_rows(rows: int, n_cols: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
