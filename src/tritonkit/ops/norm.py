@@ -264,14 +264,14 @@ class _Plan:
 # Fastest launch configurations measured on the H200 over 16384 rows by benchmarks/norm_configs.py
 # (benchmarks/results/nvidia-h200/2026-11-22-norm-configs.txt), keyed by (power-of-two row width,
 # element size): forward (rows per program, warps) and backward (programs per SM, warps, rows per loop
-# iteration; the last measured for 4096 only so far, 2026-11-22-norm-configs-bwd-4096.txt).
+# iteration), the backward re-measured for RMSNorm with the rows choice in 2026-11-22-norm-configs-bwd*.txt.
 _FWD_MEASURED = {
     (1024, 2): (4, 8), (2048, 2): (1, 4), (4096, 2): (2, 4), (8192, 2): (2, 4), (16384, 2): (1, 8),
     (1024, 4): (4, 4), (2048, 4): (4, 4), (4096, 4): (2, 4), (8192, 4): (4, 16), (16384, 4): (2, 16),
 }  # fmt: skip
 _BWD_MEASURED = {
-    (1024, 2): (8, 4, 1), (2048, 2): (8, 8, 1), (4096, 2): (4, 8, 4), (8192, 2): (1, 16, 1), (16384, 2): (2, 16, 1),
-    (1024, 4): (8, 4, 1), (2048, 4): (4, 8, 1), (4096, 4): (4, 8, 4), (8192, 4): (4, 16, 1),
+    (1024, 2): (8, 4, 4), (2048, 2): (4, 8, 4), (4096, 2): (4, 8, 4), (8192, 2): (4, 16, 2), (16384, 2): (4, 8, 1),
+    (1024, 4): (8, 4, 1), (2048, 4): (8, 4, 4), (4096, 4): (4, 8, 4), (8192, 4): (4, 16, 1),
 }  # fmt: skip
 
 

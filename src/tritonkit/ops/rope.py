@@ -32,7 +32,10 @@ __all__ = ["rope"]
 HEADS_DIM = {"bhtd": 1, "bthd": 2}  # layout -> the dimension of q and k that indexes heads
 LAYOUTS = tuple(HEADS_DIM)
 POSITION_DTYPES = (torch.int32, torch.int64)
-MAX_HALF_TILE = 2048  # elements of one [heads, rotary_dim / 2] tile a program holds at a time
+# Elements of one [heads, rotary_dim / 2] tile a program holds at a time: 8 heads of 128 with 4 warps
+# was the fastest on the H200 in both layouts (benchmarks/rope_configs.py: 86% of copy bandwidth, where
+# 32 heads with 8 warps, the first guess, ran fwd+bwd at 63% and 36%).
+MAX_HALF_TILE = 512
 
 
 @triton.jit
@@ -128,8 +131,8 @@ def _batch_stride(t: torch.Tensor) -> int:
 
 
 def _heads_block(n_heads: int, block_half: int) -> int:
-    """Heads per pass of the head loop: all of them when a [heads, half] tile stays within MAX_HALF_TILE
-    elements (Llama's 32 heads of 128), else as many as fit."""
+    """Heads per pass of the head loop: as many as keep a [heads, half] tile within MAX_HALF_TILE elements
+    (8 of Llama's 32 heads of 128), at least one."""
     return min(triton.next_power_of_2(max(n_heads, 1)), max(1, MAX_HALF_TILE // block_half))
 
 
@@ -159,7 +162,7 @@ def rope_launch(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.
         *pos_strides,
         BACKWARD=backward, HAS_POS=has_pos, BLOCK_HQ=block_hq, BLOCK_HK=block_hk, BLOCK_HALF=block_half,
         BLOCK_PASS=triton.next_power_of_2(n_pass) if n_pass else 0,
-        num_warps=4 if 2 * max(block_hq, block_hk) * block_half <= 2048 else 8,  # not yet tuned on a GPU
+        num_warps=4,
     )  # fmt: skip
     return q_out, k_out
 
