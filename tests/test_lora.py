@@ -153,3 +153,21 @@ def test_bf16_large_compiled_matches_reference(frozen):
     case = {"lead": (4, 1024), "k": 4096, "n": 4096, "r": 16, "bias": True, "frozen": frozen}
     result = testing.run_case(compiled, case, torch.bfloat16, "cuda", grad_mode="random")
     assert result.ok, result.explain()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_backward_custom_op_outputs_match_its_fake_in_shape_stride_and_dtype(dtype):
+    """Inductor asserts the strides the fake promises; a transposed dlora_b failed that on the GPU."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from tritonkit.ops.lora import lora_bwd
+
+    tokens, k, n, r = 10, 24, 40, 8
+    args = [torch.randn(shape).to(dtype) for shape in ((tokens, n), (tokens, k), (n, k), (r, k), (n, r))]
+    args.append(torch.randn(tokens, r))  # x A^T, fp32
+    flags = (0.5, True, True, True, True, True)
+    real = lora_bwd(*args, *flags)
+    with FakeTensorMode() as mode:
+        fake = lora_bwd(*(mode.from_tensor(t) for t in args), *flags)
+    for got, promised in zip(real, fake, strict=True):
+        assert (got.shape, got.stride(), got.dtype) == (promised.shape, promised.stride(), promised.dtype)

@@ -214,7 +214,9 @@ def lora_bwd_launch(dy, x, weight, lora_a, lora_b, xa, scale, need_dx, need_dw, 
         dyb = dy.float() @ lora_b.float()
     dw = (dy.t() @ x) if need_dw else None
     da = (scale * _times_fp32(dyb, x)).to(lora_a.dtype) if need_da else None
-    db = (scale * _times_fp32(xa, dy)).t().to(lora_b.dtype) if need_db else None
+    # (dy^T (x A^T)) computed as its transpose; made dense, as the custom op's fake promises (inductor
+    # asserts output strides).
+    db = (scale * _times_fp32(xa, dy)).t().to(lora_b.dtype).contiguous() if need_db else None
     dbias = dy.sum(0, dtype=torch.float32).to(dy.dtype) if need_dbias else None
     return (dx if need_dx else None), dw, da, db, dbias
 
@@ -283,9 +285,12 @@ def lora_bwd(
 
 @lora_bwd.register_fake
 def _(dy, x, weight, lora_a, lora_b, xa, scale, need_dx, need_dw, need_da, need_db, need_dbias):
+    likes = (x, weight, lora_a, lora_b, dy)  # each gradient's shape and dtype (dbias: dy's dtype, (N,))
     shapes = (x.shape, weight.shape, lora_a.shape, lora_b.shape, weight.shape[:1])
     needs = (need_dx, need_dw, need_da, need_db, need_dbias)
-    return tuple(x.new_empty(shape if need else (0,)) for shape, need in zip(shapes, needs, strict=True))
+    return tuple(
+        like.new_empty(shape if need else (0,)) for like, shape, need in zip(likes, shapes, needs, strict=True)
+    )
 
 
 def _setup_context(ctx, inputs, output):
