@@ -6,7 +6,8 @@
 #                                           # when the wheel is carried in .whl/)
 #   bash scripts/gpu_bench.sh softmax MODE  # softmax and log_softmax, likewise
 #   bash scripts/gpu_bench.sh kernels LABEL MODE NAME...  # the named kernels in bf16 at their default (larger)
-#                                           # sizes, MODE fwd, bwd or fwd+bwd, with liger-kernel when carried
+#                                           # sizes, MODE fwd, bwd or fwd+bwd, with liger-kernel when carried;
+#                                           # CUDA_GRAPH=1 times CUDA-graph replays (no host overhead)
 #   bash scripts/gpu_bench.sh host          # benchmarks/host_overhead.py --steps (host time of RMSNorm steps)
 #   bash scripts/gpu_bench.sh all           # elementwise and matmul
 # Each part's files land in $OUT (or ./bench-out) as one tarball, with the logs beside it.
@@ -40,7 +41,10 @@ case "$part" in
   kernels)
     label=${2:?kernels needs a label}; mode=${3:?kernels needs a mode}; shift 3
     [ -f /tmp/tritonkit-cache/calibration.json ] || tk bench calibrate --out "$results"
-    tk bench "$@" --mode "$mode" --dtype bfloat16 --sizes default --out "$results" --label "$label-${mode/+/-}"
+    graph=()
+    if [ "${CUDA_GRAPH:-0}" = 1 ]; then graph=(--cuda-graph); label="$label-cuda-graph"; fi
+    tk bench "$@" --mode "$mode" --dtype bfloat16 --sizes default "${graph[@]}" --out "$results" \
+      --label "$label-${mode/+/-}"
     part="$label-${mode/+/-}"
     ;;
   host)
