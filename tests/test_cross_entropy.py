@@ -287,6 +287,14 @@ def test_fused_peak_memory_is_within_a_tenth_of_the_logits():
     step()
     hidden.grad = weight.grad = None
     assert _peak_extra_bytes(step) - gradients <= 0.1 * logits_bytes
+    # The backward alone makes the returned 16-bit gradients and one fp32 piece of the dW cast; a
+    # zero tensor per unused output (autograd's default) would add a whole fp32 dW.
+    hidden.grad = weight.grad = None
+    loss = tk.ops.fused_linear_cross_entropy(hidden, weight, target)
+    from tritonkit.ops.cross_entropy import _SCALE_CHUNK
+
+    returned = 2 * (hidden.numel() + weight.numel())
+    assert _peak_extra_bytes(loss.backward) <= returned + 4 * min(_SCALE_CHUNK, weight.numel()) + 4 * 2**20
 
 
 @pytest.mark.gpu
@@ -301,3 +309,22 @@ def test_cross_entropy_extra_memory_is_the_gradient():
     logits.grad = None
     grad_bytes = logits.numel() * 2
     assert _peak_extra_bytes(step) <= grad_bytes + 4 * 2**20  # plus per-row fp32 lse and loss
+
+
+def test_fused_backward_gets_none_for_its_unused_outputs(monkeypatch):
+    """The forward returns its gradients as outputs (for the custom op to save); autograd must not
+    build a zero tensor for each of them when the backward runs (a 2.1 GB fp32 dW at Llama 3's size)."""
+    module = importlib.import_module("tritonkit.ops.cross_entropy")
+    received = []
+    backward = module._FusedLinearCrossEntropyFunction.backward
+
+    def spy(ctx, grad_loss, *unused):
+        received.extend(unused)
+        return backward(ctx, grad_loss, *unused)
+
+    monkeypatch.setattr(module._FusedLinearCrossEntropyFunction, "backward", staticmethod(spy))
+    hidden = torch.randn(6, 8, requires_grad=True)
+    weight = torch.randn(20, 8, requires_grad=True)
+    tk.ops.fused_linear_cross_entropy(hidden, weight, _targets(6, 20, "cpu")).backward()
+    assert received and all(g is None for g in received)
+    assert hidden.grad is not None and weight.grad is not None

@@ -432,10 +432,16 @@ class _FusedLinearCrossEntropyFunction(torch.autograd.Function):
         loss, lse, *grads = fused_linear_cross_entropy_fwd_launch(hidden, weight, target, bias, *options, *needs)
         _save_flce(ctx, hidden, weight, target, bias, lse, grads, options, needs)
         ctx.mark_non_differentiable(lse, *grads)
+        # The gradients are outputs only so that the custom op can save them; left to its default,
+        # autograd would hand backward a zero tensor for each, 2.1 GB for a 128256 x 4096 fp32 dW
+        # (H200: backward peak 5.2 GB against 3.2 GB held and made).
+        ctx.set_materialize_grads(False)
         return loss, lse, *grads
 
     @staticmethod
     def backward(ctx, grad_loss, *unused):
+        if grad_loss is None:  # only lse or the gradients were used downstream: nothing flows back
+            return (None,) * 12
         grad_hidden, grad_weight, grad_bias = _flce_grads(ctx, grad_loss, fused_linear_cross_entropy_bwd_launch)
         return grad_hidden, grad_weight, None, grad_bias, *([None] * 8)
 
