@@ -23,6 +23,16 @@ def test_unit_conversions():
     assert cost.speedup(2.0, 0.5) == 4.0 and cost.speedup(None, 0.5) is None
 
 
+def test_compute_bound_backward_counts_the_backward_arithmetic():
+    spec = registry.get("fused_linear_cross_entropy")
+    case = {"tokens": 1024, "hidden": 512, "vocab": 4096}
+    total = 6 * 1024 * 512 * 4096  # the logits, d(hidden) and d(weight)
+    both = cost.throughput(spec, case, torch.bfloat16, 1.0, H200, "fwd+bwd")
+    assert both.tflops == pytest.approx(total / 1e-3 / 1e12)
+    assert cost.throughput(spec, case, torch.bfloat16, 1.0, H200, "fwd").tflops == pytest.approx(total / 3 / 1e9)
+    assert cost.throughput(registry.get("softmax"), {"rows": 8, "n": 64}, torch.float32, 1.0, H200, "bwd").tflops == 0
+
+
 def test_memory_bound_throughput_against_bandwidth():
     result = cost.throughput(registry.get("add"), {"n": 1 << 20}, torch.bfloat16, 0.002, H200)
     assert result.unit == "GB/s"

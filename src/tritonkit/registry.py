@@ -84,6 +84,9 @@ class KernelSpec:
     has_backward: bool = False
     tolerance: Callable[[Case, torch.dtype], Tolerance | None] | None = None
     bytes_moved_bwd: Callable[[Case, torch.dtype], int] | None = None
+    # The backward's arithmetic, for compute-bound kernels (TFLOP/s of bwd and fwd+bwd runs); None
+    # leaves those runs reported in GB/s only.
+    flops_bwd: Callable[[Case, torch.dtype], int] | None = None
     # Peer implementations for benchmarks: peer name (a key of tritonkit.bench.providers.PEERS) ->
     # a factory that imports the peer and returns a callable taking this spec's arguments.
     peers: Mapping[str, Callable[[], Callable]] = field(default_factory=dict)

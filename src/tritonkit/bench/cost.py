@@ -62,15 +62,28 @@ def bytes_for_mode(spec: KernelSpec, case: Case, dtype: torch.dtype, mode: str) 
     return backward if mode == "bwd" else forward + backward
 
 
+def flops_for_mode(spec: KernelSpec, case: Case, dtype: torch.dtype, mode: str) -> int | None:
+    """Arithmetic of the timed work, like :func:`bytes_for_mode` (None without a backward model)."""
+    forward = spec.flops(case, dtype)
+    if mode == "fwd":
+        return forward
+    if spec.flops_bwd is None:
+        return None
+    backward = spec.flops_bwd(case, dtype)
+    return backward if mode == "bwd" else forward + backward
+
+
 def throughput(
     spec: KernelSpec, case: Case, dtype: torch.dtype, ms: float, ceilings: Ceilings | None, mode: str = "fwd"
 ) -> Throughput | None:
-    """GB/s, TFLOP/s (forward only) and % of ceiling; None when the mode has no cost model."""
+    """GB/s, TFLOP/s and % of ceiling; None when the mode has no cost model. TFLOP/s of bwd and fwd+bwd
+    runs need the spec's ``flops_bwd`` (0 without it)."""
     n_bytes = bytes_for_mode(spec, case, dtype, mode)
     if n_bytes is None:
         return None
     gbps = gigabytes_per_second(n_bytes, ms)
-    tflops = teraflops_per_second(spec.flops(case, dtype), ms) if mode == "fwd" else 0.0
+    n_flops = flops_for_mode(spec, case, dtype, mode)
+    tflops = teraflops_per_second(n_flops, ms) if n_flops is not None else 0.0
     if ceilings is not None:
         unit, ceiling = ceilings.for_spec(spec, dtype)
     else:

@@ -833,7 +833,8 @@ register(KernelSpec(
     bench_cases=_FLCE_BENCH,
     bytes_moved=_flce_bytes,
     bytes_moved_bwd=functools.partial(_flce_bytes, backward=True),
-    flops=lambda case, dtype: 6 * case["tokens"] * case["hidden"] * case["vocab"],
+    flops=lambda case, dtype: 2 * case["tokens"] * case["hidden"] * case["vocab"],  # the logits
+    flops_bwd=lambda case, dtype: 4 * case["tokens"] * case["hidden"] * case["vocab"],  # d(hidden), d(weight)
     dtypes=FLOAT_DTYPES,
     has_backward=True,
     tolerance=_flce_tolerance,

@@ -423,6 +423,13 @@ def _lora_flops(case, dtype):
     return 2 * m * (n * k + r * (k + n))
 
 
+def _lora_flops_bwd(case, dtype):
+    """dx and, unless frozen, dW (each the forward's GEMM), plus the rank-r products of dA and dB."""
+    m, k, n, r = _tokens(case), case["k"], case["n"], case["r"]
+    base_gemms = 1 if case.get("frozen") else 2
+    return 2 * m * (base_gemms * n * k + 2 * r * (k + n))
+
+
 def _lora_tolerance(case, dtype):
     """16-bit: the table's. Every output is rounded once from fp32 (the rank-r intermediates are
     split, not rounded), so the output rounding dominates: measured at most 0.88 of the bf16 entry
@@ -491,6 +498,7 @@ register(
         bytes_moved=_lora_bytes,
         bytes_moved_bwd=lambda case, dtype: _lora_bytes(case, dtype, backward=True),
         flops=_lora_flops,
+        flops_bwd=_lora_flops_bwd,
         dtypes=FLOAT_DTYPES,
         has_backward=True,
         tolerance=_lora_tolerance,
