@@ -153,8 +153,14 @@ def main():
                     ),
                     "offset": "fp32",
                 },
-                {**flags, "HAS_DH": True, "STORE_DRES": True, "SINGLE_PASS": single_pass,
-                 "ROWS": 4 if single_pass else 1, "BLOCK_N": block_n},  # fmt: skip
+                {
+                    **flags,
+                    "HAS_DH": True,
+                    "STORE_DRES": True,
+                    "SINGLE_PASS": single_pass,
+                    "ROWS": 4 if single_pass else 1,
+                    "BLOCK_N": block_n,
+                },
                 num_warps=8,
             )
     for single_pass, block_n, rows in ((True, 1024, 4), (False, 4096, 1)):
