@@ -35,6 +35,12 @@ LOOP_CHUNK = 4096
 
 
 @triton.jit
+def _offset_weight(p_w, o_n, m_n, offset, HAS_W: tl.constexpr):
+    """offset + w at columns o_n in fp32 (0 where masked), or 1.0 without a weight."""
+    return tl.load(p_w + o_n, mask=m_n, other=0.0).to(tl.float32) + offset if HAS_W else 1.0
+
+
+@triton.jit
 def _norm_fwd_kernel(
     p_x, p_res, p_w, p_b, p_y, p_h, p_mean, p_rstd,
     n_rows, n_cols, stride_x_row, stride_res_row, stride_y_row, stride_h_row, eps, offset,
@@ -69,7 +75,7 @@ def _norm_fwd_kernel(
         tl.store(p_rstd + o_rows, b_rstd, mask=m_rows)
         b_y = b_centered * b_rstd[:, None]
         if HAS_W:
-            b_y *= tl.load(p_w + o_n, mask=m_n, other=0.0).to(tl.float32)[None, :] + offset
+            b_y *= _offset_weight(p_w, o_n, m_n, offset, HAS_W)[None, :]
         if HAS_B:
             b_y += tl.load(p_b + o_n, mask=m_n, other=0.0).to(tl.float32)[None, :]
         tl.store(p_y + o_rows[:, None] * stride_y_row + o_n[None, :], b_y.to(p_y.dtype.element_ty), mask=m_rn)
@@ -109,7 +115,7 @@ def _norm_fwd_kernel(
                 tl.store(p_h + i_row * stride_h_row + o_n, b_h.to(p_h.dtype.element_ty), mask=m_n)
             b_y = (b_h - b_mean) * b_rstd
             if HAS_W:
-                b_y *= tl.load(p_w + o_n, mask=m_n, other=0.0).to(tl.float32) + offset
+                b_y *= _offset_weight(p_w, o_n, m_n, offset, HAS_W)
             if HAS_B:
                 b_y += tl.load(p_b + o_n, mask=m_n, other=0.0).to(tl.float32)
             tl.store(p_y + i_row * stride_y_row + o_n, b_y.to(p_y.dtype.element_ty), mask=m_n)
@@ -187,7 +193,7 @@ def _norm_bwd_kernel(
         # ROWS whole rows per iteration: more loads in flight per program than one row at a time.
         o_n = tl.arange(0, BLOCK_N)
         m_n = o_n < n_cols
-        b_w = tl.load(p_w + o_n, mask=m_n, other=0.0).to(tl.float32) + offset if HAS_W else 1.0
+        b_w = _offset_weight(p_w, o_n, m_n, offset, HAS_W)
         acc_dw = tl.zeros((BLOCK_N,), dtype=tl.float32)
         acc_db = tl.zeros((BLOCK_N,), dtype=tl.float32)
         for r0 in range(row_start, row_end, ROWS):
@@ -219,7 +225,7 @@ def _norm_bwd_kernel(
             for start in range(0, n_cols, BLOCK_N):
                 o_n = start + tl.arange(0, BLOCK_N)
                 m_n = o_n < n_cols
-                b_w = tl.load(p_w + o_n, mask=m_n, other=0.0).to(tl.float32) + offset if HAS_W else 1.0
+                b_w = _offset_weight(p_w, o_n, m_n, offset, HAS_W)
                 b_xhat, b_dy, b_wdy, b_rstd = _norm_tile_terms(
                     p_dy, p_x, p_res, p_mean, p_rstd, o_r, m_r, stride_dy_row, stride_x_row, stride_res_row, o_n,
                     m_n, b_w, IS_RMS, HAS_RES, HAS_W,
@@ -231,7 +237,7 @@ def _norm_bwd_kernel(
             for start in range(0, n_cols, BLOCK_N):
                 o_n = start + tl.arange(0, BLOCK_N)
                 m_n = o_n < n_cols
-                b_w = tl.load(p_w + o_n, mask=m_n, other=0.0).to(tl.float32) + offset if HAS_W else 1.0
+                b_w = _offset_weight(p_w, o_n, m_n, offset, HAS_W)
                 b_xhat, b_dy, b_wdy, b_rstd = _norm_tile_terms(
                     p_dy, p_x, p_res, p_mean, p_rstd, o_r, m_r, stride_dy_row, stride_x_row, stride_res_row, o_n,
                     m_n, b_w, IS_RMS, HAS_RES, HAS_W,
