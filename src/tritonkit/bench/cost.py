@@ -51,26 +51,25 @@ class Throughput:
     percent: float | None
 
 
-def bytes_for_mode(spec: KernelSpec, case: Case, dtype: torch.dtype, mode: str) -> int | None:
-    """Fewest bytes of the timed work: the forward, the backward, or both (None without a model)."""
-    forward = spec.bytes_moved(case, dtype)
-    backward = spec.bytes_moved_bwd(case, dtype) if spec.bytes_moved_bwd else None
+def _for_mode(forward_model, backward_model, case: Case, dtype: torch.dtype, mode: str) -> int | None:
+    """A cost model of the timed work: the forward, the backward, or both (None without a backward model)."""
+    forward = forward_model(case, dtype)
     if mode == "fwd":
         return forward
-    if backward is None:
+    if backward_model is None:
         return None
+    backward = backward_model(case, dtype)
     return backward if mode == "bwd" else forward + backward
+
+
+def bytes_for_mode(spec: KernelSpec, case: Case, dtype: torch.dtype, mode: str) -> int | None:
+    """Fewest bytes of the timed work: the forward, the backward, or both (None without a model)."""
+    return _for_mode(spec.bytes_moved, spec.bytes_moved_bwd, case, dtype, mode)
 
 
 def flops_for_mode(spec: KernelSpec, case: Case, dtype: torch.dtype, mode: str) -> int | None:
     """Arithmetic of the timed work, like :func:`bytes_for_mode` (None without a backward model)."""
-    forward = spec.flops(case, dtype)
-    if mode == "fwd":
-        return forward
-    if spec.flops_bwd is None:
-        return None
-    backward = spec.flops_bwd(case, dtype)
-    return backward if mode == "bwd" else forward + backward
+    return _for_mode(spec.flops, spec.flops_bwd, case, dtype, mode)
 
 
 def throughput(
