@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import textwrap
 
 from tritonkit._core.env import enable_interpreter_if_no_gpu
-from tritonkit._core.text import format_table
+from tritonkit._core.text import format_fields, format_table
 from tritonkit.bench import MODES, SIZES
 
 _DTYPE_NAMES = ("float32", "float16", "bfloat16", "uint8")
@@ -52,9 +51,7 @@ def _cmd_show(args) -> int:
         ("test cases", str(len(spec.test_cases))),
         ("gpu cases", str(len(spec.gpu_cases))),
     ]
-    for key, value in fields:
-        wrapped = textwrap.fill(value, width=88, subsequent_indent=" " * 14) if value else "-"
-        print(f"{key + ':':<13} {wrapped}")
+    print(format_fields(fields))
     return 0
 
 

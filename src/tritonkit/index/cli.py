@@ -12,7 +12,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from tritonkit._core.text import format_table
+from tritonkit._core.text import format_fields, format_table
 from tritonkit.index import catalog as catalog_module
 from tritonkit.index import measured, render, search, verify, writer
 from tritonkit.index.schema import LICENSES, TAGS, validate_entry
@@ -62,8 +62,7 @@ def _cmd_show(args) -> int:
         fields += [("status", entry.status), ("limits", entry.limits or "-")]
         fields.append(("measured", entry.measurement.line() if entry.measurement else measured.NO_MEASUREMENT))
     fields += [("checked", entry.checked), ("notes", entry.notes or "-")]
-    for key, value in fields:
-        print(f"{key + ':':<13} " + textwrap.fill(value, width=_SHOW_WIDTH, subsequent_indent=" " * 14))
+    print(format_fields(fields, width=_SHOW_WIDTH))
     print("usage:")
     print(textwrap.indent(entry.usage, "    "))
     return 0
