@@ -34,9 +34,12 @@ def test_bf16_arithmetic_without_a_cast_is_wrong():
     for cast in (False, True):
         out = torch.empty_like(x)
         _mul_add_kernel[(1,)](x, y, out, CAST=cast, BLOCK=64)
-        errors[cast] = float((out.double() - ref).abs().nan_to_num(nan=float("inf")).max())
-    assert errors[False] > 1e3  # garbage, not rounding
-    assert errors[True] < 0.05  # one bf16 rounding of values below ~8
+        errors[cast] = (out.double() - ref).abs().nan_to_num(nan=float("inf"))
+    assert float(errors[False].max()) > 1e3  # garbage, not rounding
+    # One bf16 rounding of each value, which the interpreter does by truncation: under one ulp,
+    # 2**-7 of the value (an absolute 0.05 failed once a random value passed 8), plus fp32's own
+    # rounding of x * y + x where the two terms cancel.
+    assert bool((errors[True] <= 2**-7 * ref.abs() + 1e-5).all()), float(errors[True].max())
 
 
 @triton.jit
