@@ -116,32 +116,33 @@ def test_forward_step():
     from tritonkit.registry import Inputs
 
     x, y = torch.randn(5), torch.randn(5)
-    step, leaves = harness.make_step(torch.mul, Inputs((x, y)), "fwd")
-    assert leaves == [] and torch.equal(step(), x * y)
+    step = harness.make_step(torch.mul, Inputs((x, y)), "fwd")
+    assert torch.equal(step(), x * y) and not x.requires_grad
 
 
-def test_forward_backward_step():
+def test_forward_backward_step_returns_gradients_without_accumulating():
     from tritonkit.registry import Inputs
 
     x, y = torch.randn(5), torch.randn(5)
-    step, leaves = harness.make_step(torch.mul, Inputs((x, y)), "fwd+bwd")
-    step()
-    assert leaves == [x, y]
-    # for x * y under any upstream g: x.grad = g * y and y.grad = g * x, so x.grad * x == y.grad * y
-    torch.testing.assert_close(x.grad * x.detach(), y.grad * y.detach())
-    assert not torch.equal(x.grad, y.detach())  # the upstream gradient is random, not ones
+    step = harness.make_step(torch.mul, Inputs((x, y)), "fwd+bwd")
+    dx, dy = step()
+    # for x * y under any upstream g: dx = g * y and dy = g * x, so dx * x == dy * y
+    torch.testing.assert_close(dx * x.detach(), dy * y.detach())
+    assert not torch.equal(dx, y.detach())  # the upstream gradient is random, not ones
+    again = step()
+    torch.testing.assert_close(again[0], dx)  # the same upstream each step, and no .grad kept
+    assert x.grad is None and y.grad is None
 
 
 def test_backward_step_reuses_one_forward():
     from tritonkit.registry import Inputs
 
     x, y = torch.randn(5), torch.randn(5)
-    step, leaves = harness.make_step(torch.mul, Inputs((x, y)), "bwd")
-    step()
-    first = x.grad.clone()
-    step()  # the graph is kept, so the backward alone can be timed again and again
-    assert leaves == [x, y]
-    torch.testing.assert_close(x.grad, 2 * first)
+    step = harness.make_step(torch.mul, Inputs((x, y)), "bwd")
+    first = step()[0]
+    second = step()[0]  # the graph is kept, so the backward alone can be timed again and again
+    torch.testing.assert_close(second, first)
+    assert x.grad is None
 
 
 # ---------------------------------------------------------------- reports
@@ -283,9 +284,7 @@ def test_backward_flows_from_every_output_and_skips_frozen_inputs():
     from tritonkit.registry import Inputs
 
     x, y, c = torch.randn(5), torch.randn(5), torch.randn(5)
-    step, leaves = harness.make_step(
-        lambda x, y, c: (x * c, y * c), Inputs((x, y), {"c": c}, frozenset({"c"})), "fwd+bwd"
-    )
-    step()
-    assert leaves == [x, y] and not c.requires_grad
-    assert x.grad is not None and y.grad is not None  # the second output's backward ran too
+    step = harness.make_step(lambda x, y, c: (x * c, y * c), Inputs((x, y), {"c": c}, frozenset({"c"})), "fwd+bwd")
+    dx, dy = step()
+    assert not c.requires_grad
+    assert dx is not None and dy is not None  # the second output's backward ran too
