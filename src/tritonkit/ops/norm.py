@@ -252,6 +252,32 @@ def _norm_bwd_kernel(
                     tl.store(p_db_row + o_n, tl.load(p_db_row + o_n, mask=m_n) + tl.sum(b_dy, axis=0), mask=m_n)
 
 
+@triton.jit
+def _sum_partials_kernel(
+    p_dw_part, p_db_part, p_dw, p_db, n_parts, n_cols,
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """dw = sum over parts of dw_part[part, :], likewise db, in fp32 and in a fixed order (deterministic),
+    each cast once to the weight's dtype. One program per BLOCK_N columns, for both sums: one launch in
+    place of a torch ``sum`` and a cast per gradient."""
+    o_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_n = o_n < n_cols
+    acc_dw = tl.zeros((BLOCK_P, BLOCK_N), dtype=tl.float32)
+    acc_db = tl.zeros((BLOCK_P, BLOCK_N), dtype=tl.float32)
+    for start in range(0, n_parts, BLOCK_P):
+        o_p = (start + tl.arange(0, BLOCK_P)).to(tl.int64)
+        offsets = o_p[:, None] * n_cols + o_n[None, :]
+        mask = (o_p < n_parts)[:, None] & m_n[None, :]
+        if HAS_W:
+            acc_dw += tl.load(p_dw_part + offsets, mask=mask, other=0.0)
+        if HAS_B:
+            acc_db += tl.load(p_db_part + offsets, mask=mask, other=0.0)
+    if HAS_W:
+        tl.store(p_dw + o_n, tl.sum(acc_dw, axis=0).to(p_dw.dtype.element_ty), mask=m_n)
+    if HAS_B:
+        tl.store(p_db + o_n, tl.sum(acc_db, axis=0).to(p_db.dtype.element_ty), mask=m_n)
+
+
 # --------------------------------------------------------------------------------------------------
 # Launch configuration
 # --------------------------------------------------------------------------------------------------
@@ -345,10 +371,13 @@ def norm_bwd_launch(dy, dh, x, weight, residual, mean, rstd, offset, is_rms, has
     block_n = plan.block_n if plan.bwd_single_pass else LOOP_CHUNK
     n_programs = max(1, min(n_rows, plan.bwd_programs_per_sm * sm_count(x.device)))
     rows_per_program = triton.cdiv(n_rows, n_programs)
-    # The looped path adds into its workspace rows, so they start at zero; the single pass stores once.
-    workspace = torch.empty if plan.bwd_single_pass and n_rows > 0 else torch.zeros
-    dw_part = workspace((n_programs, n_cols), dtype=torch.float32, device=x.device) if weight is not None else None
-    db_part = workspace((n_programs, n_cols), dtype=torch.float32, device=x.device) if has_bias else None
+    # One fp32 workspace holds each program's share of dweight and dbias. The looped path adds into its
+    # rows, so they start at zero; the single pass stores once.
+    n_sums = (weight is not None) + has_bias
+    allocate = torch.empty if plan.bwd_single_pass and n_rows > 0 else torch.zeros
+    workspace = allocate((n_sums, n_programs, n_cols), dtype=torch.float32, device=x.device) if n_sums else None
+    dw_part = workspace[0] if weight is not None else None
+    db_part = workspace[n_sums - 1] if has_bias else None
     if n_rows > 0:
         _norm_bwd_kernel[(n_programs,)](
             dy, dh if dh is not None else dy, x, residual if residual is not None else x,
@@ -362,9 +391,30 @@ def norm_bwd_launch(dy, dh, x, weight, residual, mean, rstd, offset, is_rms, has
             HAS_DH=dh is not None, STORE_DRES=residual is not None, SINGLE_PASS=plan.bwd_single_pass,
             ROWS=plan.bwd_rows if plan.bwd_single_pass else 1, BLOCK_N=block_n, num_warps=plan.bwd_warps,
         )  # fmt: skip
-    dw = dw_part.sum(0).to(w_dtype) if dw_part is not None else None
-    db = db_part.sum(0).to(w_dtype) if db_part is not None else None
+    dw, db = _sum_partials(dw_part, db_part, w_dtype)
     return dx, dres, dw, db
+
+
+PARTIAL_SUM_BLOCK = (128, 32)  # (parts, columns) per loop step: 128 programs for 4096 columns
+
+
+def _sum_partials(dw_part, db_part, dtype):
+    """Column sums of the backward's fp32 workspaces (n_programs, N), cast to ``dtype``; None where the
+    workspace is None."""
+    parts = [t for t in (dw_part, db_part) if t is not None]
+    if not parts:
+        return None, None
+    n_parts, n_cols = parts[0].shape
+    dw = torch.empty((n_cols,), dtype=dtype, device=parts[0].device) if dw_part is not None else None
+    db = torch.empty((n_cols,), dtype=dtype, device=parts[0].device) if db_part is not None else None
+    if n_cols > 0:
+        block_p, block_n = PARTIAL_SUM_BLOCK
+        _sum_partials_kernel[(triton.cdiv(n_cols, block_n),)](
+            dw_part if dw_part is not None else db_part, db_part if db_part is not None else dw_part,
+            dw if dw is not None else db, db if db is not None else dw, n_parts, n_cols,
+            HAS_W=dw_part is not None, HAS_B=db_part is not None, BLOCK_P=block_p, BLOCK_N=block_n, num_warps=4,
+        )  # fmt: skip
+    return dw, db
 
 
 # --------------------------------------------------------------------------------------------------
