@@ -166,9 +166,15 @@ def main():
     compile_one(
         "norm sum of partials",
         norm._sum_partials_kernel,
-        {"p_dw_part": "*fp32", "p_db_part": "*fp32", "p_dw": "*bf16", "p_db": "*bf16", "n_parts": "i32",
-         "n_cols": "i32"},  # fmt: skip
-        dict(zip(("BLOCK_P", "BLOCK_N"), norm.PARTIAL_SUM_BLOCK), HAS_W=True, HAS_B=True),
+        {
+            "p_dw_part": "*fp32",
+            "p_db_part": "*fp32",
+            "p_dw": "*bf16",
+            "p_db": "*bf16",
+            "n_parts": "i32",
+            "n_cols": "i32",
+        },
+        dict(zip(("BLOCK_P", "BLOCK_N"), norm.PARTIAL_SUM_BLOCK, strict=True), HAS_W=True, HAS_B=True),
         num_warps=4,
     )
     for single_pass, block_n, rows in ((True, 1024, 4), (False, 4096, 1)):

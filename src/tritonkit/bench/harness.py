@@ -74,9 +74,9 @@ def _differentiable_outputs(result) -> list[torch.Tensor]:
 
 def make_step(fn: Callable, inputs: Inputs, mode: str) -> Callable[[], object]:
     """A zero-argument callable that runs ``mode`` once on ``inputs`` and returns what it computed
-    (the outputs, or the gradients of the trainable inputs in their order). ``bwd`` runs the forward once here and times the backward alone. Floating inputs
-    require grad except the frozen ones (``Inputs.frozen``); the backward flows from every output, each
-    under its own random gradient.
+    (the outputs, or the gradients of the trainable inputs in their order). ``bwd`` runs the forward
+    once here and times the backward alone. Floating inputs require grad except the frozen ones
+    (``Inputs.frozen``); the backward flows from every output, each under its own random gradient.
 
     The gradients are returned by ``torch.autograd.grad``, not accumulated into ``.grad``: accumulating
     adds a read-add-write of every gradient from the second step on (inside a CUDA graph, on every

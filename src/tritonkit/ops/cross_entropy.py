@@ -41,6 +41,7 @@ import triton.language as tl
 
 from tritonkit._core.checks import FLOAT_DTYPES, check_choice, check_device, check_tensor
 from tritonkit._core.dispatch import cheapest_path
+from tritonkit._core.gemm import addmm_into_fp32
 from tritonkit._core.layout import as_rows
 from tritonkit.ops.softmax import _finite_or_zero
 from tritonkit.registry import Inputs, KernelSpec, Tolerance, register
@@ -212,21 +213,6 @@ def fused_chunk_rows(n_tokens: int) -> int:
     return rows - rows % CHUNK_ROW_MULTIPLE if rows >= CHUNK_ROW_MULTIPLE else rows
 
 
-def _mm_into_fp32(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
-    """acc (fp32) += a @ b, every product summed in fp32.
-
-    On CUDA, 16-bit a and b go through ``torch.addmm(..., out_dtype=torch.float32, out=acc)`` (torch
-    2.8 and up): cuBLAS reads and writes the fp32 accumulator in its epilogue, one GEMM and no 16-bit
-    rounding of the partial sums. Elsewhere (the CPU, older torch) the product is rounded once to
-    16 bits and added in fp32: still no accumulation in 16 bits across chunks."""
-    if a.dtype == torch.float32:
-        acc.addmm_(a, b)
-    elif acc.device.type == "cuda" and hasattr(torch.ops.aten.addmm, "dtype_out"):
-        torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)
-    else:
-        acc.add_(a @ b)
-
-
 def _fused_chunks(hidden, weight, bias, target, options, loss_rows, lse, scale, grad_hidden, grad_weight,
                   grad_bias):  # fmt: skip
     """The chunk loop of the fused op. With ``loss_rows`` the kernel computes loss and lse (forward),
@@ -254,7 +240,7 @@ def _fused_chunks(hidden, weight, bias, target, options, loss_rows, lse, scale, 
         if grad_hidden is not None:
             torch.mm(logits, weight, out=grad_hidden[rows])
         if grad_weight is not None:
-            _mm_into_fp32(grad_weight, logits.t(), h_chunk)
+            addmm_into_fp32(grad_weight, logits.t(), h_chunk)
         if grad_bias is not None:
             grad_bias.add_(logits.sum(0, dtype=torch.float32))
 

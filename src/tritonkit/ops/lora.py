@@ -17,7 +17,8 @@ Precision: the rank-r intermediates (x A^T, dy B) stay fp32. Where they meet 16-
 tensor-core dot they are split in two 16-bit parts, hi = t.to(dtype) and lo = (t - hi).to(dtype), and
 both are multiplied: t is carried to about twice the dtype's precision (the split costs 2 r_pad / K
 of the GEMM), where torch's eager LoRA rounds it to the 16-bit dtype. y, dx, dW and dbias are rounded
-once from fp32; dA and dB at most twice (cuBLAS rounds the hi part's product before the fp32 sum).
+once from fp32; dA and dB too on CUDA (fp32-output cuBLAS GEMMs), twice elsewhere (the CPU's 16-bit
+matmul rounds the hi part's product before the fp32 sum).
 
 Where the fusion pays, and where it may not (to be settled by the benchmark; no GPU has run this
 yet). The unfused path, torch's eager LoRA and this spec's "torch" provider, is a cuBLAS GEMM plus
@@ -46,6 +47,7 @@ from tritonkit._core import alloc
 from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor
 from tritonkit._core.dispatch import cheapest_path
 from tritonkit._core.env import interpreting
+from tritonkit._core.gemm import mm_fp32
 from tritonkit.debug import mask_2d, offsets_2d
 from tritonkit.ops.matmul import _FIXED_TILE, _input_precision, grouped_tile, matmul_autotune_configs
 from tritonkit.registry import Inputs, KernelSpec, Tolerance, register
@@ -191,13 +193,15 @@ def _times_fp32(small: torch.Tensor, big: torch.Tensor) -> torch.Tensor:
     """small^T @ big in fp32, for small (M, r) fp32 and big (M, C) of a 16-bit or fp32 dtype.
 
     16-bit: small = hi + lo split as in the kernels, both halves multiplied in one cuBLAS call (big is
-    read once), the two products summed in fp32.
+    read once) with an fp32 result (``_core.gemm.mm_fp32``), the two products summed in fp32. The sum
+    over M is long (every token) and its result small next to its terms where it cancels, so a
+    16-bit result or 16-bit split-K partial sums lose digits that the final rounding would keep.
     """
     if big.dtype == torch.float32:
         return small.t() @ big
     hi = small.to(big.dtype)
     both = torch.cat([hi, (small - hi.float()).to(big.dtype)], dim=1)  # (M, 2r)
-    product = (both.t() @ big).float()
+    product = mm_fp32(both.t(), big)
     r = small.shape[1]
     return product[:r] + product[r:]
 

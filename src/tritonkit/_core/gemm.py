@@ -1,0 +1,38 @@
+"""cuBLAS products of 16-bit operands kept in fp32: the weight-gradient GEMMs of the fused ops.
+
+A plain ``a @ b`` of bf16 or fp16 tensors sums its products in fp32 but rounds the result to 16 bits,
+and cuBLAS may also sum split-K partial results in 16 bits (torch's default
+``allow_bf16_reduced_precision_reduction``). Where the result is summed further (across chunks, or the
+halves of a split operand), that rounding is paid again and again. torch 2.8 added ``out_dtype`` to
+``mm``/``addmm`` on CUDA, which keeps the result, and every partial sum, in fp32.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _fp32_output_supported(t: torch.Tensor, op) -> bool:
+    return t.device.type == "cuda" and hasattr(op, "dtype")
+
+
+def mm_fp32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b in fp32. 16-bit operands on CUDA: one GEMM with an fp32 result. Elsewhere (the CPU, older
+    torch) the product is rounded once to the operands' dtype, then widened."""
+    if a.dtype == torch.float32:
+        return a @ b
+    if _fp32_output_supported(a, torch.ops.aten.mm):
+        return torch.mm(a, b, out_dtype=torch.float32)
+    return (a @ b).float()
+
+
+def addmm_into_fp32(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """acc (fp32) += a @ b. 16-bit operands on CUDA: cuBLAS reads and writes acc in its epilogue (one
+    GEMM, no 16-bit rounding). Elsewhere the product is rounded once to 16 bits and added in fp32, still
+    never accumulated in 16 bits across calls."""
+    if a.dtype == torch.float32:
+        acc.addmm_(a, b)
+    elif _fp32_output_supported(acc, torch.ops.aten.addmm):
+        torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)
+    else:
+        acc.add_(a @ b)
