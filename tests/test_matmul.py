@@ -94,9 +94,12 @@ def test_bad_input(fn, error, match, device):
 
 
 @pytest.mark.gpu
-def test_auto_is_autotuned_when_compiled():
+def test_auto_is_autotuned_when_compiled(monkeypatch):
     assert matmul_module.choose_matmul_variant(4096, 4096, 4096) == "autotuned"
+    monkeypatch.delenv("TRITONKIT_AUTOTUNE", raising=False)
     assert len(matmul_module.matmul_autotune_configs()) == 10
+    monkeypatch.setenv("TRITONKIT_AUTOTUNE", "quick")  # what scripts/gpu_verify.sh sets
+    assert len(matmul_module.matmul_autotune_configs()) == 3
     a = torch.randn(2048, 512, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(512, 1024, device="cuda", dtype=torch.bfloat16)
     torch.testing.assert_close(tk.ops.matmul(a, b).float(), (a.double() @ b.double()).float(), rtol=8e-3, atol=0.2)
