@@ -110,6 +110,22 @@ def test_compare_expects_infinity_where_the_exact_value_overflows_the_dtype():
     assert not testing.compare(torch.tensor([float("-inf")] * 3), ref, testing.TOLERANCES[torch.float32]).ok
 
 
+def test_compare_rms_atol_scales_the_absolute_bound_by_the_reference_rms():
+    from tritonkit.registry import Tolerance
+
+    ref = torch.tensor([300.0, -400.0, 0.01, float("inf")], dtype=torch.float64)  # rms of the finite: ~288.7
+    rms = float(ref[:3].square().mean().sqrt())
+    tol = Tolerance(atol=0.0, rtol=0.0, rms_atol=1e-3)
+    within = ref.clone()
+    within[2] += 0.9e-3 * rms  # a cancelled element, off by less than 1e-3 of the rms
+    assert testing.compare(within, ref, tol).ok
+    beyond = ref.clone()
+    beyond[2] += 1.1e-3 * rms
+    result = testing.compare(beyond, ref, tol)
+    assert result.n_bad == 1 and result.first_bad == (2,)
+    assert not testing.compare(beyond, ref, Tolerance(atol=0.0, rtol=0.0)).ok  # the default adds nothing
+
+
 def test_upcast_reaches_into_containers():
     half = torch.ones(2, dtype=torch.bfloat16)
     ints = torch.ones(2, dtype=torch.int32)

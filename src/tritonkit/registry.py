@@ -44,10 +44,16 @@ class Inputs:
 
 @dataclass(frozen=True)
 class Tolerance:
-    """Element ``i`` passes when ``|out_i - ref_i| <= atol + rtol * |ref_i|``."""
+    """Element ``i`` passes when ``|out_i - ref_i| <= atol + rtol * |ref_i| + rms_atol * rms(ref)``.
+
+    ``rms_atol`` is for long sums (GEMM outputs, weight gradients): their rounding error grows with
+    the size of the terms and partial sums, not of the result, so an element that cancels to near zero
+    carries an absolute error set by the output's typical size, rms(ref). Zero by default.
+    """
 
     atol: float
     rtol: float
+    rms_atol: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -79,7 +79,8 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance) -> Comparison:
 
     NaN in ``out`` passes only where ``ref`` is NaN too, infinities only where ``ref`` has the same one
     or overflows ``out``'s dtype in that direction.
-    The relative error is reported over elements whose reference is not tiny (|ref| > atol).
+    The relative error is reported over elements whose reference is not tiny (|ref| above the absolute
+    tolerance, ``rms_atol`` included).
     """
     if out.shape != ref.shape:
         raise AssertionError(f"output shape {tuple(out.shape)} differs from the reference's {tuple(ref.shape)}")
@@ -94,11 +95,14 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance) -> Comparison:
         ref64 = torch.where(overflow, ref64.sign() * math.inf, ref64)
     if out64.numel() == 0:
         return Comparison(0.0, 0.0, 0, 0, None)
-    close = torch.isclose(out64, ref64, rtol=tol.rtol, atol=tol.atol, equal_nan=True)
     both_finite = torch.isfinite(out64) & torch.isfinite(ref64)
+    atol = tol.atol
+    if tol.rms_atol and bool(both_finite.any()):
+        atol += tol.rms_atol * float(ref64[both_finite].square().mean().sqrt())
+    close = torch.isclose(out64, ref64, rtol=tol.rtol, atol=atol, equal_nan=True)
     abs_err = torch.where(both_finite, (out64 - ref64).abs(), torch.zeros_like(out64))
     abs_err = torch.where(close | both_finite, abs_err, torch.full_like(abs_err, math.inf))
-    significant = both_finite & (ref64.abs() > tol.atol)
+    significant = both_finite & (ref64.abs() > atol)
     rel_err = torch.where(significant, abs_err / ref64.abs().clamp_min(1e-300), torch.zeros_like(abs_err))
     bad = ~close
     n_bad = int(bad.sum())
