@@ -2,8 +2,9 @@
 
 The data behind ``norm_launch_plan``: forward rows per program and warps, backward programs per SM
 and warps and rows per loop iteration, timed on the kernels alone (16384 rows).
-`PYTHONPATH=src python3 benchmarks/norm_configs.py [WIDTH ...] [--bwd-only]` (``--bwd-only``: RMSNorm's
-backward alone, over a narrower grid).
+`PYTHONPATH=src python3 benchmarks/norm_configs.py [WIDTH ...] [--bwd-only] [--layer-norm]` (``--bwd-only``:
+the backward alone, over a narrower grid, of RMSNorm, or with ``--layer-norm`` of LayerNorm with a bias,
+whose dbias accumulator takes registers that RMSNorm's table does not account for).
 """
 
 import importlib
@@ -34,7 +35,7 @@ def fwd_ms(x, w, is_rms, rows, warps):
     return triton.testing.do_bench(run, return_mode="median")
 
 
-def bwd_ms(x, w, is_rms, per_sm, warps, rows):
+def bwd_ms(x, w, is_rms, per_sm, warps, rows, has_bias=False, stages=3):
     n_rows, n = x.shape
     dy, dx = torch.randn_like(x), torch.empty_like(x)
     mean, rstd = torch.zeros(n_rows, device="cuda"), torch.ones(n_rows, device="cuda")
@@ -46,8 +47,8 @@ def bwd_ms(x, w, is_rms, per_sm, warps, rows):
         norm._norm_bwd_kernel[(programs,)](
             dy, dy, x, x, w, mean, rstd, dx, dx, part, part, n_rows, n, triton.cdiv(n_rows, programs),
             n, 0, n, 0, n, 0, 0.0,
-            IS_RMS=is_rms, HAS_RES=False, HAS_W=True, HAS_B=False, HAS_DH=False, STORE_DRES=False,
-            SINGLE_PASS=True, ROWS=rows, BLOCK_N=block, num_warps=warps,
+            IS_RMS=is_rms, HAS_RES=False, HAS_W=True, HAS_B=has_bias, HAS_DH=False, STORE_DRES=False,
+            SINGLE_PASS=True, ROWS=rows, BLOCK_N=block, num_warps=warps, num_stages=stages,
         )  # fmt: skip
 
     return triton.testing.do_bench(run, return_mode="median")
@@ -64,31 +65,34 @@ def print_fwd(x, w, is_rms, label):
           f"({max(fwd.values()):.4f})")  # fmt: skip
 
 
-def print_bwd(x, w, is_rms, label, per_sm_choices):
+def print_bwd(x, w, is_rms, label, per_sm_choices, has_bias=False):
     bwd = {}
     for per_sm, warps, rows in itertools.product(per_sm_choices, (4, 8, 16), (1, 2, 4)):
         if rows * triton.next_power_of_2(x.shape[1]) <= 16384:
-            bwd[(per_sm, warps, rows)] = bwd_ms(x, w, is_rms, per_sm, warps, rows)
+            bwd[(per_sm, warps, rows)] = bwd_ms(x, w, is_rms, per_sm, warps, rows, has_bias)
     best = min(bwd, key=bwd.get)
     gbps = 3 * x.numel() * x.element_size() / bwd[best] / 1e6
     print(f"bwd   {label} per_sm={best[0]:<2} warps={best[1]:<2} rows={best[2]} {bwd[best]:.4f}  {gbps:6.0f} "
           f"({max(bwd.values()):.4f})")  # fmt: skip
     for config in sorted(bwd, key=bwd.get)[:5]:  # the runners-up, to see how flat the optimum is
         print(f"        per_sm={config[0]:<2} warps={config[1]:<2} rows={config[2]} {bwd[config]:.4f}")
+    for stages in (1, 2, 4):  # the best config at other pipeline depths (the launches use the default, 3)
+        print(f"        stages={stages} {bwd_ms(x, w, is_rms, *best, has_bias=not is_rms, stages=stages):.4f}")
 
 
 def main():
     print("kind  norm  dtype     n      best config            ms      GB/s   (worst ms)")
     widths = [int(a) for a in sys.argv[1:] if a.isdigit()] or [1024, 2048, 4096, 8192, 16384]
     bwd_only = "--bwd-only" in sys.argv
-    norms = (True,) if bwd_only else (True, False)
+    layer_norm = "--layer-norm" in sys.argv
+    norms = ((not layer_norm),) if bwd_only else (True, False)
     for dtype, n, is_rms in itertools.product((torch.bfloat16, torch.float32), widths, norms):
         x = torch.randn(ROWS_TOTAL, n, device="cuda", dtype=dtype)
         w = torch.randn(n, device="cuda", dtype=dtype)
         label = f"{'rms' if is_rms else 'ln':<5} {str(dtype)[6:]:<9} {n:<6}"
         if not bwd_only:
             print_fwd(x, w, is_rms, label)
-        print_bwd(x, w, is_rms, label, (2, 4, 8) if bwd_only else (1, 2, 4, 8, 16))
+        print_bwd(x, w, is_rms, label, (2, 4, 8) if bwd_only else (1, 2, 4, 8, 16), has_bias=not is_rms)
 
 
 if __name__ == "__main__":
