@@ -99,22 +99,20 @@ def make_step(fn: Callable, inputs: Inputs, mode: str) -> Callable[[], object]:
     return lambda: torch.autograd.grad(outs, leaves, grads, retain_graph=True, allow_unused=True)
 
 
-def _time(steps: list[Callable], cuda_graph: bool) -> float:
-    """Median milliseconds of one step, cycling through ``steps`` (one per input set)."""
+def _time(steps: list[Callable], capture_stream: torch.cuda.Stream | None) -> float:
+    """Median milliseconds of one step, cycling through ``steps`` (one per input set); with a
+    ``capture_stream``, of CUDA-graph replays of all the steps captured on it."""
     import triton.testing
 
     for step in steps[:3]:  # warm-up: compilation, autotuning, allocator growth
         step()
     torch.cuda.synchronize()
-    if cuda_graph:
+    if capture_stream is not None:
+        for step in steps:  # every input set once outside the capture (lazy allocations, autograd state)
+            step()
+        torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for step in steps:
-                step()
-        torch.cuda.current_stream().wait_stream(stream)
-        with torch.cuda.graph(graph):
+        with torch.cuda.graph(graph, stream=capture_stream):
             for step in steps:
                 step()
         return triton.testing.do_bench(graph.replay, return_mode="median") / len(steps)
@@ -169,9 +167,16 @@ def measure_case(
                 spec.make_inputs(case, device, dtype, torch.Generator(device).manual_seed(fresh_seed()))
                 for _ in range(n_sets - 1)
             ]
-            steps = [make_step(provider.fn, inputs, mode) for inputs in input_sets]
-            row.ms = _time(steps, cuda_graph)
-            row.peak_mib = _peak_mib(steps[0])
+            # Under CUDA graphs everything runs on the capture stream, the setup's forward of a "bwd" step
+            # included: autograd runs each backward op on its forward op's stream, so a forward run
+            # elsewhere would put the captured backward outside the capture.
+            capture_stream = torch.cuda.Stream() if cuda_graph else None
+            if capture_stream is not None:
+                capture_stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(capture_stream):  # the current stream when None
+                steps = [make_step(provider.fn, inputs, mode) for inputs in input_sets]
+                row.ms = _time(steps, capture_stream)
+                row.peak_mib = _peak_mib(steps[0])
             row.input_sets = n_sets
         except Exception as error:  # a provider that fails is reported, not dropped
             row.skipped = f"failed: {type(error).__name__}: {str(error).splitlines()[0][:160] if str(error) else ''}"

@@ -305,22 +305,31 @@ _BWD_MEASURED = {
     (1024, 2): (8, 4, 4), (2048, 2): (4, 8, 4), (4096, 2): (4, 8, 4), (8192, 2): (4, 16, 2), (16384, 2): (4, 8, 1),
     (1024, 4): (8, 4, 1), (2048, 4): (8, 4, 4), (4096, 4): (4, 8, 4), (8192, 4): (4, 16, 1),
 }  # fmt: skip
+# LayerNorm's backward (with a bias) holds a dbias accumulator too: fewer rows per iteration at 4096 and
+# 8192, and at 16384 the single pass spills (6.7 ms in bf16, against 0.27 ms at 8192) and loops instead.
+# Measured by `norm_configs.py --bwd-only --layer-norm` (2026-11-22-norm-configs-ln.txt); narrower rows
+# use RMSNorm's entries.
+_LN_BWD_MEASURED = {(4096, 2): (2, 8, 1), (8192, 2): (2, 16, 1), (4096, 4): (4, 16, 1), (8192, 4): (4, 16, 1)}
+_LN_BWD_LOOPED = {(16384, 2), (16384, 4)}
 
 
 @functools.lru_cache(maxsize=256)
-def norm_launch_plan(n_cols: int, element_size: int) -> _Plan:
+def norm_launch_plan(n_cols: int, element_size: int, is_rms: bool = True) -> _Plan:
     """Launch configuration for rows of ``n_cols`` elements of ``element_size`` bytes.
 
     Widths in the measured tables use their fastest configuration. Narrower rows pack 4096 elements
     per program (4 warps) and take 8 backward programs per SM. Rows wider than MAX_SINGLE_PASS loop
-    over chunks, and so does the fp32 backward at 16384, which spills registers in one pass (5.4 ms
-    against 0.95 for RMSNorm in the sweep).
+    over chunks, and so does the backward where one pass spills registers: fp32 at 16384 (5.4 ms
+    against 0.95 for RMSNorm in the sweep) and LayerNorm at 16384.
     """
     block_n = triton.next_power_of_2(n_cols)
     if block_n > MAX_SINGLE_PASS:
         return _Plan(False, LOOP_CHUNK, 1, 8, False, 8, 8)
     rows, warps = _FWD_MEASURED.get((block_n, element_size), (max(1, min(64, 4096 // block_n)), 4))
-    bwd = _BWD_MEASURED.get((block_n, element_size))
+    key = (block_n, element_size)
+    bwd = None if not is_rms and key in _LN_BWD_LOOPED else _BWD_MEASURED.get(key)
+    if not is_rms:
+        bwd = _LN_BWD_MEASURED.get(key, bwd)
     if bwd is None and block_n < 1024:
         bwd = (8, 4, 1)
     if bwd is None:  # fp32 at 16384 (or an element size never measured): the looped backward
@@ -348,7 +357,7 @@ def norm_fwd_launch(x, weight, bias, residual, eps, offset, is_rms, store_h, h_f
     rstd = torch.empty((n_rows,), dtype=torch.float32, device=x.device)
     if n_rows == 0:
         return y, h, mean, rstd
-    plan = norm_launch_plan(n_cols, x.element_size())
+    plan = norm_launch_plan(n_cols, x.element_size(), is_rms)
     _norm_fwd_kernel[(triton.cdiv(n_rows, plan.rows),)](
         x, residual if residual is not None else x, weight if weight is not None else x,
         bias if bias is not None else x, y, h if h is not None else y, mean if mean is not None else rstd, rstd,
@@ -367,7 +376,7 @@ def norm_bwd_launch(dy, dh, x, weight, residual, mean, rstd, offset, is_rms, has
     dx = _empty_like_rows(n_rows, n_cols, x.dtype, x.device)
     dres = _empty_like_rows(n_rows, n_cols, residual.dtype, x.device) if residual is not None else None
     w_dtype = weight.dtype if weight is not None else x.dtype
-    plan = norm_launch_plan(n_cols, x.element_size())
+    plan = norm_launch_plan(n_cols, x.element_size(), is_rms)
     block_n = plan.block_n if plan.bwd_single_pass else LOOP_CHUNK
     n_programs = max(1, min(n_rows, plan.bwd_programs_per_sm * sm_count(x.device)))
     rows_per_program = triton.cdiv(n_rows, n_programs)
