@@ -143,6 +143,23 @@ def test_module_rejects_a_bad_rank():
         tk.nn.LoRALinear(4, 4, r=0)
 
 
+def test_many_tokens_take_cublas_and_few_the_fused_kernel(monkeypatch):
+    rows_through_cublas = []
+    cublas = lora_module._cublas_lora_matmul
+
+    def spy(p, *args):
+        rows_through_cublas.append(p.shape[0])
+        return cublas(p, *args)
+
+    monkeypatch.setattr(lora_module, "_cublas_lora_matmul", spy)
+    limit = lora_module.FUSED_MAX_TOKENS
+    for tokens in (limit, limit + 1):
+        x = torch.randn(tokens, 8, requires_grad=True)
+        y = tk.ops.lora_linear(x, torch.randn(4, 8), torch.randn(2, 8), torch.randn(4, 2), 1.0)
+        y.backward(torch.randn_like(y))
+    assert rows_through_cublas == [limit + 1, limit + 1]  # the forward and dx, only past the limit
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("frozen", [True, False], ids=["frozen-weight", "trained-weight"])
 def test_bf16_large_compiled_matches_reference(frozen):

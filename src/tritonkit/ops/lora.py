@@ -21,16 +21,15 @@ from fp32. dA, dB and dW are cuBLAS GEMMs with an fp32 result on CUDA (``_core.g
 rounded once: with a 16-bit result cuBLAS may sum split-K partials in 16 bits, which put bf16 dW off by
 2.8e-2 of its rms on the H200. On the CPU the 16-bit product is rounded once more before the fp32 sum.
 
-Where the fusion pays, and where it may not (to be settled by the benchmark; no GPU has run this
-yet). The unfused path, torch's eager LoRA and this spec's "torch" provider, is a cuBLAS GEMM plus
-``x A^T`` (one more read of x) and an add of the adapter's product (one more read and write of y):
-2 * tokens * (K + 2N) bytes beyond the GEMM. For few tokens (decoding, the small bench case) the GEMM
-is memory-bound on W and those extras and two more launches are the whole difference, so the fused
-kernel should win. For many tokens (8192 x 4096 x 4096 bf16) the GEMM is compute-bound, the extras
-are 10 to 15% of its time at H100 and H200 bandwidths, and the question is whether this Triton GEMM
-(its tile, plus r_pad / BLOCK_N more MMA work) comes within that of cuBLAS. Until a GPU run answers
-it, every call takes the fused path; the bench cases (small, 8192 tokens at r = 16 and 64, Llama's
-11008-wide up projection) measure exactly this crossover against torch eager and torch.compile.
+Where the fusion pays. The unfused path (torch's eager LoRA, this spec's "torch" provider) is a cuBLAS
+GEMM plus ``x A^T`` (one more read of x) and an add of the adapter's product (one more read and write
+of y): 2 * tokens * (K + 2N) bytes beyond the GEMM. For few tokens (decoding, small batches) the GEMM is
+bound by reading W, and those extras and two more launches are the difference the fused kernel saves.
+For many tokens the GEMM is compute-bound and the extras are 10 to 15% of its time, less than this
+Triton GEMM loses to cuBLAS: measured on the H200 at 8192 tokens (bf16, fwd+bwd), the fused path took
+3.10 ms against 2.63 for torch eager (4096 -> 11008, r 16). So above FUSED_MAX_TOKENS the same products
+run as cuBLAS GEMMs (``_cublas_lora_matmul``): x A^T in fp32, then one GEMM whose inner dimension is
+extended by the adapter (x and W copied once, side by side with the split x A^T and B), rounded once.
 
 No ``from __future__ import annotations`` here: torch.library reads the launchers' type hints at runtime.
 """
@@ -48,7 +47,7 @@ from tritonkit._core import alloc
 from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor
 from tritonkit._core.dispatch import cheapest_path
 from tritonkit._core.env import interpreting
-from tritonkit._core.gemm import mm_fp32
+from tritonkit._core.gemm import mm_fp32, mm_rounded
 from tritonkit.debug import mask_2d, offsets_2d
 from tritonkit.ops.matmul import _FIXED_TILE, _input_precision, grouped_tile, matmul_autotune_configs
 from tritonkit.registry import Inputs, KernelSpec, Tolerance, register
@@ -143,14 +142,46 @@ def padded_rank(r: int) -> int:
     return max(16, triton.next_power_of_2(r))
 
 
+# Above this many tokens the products run as cuBLAS GEMMs instead of the fused kernel. Measured on the
+# H200 in bf16 at 8192 tokens (fwd+bwd, 2026-11-22-lora-fwd-bwd.md): the fused Triton GEMM took 3.10 ms
+# against 2.63 for torch's unfused eager LoRA at 4096 -> 11008 (r 16), and 1.48 against 1.06 at
+# 4096 -> 4096 (r 64): saving a read of x does not pay for a Triton GEMM below cuBLAS's speed once the GEMM
+# is compute-bound. Below it (decoding, small batches) the GEMM is bound by reading W and the launches, and
+# the fused kernel saves two of them. The crossover between the two measured points is an estimate.
+FUSED_MAX_TOKENS = 1024
+
+
+def _hi_lo(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """t (M, r) fp32 as [hi, lo] (M, 2r) in a 16-bit dtype: hi = t rounded, lo = the rest rounded, so that
+    hi + lo carries t to about twice the dtype's precision (the kernels' split, for cuBLAS)."""
+    hi = t.to(dtype)
+    return torch.cat([hi, (t - hi.float()).to(dtype)], dim=1)
+
+
+def _cublas_lora_matmul(p, q_t, l1_t, l2_t, bias, scale):
+    """What the fused kernel computes, as cuBLAS GEMMs: p @ l1_t.T in fp32 (a thin GEMM), then one GEMM
+    over the inner dimension extended by the adapter, [p, hi, lo] @ [q_t, l2_t, l2_t]^T with hi + lo =
+    scale * p @ l1_t.T, the bias added in its epilogue. One fp32 accumulation and one rounding, as in
+    the kernel; a separately rounded 16-bit adapter product would add its rounding error to y."""
+    pl1 = mm_fp32(p, l1_t.t())  # (M, R)
+    if p.dtype == torch.float32:
+        left, right = torch.cat([p, pl1 * scale], dim=1), torch.cat([q_t, l2_t], dim=1)
+    else:
+        left, right = torch.cat([p, _hi_lo(pl1 * scale, p.dtype)], dim=1), torch.cat([q_t, l2_t, l2_t], dim=1)
+    return mm_rounded(left, right.t(), bias), pl1
+
+
 def _launch_lora_matmul(p, q_t, l1_t, l2_t, bias, scale):
     """out = p @ q_t.T + scale * (p @ l1_t.T) @ l2_t.T (+ bias), and p @ l1_t.T in fp32.
 
     p: (M, D); q_t: (N, D); l1_t: (R, D); l2_t: (N, R): the operands as stored (the forward's W, A, B),
-    or transposed views of them (the backward's W^T, B^T, A^T). Any strides.
+    or transposed views of them (the backward's W^T, B^T, A^T). Any strides. The fused Triton kernel
+    up to FUSED_MAX_TOKENS rows, cuBLAS beyond.
     """
     m, d = p.shape
     n, r = q_t.shape[0], l1_t.shape[0]
+    if m > FUSED_MAX_TOKENS:
+        return _cublas_lora_matmul(p, q_t, l1_t, l2_t, bias, scale)
     out = alloc.empty((m, n), dtype=p.dtype, device=p.device)
     pl1 = alloc.empty((m, r), dtype=torch.float32, device=p.device)
     if m == 0 or n == 0:
@@ -193,16 +224,12 @@ def lora_fwd_launch(x, weight, lora_a, lora_b, bias, scale):
 def _times_fp32(small: torch.Tensor, big: torch.Tensor) -> torch.Tensor:
     """small^T @ big in fp32, for small (M, r) fp32 and big (M, C) of a 16-bit or fp32 dtype.
 
-    16-bit: small = hi + lo split as in the kernels, both halves multiplied in one cuBLAS call (big is
-    read once) with an fp32 result (``_core.gemm.mm_fp32``), the two products summed in fp32. The sum
-    over M is long (every token) and its result small next to its terms where it cancels, so a
-    16-bit result or 16-bit split-K partial sums lose digits that the final rounding would keep.
+    16-bit: small split in hi + lo (``_hi_lo``), both halves multiplied in one cuBLAS call (big is read
+    once) with an fp32 result (``_core.gemm.mm_fp32``), the two products summed in fp32.
     """
     if big.dtype == torch.float32:
         return small.t() @ big
-    hi = small.to(big.dtype)
-    both = torch.cat([hi, (small - hi.float()).to(big.dtype)], dim=1)  # (M, 2r)
-    product = mm_fp32(both.t(), big)
+    product = mm_fp32(_hi_lo(small, big.dtype).t(), big)
     r = small.shape[1]
     return product[:r] + product[r:]
 
@@ -464,6 +491,9 @@ _LORA_TESTS = (
     {"m": 9, "k": 20, "n": 30, "r": 4, "frozen": True, "frozen_x": True},  # dA without the dx kernel
     {"m": 0, "k": 16, "n": 8, "r": 4, "bias": True},
     {"m": 5, "k": 0, "n": 9, "r": 2, "bias": True},
+    # More tokens than FUSED_MAX_TOKENS: the cuBLAS path, forward and dx.
+    {"m": 1030, "k": 40, "n": 24, "r": 8, "bias": True},
+    {"lead": (2, 600), "k": 33, "n": 70, "r": 20, "x_transposed": True, "frozen": True},
 )
 _LORA_GPU = (
     {"m": 4096, "k": 4096, "n": 4096, "r": 16, "frozen": True},
@@ -472,9 +502,11 @@ _LORA_GPU = (
     {"m": 127, "k": 4095, "n": 257, "r": 1, "bias": True, "frozen": True},
     {"m": 513, "k": 513, "n": 513, "r": 128},
 )
-# The small case first (`--sizes small`), then a Llama-7B projection over 8192 tokens.
+# The small cases first (`--sizes small`: decoding, and the fused kernel's largest), then Llama-7B
+# projections over 8192 tokens.
 _LORA_BENCH = (
     {"m": 16, "k": 4096, "n": 4096, "r": 16, "frozen": True},
+    {"m": 1024, "k": 4096, "n": 4096, "r": 16, "frozen": True},  # the most tokens the fused kernel takes
     {"m": 8192, "k": 4096, "n": 4096, "r": 16, "frozen": True},
     {"m": 8192, "k": 4096, "n": 11008, "r": 16, "frozen": True},
     {"m": 8192, "k": 4096, "n": 4096, "r": 64, "frozen": True},
@@ -485,16 +517,17 @@ register(
         name="lora_linear",
         family="lora",
         summary="Linear layer with a LoRA adapter, x W^T + scale (x A^T) B^T + bias, fused; forward and backward.",
-        description="One Triton GEMM accumulates x W^T and x A^T from the same tiles of x and adds the "
-        "adapter's product and the bias before its single store; dx = dy W + scale (dy B) A is the same "
-        "kernel. dA, dB, dW (only for a weight that requires grad) and dbias are cuBLAS matmuls. Benchmarked "
-        "against torch eager (the unfused cuBLAS path PEFT runs) and torch.compile.",
+        description="Up to 1024 tokens, one Triton GEMM accumulates x W^T and x A^T from the same tiles of x "
+        "and adds the adapter's product and the bias before its single store; dx = dy W + scale (dy B) A is "
+        "the same kernel. Beyond, where the GEMM is compute-bound, one cuBLAS GEMM over the inner dimension "
+        "extended by the adapter. dA, dB, dW (only for a weight that requires grad) and dbias are cuBLAS matmuls "
+        "with fp32 results. Benchmarked against torch eager (the unfused path PEFT runs) and torch.compile.",
         usage="y = tk.ops.lora_linear(x, weight, lora_a, lora_b, scale=alpha / r, bias=bias)",
         tags=("lora", "gemm", "fused", "compute-bound", "backward"),
         limits="One dtype for all tensors (fp32, fp16, bf16); rank 1 to 128; any leading shape and strides.",
-        notes="Not yet run on a GPU. Every call takes the fused path; whether cuBLAS plus the unfused "
-        "adapter beats it at large compute-bound shapes is what the bench cases measure (module docstring). "
-        "The GEMM kernels autotune per (M, N, K) on first use, like tk.ops.matmul.",
+        notes="H200, 8192 tokens, bf16 fwd+bwd: the fused kernel lost to cuBLAS (3.10 against 2.63 ms for "
+        "torch eager), so many tokens take cuBLAS; the 1024-token crossover is estimated between measured "
+        "points. The fused GEMM autotunes per (M, N, K) on first use, like tk.ops.matmul.",
         status="experimental",
         fn=lora_linear,
         reference=_lora_reference,
