@@ -160,6 +160,17 @@ def test_many_tokens_take_cublas_and_few_the_fused_kernel(monkeypatch):
     assert rows_through_cublas == [limit + 1, limit + 1]  # the forward and dx, only past the limit
 
 
+def test_fp32_reductions_switch_off_16_bit_split_k_and_restore_the_setting():
+    from tritonkit._core import gemm
+
+    matmul = torch.backends.cuda.matmul
+    before = matmul.allow_bf16_reduced_precision_reduction, matmul.allow_fp16_reduced_precision_reduction
+    with gemm._fp32_reductions():
+        assert not matmul.allow_bf16_reduced_precision_reduction
+        assert not matmul.allow_fp16_reduced_precision_reduction
+    assert (matmul.allow_bf16_reduced_precision_reduction, matmul.allow_fp16_reduced_precision_reduction) == before
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("frozen", [True, False], ids=["frozen-weight", "trained-weight"])
 def test_bf16_large_compiled_matches_reference(frozen):
