@@ -45,17 +45,18 @@ def main():
     torch._dynamo.reset()
     report("torch.compile(tk.ops.lora_linear)", grad_of(torch.compile(tk.ops.lora_linear, fullgraph=True)), exact, tol)
 
+    r = lora_a.shape[0]
     dyb = dyb64.float()  # what the dx kernel saves, to fp32 precision
     hi = dyb.to(dtype)
     both = torch.cat([hi, (dyb - hi.float()).to(dtype)], dim=1)
     for reduced in (True, False):
         torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = reduced
         product = (both.t() @ rows).float()
-        got = (scale * (product[:16] + product[16:])).to(dtype)
+        got = (scale * (product[:r] + product[r:])).to(dtype)
         report(f"bf16-result GEMM, reduced-precision split-K={reduced}", got, exact, tol)
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = True
     product = torch.mm(both.t(), rows, out_dtype=torch.float32)
-    report("fp32-result GEMM (out_dtype)", (scale * (product[:16] + product[16:])).to(dtype), exact, tol)
+    report("fp32-result GEMM (out_dtype)", (scale * (product[:r] + product[r:])).to(dtype), exact, tol)
 
 
 if __name__ == "__main__":

@@ -77,7 +77,7 @@ def print_bwd(x, w, is_rms, label, per_sm_choices, has_bias=False):
     for config in sorted(bwd, key=bwd.get)[:5]:  # the runners-up, to see how flat the optimum is
         print(f"        per_sm={config[0]:<2} warps={config[1]:<2} rows={config[2]} {bwd[config]:.4f}")
     for stages in (1, 2, 4):  # the best config at other pipeline depths (the launches use the default, 3)
-        print(f"        stages={stages} {bwd_ms(x, w, is_rms, *best, has_bias=not is_rms, stages=stages):.4f}")
+        print(f"        stages={stages} {bwd_ms(x, w, is_rms, *best, has_bias=has_bias, stages=stages):.4f}")
 
 
 def main():

@@ -14,8 +14,9 @@ import contextlib
 import torch
 
 
-def _fp32_output_supported(t: torch.Tensor, op) -> bool:
-    return t.device.type == "cuda" and hasattr(op, "dtype")
+def _fp32_output_supported(t: torch.Tensor, overload) -> bool:
+    """Whether this torch has the out_dtype ``overload`` (e.g. ``aten.mm.dtype``) and t is on CUDA."""
+    return t.device.type == "cuda" and overload is not None
 
 
 def mm_fp32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -26,7 +27,7 @@ def mm_fp32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return a @ b
     if a.device.type != "cuda":
         return a.float() @ b.float()
-    if _fp32_output_supported(a, torch.ops.aten.mm):
+    if _fp32_output_supported(a, getattr(torch.ops.aten.mm, "dtype", None)):
         return torch.mm(a, b, out_dtype=torch.float32)
     return (a @ b).float()
 
@@ -63,7 +64,7 @@ def addmm_into_fp32(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None
     never accumulated in 16 bits across calls."""
     if a.dtype == torch.float32:
         acc.addmm_(a, b)
-    elif _fp32_output_supported(acc, torch.ops.aten.addmm):
+    elif _fp32_output_supported(acc, getattr(torch.ops.aten.addmm, "dtype_out", None)):  # the out= form
         torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)
     else:
         acc.add_(a @ b)

@@ -237,13 +237,13 @@ def _times_fp32(small: torch.Tensor, big: torch.Tensor) -> torch.Tensor:
 def lora_bwd_launch(dy, x, weight, lora_a, lora_b, xa, scale, need_dx, need_dw, need_da, need_db, need_dbias):
     """Gradients (dx, dweight, dlora_a, dlora_b, dbias), each None unless asked for.
 
-    dx = dy W + scale (dy B) A in the fused kernel (which also gives dy B in fp32); the rest in torch.
+    dx = dy W + scale (dy B) A by ``_launch_lora_matmul`` (which also gives dy B in fp32); the rest in torch.
     """
     dx = dyb = None
     if need_dx:
         dx, dyb = _launch_lora_matmul(dy, weight.t(), lora_b.t(), lora_a.t(), None, scale)
-    elif need_da:  # x needs no gradient (a first layer): dy B alone, a thin fp32 GEMM, not the dx GEMM
-        dyb = dy.float() @ lora_b.float()
+    elif need_da:  # x needs no gradient (a first layer): dy B alone, a thin GEMM, not the dx GEMM
+        dyb = mm_fp32(dy, lora_b)
     dw = mm_fp32(dy.t(), x).to(weight.dtype) if need_dw else None  # a 16-bit result lets cuBLAS sum in 16 bits
     da = (scale * _times_fp32(dyb, x)).to(lora_a.dtype) if need_da else None
     # (dy^T (x A^T)) computed as its transpose; made dense, as the custom op's fake promises (inductor
@@ -522,17 +522,18 @@ register(
         name="lora_linear",
         family="lora",
         summary="Linear layer with a LoRA adapter, x W^T + scale (x A^T) B^T + bias, fused; forward and backward.",
-        description="Up to 1024 tokens, one Triton GEMM accumulates x W^T and x A^T from the same tiles of x "
-        "and adds the adapter's product and the bias before its single store; dx = dy W + scale (dy B) A is "
-        "the same kernel. Beyond, where the GEMM is compute-bound, one cuBLAS GEMM over the inner dimension "
-        "extended by the adapter. dA, dB, dW (only for a weight that requires grad) and dbias are cuBLAS matmuls "
-        "with fp32 results. Benchmarked against torch eager (the unfused path PEFT runs) and torch.compile.",
+        description=f"Up to {FUSED_MAX_TOKENS} tokens, one Triton GEMM accumulates x W^T and x A^T from the "
+        "same tiles of x and adds the adapter's product and the bias before its single store; "
+        "dx = dy W + scale (dy B) A is the same kernel. Beyond, where the GEMM is compute-bound, one cuBLAS "
+        "GEMM over the inner dimension extended by the adapter. dA, dB, dW (only for a weight that requires "
+        "grad) and dbias are cuBLAS matmuls with fp32 results. Benchmarked against torch eager (the unfused "
+        "path PEFT runs) and torch.compile.",
         usage="y = tk.ops.lora_linear(x, weight, lora_a, lora_b, scale=alpha / r, bias=bias)",
         tags=("lora", "gemm", "fused", "compute-bound", "backward"),
         limits="One dtype for all tensors (fp32, fp16, bf16); rank 1 to 128; any leading shape and strides.",
         notes="H200, 8192 tokens, bf16 fwd+bwd: the fused kernel lost to cuBLAS (3.10 against 2.63 ms for "
-        "torch eager), so many tokens take cuBLAS; the 1024-token crossover is estimated between measured "
-        "points. The fused GEMM autotunes per (M, N, K) on first use, like tk.ops.matmul.",
+        f"torch eager), so many tokens take cuBLAS; the {FUSED_MAX_TOKENS}-token crossover is estimated "
+        "between measured points. The fused GEMM autotunes per (M, N, K) on first use, like tk.ops.matmul.",
         status="experimental",
         fn=lora_linear,
         reference=_lora_reference,

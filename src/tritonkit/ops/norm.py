@@ -327,9 +327,12 @@ def norm_launch_plan(n_cols: int, element_size: int, is_rms: bool = True) -> _Pl
         return _Plan(False, LOOP_CHUNK, 1, 8, False, 8, 8)
     rows, warps = _FWD_MEASURED.get((block_n, element_size), (max(1, min(64, 4096 // block_n)), 4))
     key = (block_n, element_size)
-    bwd = None if not is_rms and key in _LN_BWD_LOOPED else _BWD_MEASURED.get(key)
-    if not is_rms:
-        bwd = _LN_BWD_MEASURED.get(key, bwd)
+    if is_rms:
+        bwd = _BWD_MEASURED.get(key)
+    elif key in _LN_BWD_LOOPED:
+        bwd = None
+    else:
+        bwd = _LN_BWD_MEASURED.get(key, _BWD_MEASURED.get(key))
     if bwd is None and block_n < 1024:
         bwd = (8, 4, 1)
     if bwd is None:  # fp32 at 16384 (or an element size never measured): the looped backward
