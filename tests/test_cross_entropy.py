@@ -129,8 +129,9 @@ def test_compiles_fullgraph_with_backward(reduction, device):
     def cross_entropy_block(logits):
         target = torch.arange(logits.shape[0], device=logits.device) % logits.shape[1]
         target[::2] = -100
+        # logits * 2 is read by nothing after the loss: eager overwrites it, compile ignores the flag
         loss = tk.ops.cross_entropy(logits * 2, target, z_loss=1e-3, label_smoothing=0.1, softcap=4.0,
-                                    reduction=reduction)  # fmt: skip
+                                    reduction=reduction, inplace_backward=True)  # fmt: skip
         return (loss * torch.arange(loss.numel(), device=loss.device)).sum() if reduction == "none" else loss * 3
 
     def fused_block(hidden, weight, bias):
@@ -144,6 +145,44 @@ def test_compiles_fullgraph_with_backward(reduction, device):
     assert_compiled_matches_eager(fused_block, fused_inputs, device)
 
 
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_inplace_backward_writes_the_gradient_over_the_logits(reduction, device):
+    """The gradient is right (against float64 torch, through an LM head's matmul too) and lives in the
+    logits' memory: a skipped element would keep its logit and fail the comparison."""
+    hidden = torch.randn(9, 16, device=device, requires_grad=True)
+    weight = torch.randn(37, 16, device=device, requires_grad=True)
+    target = _targets(9, 37, device)
+    options = {"label_smoothing": 0.1, "z_loss": 1e-2, "softcap": 6.0, "reduction": reduction}
+    logits = hidden @ weight.t()
+    loss = tk.ops.cross_entropy(logits, target, inplace_backward=True, **options)
+    upstream = torch.randn_like(loss)
+    grads = torch.autograd.grad(loss, (hidden, weight, logits), upstream)
+    assert grads[2].data_ptr() == logits.data_ptr()
+    exact = [t.detach().double().requires_grad_() for t in (hidden, weight)]
+    expected_loss = ce._cross_entropy_reference(exact[0] @ exact[1].t(), target, **options)
+    expected = torch.autograd.grad(expected_loss, exact, upstream.double())
+    torch.testing.assert_close(loss.double(), expected_loss, rtol=1e-5, atol=1e-5)
+    for ours, theirs in zip(grads[:2], expected, strict=True):
+        torch.testing.assert_close(ours.double(), theirs, rtol=1e-5, atol=1e-5)
+
+
+def test_inplace_backward_raises_rather_than_feed_gradients_to_another_node(device):
+    """sin saved the logits for its backward, which autograd runs after the loss's (older nodes run
+    later); the overwrite bumps the logits' version, so autograd refuses instead of computing cos of a
+    gradient. A second backward through the loss itself is refused the same way."""
+    logits = torch.randn(4, 11, device=device, requires_grad=True)
+    target = _targets(4, 11, device)
+    other = logits.sin().sum()
+    loss = tk.ops.cross_entropy(logits, target, inplace_backward=True)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        (other + loss).backward()
+    logits = torch.randn(4, 11, device=device, requires_grad=True)
+    loss = tk.ops.cross_entropy(logits, target, inplace_backward=True)
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
 def test_modules_match_the_ops(device):
     hidden = torch.randn(2, 5, 8, device=device)
     weight = torch.randn(13, 8, device=device)
@@ -154,6 +193,11 @@ def test_modules_match_the_ops(device):
     plain = tk.nn.CrossEntropyLoss(**options)(hidden @ weight.t(), target)
     torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(plain, ce._cross_entropy_reference(hidden @ weight.t(), target, **options))
+    module = tk.nn.CrossEntropyLoss(inplace_backward=True, **options)
+    assert "inplace_backward=True" in repr(module)
+    logits = (hidden @ weight.t()).requires_grad_()
+    module(logits, target).sum().backward()
+    assert logits.grad.data_ptr() == logits.data_ptr()
 
 
 def _broken(name, fn):
@@ -197,6 +241,8 @@ def test_bad_input(device):
         tk.ops.cross_entropy(logits, target, softcap=0)
     with pytest.raises(ValueError, match=r"z_loss must be a finite number >= 0, got -1"):
         tk.ops.cross_entropy(logits, target, z_loss=-1)
+    with pytest.raises(TypeError, match=r"inplace_backward must be a bool, got int"):
+        tk.ops.cross_entropy(logits, target, inplace_backward=1)
     with pytest.raises(ValueError, match=r"V >= 1 classes, got shape \(4, 0\)"):
         tk.ops.cross_entropy(torch.randn(4, 0, device=device), target)
     weight = torch.randn(7, 3, device=device)
@@ -309,6 +355,20 @@ def test_cross_entropy_extra_memory_is_the_gradient():
     logits.grad = None
     grad_bytes = logits.numel() * 2
     assert _peak_extra_bytes(step) <= grad_bytes + 4 * 2**20  # plus per-row fp32 lse and loss
+
+
+@pytest.mark.gpu
+def test_cross_entropy_inplace_backward_allocates_nothing_of_the_logits_size():
+    logits = torch.randn(4096, 32000, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    target = _targets(4096, 32000, "cuda")
+
+    def step():
+        tk.ops.cross_entropy(logits, target, inplace_backward=True).backward()
+
+    step()
+    logits.grad = None
+    assert _peak_extra_bytes(step) <= 4 * 2**20  # the per-row fp32 lse and loss
+    assert logits.grad.data_ptr() == logits.data_ptr()
 
 
 def test_fused_backward_gets_none_for_its_unused_outputs(monkeypatch):

@@ -25,7 +25,16 @@ class _CrossEntropyOptions(torch.nn.Module):
 
 class CrossEntropyLoss(_CrossEntropyOptions):
     """``loss = CrossEntropyLoss(z_loss=1e-4)(logits, target)``: :func:`tritonkit.ops.cross_entropy`
-    on class-last logits (..., V)."""
+    on class-last logits (..., V). ``inplace_backward=True`` lets the backward overwrite the logits
+    with their gradient (no allocation of their size; see the op for when that is safe)."""
+
+    def __init__(self, ignore_index: int = -100, label_smoothing: float = 0.0, z_loss: float = 0.0,
+                 softcap: float | None = None, reduction: str = "mean", inplace_backward: bool = False):  # fmt: skip
+        super().__init__(ignore_index, label_smoothing, z_loss, softcap, reduction)
+        self.inplace_backward = inplace_backward
+
+    def _options(self) -> dict:
+        return {**super()._options(), "inplace_backward": self.inplace_backward}
 
     def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return cross_entropy(logits, target, **self._options())

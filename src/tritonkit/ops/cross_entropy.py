@@ -10,7 +10,7 @@ more pass writing d(loss)/d(logits), scaled per row).
 - ``cross_entropy`` reads the logits once in the forward (loss and the fp32 lse, saved) and once in
   the backward, which writes the gradient already multiplied by the upstream gradient: three passes
   over the logits in all, the least a non-destructive op can do. Its only large allocation is the
-  gradient itself.
+  gradient itself, and with ``inplace_backward=True`` not even that: the gradient overwrites the logits.
 - ``fused_linear_cross_entropy`` never builds the (tokens, vocab) logits. Tokens go through in
   chunks of at most a tenth of them; each chunk's logits come from one GEMM into a reused buffer, the
   kernel overwrites them with their gradient, and two more GEMMs turn that into the chunk's rows of
@@ -197,9 +197,10 @@ def cross_entropy_fwd_launch(
 
 def cross_entropy_bwd_launch(grad_loss: torch.Tensor, logits: torch.Tensor, target: torch.Tensor, lse: torch.Tensor,
                              ignore_index: int, label_smoothing: float, z_loss: float, softcap: float,
-                             reduction: str) -> torch.Tensor:  # fmt: skip
-    """d(loss)/d(logits), (rows, V) in logits' dtype, already multiplied by ``grad_loss``."""
-    dx = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
+                             reduction: str, *, in_place: bool = False) -> torch.Tensor:  # fmt: skip
+    """d(loss)/d(logits), (rows, V) in logits' dtype, already multiplied by ``grad_loss``; written over
+    ``logits`` itself when ``in_place`` (the kernel reads each block before writing it)."""
+    dx = logits if in_place else torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
     scale = _row_scale(grad_loss, target, ignore_index, reduction)
     options = (ignore_index, label_smoothing, z_loss, softcap)
     _launch_rows(logits, target, lse, lse, scale, dx, options, compute_loss=False, write_grad=True)
@@ -324,6 +325,23 @@ class _CrossEntropyFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_loss, grad_lse):
         return _ce_grad(ctx, grad_loss, cross_entropy_bwd_launch), None, None, None, None, None, None
+
+
+class _CrossEntropyInPlaceFunction(_CrossEntropyFunction):
+    """The eager path of ``inplace_backward=True``: the backward overwrites the saved logits with their
+    gradient and returns that memory as the gradient, so the op allocates nothing of the logits' size.
+
+    The version bump makes the overwrite safe: any other node that saved these logits for its own
+    backward (or a second backward through this one) finds them modified and autograd raises, instead
+    of silently reading gradients as logits.
+    """
+
+    @staticmethod
+    def backward(ctx, grad_loss, grad_lse):
+        logits, target, lse = ctx.saved_tensors
+        grad = cross_entropy_bwd_launch(grad_loss, logits, target, lse, *ctx.options, in_place=True)
+        torch.autograd.graph.increment_version(logits)
+        return grad, None, None, None, None, None, None
 
 
 @torch.library.custom_op("tritonkit::cross_entropy_fwd", mutates_args=())
@@ -522,7 +540,7 @@ def _needs_grad(t: Optional[torch.Tensor]) -> bool:
 
 def cross_entropy(
     logits: torch.Tensor, target: torch.Tensor, *, ignore_index: int = -100, label_smoothing: float = 0.0,
-    z_loss: float = 0.0, softcap: Optional[float] = None, reduction: str = "mean",
+    z_loss: float = 0.0, softcap: Optional[float] = None, reduction: str = "mean", inplace_backward: bool = False,
 ) -> torch.Tensor:  # fmt: skip
     """Cross-entropy of class-last ``logits`` (..., V) against integer ``target`` (...).
 
@@ -535,16 +553,25 @@ def cross_entropy(
     other than ``ignore_index`` makes its row's loss and gradient NaN (no host-side check: that would
     synchronise). Differentiable in logits; the backward allocates only the gradient.
 
+    ``inplace_backward=True`` (eager mode) makes the backward write the gradient over the logits'
+    memory and return it, allocating nothing of their size: for logits that a layer produced and that
+    nothing reads after the loss (an LM head's output). Autograd raises if another op saved those
+    logits for its backward and runs after this one. Under torch.compile the flag is ignored and the
+    compiler plans the gradient's memory.
+
     Example: ``loss = tk.ops.cross_entropy(logits.view(-1, V), labels.view(-1), z_loss=1e-4)``.
     """
     options = _check_options("cross_entropy", ignore_index, label_smoothing, z_loss, softcap, reduction)
+    if not isinstance(inplace_backward, bool):
+        raise TypeError(f"cross_entropy: inplace_backward must be a bool, got {type(inplace_backward).__name__}")
     check_tensor("logits", logits, dtypes=FLOAT_DTYPES)
     if logits.dim() == 0 or logits.shape[-1] == 0:
         raise ValueError(f"cross_entropy: logits must be (..., V) with V >= 1 classes, got shape {tuple(logits.shape)}")
     _check_target("cross_entropy", target, tuple(logits.shape[:-1]))
     check_device(logits=logits, target=target)
     rows, target_rows = as_rows(logits), target.reshape(-1)
-    call = cheapest_path(cross_entropy_fwd, _CrossEntropyFunction, cross_entropy_fwd_launch, (rows,))
+    function = _CrossEntropyInPlaceFunction if inplace_backward else _CrossEntropyFunction
+    call = cheapest_path(cross_entropy_fwd, function, cross_entropy_fwd_launch, (rows,))
     loss, _ = call(rows, target_rows, *options)
     return loss.view(target.shape) if reduction == "none" else loss
 
@@ -597,9 +624,10 @@ def fused_linear_cross_entropy(
 # References (float64) and registry specs
 # --------------------------------------------------------------------------------------------------
 def _cross_entropy_reference(logits, target, *, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None,
-                             reduction="mean"):  # fmt: skip
+                             reduction="mean", inplace_backward=False):  # fmt: skip
     """torch's cross_entropy per row on the softcapped logits, plus z_loss * lse^2, reduced over the
-    non-ignored rows (an all-ignored mean is 0, where torch gives 0/0)."""
+    non-ignored rows (an all-ignored mean is 0, where torch gives 0/0). ``inplace_backward`` changes
+    only where the op's gradient lives, so the reference takes it and stays out of place."""
     if softcap is not None:
         logits = softcap * torch.tanh(logits / softcap)
     rows, flat_target = logits.reshape(-1, logits.shape[-1]), target.reshape(-1)
@@ -648,7 +676,10 @@ def _ce_inputs(case, device, dtype, generator):
     target = _targets(case, device, generator, vocab)
     if case.get("batched"):
         logits, target = logits.view(2, tokens // 2, vocab), target.view(2, tokens // 2)
-    return Inputs((logits, target), _options(case))
+    options = _options(case)
+    if case.get("inplace_backward"):
+        options["inplace_backward"] = True
+    return Inputs((logits, target), options)
 
 
 def _flce_inputs(case, device, dtype, generator):
@@ -700,7 +731,9 @@ def _flce_tolerance(case, dtype):
 def _liger_cross_entropy():
     from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
 
-    def call(logits, target, *, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None, reduction="mean"):
+    def call(logits, target, *, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None, reduction="mean",
+             inplace_backward=True):  # fmt: skip
+        # liger-kernel always writes the gradient over the logits (its forward does, in fact)
         rows, targets = logits.view(-1, logits.shape[-1]), target.view(-1)
         options = (ignore_index, z_loss, label_smoothing, reduction, softcap)  # liger's positional order
         loss, *_ = LigerCrossEntropyFunction.apply(rows, targets, None, *options)
@@ -747,7 +780,13 @@ _CE_GPU = (
     {"tokens": 8192, "vocab": 128256},
     {"tokens": 7, "vocab": 32001, "all_ignored": True},
 )
-_CE_BENCH = ({"tokens": 8, "vocab": 128256}, {"tokens": 8192, "vocab": 32000}, {"tokens": 8192, "vocab": 128256})
+# The last case is the issue's memory comparison with liger-kernel, which always overwrites the logits.
+_CE_BENCH = (
+    {"tokens": 8, "vocab": 128256},
+    {"tokens": 8192, "vocab": 32000},
+    {"tokens": 8192, "vocab": 128256},
+    {"tokens": 8192, "vocab": 128256, "inplace_backward": True},
+)
 
 _FLCE_TESTS = (
     {"tokens": 5, "hidden": 16, "vocab": 7},
@@ -777,8 +816,8 @@ register(KernelSpec(
     family="loss",
     summary="Cross-entropy with ignore_index, label smoothing, z-loss and softcap; forward and backward.",
     description="One online-softmax pass per row gives the loss and an fp32 log-sum-exp; the backward reads "
-                "the logits once more and writes the gradient already scaled by the upstream gradient. "
-                "Mean over non-ignored targets counted on the device (no host sync); all-ignored batches give 0.",
+                "the logits once more and writes the gradient already scaled by the upstream gradient, "
+                "over the logits themselves with inplace_backward=True (no allocation of their size). Mean over non-ignored targets counted on the device (no host sync); all-ignored batches give 0.",
     usage="loss = tk.ops.cross_entropy(logits, labels, ignore_index=-100, label_smoothing=0.1, z_loss=1e-4)",
     tags=("loss", "memory-bound", "backward"),
     limits="Class-last logits (..., V), any V >= 1; int64/int32 targets; no per-class weights.",
