@@ -2,9 +2,10 @@
 
 The data behind ``norm_launch_plan``: forward rows per program and warps, backward programs per SM
 and warps and rows per loop iteration, timed on the kernels alone (16384 rows).
-`PYTHONPATH=src python3 benchmarks/norm_configs.py [WIDTH ...] [--bwd-only] [--layer-norm]` (``--bwd-only``:
+`PYTHONPATH=src python3 benchmarks/norm_configs.py [WIDTH ...] [--bwd-only] [--layer-norm] [--wide]` (``--bwd-only``:
 the backward alone, over a narrower grid, of RMSNorm, or with ``--layer-norm`` of LayerNorm with a bias,
-whose dbias accumulator takes registers that RMSNorm's table does not account for).
+whose dbias accumulator takes registers that RMSNorm's table does not account for; ``--wide``: the
+two-phase backward of wide rows, whole launcher, over ``WIDE_BWD_TILE`` choices).
 """
 
 import importlib
@@ -48,7 +49,7 @@ def bwd_ms(x, w, is_rms, per_sm, warps, rows, has_bias=False, stages=3):
             dy, dy, x, x, w, mean, rstd, dx, dx, part, part, n_rows, n, triton.cdiv(n_rows, programs),
             n, 0, n, 0, n, 0, 0.0,
             IS_RMS=is_rms, HAS_RES=False, HAS_W=True, HAS_B=has_bias, HAS_DH=False, STORE_DRES=False,
-            SINGLE_PASS=True, ROWS=rows, BLOCK_N=block, num_warps=warps, num_stages=stages,
+            ROWS=rows, BLOCK_N=block, num_warps=warps, num_stages=stages,
         )  # fmt: skip
 
     return triton.testing.do_bench(run, return_mode="median")
@@ -80,7 +81,45 @@ def print_bwd(x, w, is_rms, label, per_sm_choices, has_bias=False):
         print(f"        stages={stages} {bwd_ms(x, w, is_rms, *best, has_bias=has_bias, stages=stages):.4f}")
 
 
+def wide_bwd_ms(x, w, is_rms, tile):
+    """The whole backward launcher (both phases and the dweight/dbias sum) with ``tile`` as WIDE_BWD_TILE."""
+    n_rows = x.shape[0]
+    dy = torch.randn_like(x)
+    mean, rstd = torch.zeros(n_rows, device="cuda"), torch.ones(n_rows, device="cuda")
+    saved, norm.WIDE_BWD_TILE = norm.WIDE_BWD_TILE, tile
+    try:
+        return triton.testing.do_bench(
+            lambda: norm.norm_bwd_launch(dy, None, x, w, None, None if is_rms else mean, rstd, 0.0, is_rms, not is_rms),
+            return_mode="median",
+        )
+    finally:
+        norm.WIDE_BWD_TILE = saved
+
+
+def print_wide(widths):
+    """Rows that take the wide backward: bf16 LayerNorm and fp32 at 16384, everything wider."""
+    for dtype, n, is_rms in itertools.product((torch.bfloat16, torch.float32), widths, (True, False)):
+        if norm.norm_launch_plan(n, dtype.itemsize, is_rms).bwd_single_pass:
+            continue
+        rows = max(1, ROWS_TOTAL * 16384 // n)  # the same bytes as 16384 x 16384
+        x = torch.randn(rows, n, device="cuda", dtype=dtype)
+        w = torch.randn(n, device="cuda", dtype=dtype)
+        times = {}
+        for tile in itertools.product((1024, 2048), (2, 4), (4, 8), (4, 8)):
+            times[tile] = wide_bwd_ms(x, w, is_rms, tile)
+        best = min(times, key=times.get)
+        gbps = 3 * x.numel() * x.element_size() / times[best] / 1e6
+        label = f"{'rms' if is_rms else 'ln':<5} {str(dtype)[6:]:<9} {n:<6}"
+        print(
+            f"wide  {label} (block, rows, warps, per_sm)={best} {times[best]:.4f}  {gbps:6.0f} "
+            f"(now {times.get(norm.WIDE_BWD_TILE, float('nan')):.4f}, worst {max(times.values()):.4f})"
+        )
+
+
 def main():
+    if "--wide" in sys.argv:
+        print_wide([int(a) for a in sys.argv[1:] if a.isdigit()] or [16384, 65536, 131072])
+        return
     print("kind  norm  dtype     n      best config            ms      GB/s   (worst ms)")
     widths = [int(a) for a in sys.argv[1:] if a.isdigit()] or [1024, 2048, 4096, 8192, 16384]
     bwd_only = "--bwd-only" in sys.argv

@@ -126,42 +126,56 @@ def main():
                 {**flags, "STORE_H": True, "SINGLE_PASS": single_pass, "ROWS": rows, "BLOCK_N": block_n},
                 num_warps=8,
             )
+            if not single_pass:
+                continue
+            bwd_strides = ["stride_dy_row", "stride_dh_row", "stride_x_row", "stride_res_row", "stride_dx_row",
+                           "stride_dres_row"]  # fmt: skip
+            bwd_tensors = {
+                **dict.fromkeys(["p_dy", "p_dh", "p_x", "p_res", "p_w"], "*bf16"),
+                "p_mean": "*fp32",
+                "p_rstd": "*fp32",
+            }
+            bwd_outputs = {"p_dx": "*bf16", "p_dres": "*fp32", "p_dw_part": "*fp32", "p_db_part": "*fp32"}
+            bwd_flags = {**flags, "HAS_DH": True, "STORE_DRES": True}
             compile_one(
-                f"norm bwd rms={is_rms} single={single_pass}",
+                f"norm bwd rms={is_rms}",
                 norm._norm_bwd_kernel,
                 {
-                    **dict.fromkeys(["p_dy", "p_dh", "p_x", "p_res", "p_w"], "*bf16"),
-                    "p_mean": "*fp32",
-                    "p_rstd": "*fp32",
-                    "p_dx": "*bf16",
-                    "p_dres": "*fp32",
-                    "p_dw_part": "*fp32",
-                    "p_db_part": "*fp32",
-                    **dict.fromkeys(
-                        [
-                            "n_rows",
-                            "n_cols",
-                            "rows_per_program",
-                            "stride_dy_row",
-                            "stride_dh_row",
-                            "stride_x_row",
-                            "stride_res_row",
-                            "stride_dx_row",
-                            "stride_dres_row",
-                        ],
-                        "i32",
-                    ),
+                    **bwd_tensors,
+                    **bwd_outputs,
+                    **dict.fromkeys(["n_rows", "n_cols", "rows_per_program", *bwd_strides], "i32"),
                     "offset": "fp32",
                 },
-                {
-                    **flags,
-                    "HAS_DH": True,
-                    "STORE_DRES": True,
-                    "SINGLE_PASS": single_pass,
-                    "ROWS": 4 if single_pass else 1,
-                    "BLOCK_N": block_n,
-                },
+                {**bwd_flags, "ROWS": 4, "BLOCK_N": block_n},
                 num_warps=8,
+            )
+            compile_one(
+                f"norm wide bwd row sums rms={is_rms}",
+                norm._norm_bwd_row_sums_kernel,
+                {
+                    **{k: v for k, v in bwd_tensors.items() if k != "p_dh"},
+                    "p_c_xhat": "*fp32",
+                    "p_c_one": "*fp32",
+                    **dict.fromkeys(["n_cols", "stride_dy_row", "stride_x_row", "stride_res_row"], "i32"),
+                    "offset": "fp32",
+                },
+                {k: flags[k] for k in ("IS_RMS", "HAS_RES", "HAS_W")} | {"BLOCK_N": norm.LOOP_CHUNK},
+                num_warps=8,
+            )
+            wide_block, wide_rows, wide_warps, _ = norm.WIDE_BWD_TILE
+            compile_one(
+                f"norm wide bwd columns rms={is_rms}",
+                norm._norm_bwd_columns_kernel,
+                {
+                    **bwd_tensors,
+                    "p_c_xhat": "*fp32",
+                    "p_c_one": "*fp32",
+                    **bwd_outputs,
+                    **dict.fromkeys(["n_rows", "n_cols", "rows_per_group", *bwd_strides], "i32"),
+                    "offset": "fp32",
+                },
+                {**bwd_flags, "ROWS": wide_rows, "BLOCK_N": wide_block},
+                num_warps=wide_warps,
             )
     compile_one(
         "norm sum of partials",

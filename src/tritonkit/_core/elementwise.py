@@ -9,9 +9,9 @@ views, inputs with different layouts) is made contiguous by torch first, once.
 from __future__ import annotations
 
 import torch
-import triton
 
 from tritonkit._core import alloc
+from tritonkit._core.ints import cdiv
 
 BLOCK_SIZE = 1024
 
@@ -38,5 +38,5 @@ def launch_elementwise(kernel, inputs: list[torch.Tensor], out_dtype: torch.dtyp
     outs = [alloc.empty_like(inputs[0], dtype=out_dtype) for _ in range(n_outputs)]
     n = outs[0].numel()
     if n:
-        kernel[(triton.cdiv(n, BLOCK_SIZE),)](*inputs, *outs, n, BLOCK_SIZE=BLOCK_SIZE, **constexprs)
+        kernel[(cdiv(n, BLOCK_SIZE),)](*inputs, *outs, n, BLOCK_SIZE=BLOCK_SIZE, **constexprs)
     return outs[0] if n_outputs == 1 else tuple(outs)

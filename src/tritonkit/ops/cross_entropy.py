@@ -42,6 +42,7 @@ import triton.language as tl
 from tritonkit._core.checks import FLOAT_DTYPES, check_choice, check_device, check_tensor
 from tritonkit._core.dispatch import cheapest_path
 from tritonkit._core.gemm import addmm_into_fp32
+from tritonkit._core.ints import next_power_of_2
 from tritonkit._core.layout import as_rows
 from tritonkit.ops.softmax import _finite_or_zero
 from tritonkit.registry import Inputs, KernelSpec, Tolerance, register
@@ -136,7 +137,7 @@ def _cross_entropy_kernel(
 @functools.lru_cache(maxsize=256)
 def cross_entropy_launch_plan(n_cols: int) -> tuple[int, int]:
     """(BLOCK_N, warps): whole short rows in one step, MAX_BLOCK_N-wide steps over long ones."""
-    block_n = min(triton.next_power_of_2(n_cols), MAX_BLOCK_N)
+    block_n = min(next_power_of_2(n_cols), MAX_BLOCK_N)
     return block_n, 4 if block_n <= 1024 else 8
 
 
@@ -817,7 +818,8 @@ register(KernelSpec(
     summary="Cross-entropy with ignore_index, label smoothing, z-loss and softcap; forward and backward.",
     description="One online-softmax pass per row gives the loss and an fp32 log-sum-exp; the backward reads "
                 "the logits once more and writes the gradient already scaled by the upstream gradient, "
-                "over the logits themselves with inplace_backward=True (no allocation of their size). Mean over non-ignored targets counted on the device (no host sync); all-ignored batches give 0.",
+                "over the logits themselves with inplace_backward=True (no allocation of their size). "
+                "Mean over non-ignored targets counted on the device (no host sync); all-ignored batches give 0.",
     usage="loss = tk.ops.cross_entropy(logits, labels, ignore_index=-100, label_smoothing=0.1, z_loss=1e-4)",
     tags=("loss", "memory-bound", "backward"),
     limits="Class-last logits (..., V), any V >= 1; int64/int32 targets; no per-class weights.",

@@ -48,6 +48,7 @@ from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor
 from tritonkit._core.dispatch import cheapest_path
 from tritonkit._core.env import interpreting
 from tritonkit._core.gemm import mm_fp32, mm_rounded
+from tritonkit._core.ints import cdiv, next_power_of_2
 from tritonkit.debug import mask_2d, offsets_2d
 from tritonkit.ops.matmul import _FIXED_TILE, _input_precision, grouped_tile, matmul_autotune_configs
 from tritonkit.registry import Inputs, KernelSpec, Tolerance, register
@@ -139,7 +140,7 @@ _lora_matmul_autotuned = triton.autotune(configs=matmul_autotune_configs(), key=
 
 def padded_rank(r: int) -> int:
     """The rank the kernel computes with: r rounded up to a power of two, at least 16 (tl.dot's minimum)."""
-    return max(16, triton.next_power_of_2(r))
+    return max(16, next_power_of_2(r))
 
 
 # Above this many tokens the products run as cuBLAS GEMMs instead of the fused kernel. Measured on the
@@ -202,12 +203,12 @@ def _launch_lora_matmul(p, q_t, l1_t, l2_t, bias, scale):
     }
     if interpreting():
         # Timing means nothing under the interpreter: the fixed tile of tk.ops.matmul's grouped variant.
-        grid = (triton.cdiv(m, _FIXED_TILE["BLOCK_M"]) * triton.cdiv(n, _FIXED_TILE["BLOCK_N"]),)
+        grid = (cdiv(m, _FIXED_TILE["BLOCK_M"]) * cdiv(n, _FIXED_TILE["BLOCK_N"]),)
         _lora_matmul_kernel[grid](*args, **_FIXED_TILE, GROUP_SIZE=8, **flags)
     else:
 
         def grid(meta):
-            return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
+            return (cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"]),)
 
         _lora_matmul_autotuned[grid](*args, **flags)
     return out, pl1

@@ -19,6 +19,7 @@ import triton.language as tl
 from tritonkit._core import alloc
 from tritonkit._core.checks import FLOAT_DTYPES, check_choice, check_device, check_positive_int, check_tensor
 from tritonkit._core.env import interpreting
+from tritonkit._core.ints import cdiv
 from tritonkit.debug import mask_2d, offsets_2d
 from tritonkit.registry import Inputs, KernelSpec, Tolerance, register
 from tritonkit.testing import TOLERANCES
@@ -180,12 +181,12 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, variant: str = "auto", group_siz
     if variant == "autotuned":
 
         def grid(meta):
-            return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
+            return (cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"]),)
 
         _matmul_autotuned[grid](*args, **flags)
     else:
         group = 1 if variant == "naive" else (group_size or 8)
-        grid = (triton.cdiv(m, _FIXED_TILE["BLOCK_M"]) * triton.cdiv(n, _FIXED_TILE["BLOCK_N"]),)
+        grid = (cdiv(m, _FIXED_TILE["BLOCK_M"]) * cdiv(n, _FIXED_TILE["BLOCK_N"]),)
         _matmul_kernel[grid](*args, **_FIXED_TILE, GROUP_SIZE=group, **flags, num_warps=4, num_stages=3)
     return c
 

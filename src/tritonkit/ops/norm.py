@@ -25,6 +25,7 @@ from tritonkit._core import alloc
 from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor
 from tritonkit._core.device import sm_count
 from tritonkit._core.dispatch import cheapest_path
+from tritonkit._core.ints import cdiv, next_power_of_2
 from tritonkit._core.layout import as_rows
 from tritonkit.registry import Inputs, KernelSpec, Tolerance, register
 
@@ -32,6 +33,9 @@ __all__ = ["layer_norm", "rms_norm"]
 
 MAX_SINGLE_PASS = 16384  # widest row normalised in registers; wider rows loop over chunks
 LOOP_CHUNK = 4096
+# Backward inputs of at most this many elements run as one program that writes dweight/dbias itself:
+# 8 x 4096 takes a few µs on one SM, less than the reduction launch it saves.
+ONE_PROGRAM_BACKWARD = 1 << 15
 
 
 @triton.jit
@@ -173,83 +177,112 @@ def _norm_bwd_kernel(
     n_rows, n_cols, rows_per_program, stride_dy_row, stride_dh_row, stride_x_row, stride_res_row,
     stride_dx_row, stride_dres_row, offset,
     IS_RMS: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
-    HAS_DH: tl.constexpr, STORE_DRES: tl.constexpr, SINGLE_PASS: tl.constexpr, ROWS: tl.constexpr,
-    BLOCK_N: tl.constexpr,
+    HAS_DH: tl.constexpr, STORE_DRES: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
-    """Backward over rows [pid*rows_per_program, ...), ROWS rows at a time (one on the looped path).
+    """Backward over rows [pid*rows_per_program, ...), whole rows in registers, ROWS rows at a time.
 
     With xhat = (h - mean) * rstd and g = (offset + w) * dy:
       RMSNorm:   dh = rstd * (g - xhat * mean(g * xhat))
       LayerNorm: dh = rstd * (g - xhat * mean(g * xhat) - mean(g))
     plus the gradient of the returned h (prenorm); dx = dres = dh. This program's share of
-    dw = sum_rows(dy * xhat) and db = sum_rows(dy) goes to row pid of the fp32 workspaces.
+    dw = sum_rows(dy * xhat) and db = sum_rows(dy) goes to row pid of the fp32 workspaces (or, with
+    a single program, to dw and db in their own dtype).
     """
     i_prog = tl.program_id(0)
     row_start = i_prog.to(tl.int64) * rows_per_program  # int64 bounds: row * stride can pass 2**31
     row_end = tl.minimum(row_start + rows_per_program, n_rows)
-    p_dw_row = p_dw_part + i_prog.to(tl.int64) * n_cols
-    p_db_row = p_db_part + i_prog.to(tl.int64) * n_cols
-    if SINGLE_PASS:
-        # ROWS whole rows per iteration: more loads in flight per program than one row at a time.
-        o_n = tl.arange(0, BLOCK_N)
+    o_n = tl.arange(0, BLOCK_N)
+    m_n = o_n < n_cols
+    b_w = _offset_weight(p_w, o_n, m_n, offset, HAS_W)
+    acc_dw = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    acc_db = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    # ROWS whole rows per iteration: more loads in flight per program than one row at a time.
+    for r0 in range(row_start, row_end, ROWS):
+        o_r = r0 + tl.arange(0, ROWS)
+        m_r = o_r < row_end
+        b_xhat, b_dy, b_wdy, b_rstd = _norm_tile_terms(
+            p_dy, p_x, p_res, p_mean, p_rstd, o_r, m_r, stride_dy_row, stride_x_row, stride_res_row, o_n, m_n,
+            b_w, IS_RMS, HAS_RES, HAS_W,
+        )  # fmt: skip
+        c_xhat = tl.sum(b_xhat * b_wdy, axis=1) / n_cols  # [ROWS]
+        c_one = tl.sum(b_wdy, axis=1) / n_cols
+        b_dh = _norm_dh(p_dh, o_r, m_r, stride_dh_row, o_n, m_n, b_xhat, b_wdy, b_rstd, c_xhat, c_one, IS_RMS,
+                        HAS_DH)  # fmt: skip
+        _store_tile_grad(p_dx, p_dres, o_r, m_r, stride_dx_row, stride_dres_row, o_n, m_n, b_dh, STORE_DRES)
+        acc_dw += tl.sum(b_dy * b_xhat, axis=0)
+        acc_db += tl.sum(b_dy, axis=0)
+    # fp32 workspace rows, or dweight/dbias themselves when one program covers every row
+    if HAS_W:
+        tl.store(p_dw_part + i_prog.to(tl.int64) * n_cols + o_n, acc_dw.to(p_dw_part.dtype.element_ty), mask=m_n)
+    if HAS_B:
+        tl.store(p_db_part + i_prog.to(tl.int64) * n_cols + o_n, acc_db.to(p_db_part.dtype.element_ty), mask=m_n)
+
+
+@triton.jit
+def _norm_bwd_row_sums_kernel(
+    p_dy, p_x, p_res, p_w, p_mean, p_rstd, p_c_xhat, p_c_one,
+    n_cols, stride_dy_row, stride_x_row, stride_res_row, offset,
+    IS_RMS: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """Wide rows, backward phase 1, one program per row, BLOCK_N columns per step: the row terms of dh,
+    c_xhat = mean(g * xhat) and (LayerNorm) c_one = mean(g), in fp32."""
+    o_r = tl.program_id(0).to(tl.int64) + tl.arange(0, 1)
+    m_r = o_r >= 0  # [1], all true: the grid has one program per row
+    acc_xhat = tl.zeros((1, BLOCK_N), dtype=tl.float32)
+    acc_one = tl.zeros((1, BLOCK_N), dtype=tl.float32)
+    for start in range(0, n_cols, BLOCK_N):
+        o_n = start + tl.arange(0, BLOCK_N)
         m_n = o_n < n_cols
         b_w = _offset_weight(p_w, o_n, m_n, offset, HAS_W)
-        acc_dw = tl.zeros((BLOCK_N,), dtype=tl.float32)
-        acc_db = tl.zeros((BLOCK_N,), dtype=tl.float32)
-        for r0 in range(row_start, row_end, ROWS):
-            o_r = r0 + tl.arange(0, ROWS)
-            m_r = o_r < row_end
-            b_xhat, b_dy, b_wdy, b_rstd = _norm_tile_terms(
-                p_dy, p_x, p_res, p_mean, p_rstd, o_r, m_r, stride_dy_row, stride_x_row, stride_res_row, o_n, m_n,
-                b_w, IS_RMS, HAS_RES, HAS_W,
-            )  # fmt: skip
-            c_xhat = tl.sum(b_xhat * b_wdy, axis=1) / n_cols  # [ROWS]
-            c_one = tl.sum(b_wdy, axis=1) / n_cols
-            b_dh = _norm_dh(p_dh, o_r, m_r, stride_dh_row, o_n, m_n, b_xhat, b_wdy, b_rstd, c_xhat, c_one, IS_RMS,
-                            HAS_DH)  # fmt: skip
-            _store_tile_grad(p_dx, p_dres, o_r, m_r, stride_dx_row, stride_dres_row, o_n, m_n, b_dh, STORE_DRES)
-            acc_dw += tl.sum(b_dy * b_xhat, axis=0)
-            acc_db += tl.sum(b_dy, axis=0)
-        if HAS_W:
-            tl.store(p_dw_row + o_n, acc_dw, mask=m_n)
-        if HAS_B:
-            tl.store(p_db_row + o_n, acc_db, mask=m_n)
-    else:
-        # Wide rows, one at a time: one pass for the two row sums, one to write dh and add to this
-        # program's (zero-initialised) workspace rows.
-        for i_row in range(row_start, row_end):
-            o_r = i_row + tl.arange(0, 1)
-            m_r = o_r < row_end
-            acc_xhat = tl.zeros((1, BLOCK_N), dtype=tl.float32)
-            acc_one = tl.zeros((1, BLOCK_N), dtype=tl.float32)
-            for start in range(0, n_cols, BLOCK_N):
-                o_n = start + tl.arange(0, BLOCK_N)
-                m_n = o_n < n_cols
-                b_w = _offset_weight(p_w, o_n, m_n, offset, HAS_W)
-                b_xhat, b_dy, b_wdy, b_rstd = _norm_tile_terms(
-                    p_dy, p_x, p_res, p_mean, p_rstd, o_r, m_r, stride_dy_row, stride_x_row, stride_res_row, o_n,
-                    m_n, b_w, IS_RMS, HAS_RES, HAS_W,
-                )  # fmt: skip
-                acc_xhat += b_xhat * b_wdy
-                acc_one += b_wdy
-            c_xhat = tl.sum(acc_xhat, axis=1) / n_cols  # [1]
-            c_one = tl.sum(acc_one, axis=1) / n_cols
-            for start in range(0, n_cols, BLOCK_N):
-                o_n = start + tl.arange(0, BLOCK_N)
-                m_n = o_n < n_cols
-                b_w = _offset_weight(p_w, o_n, m_n, offset, HAS_W)
-                b_xhat, b_dy, b_wdy, b_rstd = _norm_tile_terms(
-                    p_dy, p_x, p_res, p_mean, p_rstd, o_r, m_r, stride_dy_row, stride_x_row, stride_res_row, o_n,
-                    m_n, b_w, IS_RMS, HAS_RES, HAS_W,
-                )  # fmt: skip
-                b_dh = _norm_dh(p_dh, o_r, m_r, stride_dh_row, o_n, m_n, b_xhat, b_wdy, b_rstd, c_xhat, c_one,
-                                IS_RMS, HAS_DH)  # fmt: skip
-                _store_tile_grad(p_dx, p_dres, o_r, m_r, stride_dx_row, stride_dres_row, o_n, m_n, b_dh, STORE_DRES)
-                if HAS_W:
-                    tl.store(p_dw_row + o_n, tl.load(p_dw_row + o_n, mask=m_n) + tl.sum(b_dy * b_xhat, axis=0),
-                             mask=m_n)  # fmt: skip
-                if HAS_B:
-                    tl.store(p_db_row + o_n, tl.load(p_db_row + o_n, mask=m_n) + tl.sum(b_dy, axis=0), mask=m_n)
+        b_xhat, _, b_wdy, _ = _norm_tile_terms(
+            p_dy, p_x, p_res, p_mean, p_rstd, o_r, m_r, stride_dy_row, stride_x_row, stride_res_row, o_n, m_n,
+            b_w, IS_RMS, HAS_RES, HAS_W,
+        )  # fmt: skip
+        acc_xhat += b_xhat * b_wdy
+        acc_one += b_wdy
+    tl.store(p_c_xhat + o_r, tl.sum(acc_xhat, axis=1) / n_cols)
+    if not IS_RMS:
+        tl.store(p_c_one + o_r, tl.sum(acc_one, axis=1) / n_cols)
+
+
+@triton.jit
+def _norm_bwd_columns_kernel(
+    p_dy, p_dh, p_x, p_res, p_w, p_mean, p_rstd, p_c_xhat, p_c_one, p_dx, p_dres, p_dw_part, p_db_part,
+    n_rows, n_cols, rows_per_group, stride_dy_row, stride_dh_row, stride_x_row, stride_res_row,
+    stride_dx_row, stride_dres_row, offset,
+    IS_RMS: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+    HAS_DH: tl.constexpr, STORE_DRES: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """Wide rows, backward phase 2: program (j, k) takes column block j of the rows in group k, ROWS at a
+    time. dh as in _norm_bwd_kernel, with the row terms from phase 1; the group's share of dw and db over
+    these columns goes to row k of the fp32 workspaces. x and dy are read once here and once in phase 1,
+    and the dw/db accumulators stay in registers however wide the row."""
+    o_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_n = o_n < n_cols
+    i_group = tl.program_id(1).to(tl.int64)
+    row_start = i_group * rows_per_group
+    row_end = tl.minimum(row_start + rows_per_group, n_rows)
+    b_w = _offset_weight(p_w, o_n, m_n, offset, HAS_W)
+    acc_dw = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    acc_db = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    for r0 in range(row_start, row_end, ROWS):
+        o_r = r0 + tl.arange(0, ROWS)
+        m_r = o_r < row_end
+        b_xhat, b_dy, b_wdy, b_rstd = _norm_tile_terms(
+            p_dy, p_x, p_res, p_mean, p_rstd, o_r, m_r, stride_dy_row, stride_x_row, stride_res_row, o_n, m_n,
+            b_w, IS_RMS, HAS_RES, HAS_W,
+        )  # fmt: skip
+        c_xhat = tl.load(p_c_xhat + o_r, mask=m_r, other=0.0)
+        c_one = c_xhat if IS_RMS else tl.load(p_c_one + o_r, mask=m_r, other=0.0)
+        b_dh = _norm_dh(p_dh, o_r, m_r, stride_dh_row, o_n, m_n, b_xhat, b_wdy, b_rstd, c_xhat, c_one, IS_RMS,
+                        HAS_DH)  # fmt: skip
+        _store_tile_grad(p_dx, p_dres, o_r, m_r, stride_dx_row, stride_dres_row, o_n, m_n, b_dh, STORE_DRES)
+        acc_dw += tl.sum(b_dy * b_xhat, axis=0)
+        acc_db += tl.sum(b_dy, axis=0)
+    if HAS_W:
+        tl.store(p_dw_part + i_group * n_cols + o_n, acc_dw, mask=m_n)
+    if HAS_B:
+        tl.store(p_db_part + i_group * n_cols + o_n, acc_db, mask=m_n)
 
 
 @triton.jit
@@ -287,9 +320,9 @@ class _Plan:
     block_n: int
     rows: int  # forward rows per program
     num_warps: int
-    bwd_single_pass: bool
-    bwd_programs_per_sm: int
-    bwd_warps: int
+    bwd_single_pass: bool  # backward: whole rows in registers; else the two-phase wide path
+    bwd_programs_per_sm: int = 0  # the single-pass backward's configuration (unused on the wide path)
+    bwd_warps: int = 0
     bwd_rows: int = 1  # rows per backward loop iteration
 
 
@@ -306,11 +339,11 @@ _BWD_MEASURED = {
     (1024, 4): (8, 4, 1), (2048, 4): (8, 4, 4), (4096, 4): (4, 8, 4), (8192, 4): (4, 16, 1),
 }  # fmt: skip
 # LayerNorm's backward (with a bias) holds a dbias accumulator too: fewer rows per iteration at 4096 and
-# 8192, and at 16384 the single pass spills (6.7 ms in bf16, against 0.27 ms at 8192) and loops instead.
+# 8192, and at 16384 the single pass spills (6.7 ms in bf16, against 0.27 ms at 8192): the wide path.
 # Measured by `norm_configs.py --bwd-only --layer-norm` (2026-11-22-norm-configs-ln.txt); narrower rows
 # use RMSNorm's entries.
 _LN_BWD_MEASURED = {(4096, 2): (2, 8, 1), (8192, 2): (2, 16, 1), (4096, 4): (4, 16, 1), (8192, 4): (4, 16, 1)}
-_LN_BWD_LOOPED = {(16384, 2), (16384, 4)}
+_LN_BWD_WIDE = {(16384, 2), (16384, 4)}
 
 
 @functools.lru_cache(maxsize=256)
@@ -319,24 +352,25 @@ def norm_launch_plan(n_cols: int, element_size: int, is_rms: bool = True) -> _Pl
 
     Widths in the measured tables use their fastest configuration. Narrower rows pack 4096 elements
     per program (4 warps) and take 8 backward programs per SM. Rows wider than MAX_SINGLE_PASS loop
-    over chunks, and so does the backward where one pass spills registers: fp32 at 16384 (5.4 ms
-    against 0.95 for RMSNorm in the sweep) and LayerNorm at 16384.
+    over chunks in the forward and take the two-phase backward (_wide_bwd), and so does the backward
+    where one pass spills registers: fp32 at 16384 (5.4 ms against 0.95 for RMSNorm in the sweep) and
+    LayerNorm at 16384.
     """
-    block_n = triton.next_power_of_2(n_cols)
+    block_n = next_power_of_2(n_cols)
     if block_n > MAX_SINGLE_PASS:
-        return _Plan(False, LOOP_CHUNK, 1, 8, False, 8, 8)
+        return _Plan(False, LOOP_CHUNK, 1, 8, False)
     rows, warps = _FWD_MEASURED.get((block_n, element_size), (max(1, min(64, 4096 // block_n)), 4))
     key = (block_n, element_size)
     if is_rms:
         bwd = _BWD_MEASURED.get(key)
-    elif key in _LN_BWD_LOOPED:
+    elif key in _LN_BWD_WIDE:
         bwd = None
     else:
         bwd = _LN_BWD_MEASURED.get(key, _BWD_MEASURED.get(key))
     if bwd is None and block_n < 1024:
         bwd = (8, 4, 1)
-    if bwd is None:  # fp32 at 16384 (or an element size never measured): the looped backward
-        return _Plan(True, block_n, rows, warps, False, 8, 8)
+    if bwd is None:  # fp32 at 16384 (or an element size never measured): the wide backward
+        return _Plan(True, block_n, rows, warps, False)
     return _Plan(True, block_n, rows, warps, True, *bwd)
 
 
@@ -361,7 +395,7 @@ def norm_fwd_launch(x, weight, bias, residual, eps, offset, is_rms, store_h, h_f
     if n_rows == 0:
         return y, h, mean, rstd
     plan = norm_launch_plan(n_cols, x.element_size(), is_rms)
-    _norm_fwd_kernel[(triton.cdiv(n_rows, plan.rows),)](
+    _norm_fwd_kernel[(cdiv(n_rows, plan.rows),)](
         x, residual if residual is not None else x, weight if weight is not None else x,
         bias if bias is not None else x, y, h if h is not None else y, mean if mean is not None else rstd, rstd,
         n_rows, n_cols, x.stride(0), residual.stride(0) if residual is not None else 0, y.stride(0),
@@ -380,31 +414,72 @@ def norm_bwd_launch(dy, dh, x, weight, residual, mean, rstd, offset, is_rms, has
     dres = _empty_like_rows(n_rows, n_cols, residual.dtype, x.device) if residual is not None else None
     w_dtype = weight.dtype if weight is not None else x.dtype
     plan = norm_launch_plan(n_cols, x.element_size(), is_rms)
-    block_n = plan.block_n if plan.bwd_single_pass else LOOP_CHUNK
-    n_programs = max(1, min(n_rows, plan.bwd_programs_per_sm * sm_count(x.device)))
-    rows_per_program = triton.cdiv(n_rows, n_programs)
-    # One fp32 workspace holds each program's share of dweight and dbias. The looped path adds into its
-    # rows, so they start at zero; the single pass stores once.
     n_sums = (weight is not None) + has_bias
-    allocate = torch.empty if plan.bwd_single_pass and n_rows > 0 else torch.zeros
-    workspace = allocate((n_sums, n_programs, n_cols), dtype=torch.float32, device=x.device) if n_sums else None
-    dw_part = workspace[0] if weight is not None else None
-    db_part = workspace[n_sums - 1] if has_bias else None
+    one_program = plan.bwd_single_pass and 0 < n_rows * n_cols <= ONE_PROGRAM_BACKWARD
+    if one_program:
+        # A few rows: one program sums dweight/dbias over all of them in fp32 and stores them in the
+        # weight's dtype itself, which saves the reduction's launch (the host's cost dominates here).
+        n_parts = 1
+        dw_part = torch.empty((n_cols,), dtype=w_dtype, device=x.device) if weight is not None else None
+        db_part = torch.empty((n_cols,), dtype=w_dtype, device=x.device) if has_bias else None
+    else:
+        # One fp32 workspace holds each program's (or row group's) share of dweight and dbias, summed
+        # in a fixed order afterwards. No rows: zeros, which that sum turns into zero gradients.
+        if plan.bwd_single_pass:
+            n_parts = max(1, min(n_rows, plan.bwd_programs_per_sm * sm_count(x.device)))
+        else:
+            block_n, _, _, per_sm = WIDE_BWD_TILE
+            n_parts = max(1, min(n_rows, per_sm * sm_count(x.device) // cdiv(n_cols, block_n)))
+        allocate = torch.empty if n_rows > 0 else torch.zeros
+        workspace = allocate((n_sums, n_parts, n_cols), dtype=torch.float32, device=x.device) if n_sums else None
+        dw_part = workspace[0] if weight is not None else None
+        db_part = workspace[n_sums - 1] if has_bias else None
     if n_rows > 0:
-        _norm_bwd_kernel[(n_programs,)](
-            dy, dh if dh is not None else dy, x, residual if residual is not None else x,
-            weight if weight is not None else x, mean if mean is not None else rstd, rstd, dx,
-            dres if dres is not None else dx, dw_part if dw_part is not None else rstd,
-            db_part if db_part is not None else rstd,
-            n_rows, n_cols, rows_per_program, dy.stride(0), dh.stride(0) if dh is not None else 0, x.stride(0),
-            residual.stride(0) if residual is not None else 0, dx.stride(0),
-            dres.stride(0) if dres is not None else 0, offset,
-            IS_RMS=is_rms, HAS_RES=residual is not None, HAS_W=weight is not None, HAS_B=has_bias,
-            HAS_DH=dh is not None, STORE_DRES=residual is not None, SINGLE_PASS=plan.bwd_single_pass,
-            ROWS=plan.bwd_rows if plan.bwd_single_pass else 1, BLOCK_N=block_n, num_warps=plan.bwd_warps,
-        )  # fmt: skip
+        tensors = (dy, dh if dh is not None else dy, x, residual if residual is not None else x,
+                   weight if weight is not None else x, mean if mean is not None else rstd, rstd)  # fmt: skip
+        outputs = (dx, dres if dres is not None else dx, dw_part if dw_part is not None else rstd,
+                   db_part if db_part is not None else rstd)  # fmt: skip
+        strides = (dy.stride(0), dh.stride(0) if dh is not None else 0, x.stride(0),
+                   residual.stride(0) if residual is not None else 0, dx.stride(0),
+                   dres.stride(0) if dres is not None else 0)  # fmt: skip
+        flags = dict(IS_RMS=is_rms, HAS_RES=residual is not None, HAS_W=weight is not None, HAS_B=has_bias,
+                     HAS_DH=dh is not None, STORE_DRES=residual is not None)  # fmt: skip
+        if plan.bwd_single_pass:
+            _norm_bwd_kernel[(n_parts,)](
+                *tensors, *outputs, n_rows, n_cols, cdiv(n_rows, n_parts), *strides, offset,
+                **flags, ROWS=plan.bwd_rows, BLOCK_N=plan.block_n, num_warps=plan.bwd_warps,
+            )  # fmt: skip
+        else:
+            _wide_bwd(tensors, outputs, strides, flags, n_rows, n_cols, n_parts, offset)
+    if one_program:
+        return dx, dres, dw_part, db_part
     dw, db = _sum_partials(dw_part, db_part, w_dtype)
     return dx, dres, dw, db
+
+
+# Backward of rows too wide for registers, phase 2: (columns per program, rows per step, warps,
+# programs per SM). Phase 1 reads rows in LOOP_CHUNK steps with 8 warps.
+WIDE_BWD_TILE = (1024, 4, 4, 8)
+
+
+def _wide_bwd(tensors, outputs, strides, flags, n_rows, n_cols, n_groups, offset):
+    """Two phases: each row's terms c_xhat, c_one (reads x and dy), then dx and the per-group dw/db
+    partials by column blocks (reads them again). Five passes over the rows' data where the single pass
+    makes three, but nothing is read-modified-written per row: the looped path it replaced added each
+    row into an fp32 workspace row and moved 2.6x the bytes."""
+    dy, _, x, residual, weight, mean, rstd = tensors
+    c_xhat = torch.empty((n_rows,), dtype=torch.float32, device=x.device)
+    c_one = torch.empty((n_rows,), dtype=torch.float32, device=x.device) if not flags["IS_RMS"] else c_xhat
+    dy_stride, _, x_stride, res_stride, _, _ = strides
+    _norm_bwd_row_sums_kernel[(n_rows,)](
+        dy, x, residual, weight, mean, rstd, c_xhat, c_one, n_cols, dy_stride, x_stride, res_stride, offset,
+        IS_RMS=flags["IS_RMS"], HAS_RES=flags["HAS_RES"], HAS_W=flags["HAS_W"], BLOCK_N=LOOP_CHUNK, num_warps=8,
+    )  # fmt: skip
+    block_n, rows, warps, _ = WIDE_BWD_TILE
+    _norm_bwd_columns_kernel[(cdiv(n_cols, block_n), n_groups)](
+        *tensors, c_xhat, c_one, *outputs, n_rows, n_cols, cdiv(n_rows, n_groups), *strides, offset,
+        **flags, ROWS=rows, BLOCK_N=block_n, num_warps=warps,
+    )  # fmt: skip
 
 
 PARTIAL_SUM_BLOCK = (128, 32)  # (parts, columns) per loop step: 128 programs for 4096 columns
@@ -421,7 +496,7 @@ def _sum_partials(dw_part, db_part, dtype):
     db = torch.empty((n_cols,), dtype=dtype, device=parts[0].device) if db_part is not None else None
     if n_cols > 0:
         block_p, block_n = PARTIAL_SUM_BLOCK
-        _sum_partials_kernel[(triton.cdiv(n_cols, block_n),)](
+        _sum_partials_kernel[(cdiv(n_cols, block_n),)](
             dw_part if dw_part is not None else db_part, db_part if db_part is not None else dw_part,
             dw if dw is not None else db, db if db is not None else dw, n_parts, n_cols,
             HAS_W=dw_part is not None, HAS_B=db_part is not None, BLOCK_P=block_p, BLOCK_N=block_n, num_warps=4,
@@ -697,6 +772,7 @@ _NORM_TESTS = (
     {"rows": 5, "n": 7},
     {"rows": 33, "n": 128},
     {"rows": 4, "n": 1000, "residual": True},
+    {"rows": 40, "n": 1000, "residual": True},  # above ONE_PROGRAM_BACKWARD: per-program partial sums
     {"rows": 6, "n": 96, "residual": True, "prenorm": True},
     {"rows": 6, "n": 96, "residual": True, "prenorm": True, "residual_in_fp32": True},
     {"rows": 0, "n": 64},
@@ -704,8 +780,9 @@ _NORM_TESTS = (
     {"rows": 7, "n": 50, "layout": "sliced", "residual": True},
     {"rows": 9, "n": 64, "scale": 1e-3, "eps": 1e-5},  # variance near eps: a wrong eps shows
     {"rows": 5, "n": 40, "no_weight": True, "bias": False},
-    {"rows": 2, "n": 20000, "residual": True, "prenorm": True},  # the looped path
-    {"rows": 3, "n": 9000, "residual": True},  # fp32: single-pass forward, looped backward
+    {"rows": 2, "n": 20000, "residual": True, "prenorm": True},  # the looped forward, the wide backward
+    # single-pass forward, wide backward (fp32; bf16 LayerNorm) in three row groups
+    {"rows": 3, "n": 9000, "residual": True},
 )
 _NORM_GPU = (
     {"rows": 4096, "n": 4096},
@@ -752,7 +829,8 @@ for _name, _fn, _reference_fn, _inputs, _tests, _bench, _liger in (
         summary=f"Fused residual add + {'RMSNorm' if _name == 'rms_norm' else 'LayerNorm'}, forward and backward.",
         description="h = x + residual, y = normalize(h) * (offset + weight) + bias, with prenorm returning h "
                     "(optionally fp32), as mamba_ssm's fused add+norm. One pass in registers up to 16384 "
-                    "columns, a looped path beyond; fp32 statistics; deterministic fp32 dweight/dbias.",
+                    "columns, a looped forward and a two-phase backward beyond; fp32 statistics; deterministic fp32 "
+                    "dweight/dbias.",
         usage=f"y, h = tk.ops.{_name}(x, weight{', bias' if _name == 'layer_norm' else ''}, residual=h, "
               "prenorm=True)",
         tags=("norm", "fused", "memory-bound", "backward"),

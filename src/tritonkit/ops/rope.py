@@ -25,6 +25,7 @@ import triton.language as tl
 from tritonkit._core import alloc
 from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_same_dtype, check_tensor
 from tritonkit._core.dispatch import cheapest_path
+from tritonkit._core.ints import next_power_of_2
 from tritonkit.registry import Inputs, KernelSpec, register
 
 __all__ = ["rope"]
@@ -133,7 +134,7 @@ def _batch_stride(t: torch.Tensor) -> int:
 def _heads_block(n_heads: int, block_half: int) -> int:
     """Heads per pass of the head loop: as many as keep a [heads, half] tile within MAX_HALF_TILE elements
     (8 of Llama's 32 heads of 128), at least one."""
-    return min(triton.next_power_of_2(max(n_heads, 1)), max(1, MAX_HALF_TILE // block_half))
+    return min(next_power_of_2(max(n_heads, 1)), max(1, MAX_HALF_TILE // block_half))
 
 
 def rope_launch(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
@@ -149,7 +150,7 @@ def rope_launch(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.
         return q_out, k_out
     half = cos.shape[-1] // 2
     n_pass = head_dim - 2 * half
-    block_half = triton.next_power_of_2(half)
+    block_half = next_power_of_2(half)
     block_hq, block_hk = _heads_block(q.shape[heads_dim], block_half), _heads_block(k.shape[heads_dim], block_half)
     has_pos = position_ids is not None
     pos_strides = (_batch_stride(position_ids), position_ids.stride(1)) if has_pos else (0, 0)
@@ -161,7 +162,7 @@ def rope_launch(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.
         _batch_stride(cos), cos.stride(1), cos.stride(2), _batch_stride(sin), sin.stride(1), sin.stride(2),
         *pos_strides,
         BACKWARD=backward, HAS_POS=has_pos, BLOCK_HQ=block_hq, BLOCK_HK=block_hk, BLOCK_HALF=block_half,
-        BLOCK_PASS=triton.next_power_of_2(n_pass) if n_pass else 0,
+        BLOCK_PASS=next_power_of_2(n_pass) if n_pass else 0,
         num_warps=4,
     )  # fmt: skip
     return q_out, k_out

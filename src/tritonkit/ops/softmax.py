@@ -18,6 +18,7 @@ import triton.language as tl
 from tritonkit._core import alloc
 from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor
 from tritonkit._core.dispatch import cheapest_path
+from tritonkit._core.ints import cdiv, next_power_of_2
 from tritonkit._core.layout import as_rows
 from tritonkit.registry import Inputs, KernelSpec, Tolerance, register
 
@@ -123,7 +124,7 @@ def _softmax_bwd_kernel(
 def softmax_launch_plan(n_cols: int) -> tuple[bool, int, int, int]:
     """(single pass, BLOCK_N, rows per program, warps): about 4096 elements a program for short rows,
     whole rows in registers up to MAX_SINGLE_PASS, chunks of LOOP_CHUNK beyond. Not yet tuned on a GPU."""
-    block_n = triton.next_power_of_2(n_cols)
+    block_n = next_power_of_2(n_cols)
     if block_n > MAX_SINGLE_PASS:
         return False, LOOP_CHUNK, 1, 8
     rows = max(1, min(64, 4096 // block_n))
@@ -133,7 +134,7 @@ def softmax_launch_plan(n_cols: int) -> tuple[bool, int, int, int]:
 
 def _launch(kernel, tensors, strides, n_rows, n_cols, log):
     single_pass, block_n, rows, warps = softmax_launch_plan(n_cols)
-    grid = (triton.cdiv(n_rows, rows) if single_pass else n_rows,)
+    grid = (cdiv(n_rows, rows) if single_pass else n_rows,)
     kernel[grid](*tensors, n_rows, n_cols, *strides, LOG=log, SINGLE_PASS=single_pass, ROWS=rows, BLOCK_N=block_n,
                  num_warps=warps)  # fmt: skip
 
