@@ -86,7 +86,8 @@ def wide_bwd_ms(x, w, is_rms, tile):
     n_rows = x.shape[0]
     dy = torch.randn_like(x)
     mean, rstd = torch.zeros(n_rows, device="cuda"), torch.ones(n_rows, device="cuda")
-    saved, norm.WIDE_BWD_TILE = norm.WIDE_BWD_TILE, tile
+    saved = norm.WIDE_BWD_TILE
+    norm.WIDE_BWD_TILE = {x.element_size(): tile}
     try:
         return triton.testing.do_bench(
             lambda: norm.norm_bwd_launch(dy, None, x, w, None, None if is_rms else mean, rstd, 0.0, is_rms, not is_rms),
@@ -112,7 +113,7 @@ def print_wide(widths):
         label = f"{'rms' if is_rms else 'ln':<5} {str(dtype)[6:]:<9} {n:<6}"
         print(
             f"wide  {label} (block, rows, warps, per_sm)={best} {times[best]:.4f}  {gbps:6.0f} "
-            f"(now {times.get(norm.WIDE_BWD_TILE, float('nan')):.4f}, worst {max(times.values()):.4f})"
+            f"(now {times.get(norm.WIDE_BWD_TILE[dtype.itemsize], float('nan')):.4f}, worst {max(times.values()):.4f})"
         )
 
 

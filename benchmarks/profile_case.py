@@ -1,11 +1,16 @@
 """Where one registry case's fwd+bwd step spends its time, host and device: torch.profiler's top ops.
 
 `PYTHONPATH=src python3 benchmarks/profile_case.py lora_linear '{"m": 16, "k": 4096, "n": 4096, "r": 16}'`
-(bf16 on CUDA; the case as JSON, as in the spec's bench_cases).
+(bf16 on CUDA; the case as JSON, as in the spec's bench_cases). With ``--python``: instead, the wall
+time of a step back to back for tritonkit and the torch reference, and cProfile's top Python functions
+of tritonkit's step (where a host-bound step's time goes).
 """
 
+import cProfile
 import json
+import pstats
 import sys
+import time
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -14,8 +19,39 @@ from tritonkit import registry
 from tritonkit.bench.harness import make_step
 
 
+def _wall_us(step, calls=500):
+    for _ in range(20):
+        step()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        step()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def python_profile(spec, case):
+    def fresh_step(fn):
+        generator = torch.Generator("cuda").manual_seed(0)
+        inputs = spec.make_inputs(case, torch.device("cuda"), torch.bfloat16, generator)
+        return make_step(fn, inputs, "fwd+bwd")
+
+    ours, theirs = fresh_step(spec.fn), fresh_step(spec.reference)
+    print(f"step wall: tritonkit {_wall_us(ours):.1f} us, torch {_wall_us(theirs):.1f} us")
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(300):
+        ours()
+    torch.cuda.synchronize()
+    profiler.disable()
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(20)
+
+
 def main():
     spec, case = registry.get(sys.argv[1]), json.loads(sys.argv[2])
+    if "--python" in sys.argv:
+        python_profile(spec, case)
+        return
     inputs = spec.make_inputs(case, torch.device("cuda"), torch.bfloat16, torch.Generator("cuda").manual_seed(0))
     step = make_step(spec.fn, inputs, "fwd+bwd")
     for _ in range(5):  # compile, autotune

@@ -162,7 +162,7 @@ def main():
                 {k: flags[k] for k in ("IS_RMS", "HAS_RES", "HAS_W")} | {"BLOCK_N": norm.LOOP_CHUNK},
                 num_warps=8,
             )
-            wide_block, wide_rows, wide_warps, _ = norm.WIDE_BWD_TILE
+            wide_block, wide_rows, wide_warps, _ = norm.WIDE_BWD_TILE[2]
             compile_one(
                 f"norm wide bwd columns rms={is_rms}",
                 norm._norm_bwd_columns_kernel,

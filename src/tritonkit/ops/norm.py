@@ -428,7 +428,7 @@ def norm_bwd_launch(dy, dh, x, weight, residual, mean, rstd, offset, is_rms, has
         if plan.bwd_single_pass:
             n_parts = max(1, min(n_rows, plan.bwd_programs_per_sm * sm_count(x.device)))
         else:
-            block_n, _, _, per_sm = WIDE_BWD_TILE
+            block_n, _, _, per_sm = WIDE_BWD_TILE[x.element_size()]
             n_parts = max(1, min(n_rows, per_sm * sm_count(x.device) // cdiv(n_cols, block_n)))
         allocate = torch.empty if n_rows > 0 else torch.zeros
         workspace = allocate((n_sums, n_parts, n_cols), dtype=torch.float32, device=x.device) if n_sums else None
@@ -457,9 +457,12 @@ def norm_bwd_launch(dy, dh, x, weight, residual, mean, rstd, offset, is_rms, has
     return dx, dres, dw, db
 
 
-# Backward of rows too wide for registers, phase 2: (columns per program, rows per step, warps,
-# programs per SM). Phase 1 reads rows in LOOP_CHUNK steps with 8 warps.
-WIDE_BWD_TILE = (1024, 4, 4, 8)
+# Backward of rows too wide for registers, phase 2, by element size: (columns per program, rows per
+# step, warps, programs per SM). Phase 1 reads rows in LOOP_CHUNK steps with 8 warps. Measured by
+# `norm_configs.py --wide` at 16384 and 131072 (2026-11-22-norm-wide-configs.txt): within 7% of each
+# other over the grid's better half, the best 0.66-0.69 ms for 16384 x 16384 bf16 (94% of the copy
+# bandwidth over the five passes).
+WIDE_BWD_TILE = {2: (1024, 4, 4, 4), 4: (1024, 4, 4, 8)}
 
 
 def _wide_bwd(tensors, outputs, strides, flags, n_rows, n_cols, n_groups, offset):
@@ -475,7 +478,7 @@ def _wide_bwd(tensors, outputs, strides, flags, n_rows, n_cols, n_groups, offset
         dy, x, residual, weight, mean, rstd, c_xhat, c_one, n_cols, dy_stride, x_stride, res_stride, offset,
         IS_RMS=flags["IS_RMS"], HAS_RES=flags["HAS_RES"], HAS_W=flags["HAS_W"], BLOCK_N=LOOP_CHUNK, num_warps=8,
     )  # fmt: skip
-    block_n, rows, warps, _ = WIDE_BWD_TILE
+    block_n, rows, warps, _ = WIDE_BWD_TILE[x.element_size()]
     _norm_bwd_columns_kernel[(cdiv(n_cols, block_n), n_groups)](
         *tensors, c_xhat, c_one, *outputs, n_rows, n_cols, cdiv(n_rows, n_groups), *strides, offset,
         **flags, ROWS=rows, BLOCK_N=block_n, num_warps=warps,
