@@ -62,9 +62,82 @@ def main():
         ("tk.ops.rms_norm", lambda: tk.ops.rms_norm(x, w)),
         ("tk.ops.rms_norm, x requires grad", lambda: tk.ops.rms_norm(xg, w)),
     ]
+    rows += _softmax_rows(xg)
     print(f"triton {triton.__version__}, torch {torch.__version__}, {torch.cuda.get_device_name()}")
     for label, fn in rows:
         print(f"{label:<36} {per_call_us(fn):7.1f} us/call")
+
+
+class _TorchSoftmaxFunction(torch.autograd.Function):
+    """torch's softmax kernels behind a Python autograd.Function: what the Function layer alone costs."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = torch.softmax(x, -1)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        (y,) = ctx.saved_tensors
+        return torch._softmax_backward_data(dy, y, -1, dy.dtype)
+
+
+class _TorchSoftmaxTwoOutputs(torch.autograd.Function):
+    """As _TorchSoftmaxFunction, with a second, non-differentiable output (as tritonkit's lse)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = torch.softmax(x, -1)
+        lse = torch.logsumexp(x.float(), -1)
+        ctx.save_for_backward(y)
+        ctx.mark_non_differentiable(lse)
+        return y, lse
+
+    @staticmethod
+    def backward(ctx, dy, dlse):
+        (y,) = ctx.saved_tensors
+        return torch._softmax_backward_data(dy, y, -1, dy.dtype)
+
+
+class _LaunchersOneOutput(torch.autograd.Function):
+    """tritonkit's softmax launchers behind a Function with one output (lse kept on ctx)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        softmax = importlib.import_module("tritonkit.ops.softmax")
+        y, lse = softmax.softmax_fwd_launch(x, False)
+        ctx.save_for_backward(x)
+        ctx.lse = lse
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        softmax = importlib.import_module("tritonkit.ops.softmax")
+        (x,) = ctx.saved_tensors
+        return softmax.softmax_bwd_launch(dy, x, ctx.lse, False)
+
+
+def _softmax_rows(xg):
+    """A softmax fwd+bwd step of 8 x 4096 bf16, taken apart: torch's ops, the same ops behind a Python
+    autograd.Function, tritonkit's two launches without autograd, and tritonkit's op."""
+    softmax = importlib.import_module("tritonkit.ops.softmax")
+    dy = torch.randn_like(xg)
+    x = xg.detach()
+
+    def launches_only():
+        _, lse = softmax.softmax_fwd_launch(x, False)
+        return softmax.softmax_bwd_launch(dy, x, lse, False)
+
+    return [
+        ("fwd+bwd: torch.softmax", lambda: torch.autograd.grad(torch.softmax(xg, -1), xg, dy)),
+        ("fwd+bwd: Function over torch kernels", lambda: torch.autograd.grad(_TorchSoftmaxFunction.apply(xg), xg, dy)),
+        ("fwd+bwd: same, two outputs", lambda: torch.autograd.grad(_TorchSoftmaxTwoOutputs.apply(xg)[0], xg, dy)),
+        ("fwd+bwd: tk softmax launchers only", launches_only),
+        ("fwd+bwd: Function over tk launchers", lambda: torch.autograd.grad(_LaunchersOneOutput.apply(xg), xg, dy)),
+        ("fwd: tk.ops.softmax, x requires grad", lambda: tk.ops.softmax(xg)),
+        ("fwd+bwd: tk.ops.softmax", lambda: torch.autograd.grad(tk.ops.softmax(xg), xg, dy)),
+    ]
 
 
 def _issue_us(step, calls=50):

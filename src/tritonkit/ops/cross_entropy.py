@@ -321,6 +321,7 @@ class _CrossEntropyFunction(torch.autograd.Function):
         loss, lse = cross_entropy_fwd_launch(logits, target, ignore_index, label_smoothing, z_loss, softcap, reduction)
         _save_ce(ctx, logits, target, lse, (ignore_index, label_smoothing, z_loss, softcap, reduction))
         ctx.mark_non_differentiable(lse)
+        ctx.set_materialize_grads(False)  # no zero gradient for lse (see softmax's Function)
         return loss, lse
 
     @staticmethod

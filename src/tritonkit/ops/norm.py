@@ -531,6 +531,7 @@ class _NormFunction(torch.autograd.Function):
         y, h, mean, rstd = norm_fwd_launch(x, weight, bias, residual, eps, offset, is_rms, store_h, h_fp32)
         _save(ctx, x, weight, bias, residual, offset, is_rms, store_h, mean, rstd)
         ctx.mark_non_differentiable(rstd, *([mean] if mean is not None else []))
+        ctx.set_materialize_grads(False)  # no zero gradients for rstd and mean (see softmax's Function)
         return y, h, mean, rstd
 
     @staticmethod
@@ -647,8 +648,9 @@ def _norm(name, is_rms, x, weight, bias, residual, eps, prenorm, residual_in_fp3
     call = cheapest_path(norm_fwd, _NormFunction, norm_fwd_launch, (rows, weight, bias, residual_rows))
     y, h, _, _ = call(rows, weight, bias, residual_rows, float(eps), float(offset), is_rms, bool(prenorm),
                       bool(residual_in_fp32))  # fmt: skip
-    y = y.view(shape)
-    return (y, h.view(shape)) if prenorm else y
+    if y.shape != shape:  # a view only where it changes something: each is an autograd node
+        y, h = y.view(shape), (h.view(shape) if prenorm else h)
+    return (y, h) if prenorm else y
 
 
 def rms_norm(x, weight, bias=None, residual=None, eps=1e-6, prenorm=False, residual_in_fp32=False, offset=0.0):

@@ -198,6 +198,7 @@ class _RopeFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, cos, sin, position_ids, heads_dim, backward):
         _save(ctx, q, k, cos, sin, position_ids, heads_dim, backward)
+        ctx.set_materialize_grads(False)  # _grads expands a zero for an unused output; autograd would fill one
         return rope_launch(q, k, cos, sin, position_ids, heads_dim, backward)
 
     @staticmethod
