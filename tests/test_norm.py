@@ -39,6 +39,28 @@ def test_weight_and_bias_gradients_are_deterministic(n, device):
     assert all(torch.equal(a, b) for a, b in zip(*grads, strict=True))
 
 
+@pytest.mark.parametrize("norm", ["rms_norm", "layer_norm"])
+@pytest.mark.parametrize("residual_dtype", [torch.float32, torch.float16])
+def test_residual_gradient_of_its_own_dtype_or_shared_with_x(norm, residual_dtype, device):
+    """d(residual) is d(x): a tensor of its own (written by the kernel) when the residual stream has
+    another dtype than x (fp32 here, as mamba_ssm keeps it), the same tensor when the dtypes agree.
+    Both against float64, through .backward() into leaves."""
+    x, _, weight, bias = _inputs(device, dtype=torch.float16, rows=5, n=48)
+    residual = torch.randn(5, 48, device=device, dtype=residual_dtype)
+    leaves = [t.requires_grad_() for t in (x, residual, weight, bias)]
+    op = getattr(tk.ops, norm)
+    y, h = op(x, weight, bias, residual=residual, prenorm=True, residual_in_fp32=True)
+    upstream_y, upstream_h = torch.randn_like(y), torch.randn_like(h)
+    ((y.float() * upstream_y).sum() + (h * upstream_h).sum()).backward()
+    exact = [t.detach().double().requires_grad_() for t in leaves]
+    reference = registry.get(norm).reference
+    y64, h64 = reference(exact[0], exact[2], exact[3], residual=exact[1], prenorm=True)
+    ((y64 * upstream_y.double()).sum() + (h64 * upstream_h.double()).sum()).backward()
+    assert x.grad.dtype == torch.float16 and residual.grad.dtype == residual_dtype
+    for ours, theirs in zip(leaves, exact, strict=True):
+        torch.testing.assert_close(ours.grad.double(), theirs.grad, rtol=1e-2, atol=2e-2)
+
+
 def _broken(name, fn):
     return KernelSpec(**{**registry.get(name).__dict__, "name": f"broken_{name}", "fn": fn})
 

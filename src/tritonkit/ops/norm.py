@@ -163,7 +163,7 @@ def _norm_dh(p_dh, o_r, m_r, stride_dh_row, o_n, m_n, b_xhat, b_wdy, b_rstd, c_x
 @triton.jit
 def _store_tile_grad(p_dx, p_dres, o_r, m_r, stride_dx_row, stride_dres_row, o_n, m_n, b_dh,
                      STORE_DRES: tl.constexpr):  # fmt: skip
-    """dx = dh, and dresidual = dh when there is a residual."""
+    """dx = dh, and dresidual = dh when it is a tensor of its own (another dtype than x's)."""
     m_rn = m_r[:, None] & m_n[None, :]
     tl.store(p_dx + o_r[:, None] * stride_dx_row + o_n[None, :], b_dh.to(p_dx.dtype.element_ty), mask=m_rn)
     if STORE_DRES:
@@ -407,11 +407,19 @@ def norm_fwd_launch(x, weight, bias, residual, eps, offset, is_rms, store_h, h_f
     return y, h, mean, rstd
 
 
+def _shares_dres(x, residual) -> bool:
+    """d(loss)/d(residual) is d(loss)/dx (both are dh): one tensor serves both when their dtypes agree,
+    which saves the backward writing it twice."""
+    return residual is not None and residual.dtype == x.dtype
+
+
 def norm_bwd_launch(dy, dh, x, weight, residual, mean, rstd, offset, is_rms, has_bias):
-    """Returns dx, dresidual (None without a residual), dweight and dbias (None when absent)."""
+    """Returns dx, dresidual (None without a residual, or when it is dx: _shares_dres), dweight and
+    dbias (None when absent)."""
     n_rows, n_cols = x.shape
     dx = _empty_like_rows(n_rows, n_cols, x.dtype, x.device)
-    dres = _empty_like_rows(n_rows, n_cols, residual.dtype, x.device) if residual is not None else None
+    separate_dres = residual is not None and not _shares_dres(x, residual)
+    dres = _empty_like_rows(n_rows, n_cols, residual.dtype, x.device) if separate_dres else None
     w_dtype = weight.dtype if weight is not None else x.dtype
     plan = norm_launch_plan(n_cols, x.element_size(), is_rms)
     n_sums = (weight is not None) + has_bias
@@ -443,7 +451,7 @@ def norm_bwd_launch(dy, dh, x, weight, residual, mean, rstd, offset, is_rms, has
                    residual.stride(0) if residual is not None else 0, dx.stride(0),
                    dres.stride(0) if dres is not None else 0)  # fmt: skip
         flags = dict(IS_RMS=is_rms, HAS_RES=residual is not None, HAS_W=weight is not None, HAS_B=has_bias,
-                     HAS_DH=dh is not None, STORE_DRES=residual is not None)  # fmt: skip
+                     HAS_DH=dh is not None, STORE_DRES=separate_dres)  # fmt: skip
         if plan.bwd_single_pass:
             _norm_bwd_kernel[(n_parts,)](
                 *tensors, *outputs, n_rows, n_cols, cdiv(n_rows, n_parts), *strides, offset,
@@ -522,7 +530,9 @@ def _grads(ctx, dy, dh, backward_launch):
         dy = torch.zeros_like(x)
     dy = as_rows(dy)  # an expanded (stride-0) gradient from y.sum() is materialised here
     dh = as_rows(dh) if ctx.store_h and dh is not None else None
-    return backward_launch(dy, dh, x, weight, residual, mean, rstd, ctx.offset, ctx.is_rms, ctx.has_bias)
+    dx, dres, dw, db = backward_launch(dy, dh, x, weight, residual, mean, rstd, ctx.offset, ctx.is_rms,
+                                       ctx.has_bias)  # fmt: skip
+    return dx, (dx if _shares_dres(x, residual) else dres), dw, db
 
 
 class _NormFunction(torch.autograd.Function):
@@ -584,7 +594,9 @@ def _(dy, dh, x, weight, residual, mean, rstd, offset, is_rms, has_bias):
     w_dtype = weight.dtype if weight is not None else x.dtype
     return (
         x.new_empty((n_rows, n_cols)),
-        x.new_empty((n_rows, n_cols), dtype=residual.dtype) if residual is not None else x.new_empty((0,)),
+        x.new_empty((n_rows, n_cols), dtype=residual.dtype)
+        if residual is not None and not _shares_dres(x, residual)
+        else x.new_empty((0,)),
         x.new_empty((n_cols,), dtype=w_dtype) if weight is not None else x.new_empty((0,)),
         x.new_empty((n_cols,), dtype=w_dtype) if has_bias else x.new_empty((0,)),
     )
@@ -743,10 +755,10 @@ def _layer_norm_inputs(case, device, dtype, generator):
 
 def _norm_bytes(case, dtype, backward=False):
     """Fewest bytes moved. Forward: x (and residual) in, y (and h) out. Backward: x (and residual)
-    and dy (and dh) in, dx (and dresidual) out. The weight and bias are counted once."""
+    and dy (and dh) in, dx out (which is also dresidual). The weight and bias are counted once."""
     elements = math.prod(case.get("lead", (case["rows"],))) * case["n"]
     residual, prenorm = bool(case.get("residual")), bool(case.get("prenorm"))
-    tensors = (3 + 2 * residual + prenorm) if backward else (2 + residual + prenorm)
+    tensors = (3 + residual + prenorm) if backward else (2 + residual + prenorm)
     return tensors * elements * dtype.itemsize + 2 * case["n"] * dtype.itemsize
 
 
