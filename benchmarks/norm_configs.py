@@ -45,11 +45,11 @@ def bwd_ms(x, w, is_rms, per_sm, warps, rows, has_bias=False, stages=3):
     block = triton.next_power_of_2(n)
 
     def run():
-        norm._norm_bwd_kernel[(programs,)](
-            dy, dy, x, x, w, mean, rstd, dx, dx, part, part, n_rows, n, triton.cdiv(n_rows, programs),
+        norm._norm_bwd_kernel[(1, programs)](
+            dy, dy, x, x, w, mean, rstd, rstd, rstd, dx, dx, part, part, n_rows, n, triton.cdiv(n_rows, programs),
             n, 0, n, 0, n, 0, 0.0,
             IS_RMS=is_rms, HAS_RES=False, HAS_W=True, HAS_B=has_bias, HAS_DH=False, STORE_DRES=False,
-            ROWS=rows, BLOCK_N=block, num_warps=warps, num_stages=stages,
+            ROW_TERMS_GIVEN=False, ROWS=rows, BLOCK_N=block, num_warps=warps, num_stages=stages,
         )  # fmt: skip
 
     return triton.testing.do_bench(run, return_mode="median")

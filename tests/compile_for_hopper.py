@@ -138,18 +138,6 @@ def main():
             bwd_outputs = {"p_dx": "*bf16", "p_dres": "*fp32", "p_dw_part": "*fp32", "p_db_part": "*fp32"}
             bwd_flags = {**flags, "HAS_DH": True, "STORE_DRES": True}
             compile_one(
-                f"norm bwd rms={is_rms}",
-                norm._norm_bwd_kernel,
-                {
-                    **bwd_tensors,
-                    **bwd_outputs,
-                    **dict.fromkeys(["n_rows", "n_cols", "rows_per_program", *bwd_strides], "i32"),
-                    "offset": "fp32",
-                },
-                {**bwd_flags, "ROWS": 4, "BLOCK_N": block_n},
-                num_warps=8,
-            )
-            compile_one(
                 f"norm wide bwd row sums rms={is_rms}",
                 norm._norm_bwd_row_sums_kernel,
                 {
@@ -163,20 +151,22 @@ def main():
                 num_warps=8,
             )
             wide_block, wide_rows, wide_warps, _ = norm.WIDE_BWD_TILE[2]
-            compile_one(
-                f"norm wide bwd columns rms={is_rms}",
-                norm._norm_bwd_columns_kernel,
-                {
-                    **bwd_tensors,
-                    "p_c_xhat": "*fp32",
-                    "p_c_one": "*fp32",
-                    **bwd_outputs,
-                    **dict.fromkeys(["n_rows", "n_cols", "rows_per_group", *bwd_strides], "i32"),
-                    "offset": "fp32",
-                },
-                {**bwd_flags, "ROWS": wide_rows, "BLOCK_N": wide_block},
-                num_warps=wide_warps,
-            )
+            for row_terms_given, rows, bwd_block, warps in ((False, 4, block_n, 8), (True, wide_rows, wide_block,
+                                                                                       wide_warps)):  # fmt: skip
+                compile_one(
+                    f"norm bwd rms={is_rms} row_terms_given={row_terms_given}",
+                    norm._norm_bwd_kernel,
+                    {
+                        **bwd_tensors,
+                        "p_c_xhat": "*fp32",
+                        "p_c_one": "*fp32",
+                        **bwd_outputs,
+                        **dict.fromkeys(["n_rows", "n_cols", "rows_per_program", *bwd_strides], "i32"),
+                        "offset": "fp32",
+                    },
+                    {**bwd_flags, "ROW_TERMS_GIVEN": row_terms_given, "ROWS": rows, "BLOCK_N": bwd_block},
+                    num_warps=warps,
+                )
     compile_one(
         "norm sum of partials",
         norm._sum_partials_kernel,

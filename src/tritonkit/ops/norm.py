@@ -173,30 +173,35 @@ def _store_tile_grad(p_dx, p_dres, o_r, m_r, stride_dx_row, stride_dres_row, o_n
 
 @triton.jit
 def _norm_bwd_kernel(
-    p_dy, p_dh, p_x, p_res, p_w, p_mean, p_rstd, p_dx, p_dres, p_dw_part, p_db_part,
+    p_dy, p_dh, p_x, p_res, p_w, p_mean, p_rstd, p_c_xhat, p_c_one, p_dx, p_dres, p_dw_part, p_db_part,
     n_rows, n_cols, rows_per_program, stride_dy_row, stride_dh_row, stride_x_row, stride_res_row,
     stride_dx_row, stride_dres_row, offset,
     IS_RMS: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
-    HAS_DH: tl.constexpr, STORE_DRES: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
+    HAS_DH: tl.constexpr, STORE_DRES: tl.constexpr, ROW_TERMS_GIVEN: tl.constexpr, ROWS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
 ):  # fmt: skip
-    """Backward over rows [pid*rows_per_program, ...), whole rows in registers, ROWS rows at a time.
+    """Backward of rows [k*rows_per_program, ...) for k = program_id(1), over column block program_id(0),
+    ROWS rows at a time.
 
-    With xhat = (h - mean) * rstd and g = (offset + w) * dy:
-      RMSNorm:   dh = rstd * (g - xhat * mean(g * xhat))
-      LayerNorm: dh = rstd * (g - xhat * mean(g * xhat) - mean(g))
-    plus the gradient of the returned h (prenorm); dx = dres = dh. This program's share of
-    dw = sum_rows(dy * xhat) and db = sum_rows(dy) goes to row pid of the fp32 workspaces (or, with
-    a single program, to dw and db in their own dtype).
+    With xhat = (h - mean) * rstd and g = (offset + w) * dy, and per row c_xhat = mean(g * xhat) and
+    c_one = mean(g):
+      RMSNorm:   dh = rstd * (g - xhat * c_xhat)
+      LayerNorm: dh = rstd * (g - xhat * c_xhat - c_one)
+    plus the gradient of the returned h (prenorm); dx = dres = dh. The row terms come from the tile
+    itself, which then spans whole rows (one column block), or with ROW_TERMS_GIVEN from
+    _norm_bwd_row_sums_kernel (rows too wide for registers). Program k's share of dw = sum_rows(dy *
+    xhat) and db = sum_rows(dy) over these columns goes to row k of the fp32 workspaces (or, with a
+    single program, to dw and db in their own dtype).
     """
-    i_prog = tl.program_id(0)
-    row_start = i_prog.to(tl.int64) * rows_per_program  # int64 bounds: row * stride can pass 2**31
-    row_end = tl.minimum(row_start + rows_per_program, n_rows)
-    o_n = tl.arange(0, BLOCK_N)
+    o_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     m_n = o_n < n_cols
+    i_part = tl.program_id(1).to(tl.int64)
+    row_start = i_part * rows_per_program  # int64 bounds: row * stride can pass 2**31
+    row_end = tl.minimum(row_start + rows_per_program, n_rows)
     b_w = _offset_weight(p_w, o_n, m_n, offset, HAS_W)
     acc_dw = tl.zeros((BLOCK_N,), dtype=tl.float32)
     acc_db = tl.zeros((BLOCK_N,), dtype=tl.float32)
-    # ROWS whole rows per iteration: more loads in flight per program than one row at a time.
+    # ROWS rows per iteration: more loads in flight per program than one row at a time.
     for r0 in range(row_start, row_end, ROWS):
         o_r = r0 + tl.arange(0, ROWS)
         m_r = o_r < row_end
@@ -204,8 +209,12 @@ def _norm_bwd_kernel(
             p_dy, p_x, p_res, p_mean, p_rstd, o_r, m_r, stride_dy_row, stride_x_row, stride_res_row, o_n, m_n,
             b_w, IS_RMS, HAS_RES, HAS_W,
         )  # fmt: skip
-        c_xhat = tl.sum(b_xhat * b_wdy, axis=1) / n_cols  # [ROWS]
-        c_one = tl.sum(b_wdy, axis=1) / n_cols
+        if ROW_TERMS_GIVEN:
+            c_xhat = tl.load(p_c_xhat + o_r, mask=m_r, other=0.0)
+            c_one = c_xhat if IS_RMS else tl.load(p_c_one + o_r, mask=m_r, other=0.0)
+        else:
+            c_xhat = tl.sum(b_xhat * b_wdy, axis=1) / n_cols  # [ROWS]
+            c_one = tl.sum(b_wdy, axis=1) / n_cols
         b_dh = _norm_dh(p_dh, o_r, m_r, stride_dh_row, o_n, m_n, b_xhat, b_wdy, b_rstd, c_xhat, c_one, IS_RMS,
                         HAS_DH)  # fmt: skip
         _store_tile_grad(p_dx, p_dres, o_r, m_r, stride_dx_row, stride_dres_row, o_n, m_n, b_dh, STORE_DRES)
@@ -213,9 +222,9 @@ def _norm_bwd_kernel(
         acc_db += tl.sum(b_dy, axis=0)
     # fp32 workspace rows, or dweight/dbias themselves when one program covers every row
     if HAS_W:
-        tl.store(p_dw_part + i_prog.to(tl.int64) * n_cols + o_n, acc_dw.to(p_dw_part.dtype.element_ty), mask=m_n)
+        tl.store(p_dw_part + i_part * n_cols + o_n, acc_dw.to(p_dw_part.dtype.element_ty), mask=m_n)
     if HAS_B:
-        tl.store(p_db_part + i_prog.to(tl.int64) * n_cols + o_n, acc_db.to(p_db_part.dtype.element_ty), mask=m_n)
+        tl.store(p_db_part + i_part * n_cols + o_n, acc_db.to(p_db_part.dtype.element_ty), mask=m_n)
 
 
 @triton.jit
@@ -243,46 +252,6 @@ def _norm_bwd_row_sums_kernel(
     tl.store(p_c_xhat + o_r, tl.sum(acc_xhat, axis=1) / n_cols)
     if not IS_RMS:
         tl.store(p_c_one + o_r, tl.sum(acc_one, axis=1) / n_cols)
-
-
-@triton.jit
-def _norm_bwd_columns_kernel(
-    p_dy, p_dh, p_x, p_res, p_w, p_mean, p_rstd, p_c_xhat, p_c_one, p_dx, p_dres, p_dw_part, p_db_part,
-    n_rows, n_cols, rows_per_group, stride_dy_row, stride_dh_row, stride_x_row, stride_res_row,
-    stride_dx_row, stride_dres_row, offset,
-    IS_RMS: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
-    HAS_DH: tl.constexpr, STORE_DRES: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
-):  # fmt: skip
-    """Wide rows, backward phase 2: program (j, k) takes column block j of the rows in group k, ROWS at a
-    time. dh as in _norm_bwd_kernel, with the row terms from phase 1; the group's share of dw and db over
-    these columns goes to row k of the fp32 workspaces. x and dy are read once here and once in phase 1,
-    and the dw/db accumulators stay in registers however wide the row."""
-    o_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    m_n = o_n < n_cols
-    i_group = tl.program_id(1).to(tl.int64)
-    row_start = i_group * rows_per_group
-    row_end = tl.minimum(row_start + rows_per_group, n_rows)
-    b_w = _offset_weight(p_w, o_n, m_n, offset, HAS_W)
-    acc_dw = tl.zeros((BLOCK_N,), dtype=tl.float32)
-    acc_db = tl.zeros((BLOCK_N,), dtype=tl.float32)
-    for r0 in range(row_start, row_end, ROWS):
-        o_r = r0 + tl.arange(0, ROWS)
-        m_r = o_r < row_end
-        b_xhat, b_dy, b_wdy, b_rstd = _norm_tile_terms(
-            p_dy, p_x, p_res, p_mean, p_rstd, o_r, m_r, stride_dy_row, stride_x_row, stride_res_row, o_n, m_n,
-            b_w, IS_RMS, HAS_RES, HAS_W,
-        )  # fmt: skip
-        c_xhat = tl.load(p_c_xhat + o_r, mask=m_r, other=0.0)
-        c_one = c_xhat if IS_RMS else tl.load(p_c_one + o_r, mask=m_r, other=0.0)
-        b_dh = _norm_dh(p_dh, o_r, m_r, stride_dh_row, o_n, m_n, b_xhat, b_wdy, b_rstd, c_xhat, c_one, IS_RMS,
-                        HAS_DH)  # fmt: skip
-        _store_tile_grad(p_dx, p_dres, o_r, m_r, stride_dx_row, stride_dres_row, o_n, m_n, b_dh, STORE_DRES)
-        acc_dw += tl.sum(b_dy * b_xhat, axis=0)
-        acc_db += tl.sum(b_dy, axis=0)
-    if HAS_W:
-        tl.store(p_dw_part + i_group * n_cols + o_n, acc_dw, mask=m_n)
-    if HAS_B:
-        tl.store(p_db_part + i_group * n_cols + o_n, acc_db, mask=m_n)
 
 
 @triton.jit
@@ -452,10 +421,10 @@ def norm_bwd_launch(dy, dh, x, weight, residual, mean, rstd, offset, is_rms, has
                    dres.stride(0) if dres is not None else 0)  # fmt: skip
         flags = dict(IS_RMS=is_rms, HAS_RES=residual is not None, HAS_W=weight is not None, HAS_B=has_bias,
                      HAS_DH=dh is not None, STORE_DRES=separate_dres)  # fmt: skip
-        if plan.bwd_single_pass:
-            _norm_bwd_kernel[(n_parts,)](
-                *tensors, *outputs, n_rows, n_cols, cdiv(n_rows, n_parts), *strides, offset,
-                **flags, ROWS=plan.bwd_rows, BLOCK_N=plan.block_n, num_warps=plan.bwd_warps,
+        if plan.bwd_single_pass:  # whole rows: one column block; the row terms from the tile itself
+            _norm_bwd_kernel[(1, n_parts)](
+                *tensors, rstd, rstd, *outputs, n_rows, n_cols, cdiv(n_rows, n_parts), *strides, offset,
+                **flags, ROW_TERMS_GIVEN=False, ROWS=plan.bwd_rows, BLOCK_N=plan.block_n, num_warps=plan.bwd_warps,
             )  # fmt: skip
         else:
             _wide_bwd(tensors, outputs, strides, flags, n_rows, n_cols, n_parts, offset)
@@ -474,10 +443,11 @@ WIDE_BWD_TILE = {2: (1024, 4, 4, 4), 4: (1024, 4, 4, 8)}
 
 
 def _wide_bwd(tensors, outputs, strides, flags, n_rows, n_cols, n_groups, offset):
-    """Two phases: each row's terms c_xhat, c_one (reads x and dy), then dx and the per-group dw/db
-    partials by column blocks (reads them again). Five passes over the rows' data where the single pass
-    makes three, but nothing is read-modified-written per row: the looped path it replaced added each
-    row into an fp32 workspace row and moved 2.6x the bytes."""
+    """Two phases: each row's terms c_xhat, c_one (reads x and dy), then _norm_bwd_kernel by column
+    blocks, with those terms given: dx and the per-group dw/db partials (reads x and dy again). Five
+    passes over the rows' data where the single pass makes three, but nothing is read-modified-written
+    per row: the looped path it replaced added each row into an fp32 workspace row and moved 2.6x the
+    bytes."""
     dy, _, x, residual, weight, mean, rstd = tensors
     c_xhat = torch.empty((n_rows,), dtype=torch.float32, device=x.device)
     c_one = torch.empty((n_rows,), dtype=torch.float32, device=x.device) if not flags["IS_RMS"] else c_xhat
@@ -487,9 +457,9 @@ def _wide_bwd(tensors, outputs, strides, flags, n_rows, n_cols, n_groups, offset
         IS_RMS=flags["IS_RMS"], HAS_RES=flags["HAS_RES"], HAS_W=flags["HAS_W"], BLOCK_N=LOOP_CHUNK, num_warps=8,
     )  # fmt: skip
     block_n, rows, warps, _ = WIDE_BWD_TILE[x.element_size()]
-    _norm_bwd_columns_kernel[(cdiv(n_cols, block_n), n_groups)](
+    _norm_bwd_kernel[(cdiv(n_cols, block_n), n_groups)](
         *tensors, c_xhat, c_one, *outputs, n_rows, n_cols, cdiv(n_rows, n_groups), *strides, offset,
-        **flags, ROWS=rows, BLOCK_N=block_n, num_warps=warps,
+        **flags, ROW_TERMS_GIVEN=True, ROWS=rows, BLOCK_N=block_n, num_warps=warps,
     )  # fmt: skip
 
 
