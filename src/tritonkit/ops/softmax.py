@@ -53,7 +53,7 @@ def _softmax_fwd_kernel(
         b_s = tl.sum(b_p, axis=1)[:, None]
         b_lse = b_m + tl.log(b_s)  # [ROWS, 1]
         tl.store(p_lse + o_rows, tl.sum(b_lse, axis=1), mask=o_rows < n_rows)
-        b_y = b_x - b_lse if LOG else b_p / b_s
+        b_y = b_x - b_lse if LOG else b_p * (1.0 / b_s)  # one reciprocal per row, not a divide per element
         tl.store(p_y + o_rows[:, None] * stride_y_row + o_n[None, :], b_y.to(p_y.dtype.element_ty), mask=m_rn)
     else:
         i_row = tl.program_id(0).to(tl.int64)
@@ -63,9 +63,11 @@ def _softmax_fwd_kernel(
         for start in range(0, n_cols, BLOCK_N):
             o_n = start + tl.arange(0, BLOCK_N)
             b_x = tl.load(p_x_row + o_n, mask=o_n < n_cols, other=float("-inf")).to(tl.float32)
+            # One exp per element: e = exp(min - max) is the new term when x <= m, else the factor that
+            # rescales s to the new max x (whose own term is 1). -inf on both sides gives e = 0.
             b_m_new = tl.maximum(b_m, b_x)
-            b_m_safe = _finite_or_zero(b_m_new)
-            b_s = b_s * tl.exp(b_m - b_m_safe) + tl.exp(b_x - b_m_safe)
+            b_e = tl.exp(tl.minimum(b_m, b_x) - _finite_or_zero(b_m_new))
+            b_s = tl.where(b_x > b_m, b_s * b_e + 1.0, b_s + b_e)
             b_m = b_m_new
         m = tl.max(b_m, axis=0)
         m_safe = _finite_or_zero(m)
@@ -74,7 +76,7 @@ def _softmax_fwd_kernel(
         for start in range(0, n_cols, BLOCK_N):
             o_n = start + tl.arange(0, BLOCK_N)
             b_x = tl.load(p_x_row + o_n, mask=o_n < n_cols, other=float("-inf")).to(tl.float32)
-            b_y = b_x - m_safe - tl.log(s) if LOG else tl.exp(b_x - m_safe) / s
+            b_y = b_x - (m_safe + tl.log(s)) if LOG else tl.exp(b_x - m_safe) * (1.0 / s)
             tl.store(p_y + i_row * stride_y_row + o_n, b_y.to(p_y.dtype.element_ty), mask=o_n < n_cols)
 
 
