@@ -489,27 +489,33 @@ def _sum_partials(dw_part, db_part, dtype):
 # Autograd, shared by the eager path (an autograd.Function) and the compiled path (a torch custom op);
 # _core.dispatch.cheapest_path picks one per call
 # --------------------------------------------------------------------------------------------------
-def _save(ctx, x, weight, bias, residual, offset, is_rms, store_h, mean, rstd):
-    ctx.save_for_backward(x, weight, residual, mean, rstd)
+def _save(ctx, x, weight, bias, residual, offset, is_rms, store_h, mean, rstd, h):
+    # With prenorm, a residual and everything in fp32, the returned h is exactly the x + residual the
+    # forward normalised: the backward reads it (one tensor) instead of x and the residual (two). A 16-bit
+    # h is rounded, and reading it failed the float64 check on dweight (benchmarks/NOTES.md), so there
+    # the backward sums x + residual again.
+    ctx.reuse_h = store_h and residual is not None and x.dtype == residual.dtype == h.dtype == torch.float32
+    ctx.save_for_backward(h if ctx.reuse_h else x, weight, None if ctx.reuse_h else residual, mean, rstd)
     ctx.offset, ctx.is_rms, ctx.has_bias, ctx.store_h = offset, is_rms, bias is not None, store_h
+    ctx.has_residual = residual is not None
 
 
 def _grads(ctx, dy, dh, backward_launch):
-    x, weight, residual, mean, rstd = ctx.saved_tensors
+    x, weight, residual, mean, rstd = ctx.saved_tensors  # x is h (and residual None) with ctx.reuse_h
     if dy is None:  # only h was used downstream
         dy = torch.zeros_like(x)
     dy = as_rows(dy)  # an expanded (stride-0) gradient from y.sum() is materialised here
     dh = as_rows(dh) if ctx.store_h and dh is not None else None
     dx, dres, dw, db = backward_launch(dy, dh, x, weight, residual, mean, rstd, ctx.offset, ctx.is_rms,
                                        ctx.has_bias)  # fmt: skip
-    return dx, (dx if _shares_dres(x, residual) else dres), dw, db
+    return dx, (dx if ctx.reuse_h or _shares_dres(x, residual) else dres), dw, db
 
 
 class _NormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, residual, eps, offset, is_rms, store_h, h_fp32):
         y, h, mean, rstd = norm_fwd_launch(x, weight, bias, residual, eps, offset, is_rms, store_h, h_fp32)
-        _save(ctx, x, weight, bias, residual, offset, is_rms, store_h, mean, rstd)
+        _save(ctx, x, weight, bias, residual, offset, is_rms, store_h, mean, rstd, h)
         ctx.mark_non_differentiable(rstd, *([mean] if mean is not None else []))
         ctx.set_materialize_grads(False)  # no zero gradients for rstd and mean (see softmax's Function)
         return y, h, mean, rstd
@@ -574,15 +580,15 @@ def _(dy, dh, x, weight, residual, mean, rstd, offset, is_rms, has_bias):
 
 def _setup_context(ctx, inputs, output):
     x, weight, bias, residual, _eps, offset, is_rms, store_h, _h_fp32 = inputs
-    _, _, mean, rstd = output
-    _save(ctx, x, weight, bias, residual, offset, is_rms, store_h, mean if not is_rms else None, rstd)
+    _, h, mean, rstd = output
+    _save(ctx, x, weight, bias, residual, offset, is_rms, store_h, mean if not is_rms else None, rstd, h)
 
 
 def _custom_op_backward(ctx, dy, dh, dmean, drstd):
     dx, dres, dw, db = _grads(ctx, dy, dh, norm_bwd)
-    _, weight, residual = ctx.saved_tensors[:3]
+    weight = ctx.saved_tensors[1]
     return (dx, dw if weight is not None else None, db if ctx.has_bias else None,
-            dres if residual is not None else None, None, None, None, None, None)  # fmt: skip
+            dres if ctx.has_residual else None, None, None, None, None, None)  # fmt: skip
 
 
 norm_fwd.register_autograd(_custom_op_backward, setup_context=_setup_context)
