@@ -193,7 +193,8 @@ def _norm_bwd_kernel(
     xhat) and db = sum_rows(dy) over these columns goes to row k of the fp32 workspaces (or, with a
     single program, to dw and db in their own dtype).
     """
-    o_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    # Whole rows start at column 0 as a constant, which the compiler's layout analysis sees through.
+    o_n = (tl.program_id(0) * BLOCK_N if ROW_TERMS_GIVEN else 0) + tl.arange(0, BLOCK_N)
     m_n = o_n < n_cols
     i_part = tl.program_id(1).to(tl.int64)
     row_start = i_part * rows_per_program  # int64 bounds: row * stride can pass 2**31
