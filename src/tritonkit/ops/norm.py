@@ -4,8 +4,10 @@ Semantics follow the fused add+norm of mamba_ssm's ``rms_norm_fn`` / ``layer_nor
 ``h = x + residual`` (when given), ``y = normalize(h) * (offset + weight) + bias``; with
 ``prenorm=True`` the call returns ``(y, h)``, ``h`` in fp32 when ``residual_in_fp32=True``.
 One kernel pair serves both norms (an ``IS_RMS`` switch). Rows up to 16384 wide are normalised in
-registers in one pass; wider rows loop over chunks. Statistics are fp32; dweight and dbias are
-summed in fp32 per program into a workspace and reduced in a fixed order, so they are deterministic.
+registers in one pass; wider rows loop over chunks forward and take two phases backward (each row's
+terms, then column blocks). Statistics are fp32; dweight and dbias are summed in fp32 per program into
+a workspace and reduced in a fixed order, so they are deterministic. With a residual, one gradient
+tensor serves x and the residual when their dtypes agree.
 
 No ``from __future__ import annotations`` here: torch.library reads the launchers' type hints at runtime.
 """
