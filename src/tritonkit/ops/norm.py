@@ -404,16 +404,21 @@ def norm_bwd_launch(dy, dh, x, weight, residual, mean, rstd, offset, is_rms, has
         db_part = torch.empty((n_cols,), dtype=w_dtype, device=x.device) if has_bias else None
     else:
         # One fp32 workspace holds each program's (or row group's) share of dweight and dbias, summed
-        # in a fixed order afterwards. No rows: zeros, which that sum turns into zero gradients.
+        # in a fixed order afterwards, and on the wide path each row's terms (c_xhat, and c_one for
+        # LayerNorm). No rows: zeros, which that sum turns into zero gradients.
         if plan.bwd_single_pass:
             n_parts = max(1, min(n_rows, plan.bwd_programs_per_sm * sm_count(x.device)))
         else:
             block_n, _, _, per_sm = WIDE_BWD_TILE[x.element_size()]
             n_parts = max(1, min(n_rows, per_sm * sm_count(x.device) // cdiv(n_cols, block_n)))
+        n_partials = n_sums * n_parts * n_cols
+        n_row_terms = 0 if plan.bwd_single_pass else (1 if is_rms else 2) * n_rows
         allocate = torch.empty if n_rows > 0 else torch.zeros
-        workspace = allocate((n_sums, n_parts, n_cols), dtype=torch.float32, device=x.device) if n_sums else None
-        dw_part = workspace[0] if weight is not None else None
-        db_part = workspace[n_sums - 1] if has_bias else None
+        workspace = allocate((n_partials + n_row_terms,), dtype=torch.float32, device=x.device)
+        partials = workspace[:n_partials].view(n_sums, n_parts, n_cols)
+        row_terms = workspace[n_partials:]
+        dw_part = partials[0] if weight is not None else None
+        db_part = partials[n_sums - 1] if has_bias else None
     if n_rows > 0:
         tensors = (dy, dh if dh is not None else dy, x, residual if residual is not None else x,
                    weight if weight is not None else x, mean if mean is not None else rstd, rstd)  # fmt: skip
@@ -430,7 +435,7 @@ def norm_bwd_launch(dy, dh, x, weight, residual, mean, rstd, offset, is_rms, has
                 **flags, ROW_TERMS_GIVEN=False, ROWS=plan.bwd_rows, BLOCK_N=plan.block_n, num_warps=plan.bwd_warps,
             )  # fmt: skip
         else:
-            _wide_bwd(tensors, outputs, strides, flags, n_rows, n_cols, n_parts, offset)
+            _wide_bwd(tensors, outputs, strides, flags, n_rows, n_cols, n_parts, offset, row_terms)
     if one_program:
         return dx, dres, dw_part, db_part
     dw, db = _sum_partials(dw_part, db_part, w_dtype)
@@ -445,15 +450,15 @@ def norm_bwd_launch(dy, dh, x, weight, residual, mean, rstd, offset, is_rms, has
 WIDE_BWD_TILE = {2: (1024, 4, 4, 4), 4: (1024, 4, 4, 8)}
 
 
-def _wide_bwd(tensors, outputs, strides, flags, n_rows, n_cols, n_groups, offset):
+def _wide_bwd(tensors, outputs, strides, flags, n_rows, n_cols, n_groups, offset, row_terms):
     """Two phases: each row's terms c_xhat, c_one (reads x and dy), then _norm_bwd_kernel by column
     blocks, with those terms given: dx and the per-group dw/db partials (reads x and dy again). Five
     passes over the rows' data where the single pass makes three, but nothing is read-modified-written
     per row: the looped path it replaced added each row into an fp32 workspace row and moved 2.6x the
-    bytes."""
+    bytes. ``row_terms``: room for c_xhat (and c_one), n_rows fp32 each, in the caller's workspace."""
     dy, _, x, residual, weight, mean, rstd = tensors
-    c_xhat = torch.empty((n_rows,), dtype=torch.float32, device=x.device)
-    c_one = torch.empty((n_rows,), dtype=torch.float32, device=x.device) if not flags["IS_RMS"] else c_xhat
+    c_xhat = row_terms[:n_rows]
+    c_one = c_xhat if flags["IS_RMS"] else row_terms[n_rows : 2 * n_rows]
     dy_stride, _, x_stride, res_stride, _, _ = strides
     _norm_bwd_row_sums_kernel[(n_rows,)](
         dy, x, residual, weight, mean, rstd, c_xhat, c_one, n_cols, dy_stride, x_stride, res_stride, offset,
