@@ -10,24 +10,13 @@ import cProfile
 import json
 import pstats
 import sys
-import time
 
 import torch
+from host_overhead import per_call_us  # the sibling script's back-to-back timing
 from torch.profiler import ProfilerActivity, profile
 
 from tritonkit import registry
 from tritonkit.bench.harness import make_step
-
-
-def _wall_us(step, calls=500):
-    for _ in range(20):
-        step()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        step()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / calls * 1e6
 
 
 def python_profile(spec, case):
@@ -37,7 +26,7 @@ def python_profile(spec, case):
         return make_step(fn, inputs, "fwd+bwd")
 
     ours, theirs = fresh_step(spec.fn), fresh_step(spec.reference)
-    print(f"step wall: tritonkit {_wall_us(ours):.1f} us, torch {_wall_us(theirs):.1f} us")
+    print(f"step wall: tritonkit {per_call_us(ours, 500):.1f} us, torch {per_call_us(theirs, 500):.1f} us")
     profiler = cProfile.Profile()
     profiler.enable()
     for _ in range(300):

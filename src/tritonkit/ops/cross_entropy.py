@@ -340,9 +340,8 @@ class _CrossEntropyInPlaceFunction(_CrossEntropyFunction):
 
     @staticmethod
     def backward(ctx, grad_loss, grad_lse):
-        logits, target, lse = ctx.saved_tensors
-        grad = cross_entropy_bwd_launch(grad_loss, logits, target, lse, *ctx.options, in_place=True)
-        torch.autograd.graph.increment_version(logits)
+        grad = _ce_grad(ctx, grad_loss, functools.partial(cross_entropy_bwd_launch, in_place=True))
+        torch.autograd.graph.increment_version(grad)  # grad is the saved logits, overwritten
         return grad, None, None, None, None, None, None
 
 
