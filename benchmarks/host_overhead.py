@@ -43,7 +43,8 @@ def main():
         norm._norm_fwd_kernel[(8,)](
             x, x, w, x, y, h, mean, rstd, 8, 4096, 4096, 0, 4096, 0, 1e-6, 0.0,
             IS_RMS=True, HAS_RES=False, HAS_W=True, HAS_B=False, STORE_H=False,
-            SINGLE_PASS=plan.single_pass, ROWS=plan.rows, BLOCK_N=plan.block_n, num_warps=plan.num_warps,
+            SINGLE_PASS=plan.single_pass, ROWS=plan.rows, BLOCK_N=plan.block_n, LOOP_STAGES=plan.fwd_stages,
+            WEIGHT_FIRST=True, num_warps=plan.num_warps,
         )  # fmt: skip
 
     a = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
@@ -63,6 +64,7 @@ def main():
         ("tk.ops.rms_norm, x requires grad", lambda: tk.ops.rms_norm(xg, w)),
     ]
     rows += _softmax_rows(xg)
+    rows += _direct_launch_rows(x)
     print(f"triton {triton.__version__}, torch {torch.__version__}, {torch.cuda.get_device_name()}")
     for label, fn in rows:
         print(f"{label:<36} {per_call_us(fn):7.1f} us/call")
@@ -137,6 +139,27 @@ def _softmax_rows(xg):
         ("fwd+bwd: Function over tk launchers", lambda: torch.autograd.grad(_LaunchersOneOutput.apply(xg), xg, dy)),
         ("fwd: tk.ops.softmax, x requires grad", lambda: tk.ops.softmax(xg)),
         ("fwd+bwd: tk.ops.softmax", lambda: torch.autograd.grad(tk.ops.softmax(xg), xg, dy)),
+    ]
+
+
+def _direct_launch_rows(x):
+    """One launch of the softmax forward kernel (8 x 4096 bf16) three ways: through the JIT function
+    (triton binds and specialises the arguments each call), through the compiled kernel's launcher, and
+    through its raw ``run`` with the stream looked up once: what a launch cache could save per launch."""
+    softmax = importlib.import_module("tritonkit.ops.softmax")
+    y, lse = torch.empty_like(x), torch.empty(8, device="cuda")
+    args = (x, y, lse, 8, 4096, 4096, 4096)
+    constexprs = dict(LOG=False, SINGLE_PASS=True, ROWS=1, BLOCK_N=4096, LOOP_STAGES=1)
+    compiled = softmax._softmax_fwd_kernel[(8,)](*args, **constexprs, num_warps=8)
+    full_args = (*args, *constexprs.values())
+    stream = torch.cuda.current_stream().cuda_stream
+    run, function, metadata = compiled.run, compiled.function, compiled.packed_metadata
+    return [
+        ("launch: JIT function", lambda: softmax._softmax_fwd_kernel[(8,)](*args, **constexprs, num_warps=8)),
+        ("launch: CompiledKernel[grid]", lambda: compiled[(8, 1, 1)](*full_args)),
+        ("launch: CompiledKernel.run", lambda: run(8, 1, 1, stream, function, metadata, None, None, None, *full_args)),
+        ("current raw stream lookup", lambda: torch._C._cuda_getCurrentRawStream(0)),
+        ("x.data_ptr() % 16", lambda: x.data_ptr() % 16),
     ]
 
 

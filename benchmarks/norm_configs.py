@@ -1,11 +1,13 @@
 """Sweep the norm kernels' launch configurations on a GPU and print the fastest per width and dtype.
 
-The data behind ``norm_launch_plan``: forward rows per program and warps, backward programs per SM
-and warps and rows per loop iteration, timed on the kernels alone (16384 rows).
-`PYTHONPATH=src python3 benchmarks/norm_configs.py [WIDTH ...] [--bwd-only] [--layer-norm] [--wide]` (``--bwd-only``:
-the backward alone, over a narrower grid, of RMSNorm, or with ``--layer-norm`` of LayerNorm with a bias,
-whose dbias accumulator takes registers that RMSNorm's table does not account for; ``--wide``: the
-two-phase backward of wide rows, whole launcher, over ``WIDE_BWD_TILE`` choices).
+The data behind ``norm_launch_plan``: forward rows per program and warps (wider rows than one pass holds:
+chunk, warps and the chunk loops' software-pipeline depth); backward programs per SM, warps, rows per
+loop iteration and that loop's pipeline depth; timed on the kernels alone (16384 rows).
+`PYTHONPATH=src python3 benchmarks/norm_configs.py [WIDTH ...] [--bfloat16] [--float32] [--fwd-only]
+[--bwd-only] [--layer-norm] [--wide]` (``--bwd-only``: the backward alone, of RMSNorm, or with
+``--layer-norm`` of LayerNorm with a bias, whose dbias accumulator takes registers that RMSNorm's table
+does not account for; ``--wide``: the two-phase backward of wide rows, whole launcher, over
+``WIDE_BWD_TILE`` choices).
 """
 
 import importlib
@@ -20,23 +22,37 @@ norm = importlib.import_module("tritonkit.ops.norm")
 ROWS_TOTAL = 16384
 
 
-def fwd_ms(x, w, is_rms, rows, warps):
+def _ms(run):
+    # Short repetitions: the sweep compiles and times hundreds of configurations in one device session.
+    # A configuration needing more shared memory than the device has (deep pipelines of wide fp32 rows)
+    # times as infinite.
+    try:
+        return triton.testing.do_bench(run, warmup=10, rep=40, return_mode="median")
+    except triton.runtime.errors.OutOfResources:
+        return float("inf")
+
+
+def fwd_ms(x, w, is_rms, rows, warps, stages=1, chunk=0):
+    """The single-pass forward, or with ``chunk`` the looped one (a row per program, read in chunks,
+    each pass's loop pipelined ``stages`` deep)."""
     n_rows, n = x.shape
     y, rstd = torch.empty_like(x), torch.empty(n_rows, device="cuda")
     mean = torch.empty(n_rows, device="cuda")
-    block = triton.next_power_of_2(n)
+    block = chunk or triton.next_power_of_2(n)
+    programs = n_rows if chunk else triton.cdiv(n_rows, rows)
 
     def run():
-        norm._norm_fwd_kernel[(triton.cdiv(n_rows, rows),)](
+        norm._norm_fwd_kernel[(programs,)](
             x, x, w, x, y, y, mean, rstd, n_rows, n, n, 0, n, 0, 1e-6, 0.0,
-            IS_RMS=is_rms, HAS_RES=False, HAS_W=True, HAS_B=False, STORE_H=False, SINGLE_PASS=True,
-            ROWS=rows, BLOCK_N=block, num_warps=warps,
+            IS_RMS=is_rms, HAS_RES=False, HAS_W=True, HAS_B=False, STORE_H=False, SINGLE_PASS=not chunk,
+            ROWS=rows, BLOCK_N=block, LOOP_STAGES=stages,
+            WEIGHT_FIRST=not chunk and rows * block <= norm.WEIGHT_FIRST_ELEMENTS * 32 * warps, num_warps=warps,
         )  # fmt: skip
 
-    return triton.testing.do_bench(run, return_mode="median")
+    return _ms(run)
 
 
-def bwd_ms(x, w, is_rms, per_sm, warps, rows, has_bias=False, stages=3):
+def bwd_ms(x, w, is_rms, per_sm, warps, rows, has_bias=False, stages=1):
     n_rows, n = x.shape
     dy, dx = torch.randn_like(x), torch.empty_like(x)
     mean, rstd = torch.zeros(n_rows, device="cuda"), torch.ones(n_rows, device="cuda")
@@ -49,36 +65,54 @@ def bwd_ms(x, w, is_rms, per_sm, warps, rows, has_bias=False, stages=3):
             dy, dy, x, x, w, mean, rstd, rstd, rstd, dx, dx, part, part, n_rows, n, triton.cdiv(n_rows, programs),
             n, 0, n, 0, n, 0, 0.0,
             IS_RMS=is_rms, HAS_RES=False, HAS_W=True, HAS_B=has_bias, HAS_DH=False, STORE_DRES=False,
-            ROW_TERMS_GIVEN=False, ROWS=rows, BLOCK_N=block, num_warps=warps, num_stages=stages,
+            ROW_TERMS_GIVEN=False, ROWS=rows, BLOCK_N=block, LOOP_STAGES=stages, num_warps=warps,
         )  # fmt: skip
 
-    return triton.testing.do_bench(run, return_mode="median")
+    return _ms(run)
 
 
 def print_fwd(x, w, is_rms, label):
     fwd = {}
+    block = triton.next_power_of_2(x.shape[1])
     for rows, warps in itertools.product((1, 2, 4, 8, 16), (4, 8, 16)):
-        if rows * triton.next_power_of_2(x.shape[1]) <= 32768:
+        if rows * block <= 16384 and warps * 32 * 4 <= rows * block:
             fwd[(rows, warps)] = fwd_ms(x, w, is_rms, rows, warps)
     best = min(fwd, key=fwd.get)
     gbps = 2 * x.numel() * x.element_size() / fwd[best] / 1e6
-    print(f"fwd   {label} rows={best[0]:<2} warps={best[1]:<2}        {fwd[best]:.4f}  {gbps:6.0f} "
-          f"({max(fwd.values()):.4f})")  # fmt: skip
+    print(f"fwd   {label} (rows, warps)={best} {fwd[best]:.4f}  {gbps:6.0f} ({max(fwd.values()):.4f})")
+    for config in sorted(fwd, key=fwd.get)[1:4]:
+        print(f"        {config} {fwd[config]:.4f}")
+
+
+def print_long_fwd(x, w, is_rms, label):
+    """The looped forward of rows wider than one pass holds: chunk, warps, pipeline depth."""
+    fwd = {}
+    for chunk, warps, stages in itertools.product((2048, 4096, 8192), (4, 8, 16), (1, 2, 3)):
+        if warps * 32 * 4 <= chunk:
+            fwd[(chunk, warps, stages)] = fwd_ms(x, w, is_rms, 1, warps, stages, chunk)
+    best = min(fwd, key=fwd.get)
+    gbps = 2 * x.numel() * x.element_size() / fwd[best] / 1e6
+    now = norm.norm_launch_plan(x.shape[1], x.element_size(), is_rms)
+    now_config = (now.block_n, now.num_warps, now.fwd_stages)
+    print(f"fwd   {label} (chunk, warps, stages)={best} {fwd[best]:.4f}  {gbps:6.0f} "
+          f"(now {now_config} {fwd.get(now_config, float('nan')):.4f}, worst {max(fwd.values()):.4f})")  # fmt: skip
 
 
 def print_bwd(x, w, is_rms, label, per_sm_choices, has_bias=False):
     bwd = {}
-    for per_sm, warps, rows in itertools.product(per_sm_choices, (4, 8, 16), (1, 2, 4)):
-        if rows * triton.next_power_of_2(x.shape[1]) <= 16384:
-            bwd[(per_sm, warps, rows)] = bwd_ms(x, w, is_rms, per_sm, warps, rows, has_bias)
+    block = triton.next_power_of_2(x.shape[1])
+    for per_sm, warps, rows, stages in itertools.product(per_sm_choices, (4, 8, 16), (1, 2, 4), (1, 3)):
+        if rows * block <= 16384 and warps * 32 * 4 <= rows * block:
+            bwd[(per_sm, warps, rows, stages)] = bwd_ms(x, w, is_rms, per_sm, warps, rows, has_bias, stages)
     best = min(bwd, key=bwd.get)
     gbps = 3 * x.numel() * x.element_size() / bwd[best] / 1e6
-    print(f"bwd   {label} per_sm={best[0]:<2} warps={best[1]:<2} rows={best[2]} {bwd[best]:.4f}  {gbps:6.0f} "
+    print(f"bwd   {label} (per_sm, warps, rows, stages)={best} {bwd[best]:.4f}  {gbps:6.0f} "
           f"({max(bwd.values()):.4f})")  # fmt: skip
-    for config in sorted(bwd, key=bwd.get)[:5]:  # the runners-up, to see how flat the optimum is
-        print(f"        per_sm={config[0]:<2} warps={config[1]:<2} rows={config[2]} {bwd[config]:.4f}")
-    for stages in (1, 2, 4):  # the best config at other pipeline depths (the launches use the default, 3)
-        print(f"        stages={stages} {bwd_ms(x, w, is_rms, *best, has_bias=has_bias, stages=stages):.4f}")
+    for config in sorted(bwd, key=bwd.get)[1:5]:  # the runners-up, to see how flat the optimum is
+        print(f"        {config} {bwd[config]:.4f}")
+    unpipelined = {c: t for c, t in bwd.items() if c[3] == 1}
+    best_unpipelined = min(unpipelined, key=unpipelined.get)
+    print(f"        best without pipelining: {best_unpipelined} {unpipelined[best_unpipelined]:.4f}")
 
 
 def wide_bwd_ms(x, w, is_rms, tile):
@@ -89,50 +123,64 @@ def wide_bwd_ms(x, w, is_rms, tile):
     saved = norm.WIDE_BWD_TILE
     norm.WIDE_BWD_TILE = {x.element_size(): tile}
     try:
-        return triton.testing.do_bench(
-            lambda: norm.norm_bwd_launch(dy, None, x, w, None, None if is_rms else mean, rstd, 0.0, is_rms, not is_rms),
-            return_mode="median",
+        return _ms(
+            lambda: norm.norm_bwd_launch(dy, None, x, w, None, None if is_rms else mean, rstd, 0.0, is_rms, not is_rms)
         )
     finally:
         norm.WIDE_BWD_TILE = saved
 
 
-def print_wide(widths):
-    """Rows that take the wide backward: bf16 LayerNorm and fp32 at 16384, everything wider."""
-    for dtype, n, is_rms in itertools.product((torch.bfloat16, torch.float32), widths, (True, False)):
+def print_wide(widths, dtypes):
+    """Rows that take the wide backward: bf16 LayerNorm and fp32 at 16384, everything wider. The best tile
+    is then timed with phase 1's chunk loop pipelined (WIDE_ROW_SUMS_STAGES) too."""
+    for dtype, n, is_rms in itertools.product(dtypes, widths, (True, False)):
         if norm.norm_launch_plan(n, dtype.itemsize, is_rms).bwd_single_pass:
             continue
         rows = max(1, ROWS_TOTAL * 16384 // n)  # the same bytes as 16384 x 16384
         x = torch.randn(rows, n, device="cuda", dtype=dtype)
         w = torch.randn(n, device="cuda", dtype=dtype)
         times = {}
-        for tile in itertools.product((1024, 2048), (2, 4), (4, 8), (4, 8)):
+        for tile in itertools.product((1024, 2048), (2, 4), (4, 8), (4, 8), (1, 2)):
             times[tile] = wide_bwd_ms(x, w, is_rms, tile)
         best = min(times, key=times.get)
         gbps = 3 * x.numel() * x.element_size() / times[best] / 1e6
         label = f"{'rms' if is_rms else 'ln':<5} {str(dtype)[6:]:<9} {n:<6}"
         print(
-            f"wide  {label} (block, rows, warps, per_sm)={best} {times[best]:.4f}  {gbps:6.0f} "
+            f"wide  {label} (block, rows, warps, per_sm, stages)={best} {times[best]:.4f}  {gbps:6.0f} "
             f"(now {times.get(norm.WIDE_BWD_TILE[dtype.itemsize], float('nan')):.4f}, worst {max(times.values()):.4f})"
         )
+        saved = norm.WIDE_ROW_SUMS_STAGES
+        for stages in (2, 3):
+            norm.WIDE_ROW_SUMS_STAGES = stages
+            print(f"        phase 1 pipelined {stages} deep: {wide_bwd_ms(x, w, is_rms, best):.4f}")
+        norm.WIDE_ROW_SUMS_STAGES = saved
 
 
 def main():
+    all_dtypes = (torch.bfloat16, torch.float32)
+    dtypes = [d for d in all_dtypes if f"--{str(d)[6:]}" in sys.argv] or all_dtypes
     if "--wide" in sys.argv:
-        print_wide([int(a) for a in sys.argv[1:] if a.isdigit()] or [16384, 65536, 131072])
+        print_wide([int(a) for a in sys.argv[1:] if a.isdigit()] or [16384, 65536, 131072], dtypes)
         return
     print("kind  norm  dtype     n      best config            ms      GB/s   (worst ms)")
     widths = [int(a) for a in sys.argv[1:] if a.isdigit()] or [1024, 2048, 4096, 8192, 16384]
     bwd_only = "--bwd-only" in sys.argv
+    fwd_only = "--fwd-only" in sys.argv
     layer_norm = "--layer-norm" in sys.argv
     norms = ((not layer_norm),) if bwd_only else (True, False)
-    for dtype, n, is_rms in itertools.product((torch.bfloat16, torch.float32), widths, norms):
-        x = torch.randn(ROWS_TOTAL, n, device="cuda", dtype=dtype)
+    for dtype, n, is_rms in itertools.product(dtypes, widths, norms):
+        long_rows = n > norm.MAX_SINGLE_PASS  # the looped forward; their backward is --wide's
+        rows = ROWS_TOTAL * 16384 // n if long_rows else ROWS_TOTAL  # long: the bytes of 16384 x 16384
+        x = torch.randn(rows, n, device="cuda", dtype=dtype)
         w = torch.randn(n, device="cuda", dtype=dtype)
         label = f"{'rms' if is_rms else 'ln':<5} {str(dtype)[6:]:<9} {n:<6}"
+        if long_rows:
+            print_long_fwd(x, w, is_rms, label)
+            continue
         if not bwd_only:
             print_fwd(x, w, is_rms, label)
-        print_bwd(x, w, is_rms, label, (2, 4, 8) if bwd_only else (1, 2, 4, 8, 16), has_bias=not is_rms)
+        if not fwd_only:
+            print_bwd(x, w, is_rms, label, (1, 2, 4), has_bias=not is_rms)
 
 
 if __name__ == "__main__":

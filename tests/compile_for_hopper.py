@@ -123,7 +123,15 @@ def main():
                     "eps": "fp32",
                     "offset": "fp32",
                 },
-                {**flags, "STORE_H": True, "SINGLE_PASS": single_pass, "ROWS": rows, "BLOCK_N": block_n},
+                {
+                    **flags,
+                    "STORE_H": True,
+                    "SINGLE_PASS": single_pass,
+                    "ROWS": rows,
+                    "BLOCK_N": block_n,
+                    "LOOP_STAGES": 2,
+                    "WEIGHT_FIRST": is_rms,  # both placements of the weight load
+                },
                 num_warps=8,
             )
             if not single_pass:
@@ -147,10 +155,10 @@ def main():
                     **dict.fromkeys(["n_cols", "stride_dy_row", "stride_x_row", "stride_res_row"], "i32"),
                     "offset": "fp32",
                 },
-                {k: flags[k] for k in ("IS_RMS", "HAS_RES", "HAS_W")} | {"BLOCK_N": norm.LOOP_CHUNK},
+                {k: flags[k] for k in ("IS_RMS", "HAS_RES", "HAS_W")} | {"BLOCK_N": norm.LOOP_CHUNK, "LOOP_STAGES": 2},
                 num_warps=8,
             )
-            wide_block, wide_rows, wide_warps, _ = norm.WIDE_BWD_TILE[2]
+            wide_block, wide_rows, wide_warps, _, _ = norm.WIDE_BWD_TILE[2]
             for row_terms_given, rows, bwd_block, warps in ((False, 4, block_n, 8), (True, wide_rows, wide_block,
                                                                                        wide_warps)):  # fmt: skip
                 compile_one(
@@ -164,7 +172,13 @@ def main():
                         **dict.fromkeys(["n_rows", "n_cols", "rows_per_program", *bwd_strides], "i32"),
                         "offset": "fp32",
                     },
-                    {**bwd_flags, "ROW_TERMS_GIVEN": row_terms_given, "ROWS": rows, "BLOCK_N": bwd_block},
+                    {
+                        **bwd_flags,
+                        "ROW_TERMS_GIVEN": row_terms_given,
+                        "ROWS": rows,
+                        "BLOCK_N": bwd_block,
+                        "LOOP_STAGES": 2,
+                    },
                     num_warps=warps,
                 )
     compile_one(
@@ -183,7 +197,7 @@ def main():
     )
     for single_pass, block_n, rows in ((True, 1024, 4), (False, 4096, 1)):
         for log in (False, True):
-            constexprs = {"LOG": log, "SINGLE_PASS": single_pass, "ROWS": rows, "BLOCK_N": block_n}
+            constexprs = {"LOG": log, "SINGLE_PASS": single_pass, "ROWS": rows, "BLOCK_N": block_n, "LOOP_STAGES": 2}
             compile_one(
                 f"softmax fwd log={log} single={single_pass}",
                 softmax._softmax_fwd_kernel,

@@ -150,3 +150,15 @@ def test_same_seed_gives_same_inputs_and_result():
     first = testing.run_case(spec, {"n": 123}, torch.float16, "cpu", seed=1234)
     second = testing.run_case(spec, {"n": 123}, torch.float16, "cpu", seed=1234)
     assert first.seed == second.seed == 1234 and first.comparisons == second.comparisons
+
+
+def test_pipeline_depth_keeps_loop_buffers_within_the_device_shared_memory(monkeypatch):
+    from tritonkit._core import device
+
+    monkeypatch.setattr(device, "max_shared_memory", lambda _: 100 * 1024)  # a 100 KB GPU
+    cuda = torch.device("cuda", 0)
+    budget = 100 * 1024 - device._SHARED_MEMORY_RESERVE
+    assert device.pipeline_depth(3, budget // 2, cuda) == 3  # two buffered iterations fit exactly
+    assert device.pipeline_depth(3, budget // 2 + 1, cuda) == 2
+    assert device.pipeline_depth(3, budget + 1, cuda) == 1  # not even one buffer: no pipelining
+    assert device.pipeline_depth(1, 10 * budget, cuda) == 1

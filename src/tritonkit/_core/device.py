@@ -21,3 +21,36 @@ def sm_count(device: torch.device) -> int:
     if interpreting() or device.type != "cuda":
         return _INTERPRETER_PROGRAMS
     return _cuda_sm_count(device.index if device.index is not None else torch.cuda.current_device())
+
+
+# Shared memory a pipelined loop leaves to the rest of its kernel (reduction scratch, layout conversions).
+_SHARED_MEMORY_RESERVE = 16 * 1024
+_SAFE_SHARED_MEMORY = 48 * 1024  # what every CUDA GPU gives a block without opting in
+
+
+@functools.cache
+def _cuda_max_shared_memory(index: int) -> int:
+    import triton
+
+    try:
+        return int(triton.runtime.driver.active.utils.get_device_properties(index)["max_shared_mem"])
+    except (AttributeError, KeyError, RuntimeError):  # another Triton's driver API: assume the least
+        return _SAFE_SHARED_MEMORY
+
+
+def max_shared_memory(device: torch.device) -> int:
+    """Bytes of shared memory one program may use on ``device`` (unbounded under the interpreter)."""
+    if interpreting() or device.type != "cuda":
+        return 1 << 30
+    return _cuda_max_shared_memory(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def pipeline_depth(stages: int, bytes_per_stage: int, device: torch.device) -> int:
+    """``stages``, or fewer where the device lacks the shared memory: a loop pipelined ``stages`` deep
+    buffers ``stages - 1`` iterations' loads in shared memory, and a kernel asking for more than the device
+    has fails to launch. ``bytes_per_stage``: one iteration's loads, summed over the kernel's pipelined
+    loops (each has buffers of its own)."""
+    budget = max_shared_memory(device) - _SHARED_MEMORY_RESERVE
+    while stages > 1 and (stages - 1) * bytes_per_stage > budget:
+        stages -= 1
+    return stages

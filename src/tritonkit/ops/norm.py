@@ -25,7 +25,7 @@ import triton.language as tl
 
 from tritonkit._core import alloc
 from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor
-from tritonkit._core.device import sm_count
+from tritonkit._core.device import pipeline_depth, sm_count
 from tritonkit._core.dispatch import cheapest_path
 from tritonkit._core.ints import cdiv, next_power_of_2
 from tritonkit._core.layout import as_rows
@@ -38,6 +38,8 @@ LOOP_CHUNK = 4096
 # Backward inputs of at most this many elements run as one program that writes dweight/dbias itself:
 # 8 x 4096 takes a few µs on one SM, less than the reduction launch it saves.
 ONE_PROGRAM_BACKWARD = 1 << 15
+# Single-pass forward: at most this many row elements per thread load the weight and bias with x.
+WEIGHT_FIRST_ELEMENTS = 32
 
 
 @triton.jit
@@ -47,23 +49,78 @@ def _offset_weight(p_w, o_n, m_n, offset, HAS_W: tl.constexpr):
 
 
 @triton.jit
+def _chunk_h(p_x_row, p_res_row, o_n, m_n, HAS_RES: tl.constexpr):
+    """h = x + residual at columns o_n of one row, in fp32 (0 where masked)."""
+    b_h = tl.load(p_x_row + o_n, mask=m_n, other=0.0).to(tl.float32)
+    if HAS_RES:
+        b_h += tl.load(p_res_row + o_n, mask=m_n, other=0.0).to(tl.float32)
+    return b_h
+
+
+@triton.jit
+def _norm_fwd_long_row(p_x, p_res, p_w, p_b, p_y, p_h, p_mean, p_rstd, i_row, n_cols, stride_x_row, stride_res_row,
+                       stride_y_row, stride_h_row, eps, offset, IS_RMS: tl.constexpr, HAS_RES: tl.constexpr,
+                       HAS_W: tl.constexpr, HAS_B: tl.constexpr, STORE_H: tl.constexpr, BLOCK_N: tl.constexpr,
+                       LOOP_STAGES: tl.constexpr):  # fmt: skip
+    """The forward of one row too wide for registers, read in BLOCK_N chunks: its mean (LayerNorm), then
+    its variance, then the output."""
+    p_x_row = p_x + i_row * stride_x_row
+    p_res_row = p_res + i_row * stride_res_row
+    b_mean = 0.0
+    if not IS_RMS:
+        acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+        for start in tl.range(0, n_cols, BLOCK_N, num_stages=LOOP_STAGES):
+            o_n = start + tl.arange(0, BLOCK_N)
+            acc += _chunk_h(p_x_row, p_res_row, o_n, o_n < n_cols, HAS_RES)
+        b_mean = tl.sum(acc, axis=0) / n_cols
+        tl.store(p_mean + i_row, b_mean)
+    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    for start in tl.range(0, n_cols, BLOCK_N, num_stages=LOOP_STAGES):
+        o_n = start + tl.arange(0, BLOCK_N)
+        b_h = _chunk_h(p_x_row, p_res_row, o_n, o_n < n_cols, HAS_RES)
+        b_centered = tl.where(o_n < n_cols, b_h - b_mean, 0.0)
+        acc += b_centered * b_centered
+    b_rstd = tl.rsqrt(tl.sum(acc, axis=0) / n_cols + eps)
+    tl.store(p_rstd + i_row, b_rstd)
+    for start in tl.range(0, n_cols, BLOCK_N, num_stages=LOOP_STAGES):
+        o_n = start + tl.arange(0, BLOCK_N)
+        m_n = o_n < n_cols
+        b_h = _chunk_h(p_x_row, p_res_row, o_n, m_n, HAS_RES)
+        if STORE_H:
+            tl.store(p_h + i_row * stride_h_row + o_n, b_h.to(p_h.dtype.element_ty), mask=m_n)
+        b_y = (b_h - b_mean) * b_rstd
+        if HAS_W:
+            b_y *= _offset_weight(p_w, o_n, m_n, offset, HAS_W)
+        if HAS_B:
+            b_y += tl.load(p_b + o_n, mask=m_n, other=0.0).to(tl.float32)
+        tl.store(p_y + i_row * stride_y_row + o_n, b_y.to(p_y.dtype.element_ty), mask=m_n)
+
+
+@triton.jit
 def _norm_fwd_kernel(
     p_x, p_res, p_w, p_b, p_y, p_h, p_mean, p_rstd,
     n_rows, n_cols, stride_x_row, stride_res_row, stride_y_row, stride_h_row, eps, offset,
     IS_RMS: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
     STORE_H: tl.constexpr, SINGLE_PASS: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
+    LOOP_STAGES: tl.constexpr, WEIGHT_FIRST: tl.constexpr,
 ):  # fmt: skip
-    """Forward of one block of ROWS rows.
+    """Forward of one block of ROWS rows, or of one row read in chunks (rows wider than registers hold).
 
     h = x + res;  LayerNorm: mean = sum(h)/N, var = sum((h - mean)^2)/N;  RMSNorm: mean = 0,
     var = sum(h^2)/N;  rstd = 1/sqrt(var + eps);  y = (h - mean) * rstd * (offset + w) + b.
     Stores y, h (STORE_H), mean (LayerNorm) and rstd (fp32, for the backward).
     """
-    o_rows = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
-    m_rows = o_rows < n_rows
     if SINGLE_PASS:
+        o_rows = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
+        m_rows = o_rows < n_rows
         o_n = tl.arange(0, BLOCK_N)
         m_n = o_n < n_cols
+        # The weight and bias load with x (their latency hidden behind its) when few elements per thread
+        # leave registers for them; else after the reductions, since live through them the widest rows
+        # spill (LayerNorm fp32 at 16384: 0.53 -> 0.67 ms). WEIGHT_FIRST: RMSNorm 4096 bf16 0.0717 -> 0.0696.
+        if WEIGHT_FIRST:
+            b_w = _offset_weight(p_w, o_n, m_n, offset, HAS_W)
+            b_b = tl.load(p_b + o_n, mask=m_n, other=0.0).to(tl.float32) if HAS_B else 0.0
         m_rn = m_rows[:, None] & m_n[None, :]
         b_h = tl.load(p_x + o_rows[:, None] * stride_x_row + o_n[None, :], mask=m_rn, other=0.0).to(tl.float32)
         if HAS_RES:
@@ -80,51 +137,18 @@ def _norm_fwd_kernel(
         b_rstd = tl.rsqrt(tl.sum(b_centered * b_centered, axis=1) / n_cols + eps)  # [ROWS]
         tl.store(p_rstd + o_rows, b_rstd, mask=m_rows)
         b_y = b_centered * b_rstd[:, None]
+        if not WEIGHT_FIRST:
+            b_w = _offset_weight(p_w, o_n, m_n, offset, HAS_W)
+            b_b = tl.load(p_b + o_n, mask=m_n, other=0.0).to(tl.float32) if HAS_B else 0.0
         if HAS_W:
-            b_y *= _offset_weight(p_w, o_n, m_n, offset, HAS_W)[None, :]
+            b_y *= b_w[None, :]
         if HAS_B:
-            b_y += tl.load(p_b + o_n, mask=m_n, other=0.0).to(tl.float32)[None, :]
+            b_y += b_b[None, :]
         tl.store(p_y + o_rows[:, None] * stride_y_row + o_n[None, :], b_y.to(p_y.dtype.element_ty), mask=m_rn)
     else:
-        # One row per program (ROWS == 1), read in chunks: mean, then variance, then the output.
-        i_row = tl.program_id(0).to(tl.int64)
-        p_x_row = p_x + i_row * stride_x_row
-        p_res_row = p_res + i_row * stride_res_row
-        b_mean = 0.0
-        if not IS_RMS:
-            acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
-            for start in range(0, n_cols, BLOCK_N):
-                o_n = start + tl.arange(0, BLOCK_N)
-                b_h = tl.load(p_x_row + o_n, mask=o_n < n_cols, other=0.0).to(tl.float32)
-                if HAS_RES:
-                    b_h += tl.load(p_res_row + o_n, mask=o_n < n_cols, other=0.0).to(tl.float32)
-                acc += b_h
-            b_mean = tl.sum(acc, axis=0) / n_cols
-            tl.store(p_mean + i_row, b_mean)
-        acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
-        for start in range(0, n_cols, BLOCK_N):
-            o_n = start + tl.arange(0, BLOCK_N)
-            b_h = tl.load(p_x_row + o_n, mask=o_n < n_cols, other=0.0).to(tl.float32)
-            if HAS_RES:
-                b_h += tl.load(p_res_row + o_n, mask=o_n < n_cols, other=0.0).to(tl.float32)
-            b_centered = tl.where(o_n < n_cols, b_h - b_mean, 0.0)
-            acc += b_centered * b_centered
-        b_rstd = tl.rsqrt(tl.sum(acc, axis=0) / n_cols + eps)
-        tl.store(p_rstd + i_row, b_rstd)
-        for start in range(0, n_cols, BLOCK_N):
-            o_n = start + tl.arange(0, BLOCK_N)
-            m_n = o_n < n_cols
-            b_h = tl.load(p_x_row + o_n, mask=m_n, other=0.0).to(tl.float32)
-            if HAS_RES:
-                b_h += tl.load(p_res_row + o_n, mask=m_n, other=0.0).to(tl.float32)
-            if STORE_H:
-                tl.store(p_h + i_row * stride_h_row + o_n, b_h.to(p_h.dtype.element_ty), mask=m_n)
-            b_y = (b_h - b_mean) * b_rstd
-            if HAS_W:
-                b_y *= _offset_weight(p_w, o_n, m_n, offset, HAS_W)
-            if HAS_B:
-                b_y += tl.load(p_b + o_n, mask=m_n, other=0.0).to(tl.float32)
-            tl.store(p_y + i_row * stride_y_row + o_n, b_y.to(p_y.dtype.element_ty), mask=m_n)
+        _norm_fwd_long_row(p_x, p_res, p_w, p_b, p_y, p_h, p_mean, p_rstd, tl.program_id(0).to(tl.int64), n_cols,
+                           stride_x_row, stride_res_row, stride_y_row, stride_h_row, eps, offset, IS_RMS, HAS_RES,
+                           HAS_W, HAS_B, STORE_H, BLOCK_N, LOOP_STAGES)  # fmt: skip
 
 
 @triton.jit
@@ -180,7 +204,7 @@ def _norm_bwd_kernel(
     stride_dx_row, stride_dres_row, offset,
     IS_RMS: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
     HAS_DH: tl.constexpr, STORE_DRES: tl.constexpr, ROW_TERMS_GIVEN: tl.constexpr, ROWS: tl.constexpr,
-    BLOCK_N: tl.constexpr,
+    BLOCK_N: tl.constexpr, LOOP_STAGES: tl.constexpr,
 ):  # fmt: skip
     """Backward of rows [k*rows_per_program, ...) for k = program_id(1), over column block program_id(0),
     ROWS rows at a time.
@@ -204,8 +228,9 @@ def _norm_bwd_kernel(
     b_w = _offset_weight(p_w, o_n, m_n, offset, HAS_W)
     acc_dw = tl.zeros((BLOCK_N,), dtype=tl.float32)
     acc_db = tl.zeros((BLOCK_N,), dtype=tl.float32)
-    # ROWS rows per iteration: more loads in flight per program than one row at a time.
-    for r0 in range(row_start, row_end, ROWS):
+    # ROWS rows per iteration, and with LOOP_STAGES > 1 the next iteration's loads issued (cp.async) while
+    # this one is reduced: more loads in flight per program than one row at a time.
+    for r0 in tl.range(row_start, row_end, ROWS, num_stages=LOOP_STAGES):
         o_r = r0 + tl.arange(0, ROWS)
         m_r = o_r < row_end
         b_xhat, b_dy, b_wdy, b_rstd = _norm_tile_terms(
@@ -235,6 +260,7 @@ def _norm_bwd_row_sums_kernel(
     p_dy, p_x, p_res, p_w, p_mean, p_rstd, p_c_xhat, p_c_one,
     n_cols, stride_dy_row, stride_x_row, stride_res_row, offset,
     IS_RMS: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr, BLOCK_N: tl.constexpr,
+    LOOP_STAGES: tl.constexpr,
 ):  # fmt: skip
     """Wide rows, backward phase 1, one program per row, BLOCK_N columns per step: the row terms of dh,
     c_xhat = mean(g * xhat) and (LayerNorm) c_one = mean(g), in fp32."""
@@ -242,7 +268,7 @@ def _norm_bwd_row_sums_kernel(
     m_r = o_r >= 0  # [1], all true: the grid has one program per row
     acc_xhat = tl.zeros((1, BLOCK_N), dtype=tl.float32)
     acc_one = tl.zeros((1, BLOCK_N), dtype=tl.float32)
-    for start in range(0, n_cols, BLOCK_N):
+    for start in tl.range(0, n_cols, BLOCK_N, num_stages=LOOP_STAGES):
         o_n = start + tl.arange(0, BLOCK_N)
         m_n = o_n < n_cols
         b_w = _offset_weight(p_w, o_n, m_n, offset, HAS_W)
@@ -289,33 +315,41 @@ def _sum_partials_kernel(
 @dataclass(frozen=True)
 class _Plan:
     single_pass: bool  # forward: whole rows in registers
-    block_n: int
-    rows: int  # forward rows per program
+    block_n: int  # forward: the row's power of two, or the chunk of a looped row
+    rows: int  # forward rows per block
     num_warps: int
+    fwd_stages: int  # software-pipeline depth of the looped forward's chunk loops (1: none)
     bwd_single_pass: bool  # backward: whole rows in registers; else the two-phase wide path
     bwd_programs_per_sm: int = 0  # the single-pass backward's configuration (unused on the wide path)
     bwd_warps: int = 0
     bwd_rows: int = 1  # rows per backward loop iteration
+    bwd_stages: int = 1  # software-pipeline depth of the backward's loop over rows
 
 
 # Fastest launch configurations measured on the H200 over 16384 rows by benchmarks/norm_configs.py
-# (benchmarks/results/nvidia-h200/2026-11-22-norm-configs.txt), keyed by (power-of-two row width,
-# element size): forward (rows per program, warps) and backward (programs per SM, warps, rows per loop
-# iteration), the backward re-measured for RMSNorm with the rows choice in 2026-11-22-norm-configs-bwd*.txt.
+# (benchmarks/results/nvidia-h200/2026-11-22-norm-configs-pipelined-*.txt), keyed by (power-of-two row width, element
+# size). Forward: (rows per program, warps); backward: (programs per SM, warps, rows per loop iteration,
+# pipeline depth). Pipelining the backward's loop over rows (cp.async of the next rows while this one is
+# reduced) gained 6-23%. A persistent, pipelined forward (programs looping over row blocks) gained nothing
+# once the weight stayed out of registers during the reductions, and was removed (benchmarks/NOTES.md).
+# Where RMSNorm's and LayerNorm's best differed, the entry is the one within 2% of both.
 _FWD_MEASURED = {
-    (1024, 2): (4, 8), (2048, 2): (1, 4), (4096, 2): (2, 4), (8192, 2): (2, 4), (16384, 2): (1, 8),
-    (1024, 4): (4, 4), (2048, 4): (4, 4), (4096, 4): (2, 4), (8192, 4): (4, 16), (16384, 4): (2, 16),
+    (1024, 2): (2, 4), (2048, 2): (1, 4), (4096, 2): (1, 4), (8192, 2): (2, 4), (16384, 2): (1, 8),
+    (1024, 4): (1, 4), (2048, 4): (2, 4), (4096, 4): (2, 4), (8192, 4): (1, 4), (16384, 4): (2, 16),
 }  # fmt: skip
+_LN_FWD_MEASURED = {(4096, 2): (2, 4)}  # LayerNorm's own where RMSNorm's was 5% slower for it
 _BWD_MEASURED = {
-    (1024, 2): (8, 4, 4), (2048, 2): (4, 8, 4), (4096, 2): (4, 8, 4), (8192, 2): (4, 16, 2), (16384, 2): (4, 8, 1),
-    (1024, 4): (8, 4, 1), (2048, 4): (8, 4, 4), (4096, 4): (4, 8, 4), (8192, 4): (4, 16, 1),
+    (1024, 2): (4, 4, 2, 3), (2048, 2): (4, 4, 1, 3), (4096, 2): (1, 8, 2, 3), (8192, 2): (1, 8, 1, 3),
+    (16384, 2): (1, 16, 1, 1),
+    (1024, 4): (4, 4, 1, 3), (2048, 4): (4, 16, 2, 1), (4096, 4): (4, 16, 2, 3), (8192, 4): (4, 16, 1, 3),
 }  # fmt: skip
-# LayerNorm's backward (with a bias) holds a dbias accumulator too: fewer rows per iteration at 4096 and
-# 8192, and at 16384 the single pass spills (6.7 ms in bf16, against 0.27 ms at 8192): the wide path.
-# Measured by `norm_configs.py --bwd-only --layer-norm` (2026-11-22-norm-configs-ln.txt); narrower rows
-# use RMSNorm's entries.
-_LN_BWD_MEASURED = {(4096, 2): (2, 8, 1), (8192, 2): (2, 16, 1), (4096, 4): (4, 16, 1), (8192, 4): (4, 16, 1)}
+# LayerNorm's backward (with a bias) holds a dbias accumulator too, and at 16384 its single pass spills
+# (6.4 ms in bf16 against 0.21 at 8192): the wide path there. Elsewhere RMSNorm's entries.
 _LN_BWD_WIDE = {(16384, 2), (16384, 4)}
+# Rows wider than MAX_SINGLE_PASS, forward: (chunk, warps, pipeline depth), a program per row. Measured at
+# 65536 and 131072 in bf16 (2026-11-22-norm-configs-long-fwd.txt): 8192-element chunks three deep against 4096
+# unpipelined, 0.4246 -> 0.37 ms for RMSNorm and 0.537 -> 0.418 for LayerNorm at 65536.
+LONG_ROW_FWD = (8192, 16, 3)
 
 
 @functools.lru_cache(maxsize=256)
@@ -326,24 +360,23 @@ def norm_launch_plan(n_cols: int, element_size: int, is_rms: bool = True) -> _Pl
     per program (4 warps) and take 8 backward programs per SM. Rows wider than MAX_SINGLE_PASS loop
     over chunks in the forward and take the two-phase backward (_wide_bwd), and so does the backward
     where one pass spills registers: fp32 at 16384 (5.4 ms against 0.95 for RMSNorm in the sweep) and
-    LayerNorm at 16384.
+    LayerNorm at 16384. Pipeline depths are the measured ones; launchers lower them where the device has
+    less shared memory (_core.device.pipeline_depth).
     """
     block_n = next_power_of_2(n_cols)
     if block_n > MAX_SINGLE_PASS:
-        return _Plan(False, LOOP_CHUNK, 1, 8, False)
-    rows, warps = _FWD_MEASURED.get((block_n, element_size), (max(1, min(64, 4096 // block_n)), 4))
+        chunk, warps, stages = LONG_ROW_FWD
+        return _Plan(False, chunk, 1, warps, stages, False)
     key = (block_n, element_size)
-    if is_rms:
-        bwd = _BWD_MEASURED.get(key)
-    elif key in _LN_BWD_WIDE:
-        bwd = None
-    else:
-        bwd = _LN_BWD_MEASURED.get(key, _BWD_MEASURED.get(key))
+    fwd = (_LN_FWD_MEASURED.get(key) if not is_rms else None) or _FWD_MEASURED.get(key)
+    if fwd is None:
+        fwd = (max(1, min(64, 4096 // block_n)), 4)
+    bwd = None if not is_rms and key in _LN_BWD_WIDE else _BWD_MEASURED.get(key)
     if bwd is None and block_n < 1024:
-        bwd = (8, 4, 1)
+        bwd = (8, 4, 1, 1)
     if bwd is None:  # fp32 at 16384 (or an element size never measured): the wide backward
-        return _Plan(True, block_n, rows, warps, False)
-    return _Plan(True, block_n, rows, warps, True, *bwd)
+        return _Plan(True, block_n, *fwd, 1, False)
+    return _Plan(True, block_n, *fwd, 1, True, *bwd)
 
 
 def _empty_like_rows(rows: int, n_cols: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -367,16 +400,26 @@ def norm_fwd_launch(x, weight, bias, residual, eps, offset, is_rms, store_h, h_f
     if n_rows == 0:
         return y, h, mean, rstd
     plan = norm_launch_plan(n_cols, x.element_size(), is_rms)
-    _norm_fwd_kernel[(cdiv(n_rows, plan.rows),)](
+    # The looped forward's two (RMSNorm) or three (LayerNorm) pipelined passes over a row each have
+    # buffers of their own.
+    stage_bytes = (2 if is_rms else 3) * plan.block_n * _bytes_per_element(x, residual)
+    stages = pipeline_depth(plan.fwd_stages, stage_bytes, x.device)
+    _norm_fwd_kernel[(cdiv(n_rows, plan.rows) if plan.single_pass else n_rows,)](
         x, residual if residual is not None else x, weight if weight is not None else x,
         bias if bias is not None else x, y, h if h is not None else y, mean if mean is not None else rstd, rstd,
         n_rows, n_cols, x.stride(0), residual.stride(0) if residual is not None else 0, y.stride(0),
         h.stride(0) if h is not None else 0, eps, offset,
         IS_RMS=is_rms, HAS_RES=residual is not None, HAS_W=weight is not None, HAS_B=bias is not None,
         STORE_H=store_h, SINGLE_PASS=plan.single_pass, ROWS=plan.rows, BLOCK_N=plan.block_n,
+        LOOP_STAGES=stages, WEIGHT_FIRST=plan.rows * plan.block_n <= WEIGHT_FIRST_ELEMENTS * 32 * plan.num_warps,
         num_warps=plan.num_warps,
     )  # fmt: skip
     return y, h, mean, rstd
+
+
+def _bytes_per_element(*tensors) -> int:
+    """Bytes a kernel loads per row element from ``tensors`` (None skipped): one pipeline stage's share."""
+    return sum(t.element_size() for t in tensors if t is not None)
 
 
 def _shares_dres(x, residual) -> bool:
@@ -409,7 +452,7 @@ def norm_bwd_launch(dy, dh, x, weight, residual, mean, rstd, offset, is_rms, has
         if plan.bwd_single_pass:
             n_parts = max(1, min(n_rows, plan.bwd_programs_per_sm * sm_count(x.device)))
         else:
-            block_n, _, _, per_sm = WIDE_BWD_TILE[x.element_size()]
+            block_n, _, _, per_sm, _ = WIDE_BWD_TILE[x.element_size()]
             n_parts = max(1, min(n_rows, per_sm * sm_count(x.device) // cdiv(n_cols, block_n)))
         n_partials = n_sums * n_parts * n_cols
         n_row_terms = 0 if plan.bwd_single_pass else (1 if is_rms else 2) * n_rows
@@ -429,13 +472,16 @@ def norm_bwd_launch(dy, dh, x, weight, residual, mean, rstd, offset, is_rms, has
                    dres.stride(0) if dres is not None else 0)  # fmt: skip
         flags = dict(IS_RMS=is_rms, HAS_RES=residual is not None, HAS_W=weight is not None, HAS_B=has_bias,
                      HAS_DH=dh is not None, STORE_DRES=separate_dres)  # fmt: skip
+        streamed = _bytes_per_element(dy, dh, x, residual)  # loaded per element, each row
         if plan.bwd_single_pass:  # whole rows: one column block; the row terms from the tile itself
             _norm_bwd_kernel[(1, n_parts)](
                 *tensors, rstd, rstd, *outputs, n_rows, n_cols, cdiv(n_rows, n_parts), *strides, offset,
-                **flags, ROW_TERMS_GIVEN=False, ROWS=plan.bwd_rows, BLOCK_N=plan.block_n, num_warps=plan.bwd_warps,
+                **flags, ROW_TERMS_GIVEN=False, ROWS=plan.bwd_rows, BLOCK_N=plan.block_n,
+                LOOP_STAGES=pipeline_depth(plan.bwd_stages, plan.bwd_rows * plan.block_n * streamed, x.device),
+                num_warps=plan.bwd_warps,
             )  # fmt: skip
         else:
-            _wide_bwd(tensors, outputs, strides, flags, n_rows, n_cols, n_parts, offset, row_terms)
+            _wide_bwd(tensors, outputs, strides, flags, n_rows, n_cols, n_parts, offset, row_terms, streamed)
     if one_program:
         return dx, dres, dw_part, db_part
     dw, db = _sum_partials(dw_part, db_part, w_dtype)
@@ -447,27 +493,31 @@ def norm_bwd_launch(dy, dh, x, weight, residual, mean, rstd, offset, is_rms, has
 # `norm_configs.py --wide` at 16384 and 131072 (2026-11-22-norm-wide-configs.txt): within 7% of each
 # other over the grid's better half, the best 0.66-0.69 ms for 16384 x 16384 bf16 (94% of the copy
 # bandwidth over the five passes).
-WIDE_BWD_TILE = {2: (1024, 4, 4, 4), 4: (1024, 4, 4, 8)}
+WIDE_BWD_TILE = {2: (1024, 4, 4, 4, 1), 4: (1024, 4, 4, 8, 1)}  # ..., and the loop's pipeline depth
+WIDE_ROW_SUMS_STAGES = 3  # phase 1's chunk loop: 0.684 -> 0.659 ms for LayerNorm 16384 x 16384 bf16 (2 deep: 0.729)
 
 
-def _wide_bwd(tensors, outputs, strides, flags, n_rows, n_cols, n_groups, offset, row_terms):
+def _wide_bwd(tensors, outputs, strides, flags, n_rows, n_cols, n_groups, offset, row_terms, streamed):
     """Two phases: each row's terms c_xhat, c_one (reads x and dy), then _norm_bwd_kernel by column
     blocks, with those terms given: dx and the per-group dw/db partials (reads x and dy again). Five
     passes over the rows' data where the single pass makes three, but nothing is read-modified-written
     per row: the looped path it replaced added each row into an fp32 workspace row and moved 2.6x the
-    bytes. ``row_terms``: room for c_xhat (and c_one), n_rows fp32 each, in the caller's workspace."""
+    bytes. ``row_terms``: room for c_xhat (and c_one), n_rows fp32 each, in the caller's workspace;
+    ``streamed``: bytes loaded per row element (pipeline stages' size)."""
     dy, _, x, residual, weight, mean, rstd = tensors
     c_xhat = row_terms[:n_rows]
     c_one = c_xhat if flags["IS_RMS"] else row_terms[n_rows : 2 * n_rows]
     dy_stride, _, x_stride, res_stride, _, _ = strides
     _norm_bwd_row_sums_kernel[(n_rows,)](
         dy, x, residual, weight, mean, rstd, c_xhat, c_one, n_cols, dy_stride, x_stride, res_stride, offset,
-        IS_RMS=flags["IS_RMS"], HAS_RES=flags["HAS_RES"], HAS_W=flags["HAS_W"], BLOCK_N=LOOP_CHUNK, num_warps=8,
+        IS_RMS=flags["IS_RMS"], HAS_RES=flags["HAS_RES"], HAS_W=flags["HAS_W"], BLOCK_N=LOOP_CHUNK,
+        LOOP_STAGES=pipeline_depth(WIDE_ROW_SUMS_STAGES, LOOP_CHUNK * streamed, x.device), num_warps=8,
     )  # fmt: skip
-    block_n, rows, warps, _ = WIDE_BWD_TILE[x.element_size()]
+    block_n, rows, warps, _, stages = WIDE_BWD_TILE[x.element_size()]
     _norm_bwd_kernel[(cdiv(n_cols, block_n), n_groups)](
         *tensors, c_xhat, c_one, *outputs, n_rows, n_cols, cdiv(n_rows, n_groups), *strides, offset,
-        **flags, ROW_TERMS_GIVEN=True, ROWS=rows, BLOCK_N=block_n, num_warps=warps,
+        **flags, ROW_TERMS_GIVEN=True, ROWS=rows, BLOCK_N=block_n,
+        LOOP_STAGES=pipeline_depth(stages, rows * block_n * streamed, x.device), num_warps=warps,
     )  # fmt: skip
 
 
@@ -792,6 +842,7 @@ _NORM_GPU = (
     {"rows": 7, "n": 65537},
     {"rows": 8, "n": 4096},
     {"rows": 4097, "n": 123, "lead": (17, 241), "layout": "transposed"},
+    {"rows": 1111, "n": 16000, "residual": True},  # the widest single-pass forward, with a residual
 )
 # The small case first (`--sizes small`), the sweep over widths, then the fused add + prenorm case.
 _NORM_BENCH = (

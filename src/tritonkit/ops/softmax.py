@@ -17,6 +17,7 @@ import triton.language as tl
 
 from tritonkit._core import alloc
 from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor
+from tritonkit._core.device import pipeline_depth
 from tritonkit._core.dispatch import cheapest_path
 from tritonkit._core.ints import cdiv, next_power_of_2
 from tritonkit._core.layout import as_rows
@@ -27,6 +28,10 @@ __all__ = ["log_softmax", "softmax"]
 MAX_SINGLE_PASS = 32768
 LOOP_CHUNK = 4096
 LOOP_CHUNK_BWD = 8192
+# Software-pipeline depth of the looped backward's chunk loops for rows beyond MAX_SINGLE_PASS: the next
+# chunks' loads issued as cp.async while this one is reduced (3: 1.22 -> 1.11 ms for 8192 x 65536 bf16).
+# The looped forward, and the 16-bit backward at 32768, gained nothing from it (1: none).
+LOOP_STAGES_BWD = 3
 
 
 @triton.jit
@@ -36,9 +41,37 @@ def _finite_or_zero(m):
 
 
 @triton.jit
+def _softmax_fwd_row(p_x, p_y, p_lse, i_row, n_cols, stride_x_row, stride_y_row, LOG: tl.constexpr,
+                     BLOCK_N: tl.constexpr, LOOP_STAGES: tl.constexpr):  # fmt: skip
+    """One long row in BLOCK_N chunks: the online max and sum, then the output (a second read of the row)."""
+    p_x_row = p_x + i_row * stride_x_row
+    b_m = tl.full((BLOCK_N,), float("-inf"), dtype=tl.float32)  # running max per lane
+    b_s = tl.zeros((BLOCK_N,), dtype=tl.float32)  # running sum per lane, relative to b_m
+    for start in tl.range(0, n_cols, BLOCK_N, num_stages=LOOP_STAGES):
+        o_n = start + tl.arange(0, BLOCK_N)
+        b_x = tl.load(p_x_row + o_n, mask=o_n < n_cols, other=float("-inf")).to(tl.float32)
+        # One exp per element: e = exp(min - max) is the new term when x <= m, else the factor that
+        # rescales s to the new max x (whose own term is 1). -inf on both sides gives e = 0.
+        b_m_new = tl.maximum(b_m, b_x)
+        b_e = tl.exp(tl.minimum(b_m, b_x) - _finite_or_zero(b_m_new))
+        b_s = tl.where(b_x > b_m, b_s * b_e + 1.0, b_s + b_e)
+        b_m = b_m_new
+    m = tl.max(b_m, axis=0)
+    m_safe = _finite_or_zero(m)
+    s = tl.sum(b_s * tl.exp(b_m - m_safe), axis=0)
+    tl.store(p_lse + i_row, m_safe + tl.log(s))
+    for start in tl.range(0, n_cols, BLOCK_N, num_stages=LOOP_STAGES):
+        o_n = start + tl.arange(0, BLOCK_N)
+        b_x = tl.load(p_x_row + o_n, mask=o_n < n_cols, other=float("-inf")).to(tl.float32)
+        b_y = b_x - (m_safe + tl.log(s)) if LOG else tl.exp(b_x - m_safe) * (1.0 / s)
+        tl.store(p_y + i_row * stride_y_row + o_n, b_y.to(p_y.dtype.element_ty), mask=o_n < n_cols)
+
+
+@triton.jit
 def _softmax_fwd_kernel(
     p_x, p_y, p_lse, n_rows, n_cols, stride_x_row, stride_y_row,
     LOG: tl.constexpr, SINGLE_PASS: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
+    LOOP_STAGES: tl.constexpr,
 ):  # fmt: skip
     """softmax: y = exp(x - lse);  log_softmax: y = x - lse;  lse = m + log(s), m = max(x),
     s = sum(exp(x - m)). lse is stored (fp32) for the backward."""
@@ -56,34 +89,41 @@ def _softmax_fwd_kernel(
         b_y = b_x - b_lse if LOG else b_p * (1.0 / b_s)  # one reciprocal per row, not a divide per element
         tl.store(p_y + o_rows[:, None] * stride_y_row + o_n[None, :], b_y.to(p_y.dtype.element_ty), mask=m_rn)
     else:
-        i_row = tl.program_id(0).to(tl.int64)
-        p_x_row = p_x + i_row * stride_x_row
-        b_m = tl.full((BLOCK_N,), float("-inf"), dtype=tl.float32)  # running max per lane
-        b_s = tl.zeros((BLOCK_N,), dtype=tl.float32)  # running sum per lane, relative to b_m
-        for start in range(0, n_cols, BLOCK_N):
-            o_n = start + tl.arange(0, BLOCK_N)
+        # one long row per program (a grid of a few per SM looping over rows was no faster: benchmarks/NOTES.md)
+        _softmax_fwd_row(p_x, p_y, p_lse, tl.program_id(0).to(tl.int64), n_cols, stride_x_row, stride_y_row, LOG,
+                         BLOCK_N, LOOP_STAGES)  # fmt: skip
+
+
+@triton.jit
+def _softmax_bwd_row(p_dy, p_x, p_lse, p_dx, i_row, n_cols, stride_dy_row, stride_x_row, stride_dx_row,
+                     LOG: tl.constexpr, BLOCK_N: tl.constexpr, LOOP_STAGES: tl.constexpr):  # fmt: skip
+    """One long row in BLOCK_N chunks: the row sum c, then dx (a second read of dy and x)."""
+    p_dy_row = p_dy + i_row * stride_dy_row
+    p_x_row = p_x + i_row * stride_x_row
+    lse = tl.load(p_lse + i_row)
+    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    for start in tl.range(0, n_cols, BLOCK_N, num_stages=LOOP_STAGES):
+        o_n = start + tl.arange(0, BLOCK_N)
+        b_dy = tl.load(p_dy_row + o_n, mask=o_n < n_cols, other=0.0).to(tl.float32)
+        if LOG:
+            acc += b_dy
+        else:
             b_x = tl.load(p_x_row + o_n, mask=o_n < n_cols, other=float("-inf")).to(tl.float32)
-            # One exp per element: e = exp(min - max) is the new term when x <= m, else the factor that
-            # rescales s to the new max x (whose own term is 1). -inf on both sides gives e = 0.
-            b_m_new = tl.maximum(b_m, b_x)
-            b_e = tl.exp(tl.minimum(b_m, b_x) - _finite_or_zero(b_m_new))
-            b_s = tl.where(b_x > b_m, b_s * b_e + 1.0, b_s + b_e)
-            b_m = b_m_new
-        m = tl.max(b_m, axis=0)
-        m_safe = _finite_or_zero(m)
-        s = tl.sum(b_s * tl.exp(b_m - m_safe), axis=0)
-        tl.store(p_lse + i_row, m_safe + tl.log(s))
-        for start in range(0, n_cols, BLOCK_N):
-            o_n = start + tl.arange(0, BLOCK_N)
-            b_x = tl.load(p_x_row + o_n, mask=o_n < n_cols, other=float("-inf")).to(tl.float32)
-            b_y = b_x - (m_safe + tl.log(s)) if LOG else tl.exp(b_x - m_safe) * (1.0 / s)
-            tl.store(p_y + i_row * stride_y_row + o_n, b_y.to(p_y.dtype.element_ty), mask=o_n < n_cols)
+            acc += b_dy * tl.exp(b_x - lse)
+    c = tl.sum(acc, axis=0)
+    for start in tl.range(0, n_cols, BLOCK_N, num_stages=LOOP_STAGES):
+        o_n = start + tl.arange(0, BLOCK_N)
+        b_dy = tl.load(p_dy_row + o_n, mask=o_n < n_cols, other=0.0).to(tl.float32)
+        b_p = tl.exp(tl.load(p_x_row + o_n, mask=o_n < n_cols, other=float("-inf")).to(tl.float32) - lse)
+        b_dx = b_dy - b_p * c if LOG else b_p * (b_dy - c)
+        tl.store(p_dx + i_row * stride_dx_row + o_n, b_dx.to(p_dx.dtype.element_ty), mask=o_n < n_cols)
 
 
 @triton.jit
 def _softmax_bwd_kernel(
     p_dy, p_x, p_lse, p_dx, n_rows, n_cols, stride_dy_row, stride_x_row, stride_dx_row,
     LOG: tl.constexpr, SINGLE_PASS: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
+    LOOP_STAGES: tl.constexpr,
 ):  # fmt: skip
     """With p = exp(x - lse) recomputed in fp32 from the input:
     softmax: dx = p * (dy - sum(dy * p));  log_softmax: dx = dy - p * sum(dy).
@@ -101,34 +141,16 @@ def _softmax_bwd_kernel(
         b_dx = b_dy - b_p * c if LOG else b_p * (b_dy - c)
         tl.store(p_dx + o_rows[:, None] * stride_dx_row + o_n[None, :], b_dx.to(p_dx.dtype.element_ty), mask=m_rn)
     else:
-        i_row = tl.program_id(0).to(tl.int64)
-        p_dy_row = p_dy + i_row * stride_dy_row
-        p_x_row = p_x + i_row * stride_x_row
-        lse = tl.load(p_lse + i_row)
-        acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
-        for start in range(0, n_cols, BLOCK_N):
-            o_n = start + tl.arange(0, BLOCK_N)
-            b_dy = tl.load(p_dy_row + o_n, mask=o_n < n_cols, other=0.0).to(tl.float32)
-            if LOG:
-                acc += b_dy
-            else:
-                b_x = tl.load(p_x_row + o_n, mask=o_n < n_cols, other=float("-inf")).to(tl.float32)
-                acc += b_dy * tl.exp(b_x - lse)
-        c = tl.sum(acc, axis=0)
-        for start in range(0, n_cols, BLOCK_N):
-            o_n = start + tl.arange(0, BLOCK_N)
-            b_dy = tl.load(p_dy_row + o_n, mask=o_n < n_cols, other=0.0).to(tl.float32)
-            b_p = tl.exp(tl.load(p_x_row + o_n, mask=o_n < n_cols, other=float("-inf")).to(tl.float32) - lse)
-            b_dx = b_dy - b_p * c if LOG else b_p * (b_dy - c)
-            tl.store(p_dx + i_row * stride_dx_row + o_n, b_dx.to(p_dx.dtype.element_ty), mask=o_n < n_cols)
+        _softmax_bwd_row(p_dy, p_x, p_lse, p_dx, tl.program_id(0).to(tl.int64), n_cols, stride_dy_row,
+                         stride_x_row, stride_dx_row, LOG, BLOCK_N, LOOP_STAGES)  # fmt: skip
 
 
 @functools.lru_cache(maxsize=256)
 def softmax_launch_plan(n_cols: int, backward: bool = False, element_size: int = 2,
-                        log: bool = False) -> tuple[bool, int, int, int]:  # fmt: skip
-    """(single pass, BLOCK_N, rows per program, warps): about 4096 elements a program for short rows,
-    whole rows in registers up to MAX_SINGLE_PASS, chunks beyond: LOOP_CHUNK with 8 warps forward,
-    LOOP_CHUNK_BWD with 32 warps backward.
+                        log: bool = False) -> tuple[bool, int, int, int, int]:  # fmt: skip
+    """(single pass, BLOCK_N, rows per program, warps, pipeline depth of the chunk loops): about 4096
+    elements a program for short rows, whole rows in registers up to MAX_SINGLE_PASS, chunks beyond:
+    LOOP_CHUNK with 8 warps forward, LOOP_CHUNK_BWD with 32 warps (LOOP_STAGES_BWD deep) backward.
 
     The backward chunks, and the 16-bit softmax backward at 32768 taking the looped path, come from a
     sweep on the H200 (16384 x 32768 elements, kernels alone): the single pass there ran at 72% of the
@@ -137,18 +159,21 @@ def softmax_launch_plan(n_cols: int, backward: bool = False, element_size: int =
     block_n = next_power_of_2(n_cols)
     spills = backward and not log and element_size < 4 and block_n >= MAX_SINGLE_PASS
     if block_n > MAX_SINGLE_PASS or spills:
-        return (False, LOOP_CHUNK_BWD, 1, 32) if backward else (False, LOOP_CHUNK, 1, 8)
+        stages = LOOP_STAGES_BWD if block_n > MAX_SINGLE_PASS else 1
+        return (False, LOOP_CHUNK_BWD, 1, 32, stages) if backward else (False, LOOP_CHUNK, 1, 8, 1)
     rows = max(1, min(64, 4096 // block_n))
     elements = rows * block_n
-    return True, block_n, rows, 4 if elements <= 2048 else 8 if elements <= 8192 else 16
+    return True, block_n, rows, 4 if elements <= 2048 else 8 if elements <= 8192 else 16, 1
 
 
 def _launch(kernel, tensors, strides, x, log, backward):
     n_rows, n_cols = x.shape
-    single_pass, block_n, rows, warps = softmax_launch_plan(n_cols, backward, x.element_size(), log)
+    single_pass, block_n, rows, warps, stages = softmax_launch_plan(n_cols, backward, x.element_size(), log)
     grid = (cdiv(n_rows, rows) if single_pass else n_rows,)
+    # Two pipelined loops over the row, each with buffers of its own, for x (forward) or dy and x chunks
+    stages = pipeline_depth(stages, 2 * (2 if backward else 1) * block_n * x.element_size(), x.device)
     kernel[grid](*tensors, n_rows, n_cols, *strides, LOG=log, SINGLE_PASS=single_pass, ROWS=rows, BLOCK_N=block_n,
-                 num_warps=warps)  # fmt: skip
+                 LOOP_STAGES=stages, num_warps=warps)  # fmt: skip
 
 
 def softmax_fwd_launch(x: torch.Tensor, log: bool) -> tuple[torch.Tensor, torch.Tensor]:
