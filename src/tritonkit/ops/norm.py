@@ -117,7 +117,7 @@ def _norm_fwd_kernel(
         m_n = o_n < n_cols
         # The weight and bias load with x (their latency hidden behind its) when few elements per thread
         # leave registers for them; else after the reductions, since live through them the widest rows
-        # spill (LayerNorm fp32 at 16384: 0.53 -> 0.67 ms). WEIGHT_FIRST: RMSNorm 4096 bf16 0.0717 -> 0.0696.
+        # spill (LayerNorm fp32 at 16384: 0.53 -> 0.67 ms). WEIGHT_FIRST: RMSNorm 4096 bf16 0.0717 -> 0.070.
         if WEIGHT_FIRST:
             b_w = _offset_weight(p_w, o_n, m_n, offset, HAS_W)
             b_b = tl.load(p_b + o_n, mask=m_n, other=0.0).to(tl.float32) if HAS_B else 0.0
