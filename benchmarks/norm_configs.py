@@ -22,7 +22,7 @@ norm = importlib.import_module("tritonkit.ops.norm")
 ROWS_TOTAL = 16384
 
 
-def _ms(run):
+def median_ms(run):
     # Short repetitions: the sweep compiles and times hundreds of configurations in one device session.
     # A configuration needing more shared memory than the device has (deep pipelines of wide fp32 rows)
     # times as infinite.
@@ -46,10 +46,10 @@ def fwd_ms(x, w, is_rms, rows, warps, stages=1, chunk=0):
             x, x, w, x, y, y, mean, rstd, n_rows, n, n, 0, n, 0, 1e-6, 0.0,
             IS_RMS=is_rms, HAS_RES=False, HAS_W=True, HAS_B=False, STORE_H=False, SINGLE_PASS=not chunk,
             ROWS=rows, BLOCK_N=block, LOOP_STAGES=stages,
-            WEIGHT_FIRST=not chunk and rows * block <= norm.WEIGHT_FIRST_ELEMENTS * 32 * warps, num_warps=warps,
+            WEIGHT_FIRST=not chunk and norm.loads_weight_first(rows, block, warps), num_warps=warps,
         )  # fmt: skip
 
-    return _ms(run)
+    return median_ms(run)
 
 
 def bwd_ms(x, w, is_rms, per_sm, warps, rows, has_bias=False, stages=1):
@@ -68,7 +68,7 @@ def bwd_ms(x, w, is_rms, per_sm, warps, rows, has_bias=False, stages=1):
             ROW_TERMS_GIVEN=False, ROWS=rows, BLOCK_N=block, LOOP_STAGES=stages, num_warps=warps,
         )  # fmt: skip
 
-    return _ms(run)
+    return median_ms(run)
 
 
 def print_fwd(x, w, is_rms, label):
@@ -123,7 +123,7 @@ def wide_bwd_ms(x, w, is_rms, tile):
     saved = norm.WIDE_BWD_TILE
     norm.WIDE_BWD_TILE = {x.element_size(): tile}
     try:
-        return _ms(
+        return median_ms(
             lambda: norm.norm_bwd_launch(dy, None, x, w, None, None if is_rms else mean, rstd, 0.0, is_rms, not is_rms)
         )
     finally:

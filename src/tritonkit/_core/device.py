@@ -50,6 +50,8 @@ def pipeline_depth(stages: int, bytes_per_stage: int, device: torch.device) -> i
     buffers ``stages - 1`` iterations' loads in shared memory, and a kernel asking for more than the device
     has fails to launch. ``bytes_per_stage``: one iteration's loads, summed over the kernel's pipelined
     loops (each has buffers of its own)."""
+    if stages <= 1:  # nothing buffered: no device query on the (common) unpipelined launch
+        return stages
     budget = max_shared_memory(device) - _SHARED_MEMORY_RESERVE
     while stages > 1 and (stages - 1) * bytes_per_stage > budget:
         stages -= 1

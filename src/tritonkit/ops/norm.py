@@ -49,6 +49,13 @@ def _offset_weight(p_w, o_n, m_n, offset, HAS_W: tl.constexpr):
 
 
 @triton.jit
+def _weight_and_bias(p_w, p_b, o_n, m_n, offset, HAS_W: tl.constexpr, HAS_B: tl.constexpr):
+    """offset + w and b at columns o_n in fp32 (see _offset_weight; b is 0.0 without a bias)."""
+    b_b = tl.load(p_b + o_n, mask=m_n, other=0.0).to(tl.float32) if HAS_B else 0.0
+    return _offset_weight(p_w, o_n, m_n, offset, HAS_W), b_b
+
+
+@triton.jit
 def _chunk_h(p_x_row, p_res_row, o_n, m_n, HAS_RES: tl.constexpr):
     """h = x + residual at columns o_n of one row, in fp32 (0 where masked)."""
     b_h = tl.load(p_x_row + o_n, mask=m_n, other=0.0).to(tl.float32)
@@ -88,11 +95,12 @@ def _norm_fwd_long_row(p_x, p_res, p_w, p_b, p_y, p_h, p_mean, p_rstd, i_row, n_
         b_h = _chunk_h(p_x_row, p_res_row, o_n, m_n, HAS_RES)
         if STORE_H:
             tl.store(p_h + i_row * stride_h_row + o_n, b_h.to(p_h.dtype.element_ty), mask=m_n)
+        b_w, b_b = _weight_and_bias(p_w, p_b, o_n, m_n, offset, HAS_W, HAS_B)
         b_y = (b_h - b_mean) * b_rstd
         if HAS_W:
-            b_y *= _offset_weight(p_w, o_n, m_n, offset, HAS_W)
+            b_y *= b_w
         if HAS_B:
-            b_y += tl.load(p_b + o_n, mask=m_n, other=0.0).to(tl.float32)
+            b_y += b_b
         tl.store(p_y + i_row * stride_y_row + o_n, b_y.to(p_y.dtype.element_ty), mask=m_n)
 
 
@@ -119,8 +127,7 @@ def _norm_fwd_kernel(
         # leave registers for them; else after the reductions, since live through them the widest rows
         # spill (LayerNorm fp32 at 16384: 0.53 -> 0.67 ms). WEIGHT_FIRST: RMSNorm 4096 bf16 0.0717 -> 0.070.
         if WEIGHT_FIRST:
-            b_w = _offset_weight(p_w, o_n, m_n, offset, HAS_W)
-            b_b = tl.load(p_b + o_n, mask=m_n, other=0.0).to(tl.float32) if HAS_B else 0.0
+            b_w, b_b = _weight_and_bias(p_w, p_b, o_n, m_n, offset, HAS_W, HAS_B)
         m_rn = m_rows[:, None] & m_n[None, :]
         b_h = tl.load(p_x + o_rows[:, None] * stride_x_row + o_n[None, :], mask=m_rn, other=0.0).to(tl.float32)
         if HAS_RES:
@@ -138,8 +145,7 @@ def _norm_fwd_kernel(
         tl.store(p_rstd + o_rows, b_rstd, mask=m_rows)
         b_y = b_centered * b_rstd[:, None]
         if not WEIGHT_FIRST:
-            b_w = _offset_weight(p_w, o_n, m_n, offset, HAS_W)
-            b_b = tl.load(p_b + o_n, mask=m_n, other=0.0).to(tl.float32) if HAS_B else 0.0
+            b_w, b_b = _weight_and_bias(p_w, p_b, o_n, m_n, offset, HAS_W, HAS_B)
         if HAS_W:
             b_y *= b_w[None, :]
         if HAS_B:
@@ -411,10 +417,16 @@ def norm_fwd_launch(x, weight, bias, residual, eps, offset, is_rms, store_h, h_f
         h.stride(0) if h is not None else 0, eps, offset,
         IS_RMS=is_rms, HAS_RES=residual is not None, HAS_W=weight is not None, HAS_B=bias is not None,
         STORE_H=store_h, SINGLE_PASS=plan.single_pass, ROWS=plan.rows, BLOCK_N=plan.block_n,
-        LOOP_STAGES=stages, WEIGHT_FIRST=plan.rows * plan.block_n <= WEIGHT_FIRST_ELEMENTS * 32 * plan.num_warps,
+        LOOP_STAGES=stages, WEIGHT_FIRST=loads_weight_first(plan.rows, plan.block_n, plan.num_warps),
         num_warps=plan.num_warps,
     )  # fmt: skip
     return y, h, mean, rstd
+
+
+def loads_weight_first(rows: int, block_n: int, num_warps: int) -> bool:
+    """Whether the single-pass forward loads the weight and bias with x: where at most
+    WEIGHT_FIRST_ELEMENTS row elements per thread leave registers for them."""
+    return rows * block_n <= WEIGHT_FIRST_ELEMENTS * 32 * num_warps
 
 
 def _bytes_per_element(*tensors) -> int:
