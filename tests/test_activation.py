@@ -85,6 +85,22 @@ def test_gelu_tanh_gradient_in_the_saturated_tail(device):
     torch.testing.assert_close(ours.double(), exact, rtol=1e-4, atol=1e-12)
 
 
+def test_gelu_erf_fit_accuracy(device):
+    # The erf GELU evaluates Phi from a Chebyshev fit of erfc: the bounds its docstring states, which a
+    # wrong coefficient would break (the registry's fp32 tolerance, 1e-5, is looser). The exact values come
+    # from erfc in float64: torch's float64 GELU, 1 + erf, cancels to 0 below x = -8.
+    x = torch.linspace(-12, 12, 48001, device=device).requires_grad_()
+    y = tk.ops.gelu(x)
+    (dx,) = torch.autograd.grad(y.sum(), x)
+    x64 = x.detach().double()
+    cdf = 0.5 * torch.special.erfc(-x64 * 0.5**0.5)
+    exact, exact_dx = x64 * cdf, cdf + x64 * torch.exp(-0.5 * x64 * x64) / (2 * torch.pi) ** 0.5
+    assert (y.double() - exact).abs().max().item() < 4e-7
+    tail = x64 < -1
+    assert ((y.double() - exact).abs() / exact.abs())[tail].max().item() < 2e-5
+    assert (dx.double() - exact_dx).abs().max().item() < 1e-6
+
+
 def test_gated_bad_input(device):
     with pytest.raises(ValueError, match=r"swiglu: gate and up must have the same shape, got \(3,\) and \(4,\)"):
         tk.ops.swiglu(torch.randn(3, device=device), torch.randn(4, device=device))

@@ -17,6 +17,7 @@ import triton.language as tl
 from tritonkit._core.checks import FLOAT_DTYPES, check_choice, check_device, check_tensor
 from tritonkit._core.dispatch import cheapest_path
 from tritonkit._core.elementwise import launch_elementwise
+from tritonkit._core.env import interpreting
 from tritonkit.registry import Inputs, KernelSpec, register
 
 __all__ = ["geglu", "gelu", "silu", "swiglu"]
@@ -24,36 +25,91 @@ __all__ = ["geglu", "gelu", "silu", "swiglu"]
 GELU_ERF, GELU_TANH, SILU = 0, 1, 2
 
 
+# log2(e): the exponentials below are exp2 of arguments scaled by it (folded into the constants).
+_L2E = tl.constexpr(1.4426950408889634)
+# PTX's approximate exp2 and reciprocal with denormals flushed, one MUFU instruction each. Triton's tl.exp
+# and division add range fix-ups around them, and these elementwise kernels are issue-bound with them:
+# the erf GELU forward compiled to 37 instructions per element, 25 with these (benchmarks/NOTES.md). The
+# interpreter runs no PTX, so there the same math goes through tl.exp2 and a division.
+_PTX_MATH = tl.constexpr(not interpreting() and torch.version.hip is None)
+
+
+@triton.jit
+def _approx(x, OP: tl.constexpr):
+    """In fp32, 2^x for OP "ex2" (results below 2^-126 flush to 0) or 1 / x for OP "rcp" (within an ulp or
+    two; 1 / inf = 0)."""
+    if _PTX_MATH:
+        y = tl.inline_asm_elementwise(OP + ".approx.ftz.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True,
+                                      pack=1)  # fmt: skip
+    elif OP == "ex2":
+        y = tl.exp2(x)
+    else:
+        y = 1.0 / x
+    return y
+
+
+@triton.jit
+def _sigmoid(v):
+    """1 / (1 + exp(-v)); exp(-v) overflows to inf for v < -88, which gives 0."""
+    return _approx(1.0 + _approx(v * -_L2E, "ex2"), "rcp")
+
+
+@triton.jit
+def _normal_cdf(x):
+    """Phi(x) = erfc(-x / sqrt 2) / 2 from a Chebyshev fit of erfc on z = |x| / sqrt 2 >= 0 (Numerical
+    Recipes' erfcc, relative error below 1.2e-7): erfc(z) = t exp(P(t) - z^2), t = 1 / (1 + z/2), with P of
+    degree 9 in Horner form below (its coefficients times log2 e, for exp2; the constant term also takes
+    the halving, as 2^-1); Phi = erfc(z) / 2 for x < 0 and 1 - erfc(z) / 2 for x >= 0.
+
+    One exp2 and one reciprocal, where libdevice's erf held the bf16 GELU forward to 67% of bandwidth
+    (benchmarks/NOTES.md). Checked in fp32 over [-12, 12] against float64: GELU within 4e-7 (torch's fp32
+    GELU: 1.2e-6), and within 2e-5 relative in the negative tail, where 1 + erf(x / sqrt 2) cancels."""
+    t = _approx(1.0 + 0.35355339059327373 * tl.abs(x), "rcp")
+    p = t * (0.17087277 * _L2E) - 0.82215223 * _L2E
+    p = p * t + 1.48851587 * _L2E
+    p = p * t - 1.13520398 * _L2E
+    p = p * t + 0.27886807 * _L2E
+    p = p * t - 0.18628806 * _L2E
+    p = p * t + 0.09678418 * _L2E
+    p = p * t + 0.37409196 * _L2E
+    p = p * t + 1.00002368 * _L2E
+    p = p * t - (1.26551223 * _L2E + 1.0)
+    half_erfc = t * _approx(p - x * x * (0.5 * _L2E), "ex2")
+    return tl.where(x >= 0, 1.0 - half_erfc, half_erfc)
+
+
 @triton.jit
 def _act(x, ACT: tl.constexpr):
-    """GELU: f = x/2 (1 + erf(x / sqrt 2));  GELU tanh: f = x/2 (1 + tanh(u)) = x sigmoid(2u) with
-    u = sqrt(2/pi) (x + 0.044715 x^3);  SiLU: f = x sigmoid(x). x in fp32."""
+    """GELU: f = x/2 (1 + erf(x / sqrt 2)) = x Phi(x);  GELU tanh: f = x/2 (1 + tanh(u)) = x sigmoid(2u)
+    with u = sqrt(2/pi) (x + 0.044715 x^3);  SiLU: f = x sigmoid(x). x in fp32."""
     if ACT == 0:
-        f = 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
+        f = x * _normal_cdf(x)
     elif ACT == 1:
-        f = x * tl.sigmoid(1.5957691216057308 * (x + 0.044715 * x * x * x))  # 2u
+        f = x * _sigmoid(1.5957691216057308 * (x + 0.044715 * x * x * x))  # 2u
     else:
-        f = x * tl.sigmoid(x)
+        f = x * _sigmoid(x)
     return f
 
 
 @triton.jit
 def _act_grad(x, ACT: tl.constexpr):
     """f'(x) for the activations of :func:`_act`:
-    GELU:      f' = (1 + erf(x / sqrt 2)) / 2 + x exp(-x^2 / 2) / sqrt(2 pi)
-    GELU tanh: f' = sigmoid(2u) + x/2 sech^2(u) sqrt(2/pi) (1 + 3 * 0.044715 x^2), with
-               sech^2(u) = 4e / (1 + e)^2, e = exp(-2|u|). Written from tanh(u) instead, 1 - t^2 and
-               1 + t cancel to 0 in fp32 once |u| > ~8 (x < -4.5), where f' is still ~1e-6.
+    GELU:      f' = Phi(x) + x exp(-x^2 / 2) / sqrt(2 pi), Phi(x) = (1 + erf(x / sqrt 2)) / 2
+    GELU tanh: f' = sigmoid(2u) + x/2 sech^2(u) sqrt(2/pi) (1 + 3 * 0.044715 x^2), with e = exp(-2|u|),
+               r = 1 / (1 + e): sech^2(u) = 4 e r^2 and sigmoid(2u) = r for u >= 0, e r for u < 0. Written
+               from tanh(u) instead, 1 - t^2 and 1 + t cancel to 0 in fp32 once |u| > ~8 (x < -4.5),
+               where f' is still ~1e-6.
     SiLU:      f' = s (1 + x (1 - s)), s = sigmoid(x)."""
     if ACT == 0:
-        g = 0.5 * (1.0 + tl.erf(x * 0.7071067811865476)) + x * tl.exp(-0.5 * x * x) * 0.3989422804014327
+        g = _normal_cdf(x) + x * _approx(x * x * (-0.5 * _L2E), "ex2") * 0.3989422804014327
     elif ACT == 1:
         u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
-        e = tl.exp(-2.0 * tl.abs(u))
-        sech2 = 4.0 * e / ((1.0 + e) * (1.0 + e))
-        g = tl.sigmoid(2.0 * u) + 0.5 * x * sech2 * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x)
+        e = _approx(tl.abs(u) * (-2.0 * _L2E), "ex2")
+        r = _approx(1.0 + e, "rcp")
+        sigmoid_2u = tl.where(u >= 0, r, e * r)
+        g = sigmoid_2u + 0.5 * x * (4.0 * e * r * r) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x)
     else:
-        s = tl.sigmoid(x)
+        s = _sigmoid(x)
         g = s * (1.0 + x * (1.0 - s))
     return g
 
