@@ -1,8 +1,13 @@
-"""Sweep the looped softmax kernels' launch configurations on a GPU: chunk, warps and the chunk loop's
-software-pipeline depth, timed on the kernels alone over 2**29 elements.
+"""Sweep the looped softmax kernels' launch configurations on a GPU: chunk, warps, the chunk loops'
+software-pipeline depth, a grid of a few programs per SM looping over rows (0: one program per row), and
+the L2 hints that keep a row cached between its two reads; timed on the kernels alone over 2**29 elements,
+through the launcher with each configuration as its plan.
 
-The data behind ``softmax_launch_plan``'s looped path and ``LOOP_STAGES_BWD``.
-`PYTHONPATH=src python3 benchmarks/softmax_configs.py [WIDTH ...] [--fwd-only] [--bwd-only] [--float32]`
+The data behind ``softmax_launch_plan``'s looped path.
+`PYTHONPATH=src python3 benchmarks/softmax_configs.py [WIDTH ...] [--fwd-only] [--bwd-only] [--float32] [--log]
+[--single-pass]` (``--log``: log_softmax's backward too; the forward's passes read the same bytes with or
+without the log. ``--single-pass``: instead, rows per program and warps of the single-pass kernels, rows
+that fit registers, 16384 of them).
 """
 
 import importlib
@@ -14,45 +19,73 @@ from norm_configs import median_ms  # the sibling sweep's timing (short repetiti
 
 softmax = importlib.import_module("tritonkit.ops.softmax")
 ELEMENTS = 16384 * 32768
+CONFIGS = [
+    (chunk, warps, stages, per_sm, hints)
+    for (chunk, warps), stages, per_sm, hints in itertools.product(
+        ((4096, 8), (4096, 16), (8192, 16), (8192, 32), (16384, 32)), (1, 3), (0, 1, 2), (False, True)
+    )
+]
 
 
-def kernel_ms(backward, x, dy, lse, out, log, chunk, warps, stages):
-    n_rows, n = x.shape
+def kernel_ms(backward, x, dy, lse, out, log, plan):
+    n = x.shape[1]
     if backward:
-        tensors, strides = (dy, x, lse, out), (n, n, n)
+        args = (softmax._softmax_bwd_kernel, (dy, x, lse, out), (n, n, n))
     else:
-        tensors, strides = (x, out, lse), (n, n)
-    kernel = softmax._softmax_bwd_kernel if backward else softmax._softmax_fwd_kernel
+        args = (softmax._softmax_fwd_kernel, (x, out, lse), (n, n))
+    return median_ms(lambda: softmax._launch(*args, x, log, backward, plan=plan))
 
-    def run():
-        kernel[(n_rows,)](*tensors, n_rows, n, *strides, LOG=log, SINGLE_PASS=False, ROWS=1, BLOCK_N=chunk,
-                          LOOP_STAGES=stages, num_warps=warps)  # fmt: skip
 
-    return median_ms(run)
+def print_single_pass(widths, dtype):
+    """The single-pass plan's choices (rows per program, warps) for rows that fit registers, 16384 rows."""
+    print("dir  log    dtype     n       (rows, warps)  ms      GB/s  (the plan now)")
+    for backward, n in itertools.product((False, True), widths):
+        x = torch.randn(16384, n, device="cuda", dtype=dtype)
+        dy, out = torch.randn_like(x), torch.empty_like(x)
+        lse = torch.logsumexp(x.float(), dim=-1)
+        times = {}
+        for rows, warps in itertools.product((1, 2, 4, 8, 16), (2, 4, 8, 16)):
+            if rows * n <= 16384 and 64 * warps <= rows * n:
+                plan = softmax.SoftmaxPlan(True, n, rows, warps, 1, 0, False)
+                times[(rows, warps)] = kernel_ms(backward, x, dy, lse, out, False, plan)
+        best = min(times, key=times.get)
+        gbps = (3 if backward else 2) * x.numel() * x.element_size() / times[best] / 1e6
+        now = kernel_ms(backward, x, dy, lse, out, False, softmax.softmax_launch_plan(n, backward, x.element_size()))
+        print(f"{'bwd' if backward else 'fwd'}  False  {str(dtype)[6:]:<9} {n:<7} {best!s:<14} {times[best]:.4f}  "
+              f"{gbps:6.0f}  (now {now:.4f})")  # fmt: skip
+        for config in sorted(times, key=times.get)[1:4]:
+            print(f"        {config!s:<14} {times[config]:.4f}")
 
 
 def main():
     widths = [int(a) for a in sys.argv[1:] if a.isdigit()] or [32768, 65536, 262144]
     dtype = torch.float32 if "--float32" in sys.argv else torch.bfloat16
+    if "--single-pass" in sys.argv:
+        print_single_pass([int(a) for a in sys.argv[1:] if a.isdigit()] or [1024, 2048, 4096, 8192], dtype)
+        return
     directions = [d for d, flag in ((False, "--bwd-only"), (True, "--fwd-only")) if flag not in sys.argv]
-    print("dir  log    dtype     n       (chunk, warps, stages)  ms      GB/s  (best without pipelining)")
+    print("dir  log    dtype     n       (chunk, warps, stages, per_sm, hints)  ms      GB/s  "
+          "(best without hints; the plan now)")  # fmt: skip
     for backward, n, log in itertools.product(directions, widths, (False, True)):
+        if log and (not backward or "--log" not in sys.argv):
+            continue
         x = torch.randn(ELEMENTS // n, n, device="cuda", dtype=dtype)
         dy, out = torch.randn_like(x), torch.empty_like(x)
         lse = torch.logsumexp(x.float(), dim=-1)
         times = {}
-        for config in itertools.product((2048, 4096, 8192), (8, 16, 32), (1, 2, 3)):
-            if config[1] * 32 * 4 <= config[0]:
-                times[config] = kernel_ms(backward, x, dy, lse, out, log, *config)
+        for chunk, warps, stages, per_sm, hints in CONFIGS:
+            plan = softmax.SoftmaxPlan(False, chunk, 1, warps, stages, per_sm, hints)
+            times[(chunk, warps, stages, per_sm, hints)] = kernel_ms(backward, x, dy, lse, out, log, plan)
         best = min(times, key=times.get)
         passes = 3 if backward else 2
         gbps = passes * x.numel() * x.element_size() / times[best] / 1e6
-        flat = {c: t for c, t in times.items() if c[2] == 1}
-        best_flat = min(flat, key=flat.get)
-        single_pass, chunk, _, warps, stages = softmax.softmax_launch_plan(n, backward, x.element_size(), log)
-        now = "single pass" if single_pass else f"now {times[(chunk, warps, stages)]:.4f}"
-        print(f"{'bwd' if backward else 'fwd'}  {log!s:<6} {str(dtype)[6:]:<9} {n:<7} {best!s:<23} "
-              f"{times[best]:.4f}  {gbps:6.0f}  ({best_flat}, {flat[best_flat]:.4f}; {now})")  # fmt: skip
+        plain = {c: t for c, t in times.items() if not c[4]}
+        best_plain = min(plain, key=plain.get)
+        now = kernel_ms(backward, x, dy, lse, out, log, softmax.softmax_launch_plan(n, backward, x.element_size(), log))
+        print(f"{'bwd' if backward else 'fwd'}  {log!s:<6} {str(dtype)[6:]:<9} {n:<7} {best!s:<38} "
+              f"{times[best]:.4f}  {gbps:6.0f}  ({best_plain}, {plain[best_plain]:.4f}; now {now:.4f})")  # fmt: skip
+        for config in sorted(times, key=times.get)[1:5]:
+            print(f"        {config!s:<38} {times[config]:.4f}")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ No ``from __future__ import annotations`` here: torch.library reads the launcher
 
 import functools
 import math
+from typing import NamedTuple
 
 import torch
 import triton
@@ -17,7 +18,7 @@ import triton.language as tl
 
 from tritonkit._core import alloc
 from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor
-from tritonkit._core.device import pipeline_depth
+from tritonkit._core.device import pipeline_depth, sm_count
 from tritonkit._core.dispatch import cheapest_path
 from tritonkit._core.ints import cdiv, next_power_of_2
 from tritonkit._core.layout import as_rows
@@ -26,12 +27,24 @@ from tritonkit.registry import Inputs, KernelSpec, Tolerance, register
 __all__ = ["log_softmax", "softmax"]
 
 MAX_SINGLE_PASS = 32768
-LOOP_CHUNK = 4096
-LOOP_CHUNK_BWD = 8192
-# Software-pipeline depth of the looped backward's chunk loops for rows beyond MAX_SINGLE_PASS: the next
-# chunks' loads issued as cp.async while this one is reduced (3: 1.22 -> 1.11 ms for 8192 x 65536 bf16).
-# The looped forward, and the 16-bit backward at 32768, gained nothing from it (1: none).
-LOOP_STAGES_BWD = 3
+# The looped path's plans (chunk, warps, pipeline depth, programs per SM, L2 hints), from a sweep of the
+# kernels alone on the H200 over 2**29 bf16 elements (benchmarks/results/nvidia-h200/
+# 2026-11-22-softmax-loop-configs-l2.txt). Keeping each row in L2 between its two reads was worth
+# 11-26% at 32768 and 65536 (forward 65536: 0.80 -> 0.71 ms; backward 32768: 0.95 -> 0.81, 93% of the
+# copy bandwidth) and nothing at 262144, whose rows in flight outgrow L2. Pipelined chunk loops lose the
+# hints (their cp.async loads carry none), and with the hints one stage was best everywhere.
+LOOP_FWD = (8192, 32, 1, 0, True)
+LOOP_BWD = {True: (8192, 32, 1, 0, True), False: (8192, 32, 1, 1, True)}  # keyed by n <= MAX_SINGLE_PASS
+# The single pass's (rows per program, warps), keyed by (row width, element size, backward): the fastest
+# (or within 1% of it, with fewer warps) in a sweep of 16384 rows on the H200
+# (2026-11-22-softmax-single-pass-configs.txt). Against about 4096 elements a program, the bf16 forward
+# gained 13% at 1024 and 10% at 2048, the rest 0-4%. Other widths keep that rule.
+_SINGLE_PASS_MEASURED = {
+    (1024, 2, False): (2, 2), (2048, 2, False): (1, 4), (4096, 2, False): (1, 4), (8192, 2, False): (1, 4),
+    (1024, 2, True): (1, 4), (2048, 2, True): (1, 4), (4096, 2, True): (1, 4), (8192, 2, True): (1, 8),
+    (1024, 4, False): (1, 2), (2048, 4, False): (1, 2), (4096, 4, False): (1, 16), (8192, 4, False): (1, 16),
+    (1024, 4, True): (1, 2), (2048, 4, True): (1, 16), (4096, 4, True): (1, 16), (8192, 4, True): (1, 16),
+}  # fmt: skip
 
 
 @triton.jit
@@ -42,14 +55,18 @@ def _finite_or_zero(m):
 
 @triton.jit
 def _softmax_fwd_row(p_x, p_y, p_lse, i_row, n_cols, stride_x_row, stride_y_row, LOG: tl.constexpr,
-                     BLOCK_N: tl.constexpr, LOOP_STAGES: tl.constexpr):  # fmt: skip
-    """One long row in BLOCK_N chunks: the online max and sum, then the output (a second read of the row)."""
+                     BLOCK_N: tl.constexpr, LOOP_STAGES: tl.constexpr, L2_HINTS: tl.constexpr):  # fmt: skip
+    """One long row in BLOCK_N chunks: the online max and sum, then the output (a second read of the row).
+    With L2_HINTS the first read asks L2 to keep the row (evict_last) and the second read and the stores
+    to drop their lines first, so that the second read hits L2 instead of reading DRAM again."""
+    keep: tl.constexpr = "evict_last" if L2_HINTS else ""
+    drop: tl.constexpr = "evict_first" if L2_HINTS else ""
     p_x_row = p_x + i_row * stride_x_row
     b_m = tl.full((BLOCK_N,), float("-inf"), dtype=tl.float32)  # running max per lane
     b_s = tl.zeros((BLOCK_N,), dtype=tl.float32)  # running sum per lane, relative to b_m
     for start in tl.range(0, n_cols, BLOCK_N, num_stages=LOOP_STAGES):
         o_n = start + tl.arange(0, BLOCK_N)
-        b_x = tl.load(p_x_row + o_n, mask=o_n < n_cols, other=float("-inf")).to(tl.float32)
+        b_x = tl.load(p_x_row + o_n, mask=o_n < n_cols, other=float("-inf"), eviction_policy=keep).to(tl.float32)
         # One exp per element: e = exp(min - max) is the new term when x <= m, else the factor that
         # rescales s to the new max x (whose own term is 1). -inf on both sides gives e = 0.
         b_m_new = tl.maximum(b_m, b_x)
@@ -62,16 +79,17 @@ def _softmax_fwd_row(p_x, p_y, p_lse, i_row, n_cols, stride_x_row, stride_y_row,
     tl.store(p_lse + i_row, m_safe + tl.log(s))
     for start in tl.range(0, n_cols, BLOCK_N, num_stages=LOOP_STAGES):
         o_n = start + tl.arange(0, BLOCK_N)
-        b_x = tl.load(p_x_row + o_n, mask=o_n < n_cols, other=float("-inf")).to(tl.float32)
+        b_x = tl.load(p_x_row + o_n, mask=o_n < n_cols, other=float("-inf"), eviction_policy=drop).to(tl.float32)
         b_y = b_x - (m_safe + tl.log(s)) if LOG else tl.exp(b_x - m_safe) * (1.0 / s)
-        tl.store(p_y + i_row * stride_y_row + o_n, b_y.to(p_y.dtype.element_ty), mask=o_n < n_cols)
+        tl.store(p_y + i_row * stride_y_row + o_n, b_y.to(p_y.dtype.element_ty), mask=o_n < n_cols,
+                 eviction_policy=drop)  # fmt: skip
 
 
 @triton.jit
 def _softmax_fwd_kernel(
     p_x, p_y, p_lse, n_rows, n_cols, stride_x_row, stride_y_row,
     LOG: tl.constexpr, SINGLE_PASS: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
-    LOOP_STAGES: tl.constexpr,
+    LOOP_STAGES: tl.constexpr, L2_HINTS: tl.constexpr,
 ):  # fmt: skip
     """softmax: y = exp(x - lse);  log_softmax: y = x - lse;  lse = m + log(s), m = max(x),
     s = sum(exp(x - m)). lse is stored (fp32) for the backward."""
@@ -89,41 +107,49 @@ def _softmax_fwd_kernel(
         b_y = b_x - b_lse if LOG else b_p * (1.0 / b_s)  # one reciprocal per row, not a divide per element
         tl.store(p_y + o_rows[:, None] * stride_y_row + o_n[None, :], b_y.to(p_y.dtype.element_ty), mask=m_rn)
     else:
-        # one long row per program (a grid of a few per SM looping over rows was no faster: benchmarks/NOTES.md)
-        _softmax_fwd_row(p_x, p_y, p_lse, tl.program_id(0).to(tl.int64), n_cols, stride_x_row, stride_y_row, LOG,
-                         BLOCK_N, LOOP_STAGES)  # fmt: skip
+        # Long rows, one at a time per program; a grid smaller than the rows keeps fewer rows in flight, so
+        # that each row stays in L2 between its two reads.
+        for i_row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
+            _softmax_fwd_row(p_x, p_y, p_lse, tl.cast(i_row, tl.int64), n_cols, stride_x_row, stride_y_row, LOG,
+                             BLOCK_N, LOOP_STAGES, L2_HINTS)  # fmt: skip
 
 
 @triton.jit
 def _softmax_bwd_row(p_dy, p_x, p_lse, p_dx, i_row, n_cols, stride_dy_row, stride_x_row, stride_dx_row,
-                     LOG: tl.constexpr, BLOCK_N: tl.constexpr, LOOP_STAGES: tl.constexpr):  # fmt: skip
-    """One long row in BLOCK_N chunks: the row sum c, then dx (a second read of dy and x)."""
+                     LOG: tl.constexpr, BLOCK_N: tl.constexpr, LOOP_STAGES: tl.constexpr,
+                     L2_HINTS: tl.constexpr):  # fmt: skip
+    """One long row in BLOCK_N chunks: the row sum c, then dx (a second read of dy and x); L2_HINTS as in
+    _softmax_fwd_row."""
+    keep: tl.constexpr = "evict_last" if L2_HINTS else ""
+    drop: tl.constexpr = "evict_first" if L2_HINTS else ""
     p_dy_row = p_dy + i_row * stride_dy_row
     p_x_row = p_x + i_row * stride_x_row
     lse = tl.load(p_lse + i_row)
     acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
     for start in tl.range(0, n_cols, BLOCK_N, num_stages=LOOP_STAGES):
         o_n = start + tl.arange(0, BLOCK_N)
-        b_dy = tl.load(p_dy_row + o_n, mask=o_n < n_cols, other=0.0).to(tl.float32)
+        b_dy = tl.load(p_dy_row + o_n, mask=o_n < n_cols, other=0.0, eviction_policy=keep).to(tl.float32)
         if LOG:
             acc += b_dy
         else:
-            b_x = tl.load(p_x_row + o_n, mask=o_n < n_cols, other=float("-inf")).to(tl.float32)
-            acc += b_dy * tl.exp(b_x - lse)
+            b_x = tl.load(p_x_row + o_n, mask=o_n < n_cols, other=float("-inf"), eviction_policy=keep)
+            acc += b_dy * tl.exp(b_x.to(tl.float32) - lse)
     c = tl.sum(acc, axis=0)
     for start in tl.range(0, n_cols, BLOCK_N, num_stages=LOOP_STAGES):
         o_n = start + tl.arange(0, BLOCK_N)
-        b_dy = tl.load(p_dy_row + o_n, mask=o_n < n_cols, other=0.0).to(tl.float32)
-        b_p = tl.exp(tl.load(p_x_row + o_n, mask=o_n < n_cols, other=float("-inf")).to(tl.float32) - lse)
+        b_dy = tl.load(p_dy_row + o_n, mask=o_n < n_cols, other=0.0, eviction_policy=drop).to(tl.float32)
+        b_x = tl.load(p_x_row + o_n, mask=o_n < n_cols, other=float("-inf"), eviction_policy=drop)
+        b_p = tl.exp(b_x.to(tl.float32) - lse)
         b_dx = b_dy - b_p * c if LOG else b_p * (b_dy - c)
-        tl.store(p_dx + i_row * stride_dx_row + o_n, b_dx.to(p_dx.dtype.element_ty), mask=o_n < n_cols)
+        tl.store(p_dx + i_row * stride_dx_row + o_n, b_dx.to(p_dx.dtype.element_ty), mask=o_n < n_cols,
+                 eviction_policy=drop)  # fmt: skip
 
 
 @triton.jit
 def _softmax_bwd_kernel(
     p_dy, p_x, p_lse, p_dx, n_rows, n_cols, stride_dy_row, stride_x_row, stride_dx_row,
     LOG: tl.constexpr, SINGLE_PASS: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
-    LOOP_STAGES: tl.constexpr,
+    LOOP_STAGES: tl.constexpr, L2_HINTS: tl.constexpr,
 ):  # fmt: skip
     """With p = exp(x - lse) recomputed in fp32 from the input:
     softmax: dx = p * (dy - sum(dy * p));  log_softmax: dx = dy - p * sum(dy).
@@ -141,39 +167,54 @@ def _softmax_bwd_kernel(
         b_dx = b_dy - b_p * c if LOG else b_p * (b_dy - c)
         tl.store(p_dx + o_rows[:, None] * stride_dx_row + o_n[None, :], b_dx.to(p_dx.dtype.element_ty), mask=m_rn)
     else:
-        _softmax_bwd_row(p_dy, p_x, p_lse, p_dx, tl.program_id(0).to(tl.int64), n_cols, stride_dy_row,
-                         stride_x_row, stride_dx_row, LOG, BLOCK_N, LOOP_STAGES)  # fmt: skip
+        for i_row in range(tl.program_id(0), n_rows, tl.num_programs(0)):  # as in _softmax_fwd_kernel
+            _softmax_bwd_row(p_dy, p_x, p_lse, p_dx, tl.cast(i_row, tl.int64), n_cols, stride_dy_row, stride_x_row,
+                             stride_dx_row, LOG, BLOCK_N, LOOP_STAGES, L2_HINTS)  # fmt: skip
+
+
+class SoftmaxPlan(NamedTuple):
+    single_pass: bool  # whole rows in registers; else BLOCK_N chunks, two reads of each row
+    block_n: int
+    rows: int  # rows per program (single pass)
+    warps: int
+    stages: int  # software-pipeline depth of the chunk loops
+    programs_per_sm: int  # looped: a grid of this many programs per SM looping over rows (0: one per row)
+    l2_hints: bool  # looped: keep each row in L2 between its two reads (see _softmax_fwd_row)
 
 
 @functools.lru_cache(maxsize=256)
-def softmax_launch_plan(n_cols: int, backward: bool = False, element_size: int = 2,
-                        log: bool = False) -> tuple[bool, int, int, int, int]:  # fmt: skip
-    """(single pass, BLOCK_N, rows per program, warps, pipeline depth of the chunk loops): about 4096
-    elements a program for short rows, whole rows in registers up to MAX_SINGLE_PASS, chunks beyond:
-    LOOP_CHUNK with 8 warps forward, LOOP_CHUNK_BWD with 32 warps (LOOP_STAGES_BWD deep) backward.
+def softmax_launch_plan(n_cols: int, backward: bool = False, element_size: int = 2, log: bool = False) -> SoftmaxPlan:
+    """Whole rows in registers up to MAX_SINGLE_PASS, as measured (_SINGLE_PASS_MEASURED) or about 4096
+    elements a program; chunks beyond (LOOP_FWD, LOOP_BWD).
 
-    The backward chunks, and the 16-bit softmax backward at 32768 taking the looped path, come from a
-    sweep on the H200 (16384 x 32768 elements, kernels alone): the single pass there ran at 72% of the
-    copy bandwidth (its row and p spill), the looped one at 84%; at 65536 wide 8192-element chunks with
-    32 warps beat 4096 with 8 by about a fifth. log_softmax (91%) and fp32 (94%) keep the single pass."""
+    The 16-bit softmax backward takes the looped path at 32768 too: in one pass its row and p spill
+    (72% of the copy bandwidth in a sweep on the H200), looped it ran at 84%, and at 93% with the L2
+    hints. log_softmax (91%) and fp32 (94%) keep the single pass."""
     block_n = next_power_of_2(n_cols)
     spills = backward and not log and element_size < 4 and block_n >= MAX_SINGLE_PASS
     if block_n > MAX_SINGLE_PASS or spills:
-        stages = LOOP_STAGES_BWD if block_n > MAX_SINGLE_PASS else 1
-        return (False, LOOP_CHUNK_BWD, 1, 32, stages) if backward else (False, LOOP_CHUNK, 1, 8, 1)
+        chunk, warps, stages, per_sm, hints = LOOP_BWD[block_n <= MAX_SINGLE_PASS] if backward else LOOP_FWD
+        return SoftmaxPlan(False, chunk, 1, warps, stages, per_sm, hints)
+    measured = _SINGLE_PASS_MEASURED.get((block_n, element_size, backward))
+    if measured is not None:
+        return SoftmaxPlan(True, block_n, *measured, 1, 0, False)
     rows = max(1, min(64, 4096 // block_n))
     elements = rows * block_n
-    return True, block_n, rows, 4 if elements <= 2048 else 8 if elements <= 8192 else 16, 1
+    return SoftmaxPlan(True, block_n, rows, 4 if elements <= 2048 else 8 if elements <= 8192 else 16, 1, 0, False)
 
 
-def _launch(kernel, tensors, strides, x, log, backward):
+def _launch(kernel, tensors, strides, x, log, backward, plan=None):
+    """``plan``: softmax_launch_plan's, unless a sweep gives its own."""
     n_rows, n_cols = x.shape
-    single_pass, block_n, rows, warps, stages = softmax_launch_plan(n_cols, backward, x.element_size(), log)
-    grid = (cdiv(n_rows, rows) if single_pass else n_rows,)
+    plan = plan or softmax_launch_plan(n_cols, backward, x.element_size(), log)
+    if plan.single_pass:
+        grid = (cdiv(n_rows, plan.rows),)
+    else:
+        grid = (min(n_rows, plan.programs_per_sm * sm_count(x.device)) if plan.programs_per_sm else n_rows,)
     # Two pipelined loops over the row, each with buffers of its own, for x (forward) or dy and x chunks
-    stages = pipeline_depth(stages, 2 * (2 if backward else 1) * block_n * x.element_size(), x.device)
-    kernel[grid](*tensors, n_rows, n_cols, *strides, LOG=log, SINGLE_PASS=single_pass, ROWS=rows, BLOCK_N=block_n,
-                 LOOP_STAGES=stages, num_warps=warps)  # fmt: skip
+    stages = pipeline_depth(plan.stages, 2 * (2 if backward else 1) * plan.block_n * x.element_size(), x.device)
+    kernel[grid](*tensors, n_rows, n_cols, *strides, LOG=log, SINGLE_PASS=plan.single_pass, ROWS=plan.rows,
+                 BLOCK_N=plan.block_n, LOOP_STAGES=stages, L2_HINTS=plan.l2_hints, num_warps=plan.warps)  # fmt: skip
 
 
 def softmax_fwd_launch(x: torch.Tensor, log: bool) -> tuple[torch.Tensor, torch.Tensor]:
