@@ -117,15 +117,10 @@ def print_bwd(x, w, is_rms, label, per_sm_choices, has_bias=False):
 
 def wide_bwd_ms(x, w, is_rms, tile):
     """The whole backward launcher (both phases and the dweight/dbias sum) with ``tile`` as WIDE_BWD_TILE."""
-    n_rows = x.shape[0]
-    dy = torch.randn_like(x)
-    mean, rstd = torch.zeros(n_rows, device="cuda"), torch.ones(n_rows, device="cuda")
     saved = norm.WIDE_BWD_TILE
     norm.WIDE_BWD_TILE = {x.element_size(): tile}
     try:
-        return median_ms(
-            lambda: norm.norm_bwd_launch(dy, None, x, w, None, None if is_rms else mean, rstd, 0.0, is_rms, not is_rms)
-        )
+        return launcher_bwd_ms(x, w, is_rms)
     finally:
         norm.WIDE_BWD_TILE = saved
 
@@ -154,6 +149,23 @@ def print_wide(widths, dtypes):
             norm.WIDE_ROW_SUMS_STAGES = stages
             print(f"        phase 1 pipelined {stages} deep: {wide_bwd_ms(x, w, is_rms, best):.4f}")
         norm.WIDE_ROW_SUMS_STAGES = saved
+
+
+def launcher_bwd_ms(x, w, is_rms, plan=None):
+    """The whole backward launcher (kernels and the dweight/dbias sum), with ``plan`` in place of
+    norm_launch_plan's when given."""
+    n_rows = x.shape[0]
+    dy = torch.randn_like(x)
+    mean, rstd = torch.zeros(n_rows, device="cuda"), torch.ones(n_rows, device="cuda")
+    saved = norm.norm_launch_plan
+    if plan is not None:
+        norm.norm_launch_plan = lambda *args, **kwargs: plan
+    try:
+        return median_ms(
+            lambda: norm.norm_bwd_launch(dy, None, x, w, None, None if is_rms else mean, rstd, 0.0, is_rms, not is_rms)
+        )
+    finally:
+        norm.norm_launch_plan = saved
 
 
 def main():

@@ -192,12 +192,19 @@ def main():
             "n_parts": "i32",
             "n_cols": "i32",
         },
-        dict(zip(("BLOCK_P", "BLOCK_N"), norm.PARTIAL_SUM_BLOCK, strict=True), HAS_W=True, HAS_B=True),
+        {"BLOCK_P": 512, "BLOCK_N": 8, "HAS_W": True, "HAS_B": True},
         num_warps=4,
     )
     for single_pass, block_n, rows in ((True, 1024, 4), (False, 4096, 1)):
         for log in (False, True):
-            constexprs = {"LOG": log, "SINGLE_PASS": single_pass, "ROWS": rows, "BLOCK_N": block_n, "LOOP_STAGES": 2}
+            constexprs = {
+                "LOG": log,
+                "SINGLE_PASS": single_pass,
+                "ROWS": rows,
+                "BLOCK_N": block_n,
+                "LOOP_STAGES": 2,
+                "L2_HINTS": not single_pass,
+            }
             compile_one(
                 f"softmax fwd log={log} single={single_pass}",
                 softmax._softmax_fwd_kernel,

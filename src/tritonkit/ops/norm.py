@@ -27,7 +27,7 @@ from tritonkit._core import alloc
 from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor
 from tritonkit._core.device import pipeline_depth, sm_count
 from tritonkit._core.dispatch import cheapest_path
-from tritonkit._core.ints import cdiv, next_power_of_2
+from tritonkit._core.ints import cdiv, next_power_of_2, prev_power_of_2
 from tritonkit._core.layout import as_rows
 from tritonkit.registry import Inputs, KernelSpec, Tolerance, register
 
@@ -533,7 +533,16 @@ def _wide_bwd(tensors, outputs, strides, flags, n_rows, n_cols, n_groups, offset
     )  # fmt: skip
 
 
-PARTIAL_SUM_BLOCK = (128, 32)  # (parts, columns) per loop step: 128 programs for 4096 columns
+PARTIAL_SUM_ELEMENTS = 4096  # a program's tile per loop step, BLOCK_P x BLOCK_N, for each of dw and db
+
+
+def partial_sum_block(n_parts: int, n_cols: int, device: torch.device) -> tuple[int, int]:
+    """(BLOCK_P, BLOCK_N) for _sum_partials_kernel: columns split into about two programs per SM (8 to 32
+    columns each), parts in tiles of PARTIAL_SUM_ELEMENTS. With 32 columns a program, as before, 1024
+    columns made 32 programs, each reading its 528 parts in 5 dependent steps: 9 us against a 33 us
+    backward kernel (Nsight Compute on the H100, caches flushed; benchmarks/NOTES.md)."""
+    block_n = min(32, max(8, prev_power_of_2(max(1, n_cols // (2 * sm_count(device))))))
+    return min(next_power_of_2(n_parts), PARTIAL_SUM_ELEMENTS // block_n), block_n
 
 
 def _sum_partials(dw_part, db_part, dtype):
@@ -546,7 +555,7 @@ def _sum_partials(dw_part, db_part, dtype):
     dw = torch.empty((n_cols,), dtype=dtype, device=parts[0].device) if dw_part is not None else None
     db = torch.empty((n_cols,), dtype=dtype, device=parts[0].device) if db_part is not None else None
     if n_cols > 0:
-        block_p, block_n = PARTIAL_SUM_BLOCK
+        block_p, block_n = partial_sum_block(n_parts, n_cols, parts[0].device)
         _sum_partials_kernel[(cdiv(n_cols, block_n),)](
             dw_part if dw_part is not None else db_part, db_part if db_part is not None else dw_part,
             dw if dw is not None else db, db if db is not None else dw, n_parts, n_cols,
