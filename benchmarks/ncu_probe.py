@@ -1,0 +1,50 @@
+"""Hardware counters for registry cases: run each case's step once inside a CUDA profiler range, for
+Nsight Compute to read (DRAM bytes, L2 hit rate, occupancy, stall reasons, pipe use).
+
+    ncu --profile-from-start off --clock-control none --section SpeedOfLight ... \\
+        python3 benchmarks/ncu_probe.py 'softmax fwd bfloat16 {"rows": 8192, "n": 65536}' ...
+
+Each argument is ``NAME MODE DTYPE CASE_JSON`` (MODE fwd or bwd; bwd profiles the backward alone), or
+``copy DTYPE ELEMENTS`` for a torch copy of that many elements, the reference a memory-bound kernel of
+the same size is held to. The cases run in the order given; the printed list names the kernels in it.
+"""
+
+import json
+import sys
+
+import torch
+
+from tritonkit import registry
+from tritonkit.bench.harness import make_step
+
+
+def parse(argument: str):
+    words = argument.split(maxsplit=3)
+    if words[0] == "copy":
+        elements = int(words[2])
+        source = torch.randn(elements, device="cuda").to(getattr(torch, words[1]))
+        target = torch.empty_like(source)
+        return argument, lambda: target.copy_(source)
+    name, mode, dtype, case = words
+    spec = registry.get(name)
+    inputs = spec.make_inputs(json.loads(case), torch.device("cuda"), getattr(torch, dtype),
+                              torch.Generator("cuda").manual_seed(0))  # fmt: skip
+    return argument, make_step(spec.fn, inputs, mode)
+
+
+def main():
+    steps = [parse(argument) for argument in sys.argv[1:]]
+    for _, step in steps:  # compile and warm outside the profiled ranges
+        step()
+        step()
+    torch.cuda.synchronize()
+    for label, step in steps:
+        print("profiling:", label, flush=True)
+        torch.cuda.profiler.start()
+        step()
+        torch.cuda.synchronize()
+        torch.cuda.profiler.stop()
+
+
+if __name__ == "__main__":
+    main()
