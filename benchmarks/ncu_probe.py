@@ -4,9 +4,10 @@ Nsight Compute to read (DRAM bytes, L2 hit rate, occupancy, stall reasons, pipe 
     ncu --profile-from-start off --clock-control none --section SpeedOfLight ... \\
         python3 benchmarks/ncu_probe.py 'softmax fwd bfloat16 {"rows": 8192, "n": 65536}' ...
 
-Each argument is ``NAME MODE DTYPE CASE_JSON`` (MODE fwd or bwd; bwd profiles the backward alone), or
-``copy DTYPE ELEMENTS`` for a torch copy of that many elements, the reference a memory-bound kernel of
-the same size is held to. The cases run in the order given; the printed list names the kernels in it.
+Each argument is ``NAME MODE DTYPE CASE_JSON`` (MODE fwd or bwd; bwd profiles the backward alone). For the
+copy a memory-bound kernel of the same size is held to, name the registry's ``copy`` (torch's same-dtype
+copy is a cudaMemcpy, which Nsight Compute does not profile as a kernel). The cases run in the order
+given; the printed list names the kernels in it.
 """
 
 import json
@@ -19,13 +20,7 @@ from tritonkit.bench.harness import make_step
 
 
 def parse(argument: str):
-    words = argument.split(maxsplit=3)
-    if words[0] == "copy":
-        elements = int(words[2])
-        source = torch.randn(elements, device="cuda").to(getattr(torch, words[1]))
-        target = torch.empty_like(source)
-        return argument, lambda: target.copy_(source)
-    name, mode, dtype, case = words
+    name, mode, dtype, case = argument.split(maxsplit=3)
     spec = registry.get(name)
     inputs = spec.make_inputs(json.loads(case), torch.device("cuda"), getattr(torch, dtype),
                               torch.Generator("cuda").manual_seed(0))  # fmt: skip

@@ -151,21 +151,14 @@ def print_wide(widths, dtypes):
         norm.WIDE_ROW_SUMS_STAGES = saved
 
 
-def launcher_bwd_ms(x, w, is_rms, plan=None):
-    """The whole backward launcher (kernels and the dweight/dbias sum), with ``plan`` in place of
-    norm_launch_plan's when given."""
+def launcher_bwd_ms(x, w, is_rms):
+    """The whole backward launcher (kernels and the dweight/dbias sum)."""
     n_rows = x.shape[0]
     dy = torch.randn_like(x)
     mean, rstd = torch.zeros(n_rows, device="cuda"), torch.ones(n_rows, device="cuda")
-    saved = norm.norm_launch_plan
-    if plan is not None:
-        norm.norm_launch_plan = lambda *args, **kwargs: plan
-    try:
-        return median_ms(
-            lambda: norm.norm_bwd_launch(dy, None, x, w, None, None if is_rms else mean, rstd, 0.0, is_rms, not is_rms)
-        )
-    finally:
-        norm.norm_launch_plan = saved
+    return median_ms(
+        lambda: norm.norm_bwd_launch(dy, None, x, w, None, None if is_rms else mean, rstd, 0.0, is_rms, not is_rms)
+    )
 
 
 def main():
