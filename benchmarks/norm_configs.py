@@ -7,7 +7,7 @@ loop iteration and that loop's pipeline depth; timed on the kernels alone (16384
 [--bwd-only] [--layer-norm] [--wide]` (``--bwd-only``: the backward alone, of RMSNorm, or with
 ``--layer-norm`` of LayerNorm with a bias, whose dbias accumulator takes registers that RMSNorm's table
 does not account for; ``--wide``: the two-phase backward of wide rows, whole launcher, over
-``WIDE_BWD_TILE`` choices).
+``WIDE_BWD_TILE`` choices). Every sweep script here takes ``--compile-only I/K`` (see compile_only).
 """
 
 import importlib
@@ -22,19 +22,40 @@ norm = importlib.import_module("tritonkit.ops.norm")
 ROWS_TOTAL = 16384
 
 
+_COMPILE_SHARD = None  # (I, K) under --compile-only: run every K-th configuration once, from the I-th, untimed
+_configurations = itertools.count()
+
+
+def compile_only(argv) -> bool:
+    """``--compile-only I/K`` in ``argv``: make median_ms run every K-th configuration once, from the I-th,
+    untimed. K such processes at once fill Triton's cache on all CPU cores; the timed run then loads
+    the compiled kernels instead of compiling them one by one. Returns whether the flag was given."""
+    global _COMPILE_SHARD
+    if "--compile-only" not in argv:
+        return False
+    _COMPILE_SHARD = tuple(int(v) for v in argv[argv.index("--compile-only") + 1].split("/"))
+    return True
+
+
 def median_ms(run):
     # Short repetitions: the sweep compiles and times hundreds of configurations in one device session.
     # A configuration needing more shared memory than the device has (deep pipelines of wide fp32 rows)
     # times as infinite.
     try:
+        if _COMPILE_SHARD is not None:
+            index, count = _COMPILE_SHARD
+            if next(_configurations) % count == index:
+                run()
+                torch.cuda.synchronize()
+            return 1.0
         return triton.testing.do_bench(run, warmup=10, rep=40, return_mode="median")
     except triton.runtime.errors.OutOfResources:
         return float("inf")
 
 
-def fwd_ms(x, w, is_rms, rows, warps, stages=1, chunk=0):
+def fwd_ms(x, w, is_rms, rows, warps, stages=1, chunk=0, regs=0):
     """The single-pass forward, or with ``chunk`` the looped one (a row per program, read in chunks,
-    each pass's loop pipelined ``stages`` deep)."""
+    each pass's loop pipelined ``stages`` deep); ``regs``: a register cap per thread (0: none)."""
     n_rows, n = x.shape
     y, rstd = torch.empty_like(x), torch.empty(n_rows, device="cuda")
     mean = torch.empty(n_rows, device="cuda")
@@ -47,12 +68,13 @@ def fwd_ms(x, w, is_rms, rows, warps, stages=1, chunk=0):
             IS_RMS=is_rms, HAS_RES=False, HAS_W=True, HAS_B=False, STORE_H=False, SINGLE_PASS=not chunk,
             ROWS=rows, BLOCK_N=block, LOOP_STAGES=stages,
             WEIGHT_FIRST=not chunk and norm.loads_weight_first(rows, block, warps), num_warps=warps,
+            maxnreg=regs or None,
         )  # fmt: skip
 
     return median_ms(run)
 
 
-def bwd_ms(x, w, is_rms, per_sm, warps, rows, has_bias=False, stages=1):
+def bwd_ms(x, w, is_rms, per_sm, warps, rows, has_bias=False, stages=1, regs=0):
     n_rows, n = x.shape
     dy, dx = torch.randn_like(x), torch.empty_like(x)
     mean, rstd = torch.zeros(n_rows, device="cuda"), torch.ones(n_rows, device="cuda")
@@ -66,6 +88,7 @@ def bwd_ms(x, w, is_rms, per_sm, warps, rows, has_bias=False, stages=1):
             n, 0, n, 0, n, 0, 0.0,
             IS_RMS=is_rms, HAS_RES=False, HAS_W=True, HAS_B=has_bias, HAS_DH=False, STORE_DRES=False,
             ROW_TERMS_GIVEN=False, ROWS=rows, BLOCK_N=block, LOOP_STAGES=stages, num_warps=warps,
+            maxnreg=regs or None,
         )  # fmt: skip
 
     return median_ms(run)
@@ -162,6 +185,7 @@ def launcher_bwd_ms(x, w, is_rms):
 
 
 def main():
+    compile_only(sys.argv)
     all_dtypes = (torch.bfloat16, torch.float32)
     dtypes = [d for d in all_dtypes if f"--{str(d)[6:]}" in sys.argv] or all_dtypes
     if "--wide" in sys.argv:

@@ -195,18 +195,24 @@ def main():
         {"BLOCK_P": 512, "BLOCK_N": 8, "HAS_W": True, "HAS_B": True},
         num_warps=4,
     )
-    for single_pass, block_n, rows in ((True, 1024, 4), (False, 4096, 1)):
+    # Whole rows, one block a program or a grid looping over blocks (pipelined); long rows in chunks
+    for single_pass, grid_loop, block_n, rows in (
+        (True, False, 1024, 4),
+        (True, True, 2048, 2),
+        (False, False, 4096, 1),
+    ):
         for log in (False, True):
             constexprs = {
                 "LOG": log,
                 "SINGLE_PASS": single_pass,
+                "GRID_LOOP": grid_loop,
                 "ROWS": rows,
                 "BLOCK_N": block_n,
                 "LOOP_STAGES": 2,
                 "L2_HINTS": not single_pass,
             }
             compile_one(
-                f"softmax fwd log={log} single={single_pass}",
+                f"softmax fwd log={log} single={single_pass} grid_loop={grid_loop}",
                 softmax._softmax_fwd_kernel,
                 {
                     "p_x": "*bf16",
@@ -221,7 +227,7 @@ def main():
                 num_warps=8,
             )
             compile_one(
-                f"softmax bwd log={log} single={single_pass}",
+                f"softmax bwd log={log} single={single_pass} grid_loop={grid_loop}",
                 softmax._softmax_bwd_kernel,
                 {
                     "p_dy": "*bf16",

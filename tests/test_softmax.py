@@ -1,10 +1,15 @@
 """Softmax / log-softmax beyond the registry sweep: masking as torch, any dim, compile, bad input."""
 
+import importlib
+
 import pytest
 import torch
 
 import tritonkit as tk
 from helpers import assert_compiled_matches_eager
+
+softmax_module = importlib.import_module("tritonkit.ops.softmax")  # tk.ops.softmax is the function
+SoftmaxPlan = softmax_module.SoftmaxPlan
 
 
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
@@ -56,3 +61,34 @@ def test_bad_input(op, device):
         fn(torch.randn(3, 4, device=device), dim=1.0)
     with pytest.raises(TypeError, match=r"x must have dtype in .* got torch\.int64"):
         fn(torch.ones(3, 4, dtype=torch.int64, device=device))
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [
+        SoftmaxPlan(True, 64, 2, 4, 1, 0, False),  # whole rows, a block of two a program
+        SoftmaxPlan(True, 64, 2, 4, 2, 1, False),  # whole rows, a grid looping over blocks, pipelined
+        SoftmaxPlan(False, 16, 1, 4, 1, 1, True),  # chunks of 16 (two passes), a grid looping over rows
+    ],
+    ids=["block", "grid-loop", "chunks"],
+)
+@pytest.mark.parametrize("log", [False, True])
+def test_every_plan_kind(plan, log, device):
+    """Each launch plan the tables can choose gives torch's output and gradient: 37 rows (not a multiple
+    of the blocks or the grid), 50 columns (a ragged last chunk), a fully and a partly masked row."""
+    x = 4 * torch.randn(37, 50, device=device)
+    x[3] = float("-inf")
+    x[5, 7:] = float("-inf")
+    dy = torch.randn_like(x)
+    y, dx = torch.full_like(x, float("nan")), torch.full_like(x, float("nan"))  # poisoned: written or caught
+    lse = torch.full((37,), float("nan"), device=device)
+    softmax_module._launch(softmax_module._softmax_fwd_kernel, (x, y, lse), (50, 50), x, log, False, plan=plan)
+    softmax_module._launch(softmax_module._softmax_bwd_kernel, (dy, x, lse, dx), (50, 50, 50), x, log, True, plan=plan)
+    x64 = x.double().requires_grad_()
+    expected = (torch.log_softmax if log else torch.softmax)(x64, -1)
+    (expected_dx,) = torch.autograd.grad(expected, x64, dy.double())
+    torch.testing.assert_close(y.double(), expected, rtol=1e-5, atol=1e-6, equal_nan=True)
+    torch.testing.assert_close(lse.double(), torch.logsumexp(x64, -1).detach(), rtol=1e-5, atol=1e-6, equal_nan=True)
+    ok_rows = torch.arange(37, device=device) != 3  # a fully masked row: NaN output and gradient, as torch
+    torch.testing.assert_close(dx[ok_rows].double(), expected_dx[ok_rows], rtol=1e-5, atol=1e-5)
+    assert y[3].isnan().all() and not y[ok_rows].isnan().any()

@@ -348,9 +348,12 @@ _BWD_MEASURED = {
     (1024, 2): (4, 4, 2, 3), (2048, 2): (4, 4, 1, 3), (4096, 2): (1, 8, 2, 3), (8192, 2): (1, 8, 1, 3),
     (16384, 2): (1, 16, 1, 1),
     (1024, 4): (4, 4, 1, 3), (2048, 4): (4, 16, 2, 1), (4096, 4): (4, 16, 2, 3), (8192, 4): (4, 16, 1, 3),
+    (16384, 4): (1, 16, 1, 1),
 }  # fmt: skip
 # LayerNorm's backward (with a bias) holds a dbias accumulator too, and at 16384 its single pass spills
-# (6.4 ms in bf16 against 0.21 at 8192): the wide path there. Elsewhere RMSNorm's entries.
+# (6.4 ms in bf16 and 6.6 in fp32 against 1.3 on the wide path): the wide path there. Elsewhere RMSNorm's
+# entries. RMSNorm's fp32 single pass at 16384 spills a little and still beats the wide path's five passes
+# (0.94 against 1.26 ms; 2026-11-22-register-caps.txt).
 _LN_BWD_WIDE = {(16384, 2), (16384, 4)}
 # Rows wider than MAX_SINGLE_PASS, forward: (chunk, warps, pipeline depth), a program per row. Measured at
 # 65536 and 131072 in bf16 (2026-11-22-norm-configs-long-fwd.txt): 8192-element chunks three deep against 4096
@@ -364,10 +367,10 @@ def norm_launch_plan(n_cols: int, element_size: int, is_rms: bool = True) -> _Pl
 
     Widths in the measured tables use their fastest configuration. Narrower rows pack 4096 elements
     per program (4 warps) and take 8 backward programs per SM. Rows wider than MAX_SINGLE_PASS loop
-    over chunks in the forward and take the two-phase backward (_wide_bwd), and so does the backward
-    where one pass spills registers: fp32 at 16384 (5.4 ms against 0.95 for RMSNorm in the sweep) and
-    LayerNorm at 16384. Pipeline depths are the measured ones; launchers lower them where the device has
-    less shared memory (_core.device.pipeline_depth).
+    over chunks in the forward and take the two-phase backward (_wide_bwd), and so does LayerNorm's
+    backward at 16384, where one pass spills registers (_LN_BWD_WIDE). Pipeline depths are the
+    measured ones; launchers lower them where the device has less shared memory
+    (_core.device.pipeline_depth).
     """
     block_n = next_power_of_2(n_cols)
     if block_n > MAX_SINGLE_PASS:
@@ -380,7 +383,7 @@ def norm_launch_plan(n_cols: int, element_size: int, is_rms: bool = True) -> _Pl
     bwd = None if not is_rms and key in _LN_BWD_WIDE else _BWD_MEASURED.get(key)
     if bwd is None and block_n < 1024:
         bwd = (8, 4, 1, 1)
-    if bwd is None:  # fp32 at 16384 (or an element size never measured): the wide backward
+    if bwd is None:  # LayerNorm at 16384 (or an element size never measured): the wide backward
         return _Plan(True, block_n, *fwd, 1, False)
     return _Plan(True, block_n, *fwd, 1, True, *bwd)
 
@@ -853,7 +856,7 @@ _NORM_TESTS = (
     {"rows": 9, "n": 64, "scale": 1e-3, "eps": 1e-5},  # variance near eps: a wrong eps shows
     {"rows": 5, "n": 40, "no_weight": True, "bias": False},
     {"rows": 2, "n": 20000, "residual": True, "prenorm": True},  # the looped forward, the wide backward
-    # single-pass forward, wide backward (fp32; bf16 LayerNorm) in three row groups
+    # single-pass forward; LayerNorm's backward on the wide path, in three row groups
     {"rows": 3, "n": 9000, "residual": True},
 )
 _NORM_GPU = (

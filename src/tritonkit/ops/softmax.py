@@ -30,21 +30,30 @@ MAX_SINGLE_PASS = 32768
 # The looped path's plans (chunk, warps, pipeline depth, programs per SM, L2 hints), from a sweep of the
 # kernels alone on the H200 over 2**29 bf16 elements (benchmarks/results/nvidia-h200/
 # 2026-11-22-softmax-loop-configs-l2.txt). Keeping each row in L2 between its two reads was worth
-# 11-26% at 32768 and 65536 (forward 65536: 0.80 -> 0.71 ms; backward 32768: 0.95 -> 0.81, 93% of the
-# copy bandwidth) and nothing at 262144, whose rows in flight outgrow L2. Pipelined chunk loops lose the
-# hints (their cp.async loads carry none), and with the hints one stage was best everywhere.
+# 11-26% at 65536 (forward: 0.80 -> 0.71 ms) and nothing at 262144, whose rows in flight outgrow L2.
+# Pipelined chunk loops lose the hints (their cp.async loads carry none), and with the hints one stage
+# was best everywhere.
 LOOP_FWD = (8192, 32, 1, 0, True)
-LOOP_BWD = {True: (8192, 32, 1, 0, True), False: (8192, 32, 1, 1, True)}  # keyed by n <= MAX_SINGLE_PASS
+LOOP_BWD = (8192, 32, 1, 1, True)
 # The single pass's (rows per program, warps), keyed by (row width, element size, backward): the fastest
 # (or within 1% of it, with fewer warps) in a sweep of 16384 rows on the H200
 # (2026-11-22-softmax-single-pass-configs.txt). Against about 4096 elements a program, the bf16 forward
-# gained 13% at 1024 and 10% at 2048, the rest 0-4%. Other widths keep that rule.
+# gained 13% at 1024 and 10% at 2048, the rest 0-4%. The 16-bit backward at 32768 with 32 warps: 0.80 ms
+# against 0.84 looped with the L2 hints and 1.07 with 16 warps (2026-11-22-register-caps.txt). Other
+# widths keep that rule.
 _SINGLE_PASS_MEASURED = {
     (1024, 2, False): (2, 2), (2048, 2, False): (1, 4), (4096, 2, False): (1, 4), (8192, 2, False): (1, 4),
     (1024, 2, True): (1, 4), (2048, 2, True): (1, 4), (4096, 2, True): (1, 4), (8192, 2, True): (1, 8),
+    (32768, 2, True): (1, 32),
     (1024, 4, False): (1, 2), (2048, 4, False): (1, 2), (4096, 4, False): (1, 16), (8192, 4, False): (1, 16),
     (1024, 4, True): (1, 2), (2048, 4, True): (1, 16), (4096, 4, True): (1, 16), (8192, 4, True): (1, 16),
 }  # fmt: skip
+# Whole rows with a grid of a few programs per SM looping over them, the next row's loads issued while
+# this one is reduced: (warps, programs per SM, pipeline depth), same keys. Where one row per program
+# leaves one program on an SM, its memory idles while it computes; this overlap gained 16-22%: bf16
+# forward 32768 0.664 -> 0.546 ms (93% of the copy bandwidth), backward 16384 bf16 0.465 -> 0.392 and
+# fp32 0.959 -> 0.765 (2026-11-22-softmax-grid-loop-configs.txt). Elsewhere it was slower.
+_GRID_LOOP_MEASURED = {(32768, 2, False): (16, 2, 3), (16384, 2, True): (16, 1, 3), (16384, 4, True): (32, 4, 3)}
 
 
 @triton.jit
@@ -86,26 +95,41 @@ def _softmax_fwd_row(p_x, p_y, p_lse, i_row, n_cols, stride_x_row, stride_y_row,
 
 
 @triton.jit
+def _softmax_fwd_block(p_x, p_y, p_lse, i_block, n_rows, n_cols, stride_x_row, stride_y_row, LOG: tl.constexpr,
+                       ROWS: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
+    """ROWS whole rows in registers: the max and sum of one read, then the output."""
+    o_rows = (i_block * ROWS + tl.arange(0, ROWS)).to(tl.int64)
+    o_n = tl.arange(0, BLOCK_N)
+    m_rn = (o_rows < n_rows)[:, None] & (o_n < n_cols)[None, :]
+    b_x = tl.load(p_x + o_rows[:, None] * stride_x_row + o_n[None, :], mask=m_rn, other=float("-inf"))
+    b_x = b_x.to(tl.float32)  # [ROWS, BLOCK_N]
+    b_m = _finite_or_zero(tl.max(b_x, axis=1))[:, None]
+    b_p = tl.exp(b_x - b_m)
+    b_s = tl.sum(b_p, axis=1)[:, None]
+    b_lse = b_m + tl.log(b_s)  # [ROWS, 1]
+    tl.store(p_lse + o_rows, tl.sum(b_lse, axis=1), mask=o_rows < n_rows)
+    b_y = b_x - b_lse if LOG else b_p * (1.0 / b_s)  # one reciprocal per row, not a divide per element
+    tl.store(p_y + o_rows[:, None] * stride_y_row + o_n[None, :], b_y.to(p_y.dtype.element_ty), mask=m_rn)
+
+
+@triton.jit
 def _softmax_fwd_kernel(
     p_x, p_y, p_lse, n_rows, n_cols, stride_x_row, stride_y_row,
-    LOG: tl.constexpr, SINGLE_PASS: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
-    LOOP_STAGES: tl.constexpr, L2_HINTS: tl.constexpr,
+    LOG: tl.constexpr, SINGLE_PASS: tl.constexpr, GRID_LOOP: tl.constexpr, ROWS: tl.constexpr,
+    BLOCK_N: tl.constexpr, LOOP_STAGES: tl.constexpr, L2_HINTS: tl.constexpr,
 ):  # fmt: skip
     """softmax: y = exp(x - lse);  log_softmax: y = x - lse;  lse = m + log(s), m = max(x),
     s = sum(exp(x - m)). lse is stored (fp32) for the backward."""
-    if SINGLE_PASS:
-        o_rows = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
-        o_n = tl.arange(0, BLOCK_N)
-        m_rn = (o_rows < n_rows)[:, None] & (o_n < n_cols)[None, :]
-        b_x = tl.load(p_x + o_rows[:, None] * stride_x_row + o_n[None, :], mask=m_rn, other=float("-inf"))
-        b_x = b_x.to(tl.float32)  # [ROWS, BLOCK_N]
-        b_m = _finite_or_zero(tl.max(b_x, axis=1))[:, None]
-        b_p = tl.exp(b_x - b_m)
-        b_s = tl.sum(b_p, axis=1)[:, None]
-        b_lse = b_m + tl.log(b_s)  # [ROWS, 1]
-        tl.store(p_lse + o_rows, tl.sum(b_lse, axis=1), mask=o_rows < n_rows)
-        b_y = b_x - b_lse if LOG else b_p * (1.0 / b_s)  # one reciprocal per row, not a divide per element
-        tl.store(p_y + o_rows[:, None] * stride_y_row + o_n[None, :], b_y.to(p_y.dtype.element_ty), mask=m_rn)
+    if SINGLE_PASS and not GRID_LOOP:
+        _softmax_fwd_block(p_x, p_y, p_lse, tl.program_id(0), n_rows, n_cols, stride_x_row, stride_y_row, LOG, ROWS,
+                           BLOCK_N)  # fmt: skip
+    elif SINGLE_PASS:
+        # A grid of a few programs per SM looping over row blocks, the next block's loads issued (cp.async)
+        # while this one is reduced: with one wide row per program an SM otherwise idles its memory while
+        # it computes the exps and reductions.
+        for i_block in tl.range(tl.program_id(0), tl.cdiv(n_rows, ROWS), tl.num_programs(0), num_stages=LOOP_STAGES):
+            _softmax_fwd_block(p_x, p_y, p_lse, i_block, n_rows, n_cols, stride_x_row, stride_y_row, LOG, ROWS,
+                               BLOCK_N)  # fmt: skip
     else:
         # Long rows, one at a time per program; a grid smaller than the rows keeps fewer rows in flight, so
         # that each row stays in L2 between its two reads.
@@ -146,28 +170,41 @@ def _softmax_bwd_row(p_dy, p_x, p_lse, p_dx, i_row, n_cols, stride_dy_row, strid
 
 
 @triton.jit
+def _softmax_bwd_block(p_dy, p_x, p_lse, p_dx, i_block, n_rows, n_cols, stride_dy_row, stride_x_row, stride_dx_row,
+                       LOG: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
+    """ROWS whole rows in registers: the row sum c, then dx."""
+    o_rows = (i_block * ROWS + tl.arange(0, ROWS)).to(tl.int64)
+    o_n = tl.arange(0, BLOCK_N)
+    m_rn = (o_rows < n_rows)[:, None] & (o_n < n_cols)[None, :]
+    b_dy = tl.load(p_dy + o_rows[:, None] * stride_dy_row + o_n[None, :], mask=m_rn, other=0.0).to(tl.float32)
+    b_x = tl.load(p_x + o_rows[:, None] * stride_x_row + o_n[None, :], mask=m_rn, other=float("-inf"))
+    b_lse = tl.load(p_lse + o_rows, mask=o_rows < n_rows, other=0.0)[:, None]
+    b_p = tl.exp(b_x.to(tl.float32) - b_lse)  # [ROWS, BLOCK_N]
+    c = tl.sum(b_dy if LOG else b_dy * b_p, axis=1)[:, None]
+    b_dx = b_dy - b_p * c if LOG else b_p * (b_dy - c)
+    tl.store(p_dx + o_rows[:, None] * stride_dx_row + o_n[None, :], b_dx.to(p_dx.dtype.element_ty), mask=m_rn)
+
+
+@triton.jit
 def _softmax_bwd_kernel(
     p_dy, p_x, p_lse, p_dx, n_rows, n_cols, stride_dy_row, stride_x_row, stride_dx_row,
-    LOG: tl.constexpr, SINGLE_PASS: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
-    LOOP_STAGES: tl.constexpr, L2_HINTS: tl.constexpr,
+    LOG: tl.constexpr, SINGLE_PASS: tl.constexpr, GRID_LOOP: tl.constexpr, ROWS: tl.constexpr,
+    BLOCK_N: tl.constexpr, LOOP_STAGES: tl.constexpr, L2_HINTS: tl.constexpr,
 ):  # fmt: skip
     """With p = exp(x - lse) recomputed in fp32 from the input:
     softmax: dx = p * (dy - sum(dy * p));  log_softmax: dx = dy - p * sum(dy).
     Recomputing beats reading a stored 16-bit output. exp(y) of a bf16 log-probability is off by
-    |y| * 2**-8 relative (4% at y = -10), and a near one-hot softmax row cancels dy - sum(dy * y)."""
-    if SINGLE_PASS:
-        o_rows = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
-        o_n = tl.arange(0, BLOCK_N)
-        m_rn = (o_rows < n_rows)[:, None] & (o_n < n_cols)[None, :]
-        b_dy = tl.load(p_dy + o_rows[:, None] * stride_dy_row + o_n[None, :], mask=m_rn, other=0.0).to(tl.float32)
-        b_x = tl.load(p_x + o_rows[:, None] * stride_x_row + o_n[None, :], mask=m_rn, other=float("-inf"))
-        b_lse = tl.load(p_lse + o_rows, mask=o_rows < n_rows, other=0.0)[:, None]
-        b_p = tl.exp(b_x.to(tl.float32) - b_lse)  # [ROWS, BLOCK_N]
-        c = tl.sum(b_dy if LOG else b_dy * b_p, axis=1)[:, None]
-        b_dx = b_dy - b_p * c if LOG else b_p * (b_dy - c)
-        tl.store(p_dx + o_rows[:, None] * stride_dx_row + o_n[None, :], b_dx.to(p_dx.dtype.element_ty), mask=m_rn)
+    |y| * 2**-8 relative (4% at y = -10), and a near one-hot softmax row cancels dy - sum(dy * y).
+    Programs as in _softmax_fwd_kernel."""
+    if SINGLE_PASS and not GRID_LOOP:
+        _softmax_bwd_block(p_dy, p_x, p_lse, p_dx, tl.program_id(0), n_rows, n_cols, stride_dy_row, stride_x_row,
+                           stride_dx_row, LOG, ROWS, BLOCK_N)  # fmt: skip
+    elif SINGLE_PASS:
+        for i_block in tl.range(tl.program_id(0), tl.cdiv(n_rows, ROWS), tl.num_programs(0), num_stages=LOOP_STAGES):
+            _softmax_bwd_block(p_dy, p_x, p_lse, p_dx, i_block, n_rows, n_cols, stride_dy_row, stride_x_row,
+                               stride_dx_row, LOG, ROWS, BLOCK_N)  # fmt: skip
     else:
-        for i_row in range(tl.program_id(0), n_rows, tl.num_programs(0)):  # as in _softmax_fwd_kernel
+        for i_row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
             _softmax_bwd_row(p_dy, p_x, p_lse, p_dx, tl.cast(i_row, tl.int64), n_cols, stride_dy_row, stride_x_row,
                              stride_dx_row, LOG, BLOCK_N, LOOP_STAGES, L2_HINTS)  # fmt: skip
 
@@ -175,26 +212,26 @@ def _softmax_bwd_kernel(
 class SoftmaxPlan(NamedTuple):
     single_pass: bool  # whole rows in registers; else BLOCK_N chunks, two reads of each row
     block_n: int
-    rows: int  # rows per program (single pass)
+    rows: int  # rows per block (single pass)
     warps: int
-    stages: int  # software-pipeline depth of the chunk loops
-    programs_per_sm: int  # looped: a grid of this many programs per SM looping over rows (0: one per row)
+    stages: int  # software-pipeline depth of the loops: over chunks (looped), over row blocks (a grid loop)
+    programs_per_sm: int  # a grid of this many programs per SM looping over rows or row blocks (0: one each)
     l2_hints: bool  # looped: keep each row in L2 between its two reads (see _softmax_fwd_row)
 
 
 @functools.lru_cache(maxsize=256)
-def softmax_launch_plan(n_cols: int, backward: bool = False, element_size: int = 2, log: bool = False) -> SoftmaxPlan:
-    """Whole rows in registers up to MAX_SINGLE_PASS, as measured (_SINGLE_PASS_MEASURED) or about 4096
-    elements a program; chunks beyond (LOOP_FWD, LOOP_BWD).
-
-    The 16-bit softmax backward takes the looped path at 32768 too: in one pass its row and p spill
-    (72% of the copy bandwidth in a sweep on the H200), looped it ran at 84%, and at 93% with the L2
-    hints. log_softmax (91%) and fp32 (94%) keep the single pass."""
+def softmax_launch_plan(n_cols: int, backward: bool = False, element_size: int = 2) -> SoftmaxPlan:
+    """Whole rows in registers up to MAX_SINGLE_PASS, as measured (_GRID_LOOP_MEASURED,
+    _SINGLE_PASS_MEASURED) or about 4096 elements a program; chunks beyond (LOOP_FWD, LOOP_BWD).
+    log_softmax shares softmax's plans: its passes move the same bytes."""
     block_n = next_power_of_2(n_cols)
-    spills = backward and not log and element_size < 4 and block_n >= MAX_SINGLE_PASS
-    if block_n > MAX_SINGLE_PASS or spills:
-        chunk, warps, stages, per_sm, hints = LOOP_BWD[block_n <= MAX_SINGLE_PASS] if backward else LOOP_FWD
+    if block_n > MAX_SINGLE_PASS:
+        chunk, warps, stages, per_sm, hints = LOOP_BWD if backward else LOOP_FWD
         return SoftmaxPlan(False, chunk, 1, warps, stages, per_sm, hints)
+    grid_loop = _GRID_LOOP_MEASURED.get((block_n, element_size, backward))
+    if grid_loop is not None:
+        warps, per_sm, stages = grid_loop
+        return SoftmaxPlan(True, block_n, 1, warps, stages, per_sm, False)
     measured = _SINGLE_PASS_MEASURED.get((block_n, element_size, backward))
     if measured is not None:
         return SoftmaxPlan(True, block_n, *measured, 1, 0, False)
@@ -206,15 +243,18 @@ def softmax_launch_plan(n_cols: int, backward: bool = False, element_size: int =
 def _launch(kernel, tensors, strides, x, log, backward, plan=None):
     """``plan``: softmax_launch_plan's, unless a sweep gives its own."""
     n_rows, n_cols = x.shape
-    plan = plan or softmax_launch_plan(n_cols, backward, x.element_size(), log)
-    if plan.single_pass:
-        grid = (cdiv(n_rows, plan.rows),)
-    else:
-        grid = (min(n_rows, plan.programs_per_sm * sm_count(x.device)) if plan.programs_per_sm else n_rows,)
-    # Two pipelined loops over the row, each with buffers of its own, for x (forward) or dy and x chunks
-    stages = pipeline_depth(plan.stages, 2 * (2 if backward else 1) * plan.block_n * x.element_size(), x.device)
-    kernel[grid](*tensors, n_rows, n_cols, *strides, LOG=log, SINGLE_PASS=plan.single_pass, ROWS=plan.rows,
-                 BLOCK_N=plan.block_n, LOOP_STAGES=stages, L2_HINTS=plan.l2_hints, num_warps=plan.warps)  # fmt: skip
+    plan = plan or softmax_launch_plan(n_cols, backward, x.element_size())
+    n_programs = cdiv(n_rows, plan.rows) if plan.single_pass else n_rows
+    if plan.programs_per_sm:
+        n_programs = min(n_programs, plan.programs_per_sm * sm_count(x.device))
+    # Bytes one pipelined loop iteration loads: a block of whole rows, or a chunk in each of the looped
+    # path's two loops (each has buffers of its own); x (forward) or dy and x.
+    loaded = (2 if backward else 1) * x.element_size()
+    stage_bytes = plan.rows * plan.block_n * loaded if plan.single_pass else 2 * plan.block_n * loaded
+    kernel[(n_programs,)](*tensors, n_rows, n_cols, *strides, LOG=log, SINGLE_PASS=plan.single_pass,
+                          GRID_LOOP=plan.programs_per_sm > 0, ROWS=plan.rows, BLOCK_N=plan.block_n,
+                          LOOP_STAGES=pipeline_depth(plan.stages, stage_bytes, x.device), L2_HINTS=plan.l2_hints,
+                          num_warps=plan.warps)  # fmt: skip
 
 
 def softmax_fwd_launch(x: torch.Tensor, log: bool) -> tuple[torch.Tensor, torch.Tensor]:
