@@ -87,8 +87,8 @@ def bwd_ms(x, w, is_rms, per_sm, warps, rows, has_bias=False, stages=1, regs=0):
             dy, dy, x, x, w, mean, rstd, rstd, rstd, dx, dx, part, part, n_rows, n, triton.cdiv(n_rows, programs),
             n, 0, n, 0, n, 0, 0.0,
             IS_RMS=is_rms, HAS_RES=False, HAS_W=True, HAS_B=has_bias, HAS_DH=False, STORE_DRES=False,
-            ROW_TERMS_GIVEN=False, ROWS=rows, BLOCK_N=block, LOOP_STAGES=stages, num_warps=warps,
-            maxnreg=regs or None,
+            ROW_TERMS_GIVEN=False, ROWS=rows, BLOCK_N=block, LOOP_STAGES=stages,
+            LOW_REGISTERS=norm.saves_registers(rows, block, warps), num_warps=warps, maxnreg=regs or None,
         )  # fmt: skip
 
     return median_ms(run)

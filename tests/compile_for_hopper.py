@@ -178,6 +178,7 @@ def main():
                         "ROWS": rows,
                         "BLOCK_N": bwd_block,
                         "LOOP_STAGES": 2,
+                        "LOW_REGISTERS": row_terms_given,  # both orders
                     },
                     num_warps=warps,
                 )

@@ -210,10 +210,12 @@ def _norm_bwd_kernel(
     stride_dx_row, stride_dres_row, offset,
     IS_RMS: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
     HAS_DH: tl.constexpr, STORE_DRES: tl.constexpr, ROW_TERMS_GIVEN: tl.constexpr, ROWS: tl.constexpr,
-    BLOCK_N: tl.constexpr, LOOP_STAGES: tl.constexpr,
+    BLOCK_N: tl.constexpr, LOOP_STAGES: tl.constexpr, LOW_REGISTERS: tl.constexpr,
 ):  # fmt: skip
     """Backward of rows [k*rows_per_program, ...) for k = program_id(1), over column block program_id(0),
-    ROWS rows at a time.
+    ROWS rows at a time. With LOW_REGISTERS (saves_registers), where registers are short, the weight is
+    reloaded at each step (from cache) instead of held, and dw, db are summed before the row terms, so
+    that dy is dead across those sums.
 
     With xhat = (h - mean) * rstd and g = (offset + w) * dy, and per row c_xhat = mean(g * xhat) and
     c_one = mean(g):
@@ -231,7 +233,8 @@ def _norm_bwd_kernel(
     i_part = tl.program_id(1).to(tl.int64)
     row_start = i_part * rows_per_program  # int64 bounds: row * stride can pass 2**31
     row_end = tl.minimum(row_start + rows_per_program, n_rows)
-    b_w = _offset_weight(p_w, o_n, m_n, offset, HAS_W)
+    if not LOW_REGISTERS:
+        b_w = _offset_weight(p_w, o_n, m_n, offset, HAS_W)
     acc_dw = tl.zeros((BLOCK_N,), dtype=tl.float32)
     acc_db = tl.zeros((BLOCK_N,), dtype=tl.float32)
     # ROWS rows per iteration, and with LOOP_STAGES > 1 the next iteration's loads issued (cp.async) while
@@ -239,10 +242,15 @@ def _norm_bwd_kernel(
     for r0 in tl.range(row_start, row_end, ROWS, num_stages=LOOP_STAGES):
         o_r = r0 + tl.arange(0, ROWS)
         m_r = o_r < row_end
+        if LOW_REGISTERS:
+            b_w = _offset_weight(p_w, o_n, m_n, offset, HAS_W)
         b_xhat, b_dy, b_wdy, b_rstd = _norm_tile_terms(
             p_dy, p_x, p_res, p_mean, p_rstd, o_r, m_r, stride_dy_row, stride_x_row, stride_res_row, o_n, m_n,
             b_w, IS_RMS, HAS_RES, HAS_W,
         )  # fmt: skip
+        if LOW_REGISTERS:  # dw and db first: dy is then dead across the row sums, a row's worth of registers
+            acc_dw += tl.sum(b_dy * b_xhat, axis=0)
+            acc_db += tl.sum(b_dy, axis=0)
         if ROW_TERMS_GIVEN:
             c_xhat = tl.load(p_c_xhat + o_r, mask=m_r, other=0.0)
             c_one = c_xhat if IS_RMS else tl.load(p_c_one + o_r, mask=m_r, other=0.0)
@@ -252,8 +260,9 @@ def _norm_bwd_kernel(
         b_dh = _norm_dh(p_dh, o_r, m_r, stride_dh_row, o_n, m_n, b_xhat, b_wdy, b_rstd, c_xhat, c_one, IS_RMS,
                         HAS_DH)  # fmt: skip
         _store_tile_grad(p_dx, p_dres, o_r, m_r, stride_dx_row, stride_dres_row, o_n, m_n, b_dh, STORE_DRES)
-        acc_dw += tl.sum(b_dy * b_xhat, axis=0)
-        acc_db += tl.sum(b_dy, axis=0)
+        if not LOW_REGISTERS:  # here, as the tables were measured (the other order: fp32 RMSNorm 2048 8% slower)
+            acc_dw += tl.sum(b_dy * b_xhat, axis=0)
+            acc_db += tl.sum(b_dy, axis=0)
     # fp32 workspace rows, or dweight/dbias themselves when one program covers every row
     if HAS_W:
         tl.store(p_dw_part + i_part * n_cols + o_n, acc_dw.to(p_dw_part.dtype.element_ty), mask=m_n)
@@ -348,13 +357,13 @@ _BWD_MEASURED = {
     (1024, 2): (4, 4, 2, 3), (2048, 2): (4, 4, 1, 3), (4096, 2): (1, 8, 2, 3), (8192, 2): (1, 8, 1, 3),
     (16384, 2): (1, 16, 1, 1),
     (1024, 4): (4, 4, 1, 3), (2048, 4): (4, 16, 2, 1), (4096, 4): (4, 16, 2, 3), (8192, 4): (4, 16, 1, 3),
-    (16384, 4): (1, 16, 1, 1),
+    (16384, 4): (1, 8, 1, 1),  # saves_registers' order: 0.794 ms against 0.94 before and 1.26 on the wide path
 }  # fmt: skip
-# LayerNorm's backward (with a bias) holds a dbias accumulator too, and at 16384 its single pass spills
-# (6.4 ms in bf16 and 6.6 in fp32 against 1.3 on the wide path): the wide path there. Elsewhere RMSNorm's
-# entries. RMSNorm's fp32 single pass at 16384 spills a little and still beats the wide path's five passes
-# (0.94 against 1.26 ms; 2026-11-22-register-caps.txt).
-_LN_BWD_WIDE = {(16384, 2), (16384, 4)}
+# LayerNorm's backward (with a bias) holds a dbias accumulator too. At 16384 its single pass spilled 2 KB a
+# thread (6.4 ms in bf16 against 0.66 on the wide path) until the LOW_REGISTERS order (saves_registers);
+# now, with 8 warps, 0.542 ms in bf16 and 1.196 in fp32 against the wide path's 0.661 and 1.265
+# (2026-11-22-norm-16384-bwd-configs.txt). Elsewhere RMSNorm's entries.
+_LN_BWD_MEASURED = {(16384, 2): (1, 8, 1, 1)}
 # Rows wider than MAX_SINGLE_PASS, forward: (chunk, warps, pipeline depth), a program per row. Measured at
 # 65536 and 131072 in bf16 (2026-11-22-norm-configs-long-fwd.txt): 8192-element chunks three deep against 4096
 # unpipelined, 0.4246 -> 0.37 ms for RMSNorm and 0.537 -> 0.418 for LayerNorm at 65536.
@@ -367,8 +376,7 @@ def norm_launch_plan(n_cols: int, element_size: int, is_rms: bool = True) -> _Pl
 
     Widths in the measured tables use their fastest configuration. Narrower rows pack 4096 elements
     per program (4 warps) and take 8 backward programs per SM. Rows wider than MAX_SINGLE_PASS loop
-    over chunks in the forward and take the two-phase backward (_wide_bwd), and so does LayerNorm's
-    backward at 16384, where one pass spills registers (_LN_BWD_WIDE). Pipeline depths are the
+    over chunks in the forward and take the two-phase backward (_wide_bwd). Pipeline depths are the
     measured ones; launchers lower them where the device has less shared memory
     (_core.device.pipeline_depth).
     """
@@ -380,7 +388,7 @@ def norm_launch_plan(n_cols: int, element_size: int, is_rms: bool = True) -> _Pl
     fwd = (_LN_FWD_MEASURED.get(key) if not is_rms else None) or _FWD_MEASURED.get(key)
     if fwd is None:
         fwd = (max(1, min(64, 4096 // block_n)), 4)
-    bwd = None if not is_rms and key in _LN_BWD_WIDE else _BWD_MEASURED.get(key)
+    bwd = (_LN_BWD_MEASURED.get(key) if not is_rms else None) or _BWD_MEASURED.get(key)
     if bwd is None and block_n < 1024:
         bwd = (8, 4, 1, 1)
     if bwd is None:  # LayerNorm at 16384 (or an element size never measured): the wide backward
@@ -430,6 +438,16 @@ def loads_weight_first(rows: int, block_n: int, num_warps: int) -> bool:
     """Whether the single-pass forward loads the weight and bias with x: where at most
     WEIGHT_FIRST_ELEMENTS row elements per thread leave registers for them."""
     return rows * block_n <= WEIGHT_FIRST_ELEMENTS * 32 * num_warps
+
+
+def saves_registers(rows: int, block_n: int, num_warps: int) -> bool:
+    """Whether the backward takes its LOW_REGISTERS order: where the step's fp32 terms (xhat, dy, g and the
+    dweight sum, a row's worth each per thread) and the weight would pass the registers a thread may have.
+    At 16384 wide, bf16, 16 warps, the usual order spilled 168 bytes a thread (ptxas) and this one none:
+    RMSNorm's backward 0.575 -> 0.424 ms, and LayerNorm's single pass, which spilled 2 KB, now beats its
+    wide path (benchmarks/NOTES.md)."""
+    per_thread = rows * block_n // (32 * num_warps)
+    return 5 * per_thread > min(255, 65536 // (32 * num_warps))
 
 
 def _bytes_per_element(*tensors) -> int:
@@ -493,6 +511,7 @@ def norm_bwd_launch(dy, dh, x, weight, residual, mean, rstd, offset, is_rms, has
                 *tensors, rstd, rstd, *outputs, n_rows, n_cols, cdiv(n_rows, n_parts), *strides, offset,
                 **flags, ROW_TERMS_GIVEN=False, ROWS=plan.bwd_rows, BLOCK_N=plan.block_n,
                 LOOP_STAGES=pipeline_depth(plan.bwd_stages, plan.bwd_rows * plan.block_n * streamed, x.device),
+                LOW_REGISTERS=saves_registers(plan.bwd_rows, plan.block_n, plan.bwd_warps),
                 num_warps=plan.bwd_warps,
             )  # fmt: skip
         else:
@@ -532,7 +551,8 @@ def _wide_bwd(tensors, outputs, strides, flags, n_rows, n_cols, n_groups, offset
     _norm_bwd_kernel[(cdiv(n_cols, block_n), n_groups)](
         *tensors, c_xhat, c_one, *outputs, n_rows, n_cols, cdiv(n_rows, n_groups), *strides, offset,
         **flags, ROW_TERMS_GIVEN=True, ROWS=rows, BLOCK_N=block_n,
-        LOOP_STAGES=pipeline_depth(stages, rows * block_n * streamed, x.device), num_warps=warps,
+        LOOP_STAGES=pipeline_depth(stages, rows * block_n * streamed, x.device),
+        LOW_REGISTERS=saves_registers(rows, block_n, warps), num_warps=warps,
     )  # fmt: skip
 
 
@@ -856,7 +876,7 @@ _NORM_TESTS = (
     {"rows": 9, "n": 64, "scale": 1e-3, "eps": 1e-5},  # variance near eps: a wrong eps shows
     {"rows": 5, "n": 40, "no_weight": True, "bias": False},
     {"rows": 2, "n": 20000, "residual": True, "prenorm": True},  # the looped forward, the wide backward
-    # single-pass forward; LayerNorm's backward on the wide path, in three row groups
+    # the 16384 block: single pass both ways, the backward in saves_registers' order
     {"rows": 3, "n": 9000, "residual": True},
 )
 _NORM_GPU = (
