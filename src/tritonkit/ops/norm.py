@@ -391,7 +391,7 @@ def norm_launch_plan(n_cols: int, element_size: int, is_rms: bool = True) -> _Pl
     bwd = (_LN_BWD_MEASURED.get(key) if not is_rms else None) or _BWD_MEASURED.get(key)
     if bwd is None and block_n < 1024:
         bwd = (8, 4, 1, 1)
-    if bwd is None:  # LayerNorm at 16384 (or an element size never measured): the wide backward
+    if bwd is None:  # an element size never measured, 1024 wide or more: the wide backward
         return _Plan(True, block_n, *fwd, 1, False)
     return _Plan(True, block_n, *fwd, 1, True, *bwd)
 
