@@ -16,7 +16,9 @@ import sys
 
 import torch
 from norm_configs import ROWS_TOTAL, bwd_ms, compile_only, fwd_ms, launcher_bwd_ms, median_ms
-from softmax_configs import kernel_ms
+from softmax_configs import kernel_ms, sweep_tensors
+
+from tritonkit._core.ints import cdiv
 
 softmax = importlib.import_module("tritonkit.ops.softmax")
 norm = importlib.import_module("tritonkit.ops.norm")
@@ -45,7 +47,7 @@ def single_pass_ms(backward, x, dy, lse, out, rows, warps, regs):
                                                                                         (x, out, lse))  # fmt: skip
     strides = (n,) * (len(tensors) - 1)
     return median_ms(
-        lambda: kernel[(-(-n_rows // rows),)](
+        lambda: kernel[(cdiv(n_rows, rows),)](
             *tensors, n_rows, n, *strides, LOG=False, SINGLE_PASS=True, GRID_LOOP=False, ROWS=rows, BLOCK_N=n,
             LOOP_STAGES=1, L2_HINTS=False, num_warps=warps, maxnreg=regs or None,
         )
@@ -62,9 +64,7 @@ def sweep_softmax() -> None:
         (32768, True, ((1, 16), (1, 32)), (0, 32, 40, 48, 64)),
     )
     for n, backward, shapes, caps in cases:
-        x = torch.randn(ROWS_TOTAL, n, device="cuda", dtype=torch.bfloat16)
-        dy, out = torch.randn_like(x), torch.empty_like(x)
-        lse = torch.logsumexp(x.float(), dim=-1)
+        x, dy, lse, out = sweep_tensors(ROWS_TOTAL, n, torch.bfloat16)
         times = {}
         for (rows, warps), regs in itertools.product(shapes, caps):
             times[(rows, warps, regs)] = single_pass_ms(backward, x, dy, lse, out, rows, warps, regs)

@@ -29,6 +29,12 @@ CONFIGS = [
 ]
 
 
+def sweep_tensors(n_rows, n, dtype):
+    """x, an upstream gradient dy, x's fp32 log-sum-exp and an output, in kernel_ms's order after ``backward``."""
+    x = torch.randn(n_rows, n, device="cuda", dtype=dtype)
+    return x, torch.randn_like(x), torch.logsumexp(x.float(), dim=-1), torch.empty_like(x)
+
+
 def kernel_ms(backward, x, dy, lse, out, log, plan):
     n = x.shape[1]
     if backward:
@@ -42,9 +48,7 @@ def print_single_pass(widths, dtype):
     """The single-pass plan's choices (rows per program, warps) for rows that fit registers, 16384 rows."""
     print("dir  log    dtype     n       (rows, warps)  ms      GB/s  (the plan now)")
     for backward, n in itertools.product((False, True), widths):
-        x = torch.randn(16384, n, device="cuda", dtype=dtype)
-        dy, out = torch.randn_like(x), torch.empty_like(x)
-        lse = torch.logsumexp(x.float(), dim=-1)
+        x, dy, lse, out = sweep_tensors(16384, n, dtype)
         times = {}
         for rows, warps in itertools.product((1, 2, 4, 8, 16), (2, 4, 8, 16)):
             if rows * n <= 16384 and 64 * warps <= rows * n:
@@ -64,9 +68,7 @@ def print_grid_loop(widths, dtype, directions):
     loads issued while this one is reduced (stages), against the plan now; 16384 rows."""
     print("dir  log    dtype     n       (warps, per_sm, stages)  ms      GB/s  (the plan now)")
     for backward, n in itertools.product(directions, widths):
-        x = torch.randn(16384, n, device="cuda", dtype=dtype)
-        dy, out = torch.randn_like(x), torch.empty_like(x)
-        lse = torch.logsumexp(x.float(), dim=-1)
+        x, dy, lse, out = sweep_tensors(16384, n, dtype)
         times = {}
         for warps, per_sm, stages in itertools.product((4, 8, 16, 32), (1, 2, 4), (2, 3)):
             if 64 * warps <= n and (warps >= 16 or n <= 8192):
@@ -99,9 +101,7 @@ def main():
     for backward, n, log in itertools.product(directions, widths, (False, True)):
         if log and (not backward or "--log" not in sys.argv):
             continue
-        x = torch.randn(ELEMENTS // n, n, device="cuda", dtype=dtype)
-        dy, out = torch.randn_like(x), torch.empty_like(x)
-        lse = torch.logsumexp(x.float(), dim=-1)
+        x, dy, lse, out = sweep_tensors(ELEMENTS // n, n, dtype)
         times = {}
         for chunk, warps, stages, per_sm, hints in CONFIGS:
             plan = softmax.SoftmaxPlan(False, chunk, 1, warps, stages, per_sm, hints)

@@ -11,6 +11,11 @@ from tritonkit._core.env import interpreting
 _INTERPRETER_PROGRAMS = 4  # under the interpreter programs run one by one: a few are plenty
 
 
+def _cuda_index(device: torch.device) -> int:
+    """The CUDA device ordinal of ``device`` ("cuda" alone: the current device)."""
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
 @functools.cache
 def _cuda_sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
@@ -20,7 +25,7 @@ def sm_count(device: torch.device) -> int:
     """Multiprocessors of ``device`` (a small stand-in under the interpreter)."""
     if interpreting() or device.type != "cuda":
         return _INTERPRETER_PROGRAMS
-    return _cuda_sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    return _cuda_sm_count(_cuda_index(device))
 
 
 # Shared memory a pipelined loop leaves to the rest of its kernel (reduction scratch, layout conversions).
@@ -42,7 +47,7 @@ def max_shared_memory(device: torch.device) -> int:
     """Bytes of shared memory one program may use on ``device`` (unbounded under the interpreter)."""
     if interpreting() or device.type != "cuda":
         return 1 << 30
-    return _cuda_max_shared_memory(device.index if device.index is not None else torch.cuda.current_device())
+    return _cuda_max_shared_memory(_cuda_index(device))
 
 
 def pipeline_depth(stages: int, bytes_per_stage: int, device: torch.device) -> int:
