@@ -71,6 +71,16 @@ def test_input_rotation_and_size_selection():
     assert sides == {"small": [256, 512], "default": [2048, 4096, 8192], "sweep": [256, 512, 1024, 2048, 4096, 8192]}
 
 
+def test_graph_replays_cover_enough_work():
+    # A replay of the cycle of steps is repeated until it covers GRAPH_REPLAY_MS, within MAX_GRAPH_REPEATS.
+    replay_ms, most = harness.GRAPH_REPLAY_MS, harness.MAX_GRAPH_REPEATS
+    assert harness.graph_repeats(replay_ms / 10) == 10
+    assert harness.graph_repeats(replay_ms / 10 + 1e-9) == 10
+    assert harness.graph_repeats(replay_ms * 3) == 1
+    assert harness.graph_repeats(replay_ms / (10 * most)) == most
+    assert harness.graph_repeats(0.0) == 1
+
+
 # ---------------------------------------------------------------- providers
 def _with_peers(peers):
     return KernelSpec(**{**registry.get("add").__dict__, "name": "add_with_peers", "peers": peers})

@@ -37,6 +37,12 @@ def _module_available(module: str) -> bool:
 def _compiled(reference: Callable) -> Callable:
     import torch
 
+    # The harness's "bwd" mode runs one autograd graph's backward many times (retain_graph=True), which a
+    # compiled backward that donates its saved buffers refuses. Donation saves memory, not time.
+    import torch._functorch.config as functorch_config
+
+    if hasattr(functorch_config, "donated_buffer"):
+        functorch_config.donated_buffer = False
     return torch.compile(reference)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tritonkit._core.text import format_table
 from tritonkit.bench.cost import Ceilings
-from tritonkit.bench.harness import Measurement
+from tritonkit.bench.harness import GRAPH_REPLAY_MS, Measurement
 
 HEADERS = [
     "kernel",
@@ -89,7 +89,8 @@ def write_markdown(
         "",
         f"Device: {meta.get('device', '?')}; torch {meta.get('torch', '?')}, triton {meta.get('triton', '?')}; "
         f"{meta.get('date', '?')}. Timing: median of triton.testing.do_bench"
-        f"{' over CUDA-graph replays' if meta.get('cuda_graph') else ''}, input sets rotated past L2.",
+        f"{f' over CUDA-graph replays of {GRAPH_REPLAY_MS:g} ms of work or more' if meta.get('cuda_graph') else ''}, "
+        "input sets rotated past L2.",
         "",
         ceilings_line(ceilings),
         "",
