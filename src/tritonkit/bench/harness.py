@@ -114,24 +114,37 @@ def graph_repeats(cycle_ms: float) -> int:
     return max(1, min(MAX_GRAPH_REPEATS, math.ceil(GRAPH_REPLAY_MS / cycle_ms)))
 
 
-def _graph_ms(steps: list[Callable], capture_stream: torch.cuda.Stream, repeats: int) -> float:
-    """Median milliseconds of one replay of a graph that runs the cycle of ``steps`` ``repeats`` times."""
+def _graph_ms(cycle: Callable[[], object], capture_stream: torch.cuda.Stream, repeats: int) -> float:
+    """Median milliseconds of one replay of a graph that runs ``cycle`` ``repeats`` times."""
     import triton.testing
 
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=capture_stream):
         for _ in range(repeats):
-            for step in steps:
-                step()
+            cycle()
     ms = triton.testing.do_bench(graph.replay, return_mode="median")
     del graph  # its memory pool is freed before a longer graph is captured
     return ms
 
 
+def graph_replay_ms(cycle: Callable[[], object], capture_stream: torch.cuda.Stream | None = None) -> float:
+    """Median milliseconds of one call of ``cycle``, timed as CUDA-graph replays that repeat it for about
+    GRAPH_REPLAY_MS of work (graph_repeats). ``cycle`` must have run once already (compilation, lazy
+    allocations); the capture is on ``capture_stream``, or on a new side stream."""
+    stream = capture_stream or torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    torch.cuda.synchronize()
+    cycle_ms = _graph_ms(cycle, stream, 1)
+    repeats = graph_repeats(cycle_ms)
+    if repeats == 1:
+        return cycle_ms
+    torch.cuda.synchronize()
+    return _graph_ms(cycle, stream, repeats) / repeats
+
+
 def _time(steps: list[Callable], capture_stream: torch.cuda.Stream | None) -> float:
     """Median milliseconds of one step, cycling through ``steps`` (one per input set); with a
-    ``capture_stream``, of CUDA-graph replays of the steps captured on it, the cycle repeated so that a
-    replay's fixed cost is spread over about GRAPH_REPLAY_MS of work (graph_repeats)."""
+    ``capture_stream``, of CUDA-graph replays of the steps captured on it (graph_replay_ms)."""
     import triton.testing
 
     for step in steps[:3]:  # warm-up: compilation, autotuning, allocator growth
@@ -140,13 +153,12 @@ def _time(steps: list[Callable], capture_stream: torch.cuda.Stream | None) -> fl
     if capture_stream is not None:
         for step in steps:  # every input set once outside the capture (lazy allocations, autograd state)
             step()
-        torch.cuda.synchronize()
-        cycle_ms = _graph_ms(steps, capture_stream, 1)
-        repeats = graph_repeats(cycle_ms)
-        if repeats == 1:
-            return cycle_ms / len(steps)
-        torch.cuda.synchronize()
-        return _graph_ms(steps, capture_stream, repeats) / (repeats * len(steps))
+
+        def cycle():
+            for step in steps:
+                step()
+
+        return graph_replay_ms(cycle, capture_stream) / len(steps)
     position = [0]
 
     def rotating():

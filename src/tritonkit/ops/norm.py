@@ -56,11 +56,11 @@ def _weight_and_bias(p_w, p_b, o_n, m_n, offset, HAS_W: tl.constexpr, HAS_B: tl.
 
 
 @triton.jit
-def _chunk_h(p_x_row, p_res_row, o_n, m_n, HAS_RES: tl.constexpr):
-    """h = x + residual at columns o_n of one row, in fp32 (0 where masked)."""
-    b_h = tl.load(p_x_row + o_n, mask=m_n, other=0.0).to(tl.float32)
+def _chunk_h(p_x_row, p_res_row, o_n, m_n, HAS_RES: tl.constexpr, EVICT: tl.constexpr):
+    """h = x + residual at columns o_n of one row, in fp32 (0 where masked); EVICT: the loads' L2 policy."""
+    b_h = tl.load(p_x_row + o_n, mask=m_n, other=0.0, eviction_policy=EVICT).to(tl.float32)
     if HAS_RES:
-        b_h += tl.load(p_res_row + o_n, mask=m_n, other=0.0).to(tl.float32)
+        b_h += tl.load(p_res_row + o_n, mask=m_n, other=0.0, eviction_policy=EVICT).to(tl.float32)
     return b_h
 
 
@@ -70,7 +70,8 @@ def _norm_fwd_long_row(p_x, p_res, p_w, p_b, p_y, p_h, p_mean, p_rstd, i_row, n_
                        HAS_W: tl.constexpr, HAS_B: tl.constexpr, STORE_H: tl.constexpr, BLOCK_N: tl.constexpr,
                        LOOP_STAGES: tl.constexpr):  # fmt: skip
     """The forward of one row too wide for registers, read in BLOCK_N chunks: its mean (LayerNorm), then
-    its variance, then the output."""
+    its variance, then the output. The first passes keep the row in L2 for the next (evict_last), the last
+    lets it go (evict_first)."""
     p_x_row = p_x + i_row * stride_x_row
     p_res_row = p_res + i_row * stride_res_row
     b_mean = 0.0
@@ -78,13 +79,13 @@ def _norm_fwd_long_row(p_x, p_res, p_w, p_b, p_y, p_h, p_mean, p_rstd, i_row, n_
         acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
         for start in tl.range(0, n_cols, BLOCK_N, num_stages=LOOP_STAGES):
             o_n = start + tl.arange(0, BLOCK_N)
-            acc += _chunk_h(p_x_row, p_res_row, o_n, o_n < n_cols, HAS_RES)
+            acc += _chunk_h(p_x_row, p_res_row, o_n, o_n < n_cols, HAS_RES, "evict_last")
         b_mean = tl.sum(acc, axis=0) / n_cols
         tl.store(p_mean + i_row, b_mean)
     acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
     for start in tl.range(0, n_cols, BLOCK_N, num_stages=LOOP_STAGES):
         o_n = start + tl.arange(0, BLOCK_N)
-        b_h = _chunk_h(p_x_row, p_res_row, o_n, o_n < n_cols, HAS_RES)
+        b_h = _chunk_h(p_x_row, p_res_row, o_n, o_n < n_cols, HAS_RES, "evict_last")
         b_centered = tl.where(o_n < n_cols, b_h - b_mean, 0.0)
         acc += b_centered * b_centered
     b_rstd = tl.rsqrt(tl.sum(acc, axis=0) / n_cols + eps)
@@ -92,7 +93,7 @@ def _norm_fwd_long_row(p_x, p_res, p_w, p_b, p_y, p_h, p_mean, p_rstd, i_row, n_
     for start in tl.range(0, n_cols, BLOCK_N, num_stages=LOOP_STAGES):
         o_n = start + tl.arange(0, BLOCK_N)
         m_n = o_n < n_cols
-        b_h = _chunk_h(p_x_row, p_res_row, o_n, m_n, HAS_RES)
+        b_h = _chunk_h(p_x_row, p_res_row, o_n, m_n, HAS_RES, "evict_first")
         if STORE_H:
             tl.store(p_h + i_row * stride_h_row + o_n, b_h.to(p_h.dtype.element_ty), mask=m_n)
         b_w, b_b = _weight_and_bias(p_w, p_b, o_n, m_n, offset, HAS_W, HAS_B)
@@ -347,12 +348,22 @@ class _Plan:
 # pipeline depth). Pipelining the backward's loop over rows (cp.async of the next rows while this one is
 # reduced) gained 6-23%. A persistent, pipelined forward (programs looping over row blocks) gained nothing
 # once the weight stayed out of registers during the reductions, and was removed (benchmarks/NOTES.md).
-# Where RMSNorm's and LayerNorm's best differed, the entry is the one within 2% of both.
+# The forward entries were measured again with 1 and 2 warps too and in CUDA graphs (the kernel alone,
+# 2026-11-22-norm-fwd-configs-graph.txt): one warp a row at 1024 wide in fp32 (RMSNorm 92.6 -> 94.1% of the
+# ceiling, LayerNorm 90.2 -> 93.4%), as torch.compile does it. Where RMSNorm's and LayerNorm's best differed,
+# the entry is the one within 2% of both, or LayerNorm has its own.
 _FWD_MEASURED = {
     (1024, 2): (2, 4), (2048, 2): (1, 4), (4096, 2): (1, 4), (8192, 2): (2, 4), (16384, 2): (1, 8),
-    (1024, 4): (1, 4), (2048, 4): (2, 4), (4096, 4): (2, 4), (8192, 4): (1, 4), (16384, 4): (2, 16),
+    (1024, 4): (1, 1), (2048, 4): (1, 2), (4096, 4): (2, 16), (8192, 4): (1, 8), (16384, 4): (2, 16),
 }  # fmt: skip
-_LN_FWD_MEASURED = {(4096, 2): (2, 4)}  # LayerNorm's own where RMSNorm's was 5% slower for it
+# LayerNorm's own, measured with its bias (2026-11-22-norm-fwd-configs-graph-ln-bias.txt): bf16 at 1024 79.5 -> 83.8%,
+# at 4096 92.5 -> 95.0%, at 8192 90.9 -> 94.5%. Without a bias its best were others: the bias, loaded with x, takes
+# registers too (one warp per row of 16384 spilled: 58% of the ceiling).
+_LN_FWD_MEASURED = {(1024, 2): (1, 2), (4096, 2): (2, 8), (8192, 2): (1, 4)}
+# RMSNorm rows that its looped forward (two passes over each row in chunks, the first keeping the row in L2
+# for the second) moves faster than one pass in registers: (chunk, warps, pipeline depth). bf16 at 4096
+# 94.3 -> 97.5%; fp32 at 4096 96.2 -> 100.1%, at 8192 96.4 -> 99.6%. LayerNorm's three passes lost there.
+_RMS_FWD_LOOPED = {(4096, 2): (2048, 8, 1), (4096, 4): (4096, 16, 1), (8192, 4): (2048, 16, 1)}
 _BWD_MEASURED = {
     (1024, 2): (4, 4, 2, 3), (2048, 2): (4, 4, 1, 3), (4096, 2): (1, 8, 2, 3), (8192, 2): (1, 8, 1, 3),
     (16384, 2): (1, 16, 1, 1),
@@ -363,7 +374,7 @@ _BWD_MEASURED = {
 # thread (6.4 ms in bf16 against 0.66 on the wide path) until the LOW_REGISTERS order (saves_registers);
 # now, with 8 warps, 0.542 ms in bf16 and 1.196 in fp32 against the wide path's 0.661 and 1.265
 # (2026-11-22-norm-16384-bwd-configs.txt). Elsewhere RMSNorm's entries.
-_LN_BWD_MEASURED = {(16384, 2): (1, 8, 1, 1)}
+_LN_BWD_MEASURED = {(16384, 2): (1, 8, 1, 1), (8192, 4): (2, 8, 1, 3)}  # fp32 8192: 90.8 -> 92.4%
 # Rows wider than MAX_SINGLE_PASS, forward: (chunk, warps, pipeline depth), a program per row. Measured at
 # 65536 and 131072 in bf16 (2026-11-22-norm-configs-long-fwd.txt): 8192-element chunks three deep against 4096
 # unpipelined, 0.4246 -> 0.37 ms for RMSNorm and 0.537 -> 0.418 for LayerNorm at 65536.
@@ -374,26 +385,34 @@ LONG_ROW_FWD = (8192, 16, 3)
 def norm_launch_plan(n_cols: int, element_size: int, is_rms: bool = True) -> _Plan:
     """Launch configuration for rows of ``n_cols`` elements of ``element_size`` bytes.
 
-    Widths in the measured tables use their fastest configuration. Narrower rows pack 4096 elements
-    per program (4 warps) and take 8 backward programs per SM. Rows wider than MAX_SINGLE_PASS loop
-    over chunks in the forward and take the two-phase backward (_wide_bwd). Pipeline depths are the
-    measured ones; launchers lower them where the device has less shared memory
-    (_core.device.pipeline_depth).
+    Widths in the measured tables use their fastest configuration (for RMSNorm at some widths the looped
+    forward). Narrower rows pack 4096 elements per program (4 warps) and take 8 backward programs per SM.
+    Rows wider than MAX_SINGLE_PASS loop over chunks in the forward and take the two-phase backward
+    (_wide_bwd). Pipeline depths are the measured ones; launchers lower them where the device has less
+    shared memory (_core.device.pipeline_depth).
     """
     block_n = next_power_of_2(n_cols)
     if block_n > MAX_SINGLE_PASS:
         chunk, warps, stages = LONG_ROW_FWD
         return _Plan(False, chunk, 1, warps, stages, False)
     key = (block_n, element_size)
-    fwd = (_LN_FWD_MEASURED.get(key) if not is_rms else None) or _FWD_MEASURED.get(key)
-    if fwd is None:
-        fwd = (max(1, min(64, 4096 // block_n)), 4)
+    looped = _RMS_FWD_LOOPED.get(key) if is_rms else None
+    if looped is not None:
+        chunk, warps, stages = looped
+        fwd_plan = (False, chunk, 1, warps, stages)
+    else:
+        rows, warps = (
+            (_LN_FWD_MEASURED.get(key) if not is_rms else None)
+            or _FWD_MEASURED.get(key)
+            or (max(1, min(64, 4096 // block_n)), 4)
+        )
+        fwd_plan = (True, block_n, rows, warps, 1)
     bwd = (_LN_BWD_MEASURED.get(key) if not is_rms else None) or _BWD_MEASURED.get(key)
     if bwd is None and block_n < 1024:
         bwd = (8, 4, 1, 1)
     if bwd is None:  # an element size never measured, 1024 wide or more: the wide backward
-        return _Plan(True, block_n, *fwd, 1, False)
-    return _Plan(True, block_n, *fwd, 1, True, *bwd)
+        return _Plan(*fwd_plan, False)
+    return _Plan(*fwd_plan, True, *bwd)
 
 
 def _empty_like_rows(rows: int, n_cols: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -507,11 +526,12 @@ def norm_bwd_launch(dy, dh, x, weight, residual, mean, rstd, offset, is_rms, has
                      HAS_DH=dh is not None, STORE_DRES=separate_dres)  # fmt: skip
         streamed = _bytes_per_element(dy, dh, x, residual)  # loaded per element, each row
         if plan.bwd_single_pass:  # whole rows: one column block; the row terms from the tile itself
+            row_block = next_power_of_2(n_cols)  # plan.block_n is the forward's, a chunk where it loops
             _norm_bwd_kernel[(1, n_parts)](
                 *tensors, rstd, rstd, *outputs, n_rows, n_cols, cdiv(n_rows, n_parts), *strides, offset,
-                **flags, ROW_TERMS_GIVEN=False, ROWS=plan.bwd_rows, BLOCK_N=plan.block_n,
-                LOOP_STAGES=pipeline_depth(plan.bwd_stages, plan.bwd_rows * plan.block_n * streamed, x.device),
-                LOW_REGISTERS=saves_registers(plan.bwd_rows, plan.block_n, plan.bwd_warps),
+                **flags, ROW_TERMS_GIVEN=False, ROWS=plan.bwd_rows, BLOCK_N=row_block,
+                LOOP_STAGES=pipeline_depth(plan.bwd_stages, plan.bwd_rows * row_block * streamed, x.device),
+                LOW_REGISTERS=saves_registers(plan.bwd_rows, row_block, plan.bwd_warps),
                 num_warps=plan.bwd_warps,
             )  # fmt: skip
         else:
@@ -878,6 +898,7 @@ _NORM_TESTS = (
     {"rows": 2, "n": 20000, "residual": True, "prenorm": True},  # the looped forward, the wide backward
     # the 16384 block: single pass both ways, the backward in saves_registers' order
     {"rows": 3, "n": 9000, "residual": True},
+    {"rows": 3, "n": 3000, "residual": True, "prenorm": True},  # RMSNorm's looped forward within one block
 )
 _NORM_GPU = (
     {"rows": 4096, "n": 4096},
