@@ -112,7 +112,8 @@ def print_fwd(x, w, is_rms, label):
             fwd[(chunk, warps, stages)] = fwd_ms(x, w, is_rms, 1, warps, stages, chunk)
     best = min(fwd, key=fwd.get)
     gbps = 2 * x.numel() * x.element_size() / fwd[best] / 1e6
-    print(f"fwd   {label} (rows, warps)={best} {fwd[best]:.4f}  {gbps:6.0f} ({max(fwd.values()):.4f})")
+    kind = "(rows, warps)" if len(best) == 2 else "looped (chunk, warps, stages)"
+    print(f"fwd   {label} {kind}={best} {fwd[best]:.4f}  {gbps:6.0f} ({max(fwd.values()):.4f})")
     for config in sorted(fwd, key=fwd.get)[1:4]:
         print(f"        {config} {fwd[config]:.4f}")
 
