@@ -17,7 +17,7 @@ import itertools
 import sys
 
 import torch
-from norm_configs import compile_only, median_ms  # the sibling sweep's timing (short repetitions, inf if too big)
+from norm_configs import compile_only, median_ms  # the sibling sweep's timing (1 ms graph replays, inf if too big)
 
 softmax = importlib.import_module("tritonkit.ops.softmax")
 ELEMENTS = 16384 * 32768
