@@ -1,7 +1,7 @@
 """Sweep the norm kernels' launch configurations on a GPU and print the fastest per width and dtype.
 
 The data behind ``norm_launch_plan``: forward rows per program and warps (wider rows than one pass holds:
-chunk, warps and the chunk loops' software-pipeline depth); backward programs per SM, warps, rows per
+the split-row forward's slice, warps and output piece); backward programs per SM, warps, rows per
 loop iteration and that loop's pipeline depth; timed on the kernels alone (16384 rows).
 `PYTHONPATH=src python3 benchmarks/norm_configs.py [WIDTH ...] [--bfloat16] [--float32] [--fwd-only]
 [--bwd-only] [--layer-norm] [--wide]` (``--bwd-only``: the backward alone, of RMSNorm, or with
@@ -119,17 +119,29 @@ def print_fwd(x, w, is_rms, label):
 
 
 def print_long_fwd(x, w, is_rms, label):
-    """The looped forward of rows wider than one pass holds: chunk, warps, pipeline depth."""
+    """Rows wider than one pass holds: the split-row forward's (slice, warps, output piece), through the
+    launcher (the counters' zeroing included), LayerNorm with its bias."""
     fwd = {}
-    for chunk, warps, stages in itertools.product((2048, 4096, 8192), (4, 8, 16), (1, 2, 3)):
-        if warps * 32 * 4 <= chunk:
-            fwd[(chunk, warps, stages)] = fwd_ms(x, w, is_rms, 1, warps, stages, chunk)
+    bias = None if is_rms else torch.randn_like(w)
+    key = (x.element_size(), is_rms)
+    saved = dict(norm.SPLIT_ROW_FWD)
+    try:
+        for block, warps, sub_n in itertools.product((8192, 16384, 32768), (4, 8, 16, 32), (2048, 4096, 32768)):
+            if 16 <= block // (32 * warps) <= 128 and sub_n >= 32 * warps:
+                norm.SPLIT_ROW_FWD[key] = (block, warps, min(sub_n, block))
+                norm.norm_launch_plan.cache_clear()
+                fwd[norm.SPLIT_ROW_FWD[key]] = median_ms(
+                    lambda: norm.norm_fwd_launch(x, w, bias, None, 1e-6, 0.0, is_rms, False, False)
+                )
+    finally:
+        norm.SPLIT_ROW_FWD.update(saved)
+        norm.norm_launch_plan.cache_clear()
     best = min(fwd, key=fwd.get)
     gbps = 2 * x.numel() * x.element_size() / fwd[best] / 1e6
-    now = norm.norm_launch_plan(x.shape[1], x.element_size(), is_rms)
-    now_config = (now.block_n, now.num_warps, now.fwd_stages)
-    print(f"fwd   {label} (chunk, warps, stages)={best} {fwd[best]:.4f}  {gbps:6.0f} "
-          f"(now {now_config} {fwd.get(now_config, float('nan')):.4f}, worst {max(fwd.values()):.4f})")  # fmt: skip
+    print(f"fwd   {label} split (slice, warps, piece)={best} {fwd[best]:.4f}  {gbps:6.0f} "
+          f"(now {saved[key]} {fwd.get(saved[key], float('nan')):.4f}, worst {max(fwd.values()):.4f})")  # fmt: skip
+    for config in sorted(fwd, key=fwd.get)[1:4]:
+        print(f"        {config} {fwd[config]:.4f}")
 
 
 def print_bwd(x, w, is_rms, label, per_sm_choices, has_bias=False):
@@ -209,7 +221,7 @@ def main():
     layer_norm = "--layer-norm" in sys.argv
     norms = ((not layer_norm),) if bwd_only else (True, False)
     for dtype, n, is_rms in itertools.product(dtypes, widths, norms):
-        long_rows = n > norm.MAX_SINGLE_PASS  # the looped forward; their backward is --wide's
+        long_rows = n > norm.MAX_SINGLE_PASS  # the split-row forward; their backward is --wide's
         rows = ROWS_TOTAL * 16384 // n if long_rows else ROWS_TOTAL  # long: the bytes of 16384 x 16384
         x = torch.randn(rows, n, device="cuda", dtype=dtype)
         w = torch.randn(n, device="cuda", dtype=dtype)

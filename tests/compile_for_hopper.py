@@ -135,6 +135,21 @@ def main():
                 num_warps=8,
             )
             if not single_pass:
+                compile_one(
+                    f"norm fwd split row rms={is_rms}",  # the one-launch form, whose programs wait for each other
+                    norm._norm_fwd_split_row_kernel,
+                    {
+                        **dict.fromkeys(["p_x", "p_res", "p_w", "p_b", "p_y", "p_h"], "*bf16"),
+                        **dict.fromkeys(["p_mean", "p_rstd", "p_part"], "*fp32"),
+                        "p_count": "*i32",
+                        **dict.fromkeys(["n_rows", "n_cols", "n_blocks"], "i32"),
+                        **dict.fromkeys(["stride_x_row", "stride_res_row", "stride_y_row", "stride_h_row"], "i32"),
+                        "eps": "fp32",
+                        "offset": "fp32",
+                    },
+                    {**flags, "STORE_H": True, "BLOCK_N": 16384, "SUB_N": 4096, "BLOCKS_P2": 8, "PHASES": 3},
+                    num_warps=8,
+                )
                 continue
             bwd_strides = ["stride_dy_row", "stride_dh_row", "stride_x_row", "stride_res_row", "stride_dx_row",
                            "stride_dres_row"]  # fmt: skip

@@ -4,7 +4,8 @@ Semantics follow the fused add+norm of mamba_ssm's ``rms_norm_fn`` / ``layer_nor
 ``h = x + residual`` (when given), ``y = normalize(h) * (offset + weight) + bias``; with
 ``prenorm=True`` the call returns ``(y, h)``, ``h`` in fp32 when ``residual_in_fp32=True``.
 One kernel pair serves both norms (an ``IS_RMS`` switch). Rows up to 16384 wide are normalised in
-registers in one pass; wider rows loop over chunks forward and take two phases backward (each row's
+registers in one pass; wider rows are split across programs forward (each slice's partial statistics,
+combined once the row's programs have all published theirs) and take two phases backward (each row's
 terms, then column blocks). Statistics are fp32; dweight and dbias are summed in fp32 per program into
 a workspace and reduced in a fixed order, so they are deterministic. With a residual, one gradient
 tensor serves x and the residual when their dtypes agree.
@@ -29,11 +30,12 @@ from tritonkit._core.device import pipeline_depth, sm_count
 from tritonkit._core.dispatch import cheapest_path
 from tritonkit._core.ints import cdiv, next_power_of_2, prev_power_of_2
 from tritonkit._core.layout import as_rows
+from tritonkit._core.row_sync import publish_and_wait, row_counters, waits_safely
 from tritonkit.registry import Inputs, KernelSpec, Tolerance, register
 
 __all__ = ["layer_norm", "rms_norm"]
 
-MAX_SINGLE_PASS = 16384  # widest row normalised in registers; wider rows loop over chunks
+MAX_SINGLE_PASS = 16384  # widest row normalised in registers; wider rows are split across programs
 LOOP_CHUNK = 4096
 # Backward inputs of at most this many elements run as one program that writes dweight/dbias itself:
 # 8 x 4096 takes a few µs on one SM, less than the reduction launch it saves.
@@ -65,11 +67,25 @@ def _chunk_h(p_x_row, p_res_row, o_n, m_n, HAS_RES: tl.constexpr, EVICT: tl.cons
 
 
 @triton.jit
+def _store_normalized(p_y_row, p_w, p_b, o_n, m_n, b_h, b_mean, b_rstd, offset, HAS_W: tl.constexpr,
+                      HAS_B: tl.constexpr):  # fmt: skip
+    """y = (h - mean) * rstd * (offset + w) + b at columns o_n of one row, stored in y's dtype."""
+    b_w, b_b = _weight_and_bias(p_w, p_b, o_n, m_n, offset, HAS_W, HAS_B)
+    b_y = (b_h - b_mean) * b_rstd
+    if HAS_W:
+        b_y *= b_w
+    if HAS_B:
+        b_y += b_b
+    tl.store(p_y_row + o_n, b_y.to(p_y_row.dtype.element_ty), mask=m_n)
+
+
+@triton.jit
 def _norm_fwd_long_row(p_x, p_res, p_w, p_b, p_y, p_h, p_mean, p_rstd, i_row, n_cols, stride_x_row, stride_res_row,
                        stride_y_row, stride_h_row, eps, offset, IS_RMS: tl.constexpr, HAS_RES: tl.constexpr,
                        HAS_W: tl.constexpr, HAS_B: tl.constexpr, STORE_H: tl.constexpr, BLOCK_N: tl.constexpr,
                        LOOP_STAGES: tl.constexpr):  # fmt: skip
-    """The forward of one row too wide for registers, read in BLOCK_N chunks: its mean (LayerNorm), then
+    """The forward of one row read in BLOCK_N chunks (RMSNorm widths where this beats the single pass,
+    _RMS_FWD_LOOPED): its mean (LayerNorm), then
     its variance, then the output. The first passes keep the row in L2 for the next (evict_last), the last
     lets it go (evict_first)."""
     p_x_row = p_x + i_row * stride_x_row
@@ -96,13 +112,7 @@ def _norm_fwd_long_row(p_x, p_res, p_w, p_b, p_y, p_h, p_mean, p_rstd, i_row, n_
         b_h = _chunk_h(p_x_row, p_res_row, o_n, m_n, HAS_RES, "evict_first")
         if STORE_H:
             tl.store(p_h + i_row * stride_h_row + o_n, b_h.to(p_h.dtype.element_ty), mask=m_n)
-        b_w, b_b = _weight_and_bias(p_w, p_b, o_n, m_n, offset, HAS_W, HAS_B)
-        b_y = (b_h - b_mean) * b_rstd
-        if HAS_W:
-            b_y *= b_w
-        if HAS_B:
-            b_y += b_b
-        tl.store(p_y + i_row * stride_y_row + o_n, b_y.to(p_y.dtype.element_ty), mask=m_n)
+        _store_normalized(p_y + i_row * stride_y_row, p_w, p_b, o_n, m_n, b_h, b_mean, b_rstd, offset, HAS_W, HAS_B)
 
 
 @triton.jit
@@ -113,7 +123,7 @@ def _norm_fwd_kernel(
     STORE_H: tl.constexpr, SINGLE_PASS: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
     LOOP_STAGES: tl.constexpr, WEIGHT_FIRST: tl.constexpr,
 ):  # fmt: skip
-    """Forward of one block of ROWS rows, or of one row read in chunks (rows wider than registers hold).
+    """Forward of one block of ROWS rows, or of one row read in chunks (_RMS_FWD_LOOPED).
 
     h = x + res;  LayerNorm: mean = sum(h)/N, var = sum((h - mean)^2)/N;  RMSNorm: mean = 0,
     var = sum(h^2)/N;  rstd = 1/sqrt(var + eps);  y = (h - mean) * rstd * (offset + w) + b.
@@ -156,6 +166,77 @@ def _norm_fwd_kernel(
         _norm_fwd_long_row(p_x, p_res, p_w, p_b, p_y, p_h, p_mean, p_rstd, tl.program_id(0).to(tl.int64), n_cols,
                            stride_x_row, stride_res_row, stride_y_row, stride_h_row, eps, offset, IS_RMS, HAS_RES,
                            HAS_W, HAS_B, STORE_H, BLOCK_N, LOOP_STAGES)  # fmt: skip
+
+
+@triton.jit
+def _norm_fwd_split_row_kernel(
+    p_x, p_res, p_w, p_b, p_y, p_h, p_mean, p_rstd, p_part, p_count,
+    n_rows, n_cols, n_blocks, stride_x_row, stride_res_row, stride_y_row, stride_h_row, eps, offset,
+    IS_RMS: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+    STORE_H: tl.constexpr, BLOCK_N: tl.constexpr, SUB_N: tl.constexpr, BLOCKS_P2: tl.constexpr,
+    PHASES: tl.constexpr,
+):  # fmt: skip
+    """Forward of rows wider than one program holds: ``n_blocks`` programs share a row, one BLOCK_N slice
+    each (program id = row * n_blocks + slice).
+
+    Phase 1: h = x + res on the slice (stored if STORE_H); its partial statistics into p_part: RMSNorm
+    s_b = sum(h^2); LayerNorm s_b = sum(h) and m_b = sum((h - s_b / n_b)^2) over its n_b columns.
+    Phase 2: the row's statistics from its parts, summed in a fixed order: RMSNorm var = sum_b s_b / N;
+    LayerNorm mean = sum_b s_b / N, var = (sum_b m_b + sum_b n_b (s_b / n_b - mean)^2) / N (the exact split of
+    the squared deviations by slice); rstd = 1/sqrt(var + eps); then y = (h - mean) * rstd * (offset + w) + b
+    on the slice in SUB_N pieces, h read again (L2 kept it: evict_last in phase 1). The gradient is
+    _norm_bwd_kernel's.
+    PHASES: 3 both in one launch, the slice's programs waiting for each other between them
+    (_core.row_sync); 1 or 2 one phase per launch.
+    """
+    i_row = (tl.program_id(0) // n_blocks).to(tl.int64)
+    i_block = tl.program_id(0) % n_blocks
+    o_n = i_block * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_n = o_n < n_cols
+    p_x_row = p_x + i_row * stride_x_row
+    p_res_row = p_res + i_row * stride_res_row
+    p_sums = p_part + i_row * n_blocks  # s_b of the row's slices; LayerNorm's m_b n_rows * n_blocks further
+    p_squares = p_sums + n_rows * n_blocks
+    if PHASES != 2:
+        b_h = _chunk_h(p_x_row, p_res_row, o_n, m_n, HAS_RES, "evict_last")
+        if STORE_H:
+            tl.store(p_h + i_row * stride_h_row + o_n, b_h.to(p_h.dtype.element_ty), mask=m_n)
+        if IS_RMS:
+            tl.store(p_sums + i_block, tl.sum(b_h * b_h, axis=0))
+        else:
+            b_sum = tl.sum(b_h, axis=0)
+            b_centered = tl.where(m_n, b_h - b_sum / tl.minimum(n_cols - i_block * BLOCK_N, BLOCK_N), 0.0)
+            tl.store(p_sums + i_block, b_sum)
+            tl.store(p_squares + i_block, tl.sum(b_centered * b_centered, axis=0))
+        if PHASES == 3:
+            publish_and_wait(p_count + i_row, n_blocks)
+    if PHASES != 1:
+        o_b = tl.arange(0, BLOCKS_P2)
+        m_b = o_b < n_blocks
+        # volatile: the parts were written by other programs during this launch; never serve them from L1.
+        b_sums = tl.load(p_sums + o_b, mask=m_b, other=0.0, volatile=True)
+        if IS_RMS:
+            b_mean = 0.0
+            b_var = tl.sum(b_sums, axis=0) / n_cols
+        else:
+            b_mean = tl.sum(b_sums, axis=0) / n_cols
+            b_count = tl.maximum(tl.minimum(n_cols - o_b * BLOCK_N, BLOCK_N), 1).to(tl.float32)
+            b_between = tl.where(m_b, b_sums / b_count - b_mean, 0.0)
+            b_squares = tl.load(p_squares + o_b, mask=m_b, other=0.0, volatile=True)
+            b_var = (tl.sum(b_squares, axis=0) + tl.sum(b_count * b_between * b_between, axis=0)) / n_cols
+        b_rstd = tl.rsqrt(b_var + eps)
+        if i_block == 0:
+            tl.store(p_rstd + i_row, b_rstd)
+            if not IS_RMS:
+                tl.store(p_mean + i_row, b_mean)
+        # In SUB_N pieces: h, the weight and the bias of the whole slice at once would hold three times the
+        # registers phase 1 needs.
+        for start in range(0, BLOCK_N, SUB_N):
+            o_s = i_block * BLOCK_N + start + tl.arange(0, SUB_N)
+            m_s = o_s < n_cols
+            b_piece = _chunk_h(p_x_row, p_res_row, o_s, m_s, HAS_RES, "evict_first")  # h, read again
+            _store_normalized(p_y + i_row * stride_y_row, p_w, p_b, o_s, m_s, b_piece, b_mean, b_rstd, offset, HAS_W,
+                              HAS_B)  # fmt: skip
 
 
 @triton.jit
@@ -340,6 +421,8 @@ class _Plan:
     bwd_warps: int = 0
     bwd_rows: int = 1  # rows per backward loop iteration
     bwd_stages: int = 1  # software-pipeline depth of the backward's loop over rows
+    split_row: bool = False  # forward: rows wider than one program, block_n-element slices (see SPLIT_ROW_FWD)
+    split_sub_n: int = 0  # the split-row forward's output pieces
 
 
 # Fastest launch configurations measured on the H200 over 16384 rows by benchmarks/norm_configs.py
@@ -375,10 +458,14 @@ _BWD_MEASURED = {
 # now, with 8 warps, 0.542 ms in bf16 and 1.196 in fp32 against the wide path's 0.661 and 1.265
 # (2026-11-22-norm-16384-bwd-configs.txt). Elsewhere RMSNorm's entries.
 _LN_BWD_MEASURED = {(16384, 2): (1, 8, 1, 1), (8192, 4): (2, 8, 1, 3)}  # fp32 8192: 90.8 -> 92.4%
-# Rows wider than MAX_SINGLE_PASS, forward: (chunk, warps, pipeline depth), a program per row. Measured at
-# 65536 and 131072 in bf16 (2026-11-22-norm-configs-long-fwd.txt): 8192-element chunks three deep against 4096
-# unpipelined, 0.4246 -> 0.37 ms for RMSNorm and 0.537 -> 0.418 for LayerNorm at 65536.
-LONG_ROW_FWD = (8192, 16, 3)
+# Rows wider than MAX_SINGLE_PASS, forward (_norm_fwd_split_row_kernel), keyed by (element size, RMSNorm?):
+# (slice, warps, output piece), a slice per program, several programs per row. Swept at 32768, 65536 and 131072
+# wide through the launcher (2026-11-22-norm-split-row-configs.txt), % of the copy ceiling against the loop of
+# one program per row it replaced: bf16 RMSNorm 87.0/85.9/85.3 (was 85.1/69.4/64.4), LayerNorm 75.5/72.5/71.3
+# (65536: 60.8); fp32 RMSNorm 87.5/87.2/86.8, LayerNorm 84.1/82.4/82.4. Output pieces below the slice keep
+# h, the weight and the bias from taking three slices' worth of registers at once.
+SPLIT_ROW_FWD = {(2, True): (16384, 16, 4096), (2, False): (8192, 4, 2048),
+                 (4, True): (16384, 16, 16384), (4, False): (8192, 4, 4096)}  # fmt: skip
 
 
 @functools.lru_cache(maxsize=256)
@@ -387,14 +474,14 @@ def norm_launch_plan(n_cols: int, element_size: int, is_rms: bool = True) -> _Pl
 
     Widths in the measured tables use their fastest configuration (for RMSNorm at some widths the looped
     forward). Narrower rows pack 4096 elements per program (4 warps) and take 8 backward programs per SM.
-    Rows wider than MAX_SINGLE_PASS loop over chunks in the forward and take the two-phase backward
-    (_wide_bwd). Pipeline depths are the measured ones; launchers lower them where the device has less
+    Rows wider than MAX_SINGLE_PASS are split across programs in the forward and take the two-phase
+    backward (_wide_bwd). Pipeline depths are the measured ones; launchers lower them where the device has less
     shared memory (_core.device.pipeline_depth).
     """
     block_n = next_power_of_2(n_cols)
     if block_n > MAX_SINGLE_PASS:
-        chunk, warps, stages = LONG_ROW_FWD
-        return _Plan(False, chunk, 1, warps, stages, False)
+        block, warps, sub_n = SPLIT_ROW_FWD[element_size, is_rms]
+        return _Plan(False, block, 1, warps, 1, False, split_row=True, split_sub_n=sub_n)
     key = (block_n, element_size)
     looped = _RMS_FWD_LOOPED.get(key) if is_rms else None
     if looped is not None:
@@ -436,6 +523,9 @@ def norm_fwd_launch(x, weight, bias, residual, eps, offset, is_rms, store_h, h_f
     if n_rows == 0:
         return y, h, mean, rstd
     plan = norm_launch_plan(n_cols, x.element_size(), is_rms)
+    if plan.split_row:
+        _split_row_fwd(x, weight, bias, residual, y, h, mean, rstd, eps, offset, is_rms, plan)
+        return y, h, mean, rstd
     # The looped forward's two (RMSNorm) or three (LayerNorm) pipelined passes over a row each have
     # buffers of their own.
     stage_bytes = (2 if is_rms else 3) * plan.block_n * _bytes_per_element(x, residual)
@@ -451,6 +541,26 @@ def norm_fwd_launch(x, weight, bias, residual, eps, offset, is_rms, store_h, h_f
         num_warps=plan.num_warps,
     )  # fmt: skip
     return y, h, mean, rstd
+
+
+def _split_row_fwd(x, weight, bias, residual, y, h, mean, rstd, eps, offset, is_rms, plan):
+    """Launches _norm_fwd_split_row_kernel: both phases in one launch where the row's programs may wait for
+    each other (row_sync.waits_safely), else one launch per phase (x read twice)."""
+    n_rows, n_cols = x.shape
+    n_blocks = cdiv(n_cols, plan.block_n)
+    n_parts = n_rows * n_blocks * (1 if is_rms else 2)
+    workspace = torch.empty((n_parts + n_rows,), dtype=torch.float32, device=x.device)  # parts, then counters
+    counters = row_counters(workspace, n_rows)
+    for phases in (3,) if waits_safely(n_blocks, x.device) else (1, 2):
+        _norm_fwd_split_row_kernel[(n_rows * n_blocks,)](
+            x, residual if residual is not None else x, weight if weight is not None else x,
+            bias if bias is not None else x, y, h if h is not None else y, mean if mean is not None else rstd, rstd,
+            workspace, counters, n_rows, n_cols, n_blocks, x.stride(0),
+            residual.stride(0) if residual is not None else 0, y.stride(0), h.stride(0) if h is not None else 0,
+            eps, offset, IS_RMS=is_rms, HAS_RES=residual is not None, HAS_W=weight is not None,
+            HAS_B=bias is not None, STORE_H=h is not None, BLOCK_N=plan.block_n, SUB_N=plan.split_sub_n,
+            BLOCKS_P2=next_power_of_2(n_blocks), PHASES=phases, num_warps=plan.num_warps,
+        )  # fmt: skip
 
 
 def loads_weight_first(rows: int, block_n: int, num_warps: int) -> bool:
@@ -829,6 +939,8 @@ def _norm_inputs(case, device, dtype, generator):
         x = randn(n, *lead, scale=case.get("scale", 1.0)).movedim(0, -1)
     else:
         x = randn(*lead, n, scale=case.get("scale", 1.0))
+    if case.get("trend"):  # a ramp along the row, so that parts of a row have different means
+        x = (x.float() + torch.linspace(-case["trend"], case["trend"], n, device=device)).to(dtype)
     kwargs = {"eps": case.get("eps", 1e-5)}
     if case.get("residual", False):
         kwargs["residual"] = randn(*x.shape)
@@ -895,7 +1007,8 @@ _NORM_TESTS = (
     {"rows": 7, "n": 50, "layout": "sliced", "residual": True},
     {"rows": 9, "n": 64, "scale": 1e-3, "eps": 1e-5},  # variance near eps: a wrong eps shows
     {"rows": 5, "n": 40, "no_weight": True, "bias": False},
-    {"rows": 2, "n": 20000, "residual": True, "prenorm": True},  # the looped forward, the wide backward
+    {"rows": 2, "n": 20000, "residual": True, "prenorm": True},  # the split-row forward, the wide backward
+    {"rows": 2, "n": 40000, "trend": 4.0},  # three slices whose means differ: LayerNorm's between-slice term
     # the 16384 block: single pass both ways, the backward in saves_registers' order
     {"rows": 3, "n": 9000, "residual": True},
     {"rows": 3, "n": 3000, "residual": True, "prenorm": True},  # RMSNorm's looped forward within one block
@@ -908,11 +1021,13 @@ _NORM_GPU = (
     {"rows": 8, "n": 4096},
     {"rows": 4097, "n": 123, "lead": (17, 241), "layout": "transposed"},
     {"rows": 1111, "n": 16000, "residual": True},  # the widest single-pass forward, with a residual
+    {"rows": 64, "n": 40000, "trend": 4.0, "residual": True, "prenorm": True, "residual_in_fp32": True},
 )
 # The small case first (`--sizes small`), the sweep over widths, then the fused add + prenorm case.
 _NORM_BENCH = (
     {"rows": 8, "n": 4096, "bias": False},
     *({"rows": 16384, "n": n, "bias": False} for n in (1024, 2048, 4096, 8192, 16384)),
+    {"rows": 4096, "n": 65536, "bias": False},  # rows split across programs (the bytes of 16384 x 16384)
     {"rows": 16384, "n": 4096, "bias": False, "residual": True, "prenorm": True},
 )
 
@@ -946,12 +1061,12 @@ for _name, _fn, _reference_fn, _inputs, _tests, _bench, _liger in (
         summary=f"Fused residual add + {'RMSNorm' if _name == 'rms_norm' else 'LayerNorm'}, forward and backward.",
         description="h = x + residual, y = normalize(h) * (offset + weight) + bias, with prenorm returning h "
                     "(optionally fp32), as mamba_ssm's fused add+norm. One pass in registers up to 16384 "
-                    "columns, a looped forward and a two-phase backward beyond; fp32 statistics; deterministic fp32 "
-                    "dweight/dbias.",
+                    "columns; beyond, a forward whose programs share each row and a two-phase backward; fp32 "
+                    "statistics; deterministic fp32 dweight/dbias.",
         usage=f"y, h = tk.ops.{_name}(x, weight{', bias' if _name == 'layer_norm' else ''}, residual=h, "
               "prenorm=True)",
         tags=("norm", "fused", "memory-bound", "backward"),
-        limits="Normalises the last dimension; any leading shape; hidden sizes from 1 up (wide rows loop).",
+        limits="Normalises the last dimension; any leading shape; hidden sizes from 1 up (wide rows split).",
         fn=_fn,
         reference=_reference_fn,
         make_inputs=_inputs,

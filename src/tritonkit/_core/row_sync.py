@@ -1,0 +1,48 @@
+"""Rows split across programs: the programs sharing a row publish partial results and wait for each other.
+
+A row too wide for one program's registers is split into ``n_blocks`` slices, one program each, with
+consecutive program ids. Each program stores its slice's partial statistics, then :func:`publish_and_wait`
+counts it in and waits until all ``n_blocks`` of the row are in; the combined statistics then come from
+memory, read in a fixed order (deterministic). One launch reads each element from DRAM once, where a program
+looping over the whole row reads it twice.
+
+Waiting is safe when the programs a program waits for are running or will start: a GPU starts a 1-D grid's
+programs in increasing order, and :func:`waits_safely` keeps ``n_blocks`` within what is resident at once.
+The interpreter runs programs one at a time, so there (and for wider rows) launchers run the two halves as
+two launches instead (:func:`waits_safely` says which).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from tritonkit._core.device import sm_count
+from tritonkit._core.env import interpreting
+
+
+@triton.jit
+def publish_and_wait(p_count, n_blocks):
+    """Count this program's stores in for its row (``p_count``: the row's int32 counter, zero at launch) and
+    wait until all ``n_blocks`` programs of the row have. The barrier puts every thread's stores before the
+    release; the acquire read that sees ``n_blocks`` puts every later load after all of theirs."""
+    tl.debug_barrier()
+    tl.atomic_add(p_count, 1, sem="release")
+    # Triton lowers an acquire add of 0 to an acquire load: the spin puts no read-modify-write traffic on L2.
+    while tl.atomic_add(p_count, 0, sem="acquire") < n_blocks:
+        pass
+
+
+def waits_safely(n_blocks: int, device: torch.device) -> bool:
+    """Whether one launch may wait across ``n_blocks`` programs per row: not under the interpreter, and at
+    most one program per multiprocessor, which every kernel that launches at all can have resident."""
+    return not interpreting() and n_blocks <= sm_count(device)
+
+
+def row_counters(workspace: torch.Tensor, n_rows: int) -> torch.Tensor:
+    """The last ``n_rows`` fp32 elements of ``workspace`` as zeroed int32 counters, one per row (a fill
+    launch; CUDA-graph capturable)."""
+    counters = workspace[workspace.numel() - n_rows :].view(torch.int32)
+    counters.zero_()
+    return counters
