@@ -48,8 +48,8 @@ def single_pass_ms(backward, x, dy, lse, out, rows, warps, regs):
     strides = (n,) * (len(tensors) - 1)
     return median_ms(
         lambda: kernel[(cdiv(n_rows, rows),)](
-            *tensors, n_rows, n, *strides, LOG=False, SINGLE_PASS=True, GRID_LOOP=False, ROWS=rows, BLOCK_N=n,
-            LOOP_STAGES=1, L2_HINTS=False, num_warps=warps, maxnreg=regs or None,
+            *tensors, n_rows, n, *strides, LOG=False, GRID_LOOP=False, ROWS=rows, BLOCK_N=n, LOOP_STAGES=1,
+            num_warps=warps, maxnreg=regs or None,
         )
     )  # fmt: skip
 
@@ -68,7 +68,7 @@ def sweep_softmax() -> None:
         times = {}
         for (rows, warps), regs in itertools.product(shapes, caps):
             times[(rows, warps, regs)] = single_pass_ms(backward, x, dy, lse, out, rows, warps, regs)
-        now = kernel_ms(backward, x, dy, lse, out, False, softmax.softmax_launch_plan(n, backward, 2))
+        now = kernel_ms(backward, x, dy, lse, False, softmax.softmax_launch_plan(n, backward, 2))
         label = f"softmax {'bwd' if backward else 'fwd'} bfloat16 {n:<6} (rows, warps, regs)"
         report(label, times, now, (3 if backward else 2) * x.numel() * 2)
 

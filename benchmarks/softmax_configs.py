@@ -1,15 +1,12 @@
-"""Sweep the looped softmax kernels' launch configurations on a GPU: chunk, warps, the chunk loops'
-software-pipeline depth, a grid of a few programs per SM looping over rows (0: one program per row), and
-the L2 hints that keep a row cached between its two reads; timed on the kernels alone over 2**29 elements,
-through the launcher with each configuration as its plan.
+"""Sweep the softmax kernels' launch configurations on a GPU, timed on the launchers alone with each
+configuration as their plan. The data behind ``softmax_launch_plan``.
 
-The data behind ``softmax_launch_plan``.
-`PYTHONPATH=src python3 benchmarks/softmax_configs.py [WIDTH ...] [--fwd-only] [--bwd-only] [--float32] [--log]
-[--single-pass | --grid-loop] [--compile-only I/K]` (``--log``: log_softmax's backward too; the forward's
-passes read the same bytes with or without the log. ``--single-pass``: instead, rows per program and warps
-of the single-pass kernels, rows that fit registers, 16384 of them; ``--grid-loop``: those kernels with a
-grid of a few programs per SM looping over row blocks, pipelined, against the plan now;
-``--compile-only``: norm_configs.compile_only).
+`PYTHONPATH=src python3 benchmarks/softmax_configs.py [WIDTH ...] [--fwd-only] [--bwd-only] [--float32]
+[--single-pass | --grid-loop] [--compile-only I/K]`. By default rows wider than one pass holds (65536, 131072,
+262144 over 2**29 elements): the split-row kernels' slice and warps. ``--single-pass``: rows per program and
+warps of the whole-row kernels, 16384 rows; ``--grid-loop``: those kernels with a grid of a few programs
+per SM looping over row blocks, pipelined, against the plan now; ``--compile-only``: norm_configs.compile_only.
+log_softmax shares softmax's plans: its passes move the same bytes.
 """
 
 import importlib
@@ -21,42 +18,34 @@ from norm_configs import compile_only, median_ms  # the sibling sweep's timing (
 
 softmax = importlib.import_module("tritonkit.ops.softmax")
 ELEMENTS = 16384 * 32768
-CONFIGS = [
-    (chunk, warps, stages, per_sm, hints)
-    for (chunk, warps), stages, per_sm, hints in itertools.product(
-        ((4096, 8), (4096, 16), (8192, 16), (8192, 32), (16384, 32)), (1, 3), (0, 1, 2), (False, True)
-    )
-]
 
 
 def sweep_tensors(n_rows, n, dtype):
-    """x, an upstream gradient dy, x's fp32 log-sum-exp and an output, in kernel_ms's order after ``backward``."""
+    """x, an upstream gradient dy, x's fp32 log-sum-exp, and an output for kernels launched directly."""
     x = torch.randn(n_rows, n, device="cuda", dtype=dtype)
     return x, torch.randn_like(x), torch.logsumexp(x.float(), dim=-1), torch.empty_like(x)
 
 
-def kernel_ms(backward, x, dy, lse, out, log, plan):
-    n = x.shape[1]
+def kernel_ms(backward, x, dy, lse, log, plan):
+    """The forward or backward launcher with ``plan`` (its outputs allocated as in use)."""
     if backward:
-        args = (softmax._softmax_bwd_kernel, (dy, x, lse, out), (n, n, n))
-    else:
-        args = (softmax._softmax_fwd_kernel, (x, out, lse), (n, n))
-    return median_ms(lambda: softmax._launch(*args, x, log, backward, plan=plan))
+        return median_ms(lambda: softmax.softmax_bwd_launch(dy, x, lse, log, plan))
+    return median_ms(lambda: softmax.softmax_fwd_launch(x, log, plan))
 
 
 def print_single_pass(widths, dtype):
     """The single-pass plan's choices (rows per program, warps) for rows that fit registers, 16384 rows."""
     print("dir  log    dtype     n       (rows, warps)  ms      GB/s  (the plan now)")
     for backward, n in itertools.product((False, True), widths):
-        x, dy, lse, out = sweep_tensors(16384, n, dtype)
+        x, dy, lse, _ = sweep_tensors(16384, n, dtype)
         times = {}
         for rows, warps in itertools.product((1, 2, 4, 8, 16), (2, 4, 8, 16)):
             if rows * n <= 16384 and 64 * warps <= rows * n:
-                plan = softmax.SoftmaxPlan(True, n, rows, warps, 1, 0, False)
-                times[(rows, warps)] = kernel_ms(backward, x, dy, lse, out, False, plan)
+                plan = softmax.SoftmaxPlan(False, n, rows, warps, 1, 0)
+                times[(rows, warps)] = kernel_ms(backward, x, dy, lse, False, plan)
         best = min(times, key=times.get)
         gbps = (3 if backward else 2) * x.numel() * x.element_size() / times[best] / 1e6
-        now = kernel_ms(backward, x, dy, lse, out, False, softmax.softmax_launch_plan(n, backward, x.element_size()))
+        now = kernel_ms(backward, x, dy, lse, False, softmax.softmax_launch_plan(n, backward, x.element_size()))
         print(f"{'bwd' if backward else 'fwd'}  False  {str(dtype)[6:]:<9} {n:<7} {best!s:<14} {times[best]:.4f}  "
               f"{gbps:6.0f}  (now {now:.4f})")  # fmt: skip
         for config in sorted(times, key=times.get)[1:4]:
@@ -68,16 +57,16 @@ def print_grid_loop(widths, dtype, directions):
     loads issued while this one is reduced (stages), against the plan now; 16384 rows."""
     print("dir  log    dtype     n       (warps, per_sm, stages)  ms      GB/s  (the plan now)")
     for backward, n in itertools.product(directions, widths):
-        x, dy, lse, out = sweep_tensors(16384, n, dtype)
+        x, dy, lse, _ = sweep_tensors(16384, n, dtype)
         times = {}
         for warps, per_sm, stages in itertools.product((4, 8, 16, 32), (1, 2, 4), (2, 3)):
             if 64 * warps <= n and (warps >= 16 or n <= 8192):
-                plan = softmax.SoftmaxPlan(True, n, 1, warps, stages, per_sm, False)
-                times[(warps, per_sm, stages)] = kernel_ms(backward, x, dy, lse, out, False, plan)
+                plan = softmax.SoftmaxPlan(False, n, 1, warps, stages, per_sm)
+                times[(warps, per_sm, stages)] = kernel_ms(backward, x, dy, lse, False, plan)
         best = min(times, key=times.get)
         gbps = (3 if backward else 2) * x.numel() * x.element_size() / times[best] / 1e6
         plan = softmax.softmax_launch_plan(n, backward, x.element_size())
-        now = kernel_ms(backward, x, dy, lse, out, False, plan)
+        now = kernel_ms(backward, x, dy, lse, False, plan)
         now_config = (plan.rows, plan.warps, plan.stages, plan.programs_per_sm)
         print(f"{'bwd' if backward else 'fwd'}  False  {str(dtype)[6:]:<9} {n:<7} {best!s:<24} {times[best]:.4f}  "
               f"{gbps:6.0f}  ({now_config} {now:.4f})", flush=True)  # fmt: skip
@@ -85,9 +74,29 @@ def print_grid_loop(widths, dtype, directions):
             print(f"        {config!s:<24} {times[config]:.4f}", flush=True)
 
 
+def print_split_row(widths, dtype, directions):
+    """Rows wider than one pass holds: the split-row kernels' (slice, warps), the counters' zeroing included."""
+    print("dir  dtype     n       (slice, warps)  ms      GB/s  (the plan now)")
+    for backward, n in itertools.product(directions, widths):
+        x, dy, lse, _ = sweep_tensors(ELEMENTS // n, n, dtype)
+        times = {}
+        for block, warps in itertools.product((4096, 8192, 16384, 32768), (4, 8, 16, 32)):
+            if 16 <= block // (32 * warps) <= 64:
+                plan = softmax.SoftmaxPlan(True, block, 1, warps, 1, 0)
+                times[(block, warps)] = kernel_ms(backward, x, dy, lse, False, plan)
+        best = min(times, key=times.get)
+        gbps = (3 if backward else 2) * x.numel() * x.element_size() / times[best] / 1e6
+        plan = softmax.softmax_launch_plan(n, backward, x.element_size())
+        now = kernel_ms(backward, x, dy, lse, False, plan)
+        print(f"{'bwd' if backward else 'fwd'}  {str(dtype)[6:]:<9} {n:<7} {best!s:<15} {times[best]:.4f}  "
+              f"{gbps:6.0f}  (now {(plan.block_n, plan.warps)} {now:.4f})", flush=True)  # fmt: skip
+        for config in sorted(times, key=times.get)[1:4]:
+            print(f"        {config!s:<15} {times[config]:.4f}")
+
+
 def main():
     compile_only(sys.argv)
-    widths = [int(a) for a in sys.argv[1:] if a.isdigit()] or [32768, 65536, 262144]
+    widths = [int(a) for a in sys.argv[1:] if a.isdigit()] or [65536, 131072, 262144]
     dtype = torch.float32 if "--float32" in sys.argv else torch.bfloat16
     directions = [d for d, flag in ((False, "--bwd-only"), (True, "--fwd-only")) if flag not in sys.argv]
     if "--grid-loop" in sys.argv:
@@ -96,26 +105,7 @@ def main():
     if "--single-pass" in sys.argv:
         print_single_pass([int(a) for a in sys.argv[1:] if a.isdigit()] or [1024, 2048, 4096, 8192], dtype)
         return
-    print("dir  log    dtype     n       (chunk, warps, stages, per_sm, hints)  ms      GB/s  "
-          "(best without hints; the plan now)")  # fmt: skip
-    for backward, n, log in itertools.product(directions, widths, (False, True)):
-        if log and (not backward or "--log" not in sys.argv):
-            continue
-        x, dy, lse, out = sweep_tensors(ELEMENTS // n, n, dtype)
-        times = {}
-        for chunk, warps, stages, per_sm, hints in CONFIGS:
-            plan = softmax.SoftmaxPlan(False, chunk, 1, warps, stages, per_sm, hints)
-            times[(chunk, warps, stages, per_sm, hints)] = kernel_ms(backward, x, dy, lse, out, log, plan)
-        best = min(times, key=times.get)
-        passes = 3 if backward else 2
-        gbps = passes * x.numel() * x.element_size() / times[best] / 1e6
-        plain = {c: t for c, t in times.items() if not c[4]}
-        best_plain = min(plain, key=plain.get)
-        now = kernel_ms(backward, x, dy, lse, out, log, softmax.softmax_launch_plan(n, backward, x.element_size()))
-        print(f"{'bwd' if backward else 'fwd'}  {log!s:<6} {str(dtype)[6:]:<9} {n:<7} {best!s:<38} "
-              f"{times[best]:.4f}  {gbps:6.0f}  ({best_plain}, {plain[best_plain]:.4f}; now {now:.4f})")  # fmt: skip
-        for config in sorted(times, key=times.get)[1:5]:
-            print(f"        {config!s:<38} {times[config]:.4f}")
+    print_split_row(widths, dtype, directions)
 
 
 if __name__ == "__main__":

@@ -211,24 +211,12 @@ def main():
         {"BLOCK_P": 512, "BLOCK_N": 8, "HAS_W": True, "HAS_B": True},
         num_warps=4,
     )
-    # Whole rows, one block a program or a grid looping over blocks (pipelined); long rows in chunks
-    for single_pass, grid_loop, block_n, rows in (
-        (True, False, 1024, 4),
-        (True, True, 2048, 2),
-        (False, False, 4096, 1),
-    ):
+    # Whole rows, one block a program or a grid looping over blocks (pipelined)
+    for grid_loop, block_n, rows in ((False, 1024, 4), (True, 2048, 2)):
         for log in (False, True):
-            constexprs = {
-                "LOG": log,
-                "SINGLE_PASS": single_pass,
-                "GRID_LOOP": grid_loop,
-                "ROWS": rows,
-                "BLOCK_N": block_n,
-                "LOOP_STAGES": 2,
-                "L2_HINTS": not single_pass,
-            }
+            constexprs = {"LOG": log, "GRID_LOOP": grid_loop, "ROWS": rows, "BLOCK_N": block_n, "LOOP_STAGES": 2}
             compile_one(
-                f"softmax fwd log={log} single={single_pass} grid_loop={grid_loop}",
+                f"softmax fwd log={log} grid_loop={grid_loop}",
                 softmax._softmax_fwd_kernel,
                 {
                     "p_x": "*bf16",
@@ -243,7 +231,7 @@ def main():
                 num_warps=8,
             )
             compile_one(
-                f"softmax bwd log={log} single={single_pass} grid_loop={grid_loop}",
+                f"softmax bwd log={log} grid_loop={grid_loop}",
                 softmax._softmax_bwd_kernel,
                 {
                     "p_dy": "*bf16",
@@ -259,6 +247,26 @@ def main():
                 constexprs,
                 num_warps=8,
             )
+    # Rows split across programs, in the one-launch form whose programs wait for each other
+    split = {"BLOCK_N": 8192, "BLOCKS_P2": 8, "PHASES": 3}
+    row_args = {"p_part": "*fp32", "p_count": "*i32", **dict.fromkeys(["n_rows", "n_cols", "n_blocks"], "i32")}
+    compile_one(
+        "softmax fwd split row",
+        softmax._softmax_fwd_split_row_kernel,
+        {"p_x": "*bf16", "p_y": "*bf16", "p_lse": "*fp32", **row_args, "stride_x_row": "i32", "stride_y_row": "i32"},
+        {"LOG": False, **split},
+        num_warps=8,
+    )
+    compile_one(
+        "softmax bwd split row",
+        softmax._softmax_bwd_split_row_kernel,
+        {
+            **{"p_dy": "*bf16", "p_x": "*bf16", "p_lse": "*fp32", "p_dx": "*bf16", **row_args},
+            **dict.fromkeys(["stride_dy_row", "stride_x_row", "stride_dx_row"], "i32"),
+        },
+        {"LOG": True, **split},
+        num_warps=8,
+    )
     for act in (activation.GELU_ERF, activation.GELU_TANH, activation.SILU):
         compile_one(
             f"activation fwd act={act}",

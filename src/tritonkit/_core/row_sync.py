@@ -23,6 +23,16 @@ from tritonkit._core.env import interpreting
 
 
 @triton.jit
+def this_slice(n_cols, n_blocks, BLOCK_N: tl.constexpr):
+    """This program's row (int64), its slice's index in the row, the slice's columns and their mask
+    (program id = row * n_blocks + slice)."""
+    i_row = (tl.program_id(0) // n_blocks).to(tl.int64)
+    i_block = tl.program_id(0) % n_blocks
+    o_n = i_block * BLOCK_N + tl.arange(0, BLOCK_N)
+    return i_row, i_block, o_n, o_n < n_cols
+
+
+@triton.jit
 def publish_and_wait(p_count, n_blocks):
     """Count this program's stores in for its row (``p_count``: the row's int32 counter, zero at launch) and
     wait until all ``n_blocks`` programs of the row have. The barrier puts every thread's stores before the

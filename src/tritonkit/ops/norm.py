@@ -30,7 +30,7 @@ from tritonkit._core.device import pipeline_depth, sm_count
 from tritonkit._core.dispatch import cheapest_path
 from tritonkit._core.ints import cdiv, next_power_of_2, prev_power_of_2
 from tritonkit._core.layout import as_rows
-from tritonkit._core.row_sync import publish_and_wait, row_counters, waits_safely
+from tritonkit._core.row_sync import publish_and_wait, row_counters, this_slice, waits_safely
 from tritonkit.registry import Inputs, KernelSpec, Tolerance, register
 
 __all__ = ["layer_norm", "rms_norm"]
@@ -189,10 +189,7 @@ def _norm_fwd_split_row_kernel(
     PHASES: 3 both in one launch, the slice's programs waiting for each other between them
     (_core.row_sync); 1 or 2 one phase per launch.
     """
-    i_row = (tl.program_id(0) // n_blocks).to(tl.int64)
-    i_block = tl.program_id(0) % n_blocks
-    o_n = i_block * BLOCK_N + tl.arange(0, BLOCK_N)
-    m_n = o_n < n_cols
+    i_row, i_block, o_n, m_n = this_slice(n_cols, n_blocks, BLOCK_N)
     p_x_row = p_x + i_row * stride_x_row
     p_res_row = p_res + i_row * stride_res_row
     p_sums = p_part + i_row * n_blocks  # s_b of the row's slices; LayerNorm's m_b n_rows * n_blocks further

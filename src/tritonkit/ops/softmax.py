@@ -1,9 +1,10 @@
 """Softmax and log-softmax along any dimension, forward and backward, as torch custom ops.
 
-Rows up to MAX_SINGLE_PASS wide are reduced in registers. Longer rows use the online algorithm: one
-pass keeps a running maximum m and a running sum s of exp(x - m), rescaled by exp(m_old - m_new) when
-the maximum grows; a second pass writes the output. Rows that are entirely -inf give NaN, as torch
-does; a row maximum of -inf is replaced by 0 in exponents so that partly masked rows stay exact.
+Rows up to MAX_SINGLE_PASS wide are reduced in registers. Longer rows are split across programs: each
+takes a slice, publishes the slice's maximum m_b and sum s_b of exp(x - m_b), and once all of the row's
+programs have (_core.row_sync), combines them, s = sum_b s_b exp(m_b - m), and writes its slice. Rows
+that are entirely -inf give NaN, as torch does; a maximum of -inf is replaced by 0 in exponents so that
+partly masked rows stay exact.
 
 No ``from __future__ import annotations`` here: torch.library reads the launchers' type hints at runtime.
 """
@@ -22,19 +23,19 @@ from tritonkit._core.device import pipeline_depth, sm_count
 from tritonkit._core.dispatch import cheapest_path
 from tritonkit._core.ints import cdiv, next_power_of_2
 from tritonkit._core.layout import as_rows
+from tritonkit._core.row_sync import publish_and_wait, row_counters, this_slice, waits_safely
 from tritonkit.registry import Inputs, KernelSpec, Tolerance, register
 
 __all__ = ["log_softmax", "softmax"]
 
 MAX_SINGLE_PASS = 32768
-# The looped path's plans (chunk, warps, pipeline depth, programs per SM, L2 hints), from a sweep of the
-# kernels alone on the H200 over 2**29 bf16 elements (benchmarks/results/nvidia-h200/
-# 2026-11-22-softmax-loop-configs-l2.txt). Keeping each row in L2 between its two reads was worth
-# 11-26% at 65536 (forward: 0.80 -> 0.71 ms) and nothing at 262144, whose rows in flight outgrow L2.
-# Pipelined chunk loops lose the hints (their cp.async loads carry none), and with the hints one stage
-# was best everywhere.
-LOOP_FWD = (8192, 32, 1, 0, True)
-LOOP_BWD = (8192, 32, 1, 1, True)
+# Rows wider than MAX_SINGLE_PASS: (slice, warps) of the split-row kernels, keyed by (backward, element size).
+# Swept through the launchers over 2**29 elements at 65536, 131072 and 262144 wide on the H200
+# (2026-11-22-softmax-split-row-configs-{bf16,fp32}.txt). % of the copy ceiling, against one program per row
+# looping over it twice (8192-element chunks, 32 warps, the first read keeping the row in L2), which they
+# replaced: bf16 forward 73.5/70.5/67.5 (was 72.3/66.8/62.6), backward 85.3/84.6/83.6 (81.3/64.4/59.0); fp32
+# forward 83.4/82.6/80.8 (73.4/67.4/65.0), backward 83.7/83.9/81.1 (67.1/61.2/59.1).
+SPLIT_ROW = {(False, 2): (8192, 4), (False, 4): (8192, 8), (True, 2): (8192, 8), (True, 4): (4096, 8)}
 # The single pass's (rows per program, warps), keyed by (row width, element size, backward): the fastest
 # (or within 1% of it, with fewer warps) in a sweep of 16384 rows on the H200
 # (2026-11-22-softmax-single-pass-configs.txt). Against about 4096 elements a program, the bf16 forward
@@ -56,42 +57,23 @@ _SINGLE_PASS_MEASURED = {
 _GRID_LOOP_MEASURED = {(32768, 2, False): (16, 2, 3), (16384, 2, True): (16, 1, 3), (16384, 4, True): (32, 4, 3)}
 
 
+LOG2_E: tl.constexpr = tl.constexpr(1.4426950408889634)
+
+
+@triton.jit
+def _exp(x):
+    """exp(x) as 2^(x log2(e)) through tl.exp2, one ex2.approx.ftz: tl.exp's ex2 keeps denormals, with more
+    instructions that cost the split-row bf16 forward 20% (2600 against 3090 GB/s at 65536 wide, H200). Results
+    below 2^-126 flush to 0. The argument is a difference from the row's maximum or lse, so its rounding
+    (relative 2^-24) moves the result by as little as tl.exp's own; scaling x and the maximum separately
+    moved log_softmax's lse by 1e-6."""
+    return tl.exp2(x * LOG2_E)
+
+
 @triton.jit
 def _finite_or_zero(m):
     """A row maximum usable in exponents: -inf (a fully masked row) becomes 0."""
     return tl.where(m == float("-inf"), 0.0, m)
-
-
-@triton.jit
-def _softmax_fwd_row(p_x, p_y, p_lse, i_row, n_cols, stride_x_row, stride_y_row, LOG: tl.constexpr,
-                     BLOCK_N: tl.constexpr, LOOP_STAGES: tl.constexpr, L2_HINTS: tl.constexpr):  # fmt: skip
-    """One long row in BLOCK_N chunks: the online max and sum, then the output (a second read of the row).
-    With L2_HINTS the first read asks L2 to keep the row (evict_last) and the second read and the stores
-    to drop their lines first, so that the second read hits L2 instead of reading DRAM again."""
-    keep: tl.constexpr = "evict_last" if L2_HINTS else ""
-    drop: tl.constexpr = "evict_first" if L2_HINTS else ""
-    p_x_row = p_x + i_row * stride_x_row
-    b_m = tl.full((BLOCK_N,), float("-inf"), dtype=tl.float32)  # running max per lane
-    b_s = tl.zeros((BLOCK_N,), dtype=tl.float32)  # running sum per lane, relative to b_m
-    for start in tl.range(0, n_cols, BLOCK_N, num_stages=LOOP_STAGES):
-        o_n = start + tl.arange(0, BLOCK_N)
-        b_x = tl.load(p_x_row + o_n, mask=o_n < n_cols, other=float("-inf"), eviction_policy=keep).to(tl.float32)
-        # One exp per element: e = exp(min - max) is the new term when x <= m, else the factor that
-        # rescales s to the new max x (whose own term is 1). -inf on both sides gives e = 0.
-        b_m_new = tl.maximum(b_m, b_x)
-        b_e = tl.exp(tl.minimum(b_m, b_x) - _finite_or_zero(b_m_new))
-        b_s = tl.where(b_x > b_m, b_s * b_e + 1.0, b_s + b_e)
-        b_m = b_m_new
-    m = tl.max(b_m, axis=0)
-    m_safe = _finite_or_zero(m)
-    s = tl.sum(b_s * tl.exp(b_m - m_safe), axis=0)
-    tl.store(p_lse + i_row, m_safe + tl.log(s))
-    for start in tl.range(0, n_cols, BLOCK_N, num_stages=LOOP_STAGES):
-        o_n = start + tl.arange(0, BLOCK_N)
-        b_x = tl.load(p_x_row + o_n, mask=o_n < n_cols, other=float("-inf"), eviction_policy=drop).to(tl.float32)
-        b_y = b_x - (m_safe + tl.log(s)) if LOG else tl.exp(b_x - m_safe) * (1.0 / s)
-        tl.store(p_y + i_row * stride_y_row + o_n, b_y.to(p_y.dtype.element_ty), mask=o_n < n_cols,
-                 eviction_policy=drop)  # fmt: skip
 
 
 @triton.jit
@@ -115,58 +97,21 @@ def _softmax_fwd_block(p_x, p_y, p_lse, i_block, n_rows, n_cols, stride_x_row, s
 @triton.jit
 def _softmax_fwd_kernel(
     p_x, p_y, p_lse, n_rows, n_cols, stride_x_row, stride_y_row,
-    LOG: tl.constexpr, SINGLE_PASS: tl.constexpr, GRID_LOOP: tl.constexpr, ROWS: tl.constexpr,
-    BLOCK_N: tl.constexpr, LOOP_STAGES: tl.constexpr, L2_HINTS: tl.constexpr,
+    LOG: tl.constexpr, GRID_LOOP: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
+    LOOP_STAGES: tl.constexpr,
 ):  # fmt: skip
     """softmax: y = exp(x - lse);  log_softmax: y = x - lse;  lse = m + log(s), m = max(x),
-    s = sum(exp(x - m)). lse is stored (fp32) for the backward."""
-    if SINGLE_PASS and not GRID_LOOP:
+    s = sum(exp(x - m)). lse is stored (fp32) for the backward. Whole rows, ROWS a block."""
+    if not GRID_LOOP:
         _softmax_fwd_block(p_x, p_y, p_lse, tl.program_id(0), n_rows, n_cols, stride_x_row, stride_y_row, LOG, ROWS,
                            BLOCK_N)  # fmt: skip
-    elif SINGLE_PASS:
+    else:
         # A grid of a few programs per SM looping over row blocks, the next block's loads issued (cp.async)
         # while this one is reduced: with one wide row per program an SM otherwise idles its memory while
         # it computes the exps and reductions.
         for i_block in tl.range(tl.program_id(0), tl.cdiv(n_rows, ROWS), tl.num_programs(0), num_stages=LOOP_STAGES):
             _softmax_fwd_block(p_x, p_y, p_lse, i_block, n_rows, n_cols, stride_x_row, stride_y_row, LOG, ROWS,
                                BLOCK_N)  # fmt: skip
-    else:
-        # Long rows, one at a time per program; a grid smaller than the rows keeps fewer rows in flight, so
-        # that each row stays in L2 between its two reads.
-        for i_row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
-            _softmax_fwd_row(p_x, p_y, p_lse, tl.cast(i_row, tl.int64), n_cols, stride_x_row, stride_y_row, LOG,
-                             BLOCK_N, LOOP_STAGES, L2_HINTS)  # fmt: skip
-
-
-@triton.jit
-def _softmax_bwd_row(p_dy, p_x, p_lse, p_dx, i_row, n_cols, stride_dy_row, stride_x_row, stride_dx_row,
-                     LOG: tl.constexpr, BLOCK_N: tl.constexpr, LOOP_STAGES: tl.constexpr,
-                     L2_HINTS: tl.constexpr):  # fmt: skip
-    """One long row in BLOCK_N chunks: the row sum c, then dx (a second read of dy and x); L2_HINTS as in
-    _softmax_fwd_row."""
-    keep: tl.constexpr = "evict_last" if L2_HINTS else ""
-    drop: tl.constexpr = "evict_first" if L2_HINTS else ""
-    p_dy_row = p_dy + i_row * stride_dy_row
-    p_x_row = p_x + i_row * stride_x_row
-    lse = tl.load(p_lse + i_row)
-    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
-    for start in tl.range(0, n_cols, BLOCK_N, num_stages=LOOP_STAGES):
-        o_n = start + tl.arange(0, BLOCK_N)
-        b_dy = tl.load(p_dy_row + o_n, mask=o_n < n_cols, other=0.0, eviction_policy=keep).to(tl.float32)
-        if LOG:
-            acc += b_dy
-        else:
-            b_x = tl.load(p_x_row + o_n, mask=o_n < n_cols, other=float("-inf"), eviction_policy=keep)
-            acc += b_dy * tl.exp(b_x.to(tl.float32) - lse)
-    c = tl.sum(acc, axis=0)
-    for start in tl.range(0, n_cols, BLOCK_N, num_stages=LOOP_STAGES):
-        o_n = start + tl.arange(0, BLOCK_N)
-        b_dy = tl.load(p_dy_row + o_n, mask=o_n < n_cols, other=0.0, eviction_policy=drop).to(tl.float32)
-        b_x = tl.load(p_x_row + o_n, mask=o_n < n_cols, other=float("-inf"), eviction_policy=drop)
-        b_p = tl.exp(b_x.to(tl.float32) - lse)
-        b_dx = b_dy - b_p * c if LOG else b_p * (b_dy - c)
-        tl.store(p_dx + i_row * stride_dx_row + o_n, b_dx.to(p_dx.dtype.element_ty), mask=o_n < n_cols,
-                 eviction_policy=drop)  # fmt: skip
 
 
 @triton.jit
@@ -188,90 +133,174 @@ def _softmax_bwd_block(p_dy, p_x, p_lse, p_dx, i_block, n_rows, n_cols, stride_d
 @triton.jit
 def _softmax_bwd_kernel(
     p_dy, p_x, p_lse, p_dx, n_rows, n_cols, stride_dy_row, stride_x_row, stride_dx_row,
-    LOG: tl.constexpr, SINGLE_PASS: tl.constexpr, GRID_LOOP: tl.constexpr, ROWS: tl.constexpr,
-    BLOCK_N: tl.constexpr, LOOP_STAGES: tl.constexpr, L2_HINTS: tl.constexpr,
+    LOG: tl.constexpr, GRID_LOOP: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
+    LOOP_STAGES: tl.constexpr,
 ):  # fmt: skip
     """With p = exp(x - lse) recomputed in fp32 from the input:
     softmax: dx = p * (dy - sum(dy * p));  log_softmax: dx = dy - p * sum(dy).
     Recomputing beats reading a stored 16-bit output. exp(y) of a bf16 log-probability is off by
     |y| * 2**-8 relative (4% at y = -10), and a near one-hot softmax row cancels dy - sum(dy * y).
     Programs as in _softmax_fwd_kernel."""
-    if SINGLE_PASS and not GRID_LOOP:
+    if not GRID_LOOP:
         _softmax_bwd_block(p_dy, p_x, p_lse, p_dx, tl.program_id(0), n_rows, n_cols, stride_dy_row, stride_x_row,
                            stride_dx_row, LOG, ROWS, BLOCK_N)  # fmt: skip
-    elif SINGLE_PASS:
+    else:
         for i_block in tl.range(tl.program_id(0), tl.cdiv(n_rows, ROWS), tl.num_programs(0), num_stages=LOOP_STAGES):
             _softmax_bwd_block(p_dy, p_x, p_lse, p_dx, i_block, n_rows, n_cols, stride_dy_row, stride_x_row,
                                stride_dx_row, LOG, ROWS, BLOCK_N)  # fmt: skip
-    else:
-        for i_row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
-            _softmax_bwd_row(p_dy, p_x, p_lse, p_dx, tl.cast(i_row, tl.int64), n_cols, stride_dy_row, stride_x_row,
-                             stride_dx_row, LOG, BLOCK_N, LOOP_STAGES, L2_HINTS)  # fmt: skip
+
+
+@triton.jit
+def _softmax_fwd_split_row_kernel(
+    p_x, p_y, p_lse, p_part, p_count, n_rows, n_cols, n_blocks, stride_x_row, stride_y_row,
+    LOG: tl.constexpr, BLOCK_N: tl.constexpr, BLOCKS_P2: tl.constexpr, PHASES: tl.constexpr,
+):  # fmt: skip
+    """Forward of rows wider than one program holds: ``n_blocks`` programs share a row, one BLOCK_N slice
+    each (program id = row * n_blocks + slice).
+
+    Phase 1 stores the slice's m_b = max(x) and s_b = sum(exp(x - m_b)). Phase 2: m = max_b m_b,
+    s = sum_b s_b exp(m_b - m) (a fixed order), lse = m + log(s); softmax y = exp(x - m) / s, log_softmax
+    y = x - lse on the slice, x read again (L2 kept it: evict_last in phase 1). PHASES: 3 both in one
+    launch, the row's programs waiting for each other between them (_core.row_sync); 1 or 2 one phase per
+    launch.
+    """
+    i_row, i_block, o_n, m_n = this_slice(n_cols, n_blocks, BLOCK_N)
+    p_x_row = p_x + i_row * stride_x_row
+    p_maxes = p_part + i_row * n_blocks
+    p_sums = p_maxes + n_rows * n_blocks
+    if PHASES != 2:
+        b_x = tl.load(p_x_row + o_n, mask=m_n, other=float("-inf"), eviction_policy="evict_last").to(tl.float32)
+        b_m = tl.max(b_x, axis=0)
+        tl.store(p_maxes + i_block, b_m)
+        tl.store(p_sums + i_block, tl.sum(_exp(b_x - _finite_or_zero(b_m)), axis=0))
+        if PHASES == 3:
+            publish_and_wait(p_count + i_row, n_blocks)
+    if PHASES != 1:
+        o_b = tl.arange(0, BLOCKS_P2)
+        # volatile: the parts were written by other programs during this launch; never serve them from L1.
+        b_maxes = tl.load(p_maxes + o_b, mask=o_b < n_blocks, other=float("-inf"), volatile=True)
+        b_sums = tl.load(p_sums + o_b, mask=o_b < n_blocks, other=0.0, volatile=True)
+        m_safe = _finite_or_zero(tl.max(b_maxes, axis=0))
+        s = tl.sum(b_sums * _exp(b_maxes - m_safe), axis=0)
+        lse = m_safe + tl.log(s)
+        if i_block == 0:
+            tl.store(p_lse + i_row, lse)
+        b_x = tl.load(p_x_row + o_n, mask=m_n, other=float("-inf"), eviction_policy="evict_first").to(tl.float32)
+        b_y = b_x - lse if LOG else _exp(b_x - m_safe) * (1.0 / s)
+        tl.store(p_y + i_row * stride_y_row + o_n, b_y.to(p_y.dtype.element_ty), mask=m_n)
+
+
+@triton.jit
+def _softmax_bwd_split_row_kernel(
+    p_dy, p_x, p_lse, p_dx, p_part, p_count, n_rows, n_cols, n_blocks, stride_dy_row, stride_x_row, stride_dx_row,
+    LOG: tl.constexpr, BLOCK_N: tl.constexpr, BLOCKS_P2: tl.constexpr, PHASES: tl.constexpr,
+):  # fmt: skip
+    """Backward of rows wider than one program holds, slices and PHASES as _softmax_fwd_split_row_kernel's.
+    With p = exp(x - lse): phase 1 the slice's part of c, sum(dy) (log_softmax) or sum(dy * p) (softmax);
+    phase 2 c = the parts' sum in a fixed order, then dx = dy - p * c or p * (dy - c) on the slice, dy and x
+    read again."""
+    i_row, i_block, o_n, m_n = this_slice(n_cols, n_blocks, BLOCK_N)
+    p_dy_row = p_dy + i_row * stride_dy_row
+    p_x_row = p_x + i_row * stride_x_row
+    p_parts = p_part + i_row * n_blocks
+    lse = tl.load(p_lse + i_row)
+    if PHASES != 2:
+        b_dy = tl.load(p_dy_row + o_n, mask=m_n, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        if LOG:
+            tl.store(p_parts + i_block, tl.sum(b_dy, axis=0))
+        else:
+            b_x = tl.load(p_x_row + o_n, mask=m_n, other=float("-inf"), eviction_policy="evict_last")
+            tl.store(p_parts + i_block, tl.sum(b_dy * _exp(b_x.to(tl.float32) - lse), axis=0))
+        if PHASES == 3:
+            publish_and_wait(p_count + i_row, n_blocks)
+    if PHASES != 1:
+        o_b = tl.arange(0, BLOCKS_P2)
+        c = tl.sum(tl.load(p_parts + o_b, mask=o_b < n_blocks, other=0.0, volatile=True), axis=0)
+        b_dy = tl.load(p_dy_row + o_n, mask=m_n, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        b_x = tl.load(p_x_row + o_n, mask=m_n, other=float("-inf"), eviction_policy="evict_first")
+        b_p = _exp(b_x.to(tl.float32) - lse)
+        b_dx = b_dy - b_p * c if LOG else b_p * (b_dy - c)
+        tl.store(p_dx + i_row * stride_dx_row + o_n, b_dx.to(p_dx.dtype.element_ty), mask=m_n)
 
 
 class SoftmaxPlan(NamedTuple):
-    single_pass: bool  # whole rows in registers; else BLOCK_N chunks, two reads of each row
-    block_n: int
-    rows: int  # rows per block (single pass)
+    split_row: bool  # rows wider than one program: block_n-element slices, several programs a row (SPLIT_ROW)
+    block_n: int  # the row's power of two, or the slice
+    rows: int  # rows per block (whole rows)
     warps: int
-    stages: int  # software-pipeline depth of the loops: over chunks (looped), over row blocks (a grid loop)
-    programs_per_sm: int  # a grid of this many programs per SM looping over rows or row blocks (0: one each)
-    l2_hints: bool  # looped: keep each row in L2 between its two reads (see _softmax_fwd_row)
+    stages: int  # software-pipeline depth of a grid loop over row blocks
+    programs_per_sm: int  # a grid of this many programs per SM looping over row blocks (0: one each)
 
 
 @functools.lru_cache(maxsize=256)
 def softmax_launch_plan(n_cols: int, backward: bool = False, element_size: int = 2) -> SoftmaxPlan:
     """Whole rows in registers up to MAX_SINGLE_PASS, as measured (_GRID_LOOP_MEASURED,
-    _SINGLE_PASS_MEASURED) or about 4096 elements a program; chunks beyond (LOOP_FWD, LOOP_BWD).
+    _SINGLE_PASS_MEASURED) or about 4096 elements a program; rows split across programs beyond (SPLIT_ROW).
     log_softmax shares softmax's plans: its passes move the same bytes."""
     block_n = next_power_of_2(n_cols)
     if block_n > MAX_SINGLE_PASS:
-        chunk, warps, stages, per_sm, hints = LOOP_BWD if backward else LOOP_FWD
-        return SoftmaxPlan(False, chunk, 1, warps, stages, per_sm, hints)
+        block, warps = SPLIT_ROW[backward, element_size]
+        return SoftmaxPlan(True, block, 1, warps, 1, 0)
     grid_loop = _GRID_LOOP_MEASURED.get((block_n, element_size, backward))
     if grid_loop is not None:
         warps, per_sm, stages = grid_loop
-        return SoftmaxPlan(True, block_n, 1, warps, stages, per_sm, False)
+        return SoftmaxPlan(False, block_n, 1, warps, stages, per_sm)
     measured = _SINGLE_PASS_MEASURED.get((block_n, element_size, backward))
     if measured is not None:
-        return SoftmaxPlan(True, block_n, *measured, 1, 0, False)
+        return SoftmaxPlan(False, block_n, *measured, 1, 0)
     rows = max(1, min(64, 4096 // block_n))
     elements = rows * block_n
-    return SoftmaxPlan(True, block_n, rows, 4 if elements <= 2048 else 8 if elements <= 8192 else 16, 1, 0, False)
+    return SoftmaxPlan(False, block_n, rows, 4 if elements <= 2048 else 8 if elements <= 8192 else 16, 1, 0)
 
 
-def _launch(kernel, tensors, strides, x, log, backward, plan=None):
-    """``plan``: softmax_launch_plan's, unless a sweep gives its own."""
+def _launch(kernel, split_row_kernel, tensors, strides, x, log, backward, plan):
+    """Launches the whole-row kernel, or for a split-row plan the split-row kernel: both its phases in one
+    launch where the row's programs may wait for each other (row_sync.waits_safely), else one launch per
+    phase (each row read twice)."""
     n_rows, n_cols = x.shape
-    plan = plan or softmax_launch_plan(n_cols, backward, x.element_size())
-    n_programs = cdiv(n_rows, plan.rows) if plan.single_pass else n_rows
+    if plan.split_row:
+        n_blocks = cdiv(n_cols, plan.block_n)
+        n_parts = n_rows * n_blocks * (1 if backward else 2)
+        workspace = torch.empty((n_parts + n_rows,), dtype=torch.float32, device=x.device)  # parts, then counters
+        counters = row_counters(workspace, n_rows)
+        for phases in (3,) if waits_safely(n_blocks, x.device) else (1, 2):
+            split_row_kernel[(n_rows * n_blocks,)](*tensors, workspace, counters, n_rows, n_cols, n_blocks, *strides,
+                                                   LOG=log, BLOCK_N=plan.block_n, BLOCKS_P2=next_power_of_2(n_blocks),
+                                                   PHASES=phases, num_warps=plan.warps)  # fmt: skip
+        return
+    n_programs = cdiv(n_rows, plan.rows)
     if plan.programs_per_sm:
         n_programs = min(n_programs, plan.programs_per_sm * sm_count(x.device))
-    # Bytes one pipelined loop iteration loads: a block of whole rows, or a chunk in each of the looped
-    # path's two loops (each has buffers of its own); x (forward) or dy and x.
-    loaded = (2 if backward else 1) * x.element_size()
-    stage_bytes = plan.rows * plan.block_n * loaded if plan.single_pass else 2 * plan.block_n * loaded
-    kernel[(n_programs,)](*tensors, n_rows, n_cols, *strides, LOG=log, SINGLE_PASS=plan.single_pass,
-                          GRID_LOOP=plan.programs_per_sm > 0, ROWS=plan.rows, BLOCK_N=plan.block_n,
-                          LOOP_STAGES=pipeline_depth(plan.stages, stage_bytes, x.device), L2_HINTS=plan.l2_hints,
+    # Bytes one pipelined loop iteration loads: a block of whole rows of x (forward) or dy and x.
+    stage_bytes = plan.rows * plan.block_n * (2 if backward else 1) * x.element_size()
+    kernel[(n_programs,)](*tensors, n_rows, n_cols, *strides, LOG=log, GRID_LOOP=plan.programs_per_sm > 0,
+                          ROWS=plan.rows, BLOCK_N=plan.block_n,
+                          LOOP_STAGES=pipeline_depth(plan.stages, stage_bytes, x.device),
                           num_warps=plan.warps)  # fmt: skip
 
 
-def softmax_fwd_launch(x: torch.Tensor, log: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def softmax_fwd_launch(
+    x: torch.Tensor, log: bool, plan: SoftmaxPlan | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """x: (rows, N) with unit column stride. Returns y (x's shape and dtype) and the fp32 row
-    log-sum-exp the backward needs."""
+    log-sum-exp the backward needs. ``plan``: softmax_launch_plan's, unless a sweep or a test gives one."""
     y = alloc.empty(x.shape, dtype=x.dtype, device=x.device)
-    lse = torch.empty((x.shape[0],), dtype=torch.float32, device=x.device)
+    lse = alloc.empty((x.shape[0],), dtype=torch.float32, device=x.device)
     if x.numel():
-        _launch(_softmax_fwd_kernel, (x, y, lse), (x.stride(0), y.stride(0)), x, log, False)
+        plan = plan or softmax_launch_plan(x.shape[1], False, x.element_size())
+        _launch(_softmax_fwd_kernel, _softmax_fwd_split_row_kernel, (x, y, lse), (x.stride(0), y.stride(0)), x, log,
+                False, plan)  # fmt: skip
     return y, lse
 
 
-def softmax_bwd_launch(dy: torch.Tensor, x: torch.Tensor, lse: torch.Tensor, log: bool) -> torch.Tensor:
-    """dy, x: (rows, N) with unit column stride; lse from the forward."""
+def softmax_bwd_launch(dy: torch.Tensor, x: torch.Tensor, lse: torch.Tensor, log: bool,
+                       plan: SoftmaxPlan | None = None) -> torch.Tensor:  # fmt: skip
+    """dy, x: (rows, N) with unit column stride; lse from the forward; ``plan`` as softmax_fwd_launch's."""
     dx = alloc.empty(x.shape, dtype=x.dtype, device=x.device)
     if x.numel():
-        _launch(_softmax_bwd_kernel, (dy, x, lse, dx), (dy.stride(0), x.stride(0), dx.stride(0)), x, log, True)
+        plan = plan or softmax_launch_plan(x.shape[1], True, x.element_size())
+        _launch(_softmax_bwd_kernel, _softmax_bwd_split_row_kernel, (dy, x, lse, dx),
+                (dy.stride(0), x.stride(0), dx.stride(0)), x, log, True, plan)  # fmt: skip
     return dx
 
 
@@ -403,8 +432,8 @@ _TESTS = (
     {"rows": 33, "n": 128},
     {"rows": 3, "n": 1000, "transposed": True},
     {"rows": 6, "n": 16, "masked": True},
-    {"rows": 2, "n": 40000},  # the online (looped) path
-    {"rows": 3, "n": 20000},  # 16-bit softmax backward: looped from 32768 columns of block
+    {"rows": 2, "n": 40000},  # rows split across programs
+    {"rows": 3, "n": 20000},  # a 32768 block: the 16-bit backward's 32-warp single pass
     {"rows": 2, "n": 40000, "masked": True},
     {"rows": 0, "n": 16},
     {"rows": 4, "n": 9, "dim": 0},
@@ -417,7 +446,12 @@ _GPU = (
     {"rows": 2048, "n": 4096, "transposed": True},
     {"rows": 8, "n": 4096},
 )
-_BENCH = ({"rows": 8, "n": 4096}, *({"rows": 16384, "n": n} for n in (1024, 2048, 4096, 8192, 32768)))
+# The small case, the width sweep, then rows split across programs (the bytes of 16384 x 16384).
+_BENCH = (
+    {"rows": 8, "n": 4096},
+    *({"rows": 16384, "n": n} for n in (1024, 2048, 4096, 8192, 32768)),
+    {"rows": 4096, "n": 65536},
+)
 
 
 def _log_softmax_tolerance(case, dtype):
@@ -439,8 +473,9 @@ for _name, _fn, _ref, _tolerance in (
         name=_name,
         family="softmax",
         summary=f"{'Log-softmax' if _name == 'log_softmax' else 'Softmax'} along any dimension, forward and backward.",
-        description="Rows up to 32768 in registers; longer rows with the online algorithm (running max and "
-                    "rescaled sum), one statistics pass and one write pass. fp32 arithmetic; -inf handled as torch.",
+        description="Rows up to 32768 in registers; longer rows split across programs, which combine their "
+                    "slices' maxima and rescaled sums once all have published them: one read of each element from "
+                    "DRAM. fp32 arithmetic; -inf handled as torch.",
         usage=f"p = tk.ops.{_name}(x, dim=-1)",
         tags=("softmax", "memory-bound", "backward"),
         limits="Any shape, dim and strides (a strided dim costs one torch copy); rows of any length.",
