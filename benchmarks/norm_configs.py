@@ -6,8 +6,8 @@ loop iteration and that loop's pipeline depth; timed on the kernels alone (16384
 `PYTHONPATH=src python3 benchmarks/norm_configs.py [WIDTH ...] [--bfloat16] [--float32] [--fwd-only]
 [--bwd-only] [--layer-norm] [--wide]` (``--bwd-only``: the backward alone, of RMSNorm, or with
 ``--layer-norm`` of LayerNorm with a bias, whose dbias accumulator takes registers that RMSNorm's table
-does not account for; ``--wide``: the two-phase backward of wide rows, whole launcher, over
-``WIDE_BWD_TILE`` choices). Every sweep script here takes ``--compile-only I/K`` (see compile_only).
+does not account for; ``--wide``: the one-launch backward of wide rows, whole launcher, over
+``WIDE_BWD_SHARED_TILE`` choices). Every sweep script here takes ``--compile-only I/K`` (see compile_only).
 """
 
 import importlib
@@ -87,10 +87,10 @@ def bwd_ms(x, w, is_rms, per_sm, warps, rows, has_bias=False, stages=1, regs=0):
 
     def run():
         norm._norm_bwd_kernel[(1, programs)](
-            dy, dy, x, x, w, mean, rstd, rstd, rstd, dx, dx, part, part, n_rows, n, triton.cdiv(n_rows, programs),
-            n, 0, n, 0, n, 0, 0.0,
+            dy, dy, x, x, w, mean, rstd, rstd, rstd, rstd, dx, dx, part, part, n_rows, n,
+            triton.cdiv(n_rows, programs), n, 0, n, 0, n, 0, 0.0,
             IS_RMS=is_rms, HAS_RES=False, HAS_W=True, HAS_B=has_bias, HAS_DH=False, STORE_DRES=False,
-            ROW_TERMS_GIVEN=False, ROWS=rows, BLOCK_N=block, LOOP_STAGES=stages,
+            ROW_TERMS=norm.TILE.value, ROWS=rows, BLOCK_N=block, BLOCKS_P2=1, LOOP_STAGES=stages,
             LOW_REGISTERS=norm.saves_registers(rows, block, warps), num_warps=warps, maxnreg=regs or None,
         )  # fmt: skip
 
@@ -162,18 +162,18 @@ def print_bwd(x, w, is_rms, label, per_sm_choices, has_bias=False):
 
 
 def wide_bwd_ms(x, w, is_rms, tile):
-    """The whole backward launcher (both phases and the dweight/dbias sum) with ``tile`` as WIDE_BWD_TILE."""
-    saved = norm.WIDE_BWD_TILE
-    norm.WIDE_BWD_TILE = {x.element_size(): tile}
+    """The whole backward launcher (the dweight/dbias sum included) with ``tile`` as WIDE_BWD_SHARED_TILE."""
+    saved = norm.WIDE_BWD_SHARED_TILE
+    norm.WIDE_BWD_SHARED_TILE = {x.element_size(): tile}
     try:
         return launcher_bwd_ms(x, w, is_rms)
     finally:
-        norm.WIDE_BWD_TILE = saved
+        norm.WIDE_BWD_SHARED_TILE = saved
 
 
 def print_wide(widths, dtypes):
-    """Rows that take the wide backward: bf16 LayerNorm and fp32 at 16384, everything wider. The best tile
-    is then timed with phase 1's chunk loop pipelined (WIDE_ROW_SUMS_STAGES) too."""
+    """Rows that take the wide backward (bf16 LayerNorm and fp32 at 16384, everything wider): the one-launch
+    backward's tile (columns, rows, warps, programs per SM), LayerNorm with its bias, against the two phases."""
     for dtype, n, is_rms in itertools.product(dtypes, widths, (True, False)):
         if norm.norm_launch_plan(n, dtype.itemsize, is_rms).bwd_single_pass:
             continue
@@ -181,20 +181,25 @@ def print_wide(widths, dtypes):
         x = torch.randn(rows, n, device="cuda", dtype=dtype)
         w = torch.randn(n, device="cuda", dtype=dtype)
         times = {}
-        for tile in itertools.product((1024, 2048), (2, 4), (4, 8), (4, 8), (1, 2)):
-            times[tile] = wide_bwd_ms(x, w, is_rms, tile)
+        for tile in itertools.product((2048, 4096, 8192), (1, 2, 4), (4, 8, 16), (1, 2, 4)):
+            block, tile_rows, warps, _ = tile
+            if 16 <= block * tile_rows // (32 * warps) <= 64 and n // block <= 132:
+                times[tile] = wide_bwd_ms(x, w, is_rms, tile)
+        saved = norm.waits_safely
+        norm.waits_safely = lambda *args: False  # the two-phase backward, as where waiting is not safe
+        try:
+            two_phase = launcher_bwd_ms(x, w, is_rms)
+        finally:
+            norm.waits_safely = saved
         best = min(times, key=times.get)
         gbps = 3 * x.numel() * x.element_size() / times[best] / 1e6
         label = f"{'rms' if is_rms else 'ln':<5} {str(dtype)[6:]:<9} {n:<6}"
-        print(
-            f"wide  {label} (block, rows, warps, per_sm, stages)={best} {times[best]:.4f}  {gbps:6.0f} "
-            f"(now {times.get(norm.WIDE_BWD_TILE[dtype.itemsize], float('nan')):.4f}, worst {max(times.values()):.4f})"
-        )
-        saved = norm.WIDE_ROW_SUMS_STAGES
-        for stages in (2, 3):
-            norm.WIDE_ROW_SUMS_STAGES = stages
-            print(f"        phase 1 pipelined {stages} deep: {wide_bwd_ms(x, w, is_rms, best):.4f}")
-        norm.WIDE_ROW_SUMS_STAGES = saved
+        now = norm.WIDE_BWD_SHARED_TILE.get(dtype.itemsize)
+        print(f"wide  {label} (block, rows, warps, per_sm)={best} {times[best]:.4f}  {gbps:6.0f} "
+              f"(now {now} {times.get(now, float('nan')):.4f}, worst {max(times.values()):.4f}; two phases "
+              f"{two_phase:.4f})", flush=True)  # fmt: skip
+        for config in sorted(times, key=times.get)[1:4]:
+            print(f"        {config} {times[config]:.4f}")
 
 
 def launcher_bwd_ms(x, w, is_rms):

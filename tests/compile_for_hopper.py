@@ -174,26 +174,32 @@ def main():
                 num_warps=8,
             )
             wide_block, wide_rows, wide_warps, _, _ = norm.WIDE_BWD_TILE[2]
-            for row_terms_given, rows, bwd_block, warps in ((False, 4, block_n, 8), (True, wide_rows, wide_block,
-                                                                                       wide_warps)):  # fmt: skip
+            shared_block, shared_rows, shared_warps, _ = norm.WIDE_BWD_SHARED_TILE[4]
+            for row_terms, rows, bwd_block, warps in (
+                (norm.TILE.value, 4, block_n, 8),
+                (norm.GIVEN.value, wide_rows, wide_block, wide_warps),
+                (norm.SHARED.value, shared_rows, shared_block, shared_warps),  # column blocks waiting for each other
+            ):
                 compile_one(
-                    f"norm bwd rms={is_rms} row_terms_given={row_terms_given}",
+                    f"norm bwd rms={is_rms} row_terms={row_terms}",
                     norm._norm_bwd_kernel,
                     {
                         **bwd_tensors,
                         "p_c_xhat": "*fp32",
                         "p_c_one": "*fp32",
+                        "p_count": "*i32",
                         **bwd_outputs,
                         **dict.fromkeys(["n_rows", "n_cols", "rows_per_program", *bwd_strides], "i32"),
                         "offset": "fp32",
                     },
                     {
                         **bwd_flags,
-                        "ROW_TERMS_GIVEN": row_terms_given,
+                        "ROW_TERMS": row_terms,
                         "ROWS": rows,
                         "BLOCK_N": bwd_block,
-                        "LOOP_STAGES": 2,
-                        "LOW_REGISTERS": row_terms_given,  # both orders
+                        "BLOCKS_P2": 16,
+                        "LOOP_STAGES": 2 if row_terms != norm.SHARED.value else 1,
+                        "LOW_REGISTERS": row_terms == norm.GIVEN.value,  # both orders
                     },
                     num_warps=warps,
                 )

@@ -282,14 +282,41 @@ def _store_tile_grad(p_dx, p_dres, o_r, m_r, stride_dx_row, stride_dres_row, o_n
         tl.store(p_dres_rn, b_dh.to(p_dres.dtype.element_ty), mask=m_rn)
 
 
+TILE: tl.constexpr = tl.constexpr(0)  # _norm_bwd_kernel's ROW_TERMS
+GIVEN: tl.constexpr = tl.constexpr(1)
+SHARED: tl.constexpr = tl.constexpr(2)
+
+
+@triton.jit
+def _shared_row_terms(p_c_xhat, p_c_one, p_count, o_r, m_r, n_cols, b_xhat, b_wdy, IS_RMS: tl.constexpr,
+                      BLOCKS_P2: tl.constexpr):  # fmt: skip
+    """c_xhat and c_one of rows o_r from every column block's part: this block's parts stored, the row's
+    other blocks waited for (publish_and_wait on p_count), all parts summed in a fixed order."""
+    n_blocks = tl.num_programs(0)
+    o_part = o_r * n_blocks + tl.program_id(0)
+    tl.store(p_c_xhat + o_part, tl.sum(b_xhat * b_wdy, axis=1), mask=m_r)
+    if not IS_RMS:
+        tl.store(p_c_one + o_part, tl.sum(b_wdy, axis=1), mask=m_r)
+    publish_and_wait(p_count, n_blocks)
+    o_b = tl.arange(0, BLOCKS_P2)
+    o_parts = o_r[:, None] * n_blocks + o_b[None, :]
+    m_parts = m_r[:, None] & (o_b < n_blocks)[None, :]
+    # volatile: the parts were written by other programs during this launch; never serve them from L1.
+    c_xhat = tl.sum(tl.load(p_c_xhat + o_parts, mask=m_parts, other=0.0, volatile=True), axis=1) / n_cols
+    c_one = c_xhat
+    if not IS_RMS:
+        c_one = tl.sum(tl.load(p_c_one + o_parts, mask=m_parts, other=0.0, volatile=True), axis=1) / n_cols
+    return c_xhat, c_one
+
+
 @triton.jit
 def _norm_bwd_kernel(
-    p_dy, p_dh, p_x, p_res, p_w, p_mean, p_rstd, p_c_xhat, p_c_one, p_dx, p_dres, p_dw_part, p_db_part,
+    p_dy, p_dh, p_x, p_res, p_w, p_mean, p_rstd, p_c_xhat, p_c_one, p_count, p_dx, p_dres, p_dw_part, p_db_part,
     n_rows, n_cols, rows_per_program, stride_dy_row, stride_dh_row, stride_x_row, stride_res_row,
     stride_dx_row, stride_dres_row, offset,
     IS_RMS: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
-    HAS_DH: tl.constexpr, STORE_DRES: tl.constexpr, ROW_TERMS_GIVEN: tl.constexpr, ROWS: tl.constexpr,
-    BLOCK_N: tl.constexpr, LOOP_STAGES: tl.constexpr, LOW_REGISTERS: tl.constexpr,
+    HAS_DH: tl.constexpr, STORE_DRES: tl.constexpr, ROW_TERMS: tl.constexpr, ROWS: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCKS_P2: tl.constexpr, LOOP_STAGES: tl.constexpr, LOW_REGISTERS: tl.constexpr,
 ):  # fmt: skip
     """Backward of rows [k*rows_per_program, ...) for k = program_id(1), over column block program_id(0),
     ROWS rows at a time. With LOW_REGISTERS (saves_registers), where registers are short, the weight is
@@ -300,14 +327,16 @@ def _norm_bwd_kernel(
     c_one = mean(g):
       RMSNorm:   dh = rstd * (g - xhat * c_xhat)
       LayerNorm: dh = rstd * (g - xhat * c_xhat - c_one)
-    plus the gradient of the returned h (prenorm); dx = dres = dh. The row terms come from the tile
-    itself, which then spans whole rows (one column block), or with ROW_TERMS_GIVEN from
-    _norm_bwd_row_sums_kernel (rows too wide for registers). Program k's share of dw = sum_rows(dy *
+    plus the gradient of the returned h (prenorm); dx = dres = dh. The row terms (ROW_TERMS): TILE from the
+    tile itself, which then spans whole rows (one column block); for rows too wide for registers GIVEN by
+    _norm_bwd_row_sums_kernel, or SHARED: each column block stores its part of the sums (p_c_xhat, p_c_one
+    as [rows, column blocks]) and waits for the row's other column blocks (_core.row_sync; p_count: a
+    counter per step's first row), then sums the parts in a fixed order. Program k's share of dw = sum_rows(dy *
     xhat) and db = sum_rows(dy) over these columns goes to row k of the fp32 workspaces (or, with a
     single program, to dw and db in their own dtype).
     """
     # Whole rows start at column 0 as a constant, which the compiler's layout analysis sees through.
-    o_n = (tl.program_id(0) * BLOCK_N if ROW_TERMS_GIVEN else 0) + tl.arange(0, BLOCK_N)
+    o_n = (tl.program_id(0) * BLOCK_N if ROW_TERMS != TILE else 0) + tl.arange(0, BLOCK_N)
     m_n = o_n < n_cols
     i_part = tl.program_id(1).to(tl.int64)
     row_start = i_part * rows_per_program  # int64 bounds: row * stride can pass 2**31
@@ -330,9 +359,12 @@ def _norm_bwd_kernel(
         if LOW_REGISTERS:  # dw and db first: dy is then dead across the row sums, a row's worth of registers
             acc_dw += tl.sum(b_dy * b_xhat, axis=0)
             acc_db += tl.sum(b_dy, axis=0)
-        if ROW_TERMS_GIVEN:
+        if ROW_TERMS == GIVEN:
             c_xhat = tl.load(p_c_xhat + o_r, mask=m_r, other=0.0)
             c_one = c_xhat if IS_RMS else tl.load(p_c_one + o_r, mask=m_r, other=0.0)
+        elif ROW_TERMS == SHARED:
+            c_xhat, c_one = _shared_row_terms(p_c_xhat, p_c_one, p_count + r0, o_r, m_r, n_cols, b_xhat, b_wdy,
+                                              IS_RMS, BLOCKS_P2)  # fmt: skip
         else:
             c_xhat = tl.sum(b_xhat * b_wdy, axis=1) / n_cols  # [ROWS]
             c_one = tl.sum(b_wdy, axis=1) / n_cols
@@ -611,10 +643,10 @@ def norm_bwd_launch(dy, dh, x, weight, residual, mean, rstd, offset, is_rms, has
         if plan.bwd_single_pass:
             n_parts = max(1, min(n_rows, plan.bwd_programs_per_sm * sm_count(x.device)))
         else:
-            block_n, _, _, per_sm, _ = WIDE_BWD_TILE[x.element_size()]
-            n_parts = max(1, min(n_rows, per_sm * sm_count(x.device) // cdiv(n_cols, block_n)))
+            wide = wide_bwd_plan(n_cols, x.element_size(), x.device)
+            n_parts = max(1, min(n_rows, wide.per_sm * sm_count(x.device) // cdiv(n_cols, wide.block_n)))
         n_partials = n_sums * n_parts * n_cols
-        n_row_terms = 0 if plan.bwd_single_pass else (1 if is_rms else 2) * n_rows
+        n_row_terms = 0 if plan.bwd_single_pass else wide.row_terms_size(n_rows, n_cols, is_rms)
         allocate = torch.empty if n_rows > 0 else torch.zeros
         workspace = allocate((n_partials + n_row_terms,), dtype=torch.float32, device=x.device)
         partials = workspace[:n_partials].view(n_sums, n_parts, n_cols)
@@ -635,14 +667,14 @@ def norm_bwd_launch(dy, dh, x, weight, residual, mean, rstd, offset, is_rms, has
         if plan.bwd_single_pass:  # whole rows: one column block; the row terms from the tile itself
             row_block = next_power_of_2(n_cols)  # plan.block_n is the forward's, a chunk where it loops
             _norm_bwd_kernel[(1, n_parts)](
-                *tensors, rstd, rstd, *outputs, n_rows, n_cols, cdiv(n_rows, n_parts), *strides, offset,
-                **flags, ROW_TERMS_GIVEN=False, ROWS=plan.bwd_rows, BLOCK_N=row_block,
+                *tensors, rstd, rstd, rstd, *outputs, n_rows, n_cols, cdiv(n_rows, n_parts), *strides, offset,
+                **flags, ROW_TERMS=TILE.value, ROWS=plan.bwd_rows, BLOCK_N=row_block, BLOCKS_P2=1,
                 LOOP_STAGES=pipeline_depth(plan.bwd_stages, plan.bwd_rows * row_block * streamed, x.device),
                 LOW_REGISTERS=saves_registers(plan.bwd_rows, row_block, plan.bwd_warps),
                 num_warps=plan.bwd_warps,
             )  # fmt: skip
         else:
-            _wide_bwd(tensors, outputs, strides, flags, n_rows, n_cols, n_parts, offset, row_terms, streamed)
+            _wide_bwd(tensors, outputs, strides, flags, n_rows, n_cols, n_parts, offset, row_terms, streamed, wide)
     if one_program:
         return dx, dres, dw_part, db_part
     dw, db = _sum_partials(dw_part, db_part, w_dtype)
@@ -656,16 +688,66 @@ def norm_bwd_launch(dy, dh, x, weight, residual, mean, rstd, offset, is_rms, has
 # bandwidth over the five passes).
 WIDE_BWD_TILE = {2: (1024, 4, 4, 4, 1), 4: (1024, 4, 4, 8, 1)}  # ..., and the loop's pipeline depth
 WIDE_ROW_SUMS_STAGES = 3  # phase 1's chunk loop: 0.684 -> 0.659 ms for LayerNorm 16384 x 16384 bf16 (2 deep: 0.729)
+# The one-launch backward of wide rows (ROW_TERMS=SHARED), by element size: (columns per program, rows per step,
+# warps, programs per SM). Swept against the two phases at 65536 and 131072 wide, the bytes of 16384 x 16384
+# (`norm_configs.py --wide`, 2026-11-22-norm-wide-shared-configs.txt), ms: fp32 RMSNorm 0.857 and 0.908 against
+# 1.243 and 1.246, LayerNorm 1.077 and 1.241 against 1.247 and 1.251. In bf16 the two phases won (RMSNorm 0.595
+# and 0.684 against 0.637 and 0.637, LayerNorm 0.90 and 0.97 against 0.64): its steps carry half the bytes for
+# the same wait, and few-row steps (1 row, 8 warps) were 3-15 times slower still. So bf16 keeps the two phases.
+WIDE_BWD_SHARED_TILE = {4: (4096, 2, 4, 2)}
 
 
-def _wide_bwd(tensors, outputs, strides, flags, n_rows, n_cols, n_groups, offset, row_terms, streamed):
-    """Two phases: each row's terms c_xhat, c_one (reads x and dy), then _norm_bwd_kernel by column
-    blocks, with those terms given: dx and the per-group dw/db partials (reads x and dy again). Five
-    passes over the rows' data where the single pass makes three, but nothing is read-modified-written
-    per row: the looped path it replaced added each row into an fp32 workspace row and moved 2.6x the
-    bytes. ``row_terms``: room for c_xhat (and c_one), n_rows fp32 each, in the caller's workspace;
-    ``streamed``: bytes loaded per row element (pipeline stages' size)."""
+@dataclass(frozen=True)
+class _WidePlan:
+    shared: bool  # one launch, the column blocks sharing the row terms (else two phases, the terms given)
+    block_n: int
+    rows: int
+    warps: int
+    per_sm: int
+    stages: int
+
+    def row_terms_size(self, n_rows: int, n_cols: int, is_rms: bool) -> int:
+        """fp32 elements of workspace for the row terms: a part per row and column block and a counter per
+        row (shared), or the terms per row (given)."""
+        terms = 1 if is_rms else 2
+        if self.shared:
+            return terms * n_rows * cdiv(n_cols, self.block_n) + n_rows
+        return terms * n_rows
+
+
+def wide_bwd_plan(n_cols: int, element_size: int, device: torch.device) -> _WidePlan:
+    """The wide backward's tile: one launch whose column blocks share the row terms where it was measured
+    faster (WIDE_BWD_SHARED_TILE) and they may wait for each other (row_sync.waits_safely), else the two
+    phases."""
+    shared = WIDE_BWD_SHARED_TILE.get(element_size)
+    if shared is not None and waits_safely(cdiv(n_cols, shared[0]), device):
+        return _WidePlan(True, *shared, 1)
+    return _WidePlan(False, *WIDE_BWD_TILE[element_size])
+
+
+def _wide_bwd(tensors, outputs, strides, flags, n_rows, n_cols, n_groups, offset, row_terms, streamed, wide):
+    """Shared (one launch): _norm_bwd_kernel by column blocks, each summing its part of every row's terms
+    and waiting for the row's other blocks; three passes over the rows' data. Else two phases: each row's
+    terms c_xhat, c_one (reads x and dy), then _norm_bwd_kernel by column blocks with those terms given: dx
+    and the per-group dw/db partials (reads x and dy again), five passes. ``row_terms``: the caller's
+    workspace (wide.row_terms_size); ``streamed``: bytes loaded per row element (pipeline stages' size)."""
     dy, _, x, residual, weight, mean, rstd = tensors
+    n_blocks = cdiv(n_cols, wide.block_n)
+    grid = (n_blocks, n_groups)
+    tile = dict(ROWS=wide.rows, BLOCK_N=wide.block_n,
+                LOW_REGISTERS=saves_registers(wide.rows, wide.block_n, wide.warps),
+                LOOP_STAGES=pipeline_depth(wide.stages, wide.rows * wide.block_n * streamed, x.device),
+                num_warps=wide.warps)  # fmt: skip
+    if wide.shared:
+        n_parts = n_rows * n_blocks
+        c_xhat = row_terms[:n_parts]
+        c_one = c_xhat if flags["IS_RMS"] else row_terms[n_parts : 2 * n_parts]
+        counters = row_counters(row_terms, n_rows)
+        _norm_bwd_kernel[grid](
+            *tensors, c_xhat, c_one, counters, *outputs, n_rows, n_cols, cdiv(n_rows, n_groups), *strides, offset,
+            **flags, ROW_TERMS=SHARED.value, BLOCKS_P2=next_power_of_2(n_blocks), **tile,
+        )  # fmt: skip
+        return
     c_xhat = row_terms[:n_rows]
     c_one = c_xhat if flags["IS_RMS"] else row_terms[n_rows : 2 * n_rows]
     dy_stride, _, x_stride, res_stride, _, _ = strides
@@ -674,12 +756,9 @@ def _wide_bwd(tensors, outputs, strides, flags, n_rows, n_cols, n_groups, offset
         IS_RMS=flags["IS_RMS"], HAS_RES=flags["HAS_RES"], HAS_W=flags["HAS_W"], BLOCK_N=LOOP_CHUNK,
         LOOP_STAGES=pipeline_depth(WIDE_ROW_SUMS_STAGES, LOOP_CHUNK * streamed, x.device), num_warps=8,
     )  # fmt: skip
-    block_n, rows, warps, _, stages = WIDE_BWD_TILE[x.element_size()]
-    _norm_bwd_kernel[(cdiv(n_cols, block_n), n_groups)](
-        *tensors, c_xhat, c_one, *outputs, n_rows, n_cols, cdiv(n_rows, n_groups), *strides, offset,
-        **flags, ROW_TERMS_GIVEN=True, ROWS=rows, BLOCK_N=block_n,
-        LOOP_STAGES=pipeline_depth(stages, rows * block_n * streamed, x.device),
-        LOW_REGISTERS=saves_registers(rows, block_n, warps), num_warps=warps,
+    _norm_bwd_kernel[grid](
+        *tensors, c_xhat, c_one, rstd, *outputs, n_rows, n_cols, cdiv(n_rows, n_groups), *strides, offset,
+        **flags, ROW_TERMS=GIVEN.value, BLOCKS_P2=1, **tile,
     )  # fmt: skip
 
 
