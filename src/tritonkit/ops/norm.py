@@ -5,9 +5,10 @@ Semantics follow the fused add+norm of mamba_ssm's ``rms_norm_fn`` / ``layer_nor
 ``prenorm=True`` the call returns ``(y, h)``, ``h`` in fp32 when ``residual_in_fp32=True``.
 One kernel pair serves both norms (an ``IS_RMS`` switch). Rows up to 16384 wide are normalised in
 registers in one pass; wider rows are split across programs forward (each slice's partial statistics,
-combined once the row's programs have all published theirs) and take two phases backward (each row's
-terms, then column blocks). Statistics are fp32; dweight and dbias are summed in fp32 per program into
-a workspace and reduced in a fixed order, so they are deterministic. With a residual, one gradient
+combined once the row's programs have all published theirs), and backward go by column blocks, each
+row's terms summed first in a phase of their own (bf16) or shared between the blocks as they go (fp32).
+Statistics are fp32; dweight and dbias are summed in fp32 per program into a workspace and reduced in a
+fixed order, so they are deterministic. With a residual, one gradient
 tensor serves x and the residual when their dtypes agree.
 
 No ``from __future__ import annotations`` here: torch.library reads the launchers' type hints at runtime.
@@ -1137,7 +1138,7 @@ for _name, _fn, _reference_fn, _inputs, _tests, _bench, _liger in (
         summary=f"Fused residual add + {'RMSNorm' if _name == 'rms_norm' else 'LayerNorm'}, forward and backward.",
         description="h = x + residual, y = normalize(h) * (offset + weight) + bias, with prenorm returning h "
                     "(optionally fp32), as mamba_ssm's fused add+norm. One pass in registers up to 16384 "
-                    "columns; beyond, a forward whose programs share each row and a two-phase backward; fp32 "
+                    "columns; beyond, programs share each row (forward, and the fp32 backward); fp32 "
                     "statistics; deterministic fp32 dweight/dbias.",
         usage=f"y, h = tk.ops.{_name}(x, weight{', bias' if _name == 'layer_norm' else ''}, residual=h, "
               "prenorm=True)",
