@@ -8,8 +8,8 @@ registers in one pass; wider rows are split across programs forward (each slice'
 combined once the row's programs have all published theirs), and backward go by column blocks, each
 row's terms summed first in a phase of their own (bf16) or shared between the blocks as they go (fp32).
 Statistics are fp32; dweight and dbias are summed in fp32 per program into a workspace and reduced in a
-fixed order, so they are deterministic. With a residual, one gradient
-tensor serves x and the residual when their dtypes agree.
+fixed order, so they are deterministic. With a residual, one gradient tensor serves x and the residual
+when their dtypes agree.
 
 No ``from __future__ import annotations`` here: torch.library reads the launchers' type hints at runtime.
 """
@@ -504,9 +504,9 @@ def norm_launch_plan(n_cols: int, element_size: int, is_rms: bool = True) -> _Pl
 
     Widths in the measured tables use their fastest configuration (for RMSNorm at some widths the looped
     forward). Narrower rows pack 4096 elements per program (4 warps) and take 8 backward programs per SM.
-    Rows wider than MAX_SINGLE_PASS are split across programs in the forward and take the two-phase
-    backward (_wide_bwd). Pipeline depths are the measured ones; launchers lower them where the device has less
-    shared memory (_core.device.pipeline_depth).
+    Rows wider than MAX_SINGLE_PASS are split across programs in the forward and take the wide backward
+    (wide_bwd_plan, _wide_bwd). Pipeline depths are the measured ones; launchers lower them where the device
+    has less shared memory (_core.device.pipeline_depth).
     """
     block_n = next_power_of_2(n_cols)
     if block_n > MAX_SINGLE_PASS:
