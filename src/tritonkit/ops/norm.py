@@ -1084,8 +1084,9 @@ _NORM_TESTS = (
     {"rows": 7, "n": 50, "layout": "sliced", "residual": True},
     {"rows": 9, "n": 64, "scale": 1e-3, "eps": 1e-5},  # variance near eps: a wrong eps shows
     {"rows": 5, "n": 40, "no_weight": True, "bias": False},
-    {"rows": 2, "n": 20000, "residual": True, "prenorm": True},  # the split-row forward, the wide backward
-    {"rows": 2, "n": 40000, "trend": 4.0},  # three slices whose means differ: LayerNorm's between-slice term
+    # The split-row forward, the wide backward; a ramp along the row gives LayerNorm's slices (three of 8192
+    # in bf16) different means, which its between-slice term must account for.
+    {"rows": 2, "n": 20000, "residual": True, "prenorm": True, "trend": 4.0},
     # the 16384 block: single pass both ways, the backward in saves_registers' order
     {"rows": 3, "n": 9000, "residual": True},
     {"rows": 3, "n": 3000, "residual": True, "prenorm": True},  # RMSNorm's looped forward within one block
