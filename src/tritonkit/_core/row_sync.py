@@ -9,7 +9,7 @@ looping over the whole row reads it twice.
 Waiting is safe when the programs a program waits for are running or will start: a GPU starts a 1-D grid's
 programs in increasing order, and :func:`waits_safely` keeps ``n_blocks`` within what is resident at once.
 The interpreter runs programs one at a time, so there (and for wider rows) launchers run the two halves as
-two launches instead (:func:`waits_safely` says which).
+two launches instead (:func:`launch_phases` says which).
 """
 
 from __future__ import annotations
@@ -48,6 +48,19 @@ def waits_safely(n_blocks: int, device: torch.device) -> bool:
     """Whether one launch may wait across ``n_blocks`` programs per row: not under the interpreter, and at
     most one program per multiprocessor, which every kernel that launches at all can have resident."""
     return not interpreting() and n_blocks <= sm_count(device)
+
+
+def launch_phases(n_blocks: int, device: torch.device) -> tuple[int, ...]:
+    """The PHASES of each launch of a split-row kernel: (3,), both phases in one launch, where waiting is
+    safe (waits_safely), else (1, 2), statistics then output in two launches."""
+    return (3,) if waits_safely(n_blocks, device) else (1, 2)
+
+
+def split_row_workspace(n_rows: int, n_blocks: int, parts_per_slice: int, device: torch.device):
+    """One fp32 workspace for a split-row launch: ``parts_per_slice`` parts for each (row, slice), then the
+    rows' counters, zeroed (row_counters). Returns (workspace, counters)."""
+    workspace = torch.empty((parts_per_slice * n_rows * n_blocks + n_rows,), dtype=torch.float32, device=device)
+    return workspace, row_counters(workspace, n_rows)
 
 
 def row_counters(workspace: torch.Tensor, n_rows: int) -> torch.Tensor:

@@ -31,7 +31,14 @@ from tritonkit._core.device import pipeline_depth, sm_count
 from tritonkit._core.dispatch import cheapest_path
 from tritonkit._core.ints import cdiv, next_power_of_2, prev_power_of_2
 from tritonkit._core.layout import as_rows
-from tritonkit._core.row_sync import publish_and_wait, row_counters, this_slice, waits_safely
+from tritonkit._core.row_sync import (
+    launch_phases,
+    publish_and_wait,
+    row_counters,
+    split_row_workspace,
+    this_slice,
+    waits_safely,
+)
 from tritonkit.registry import Inputs, KernelSpec, Tolerance, register
 
 __all__ = ["layer_norm", "rms_norm"]
@@ -578,10 +585,8 @@ def _split_row_fwd(x, weight, bias, residual, y, h, mean, rstd, eps, offset, is_
     each other (row_sync.waits_safely), else one launch per phase (x read twice)."""
     n_rows, n_cols = x.shape
     n_blocks = cdiv(n_cols, plan.block_n)
-    n_parts = n_rows * n_blocks * (1 if is_rms else 2)
-    workspace = torch.empty((n_parts + n_rows,), dtype=torch.float32, device=x.device)  # parts, then counters
-    counters = row_counters(workspace, n_rows)
-    for phases in (3,) if waits_safely(n_blocks, x.device) else (1, 2):
+    workspace, counters = split_row_workspace(n_rows, n_blocks, 1 if is_rms else 2, x.device)
+    for phases in launch_phases(n_blocks, x.device):
         _norm_fwd_split_row_kernel[(n_rows * n_blocks,)](
             x, residual if residual is not None else x, weight if weight is not None else x,
             bias if bias is not None else x, y, h if h is not None else y, mean if mean is not None else rstd, rstd,

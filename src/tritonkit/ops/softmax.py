@@ -23,7 +23,7 @@ from tritonkit._core.device import pipeline_depth, sm_count
 from tritonkit._core.dispatch import cheapest_path
 from tritonkit._core.ints import cdiv, next_power_of_2
 from tritonkit._core.layout import as_rows
-from tritonkit._core.row_sync import publish_and_wait, row_counters, this_slice, waits_safely
+from tritonkit._core.row_sync import launch_phases, publish_and_wait, split_row_workspace, this_slice
 from tritonkit.registry import Inputs, KernelSpec, Tolerance, register
 
 __all__ = ["log_softmax", "softmax"]
@@ -260,10 +260,8 @@ def _launch(kernel, split_row_kernel, tensors, strides, x, log, backward, plan):
     n_rows, n_cols = x.shape
     if plan.split_row:
         n_blocks = cdiv(n_cols, plan.block_n)
-        n_parts = n_rows * n_blocks * (1 if backward else 2)
-        workspace = torch.empty((n_parts + n_rows,), dtype=torch.float32, device=x.device)  # parts, then counters
-        counters = row_counters(workspace, n_rows)
-        for phases in (3,) if waits_safely(n_blocks, x.device) else (1, 2):
+        workspace, counters = split_row_workspace(n_rows, n_blocks, 1 if backward else 2, x.device)
+        for phases in launch_phases(n_blocks, x.device):
             split_row_kernel[(n_rows * n_blocks,)](*tensors, workspace, counters, n_rows, n_cols, n_blocks, *strides,
                                                    LOG=log, BLOCK_N=plan.block_n, BLOCKS_P2=next_power_of_2(n_blocks),
                                                    PHASES=phases, num_warps=plan.warps)  # fmt: skip
