@@ -18,6 +18,7 @@ from tritonkit._core.checks import FLOAT_DTYPES, check_choice, check_device, che
 from tritonkit._core.dispatch import cheapest_path
 from tritonkit._core.elementwise import launch_elementwise
 from tritonkit._core.env import interpreting
+from tritonkit._core.fastmath import LOG2_E
 from tritonkit.registry import Inputs, KernelSpec, register
 
 __all__ = ["geglu", "gelu", "silu", "swiglu"]
@@ -25,8 +26,6 @@ __all__ = ["geglu", "gelu", "silu", "swiglu"]
 GELU_ERF, GELU_TANH, SILU = 0, 1, 2
 
 
-# log2(e): the exponentials below are exp2 of arguments scaled by it (folded into the constants).
-_L2E = tl.constexpr(1.4426950408889634)
 # PTX's approximate exp2 and reciprocal with denormals flushed, one MUFU instruction each. Triton's tl.exp
 # and division add range fix-ups around them, and these elementwise kernels are issue-bound with them:
 # the erf GELU forward compiled to 37 instructions per element, 25 with these (benchmarks/NOTES.md). The
@@ -51,7 +50,7 @@ def _approx(x, OP: tl.constexpr):
 @triton.jit
 def _sigmoid(v):
     """1 / (1 + exp(-v)); exp(-v) overflows to inf for v < -88, which gives 0."""
-    return _approx(1.0 + _approx(v * -_L2E, "ex2"), "rcp")
+    return _approx(1.0 + _approx(v * -LOG2_E, "ex2"), "rcp")
 
 
 @triton.jit
@@ -65,16 +64,16 @@ def _normal_cdf(x):
     (benchmarks/NOTES.md). Checked in fp32 over [-12, 12] against float64: GELU within 4e-7 (torch's fp32
     GELU: 1.2e-6), and within 2e-5 relative in the negative tail, where 1 + erf(x / sqrt 2) cancels."""
     t = _approx(1.0 + 0.35355339059327373 * tl.abs(x), "rcp")
-    p = t * (0.17087277 * _L2E) - 0.82215223 * _L2E
-    p = p * t + 1.48851587 * _L2E
-    p = p * t - 1.13520398 * _L2E
-    p = p * t + 0.27886807 * _L2E
-    p = p * t - 0.18628806 * _L2E
-    p = p * t + 0.09678418 * _L2E
-    p = p * t + 0.37409196 * _L2E
-    p = p * t + 1.00002368 * _L2E
-    p = p * t - (1.26551223 * _L2E + 1.0)
-    half_erfc = t * _approx(p - x * x * (0.5 * _L2E), "ex2")
+    p = t * (0.17087277 * LOG2_E) - 0.82215223 * LOG2_E
+    p = p * t + 1.48851587 * LOG2_E
+    p = p * t - 1.13520398 * LOG2_E
+    p = p * t + 0.27886807 * LOG2_E
+    p = p * t - 0.18628806 * LOG2_E
+    p = p * t + 0.09678418 * LOG2_E
+    p = p * t + 0.37409196 * LOG2_E
+    p = p * t + 1.00002368 * LOG2_E
+    p = p * t - (1.26551223 * LOG2_E + 1.0)
+    half_erfc = t * _approx(p - x * x * (0.5 * LOG2_E), "ex2")
     return tl.where(x >= 0, 1.0 - half_erfc, half_erfc)
 
 
@@ -101,10 +100,10 @@ def _act_grad(x, ACT: tl.constexpr):
                where f' is still ~1e-6.
     SiLU:      f' = s (1 + x (1 - s)), s = sigmoid(x)."""
     if ACT == 0:
-        g = _normal_cdf(x) + x * _approx(x * x * (-0.5 * _L2E), "ex2") * 0.3989422804014327
+        g = _normal_cdf(x) + x * _approx(x * x * (-0.5 * LOG2_E), "ex2") * 0.3989422804014327
     elif ACT == 1:
         u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
-        e = _approx(tl.abs(u) * (-2.0 * _L2E), "ex2")
+        e = _approx(tl.abs(u) * (-2.0 * LOG2_E), "ex2")
         r = _approx(1.0 + e, "rcp")
         sigmoid_2u = tl.where(u >= 0, r, e * r)
         g = sigmoid_2u + 0.5 * x * (4.0 * e * r * r) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x)

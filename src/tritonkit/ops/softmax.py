@@ -21,6 +21,7 @@ from tritonkit._core import alloc
 from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor
 from tritonkit._core.device import pipeline_depth, sm_count
 from tritonkit._core.dispatch import cheapest_path
+from tritonkit._core.fastmath import LOG2_E
 from tritonkit._core.ints import cdiv, next_power_of_2
 from tritonkit._core.layout import as_rows
 from tritonkit._core.row_sync import launch_phases, publish_and_wait, split_row_workspace, this_slice
@@ -55,9 +56,6 @@ _SINGLE_PASS_MEASURED = {
 # forward 32768 0.664 -> 0.546 ms (93% of the copy bandwidth), backward 16384 bf16 0.465 -> 0.392 and
 # fp32 0.959 -> 0.765 (2026-11-22-softmax-grid-loop-configs.txt). Elsewhere it was slower.
 _GRID_LOOP_MEASURED = {(32768, 2, False): (16, 2, 3), (16384, 2, True): (16, 1, 3), (16384, 4, True): (32, 4, 3)}
-
-
-LOG2_E: tl.constexpr = tl.constexpr(1.4426950408889634)
 
 
 @triton.jit
