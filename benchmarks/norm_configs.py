@@ -7,9 +7,13 @@ loop iteration and that loop's pipeline depth; timed on the kernels alone (16384
 [--bwd-only] [--layer-norm] [--wide]` (``--bwd-only``: the backward alone, of RMSNorm, or with
 ``--layer-norm`` of LayerNorm with a bias, whose dbias accumulator takes registers that RMSNorm's table
 does not account for; ``--wide``: the one-launch backward of wide rows, whole launcher, over
-``WIDE_BWD_SHARED_TILE`` choices). Every sweep script here takes ``--compile-only I/K`` (see compile_only).
+``shared_wide_tile`` choices, each checked against the tables' path; with ``--small-tiles`` smaller tiles
+and more programs per SM; with ``--layer-norm`` LayerNorm's alone). Every sweep script here takes
+``--compile-only I/K`` (see compile_only).
 """
 
+import contextlib
+import dataclasses
 import importlib
 import itertools
 import sys
@@ -162,42 +166,87 @@ def print_bwd(x, w, is_rms, label, per_sm_choices, has_bias=False):
 
 
 def wide_bwd_ms(x, w, is_rms, tile):
-    """The whole backward launcher (the dweight/dbias sum included) with ``tile`` as WIDE_BWD_SHARED_TILE."""
-    saved = norm.WIDE_BWD_SHARED_TILE
-    norm.WIDE_BWD_SHARED_TILE = {x.element_size(): tile}
-    try:
+    """The whole backward launcher (the dweight/dbias sum included) with ``tile`` as the shared wide tile."""
+    with _shared_tile(x, tile):
         return launcher_bwd_ms(x, w, is_rms)
+
+
+@contextlib.contextmanager
+def _shared_tile(x, tile):
+    """``tile`` as the shared wide tile (norm.shared_wide_tile), and the wide backward taken at any width."""
+    saved, plan = norm.shared_wide_tile, norm.norm_launch_plan
+    norm.shared_wide_tile = lambda *args: tile
+    norm.norm_launch_plan = lambda *args: dataclasses.replace(plan(*args), bwd_single_pass=False)
+    try:
+        yield
     finally:
-        norm.WIDE_BWD_SHARED_TILE = saved
+        norm.shared_wide_tile, norm.norm_launch_plan = saved, plan
 
 
-def print_wide(widths, dtypes):
+def _wide_grads(x, w, is_rms, tile=None):
+    """dx, dweight (and dbias) of the launcher on fixed inputs, with ``tile`` (None: as the tables say)."""
+    dy = torch.randn(x.shape, device=x.device, dtype=x.dtype, generator=torch.Generator(x.device).manual_seed(1))
+    mean, rstd = torch.zeros(x.shape[0], device="cuda"), torch.ones(x.shape[0], device="cuda")
+    with _shared_tile(x, tile) if tile else contextlib.nullcontext():
+        grads = norm.norm_bwd_launch(dy, None, x, w, None, None if is_rms else mean, rstd, 0.0, is_rms, not is_rms)
+    return [g.float() for g in grads if g is not None]
+
+
+def _agrees(grads, expected, dtype) -> bool:
+    """Within the rounding of dx to ``dtype`` (and of a reordered fp32 sum), relative to each gradient's largest."""
+    tolerance = 1e-4 if dtype == torch.float32 else 2e-2
+    return all((a - b).abs().max() <= tolerance * b.abs().max() for a, b in zip(grads, expected, strict=True))
+
+
+# --wide's tiles: (columns, rows, warps, programs per SM, a step published ahead), 16-64 elements a thread; with
+# --small-tiles, 8-32 elements a thread and up to 8 programs per SM, in turn and ahead.
+WIDE_TILES = tuple(
+    tile
+    for tile in itertools.product((2048, 4096, 8192), (1, 2, 4), (4, 8, 16), (1, 2, 4), (True,))
+    if 16 <= tile[0] * tile[1] // (32 * tile[2]) <= 64
+)
+SMALL_WIDE_TILES = tuple(
+    tile
+    for tile in itertools.product((1024, 2048, 4096), (1, 2), (2, 4, 8), (2, 4, 6, 8), (False, True))
+    if 8 <= tile[0] * tile[1] // (32 * tile[2]) <= 32
+)
+
+
+def print_wide(widths, dtypes, tiles, norms=(True, False)):
     """Rows that take the wide backward (bf16 LayerNorm and fp32 at 16384, everything wider): the one-launch
-    backward's tile (columns, rows, warps, programs per SM), LayerNorm with its bias, against the two phases."""
-    for dtype, n, is_rms in itertools.product(dtypes, widths, (True, False)):
-        if norm.norm_launch_plan(n, dtype.itemsize, is_rms).bwd_single_pass:
+    backward's tile (columns, rows, warps, programs per SM, a step published ahead), LayerNorm with its bias,
+    against what the tables take now (the two phases, or at 16384 LayerNorm's single pass). Each tile's
+    gradients are checked against those of the tables' path ('MISMATCH' where they differ)."""
+    for dtype, n, is_rms in itertools.product(dtypes, widths, norms):
+        single_pass = norm.norm_launch_plan(n, dtype.itemsize, is_rms).bwd_single_pass
+        if single_pass and is_rms:  # RMSNorm's single pass: 90-95% of the ceiling where it is taken
             continue
         rows = max(1, ROWS_TOTAL * 16384 // n)  # the same bytes as 16384 x 16384
         x = torch.randn(rows, n, device="cuda", dtype=dtype)
         w = torch.randn(n, device="cuda", dtype=dtype)
-        times = {}
-        for tile in itertools.product((2048, 4096, 8192), (1, 2, 4), (4, 8, 16), (1, 2, 4)):
-            block, tile_rows, warps, _ = tile
-            if 16 <= block * tile_rows // (32 * warps) <= 64 and n // block <= 132:
+        expected = _wide_grads(x, w, is_rms)
+        times, wrong = {}, []
+        for tile in tiles:
+            if n // tile[0] <= 132:
                 times[tile] = wide_bwd_ms(x, w, is_rms, tile)
+                if _COMPILE_SHARD is None and not _agrees(_wide_grads(x, w, is_rms, tile), expected, dtype):
+                    wrong.append(tile)
+        table_tile = norm.shared_wide_tile(n, dtype.itemsize, is_rms)
+        if table_tile is not None and not single_pass and table_tile not in times:
+            times[table_tile] = wide_bwd_ms(x, w, is_rms, table_tile)
         saved = norm.waits_safely
         norm.waits_safely = lambda *args: False  # the two-phase backward, as where waiting is not safe
         try:
-            two_phase = launcher_bwd_ms(x, w, is_rms)
+            now = launcher_bwd_ms(x, w, is_rms)
         finally:
             norm.waits_safely = saved
         best = min(times, key=times.get)
         gbps = 3 * x.numel() * x.element_size() / times[best] / 1e6
         label = f"{'rms' if is_rms else 'ln':<5} {str(dtype)[6:]:<9} {n:<6}"
-        now = norm.WIDE_BWD_SHARED_TILE.get(dtype.itemsize)
-        print(f"wide  {label} (block, rows, warps, per_sm)={best} {times[best]:.4f}  {gbps:6.0f} "
-              f"(now {now} {times.get(now, float('nan')):.4f}, worst {max(times.values()):.4f}; two phases "
-              f"{two_phase:.4f})", flush=True)  # fmt: skip
+        print(f"wide  {label} (block, rows, warps, per_sm, ahead)={best} {times[best]:.4f}  {gbps:6.0f} "
+              f"(worst {max(times.values()):.4f}; table's tile {table_tile} {times.get(table_tile, float('nan')):.4f}; "
+              f"{'single pass' if single_pass else 'two phases'} {now:.4f})"
+              f"{' MISMATCH ' + str(wrong) if wrong else ''}", flush=True)  # fmt: skip
         for config in sorted(times, key=times.get)[1:4]:
             print(f"        {config} {times[config]:.4f}")
 
@@ -217,7 +266,10 @@ def main():
     all_dtypes = (torch.bfloat16, torch.float32)
     dtypes = [d for d in all_dtypes if f"--{str(d)[6:]}" in sys.argv] or all_dtypes
     if "--wide" in sys.argv:
-        print_wide([int(a) for a in sys.argv[1:] if a.isdigit()] or [16384, 65536, 131072], dtypes)
+        widths = [int(a) for a in sys.argv[1:] if a.isdigit()] or [16384, 65536, 131072]
+        tiles = SMALL_WIDE_TILES if "--small-tiles" in sys.argv else WIDE_TILES
+        norms = (False,) if "--layer-norm" in sys.argv else (True, False)
+        print_wide(widths, dtypes, tiles, norms)
         return
     print("kind  norm  dtype     n      best config            ms      GB/s   (worst ms)")
     widths = [int(a) for a in sys.argv[1:] if a.isdigit()] or [1024, 2048, 4096, 8192, 16384]

@@ -174,14 +174,15 @@ def main():
                 num_warps=8,
             )
             wide_block, wide_rows, wide_warps, _, _ = norm.WIDE_BWD_TILE[2]
-            shared_block, shared_rows, shared_warps, _ = norm.WIDE_BWD_SHARED_TILE[4]
-            for row_terms, rows, bwd_block, warps in (
-                (norm.TILE.value, 4, block_n, 8),
-                (norm.GIVEN.value, wide_rows, wide_block, wide_warps),
-                (norm.SHARED.value, shared_rows, shared_block, shared_warps),  # column blocks waiting for each other
+            shared_block, shared_rows, shared_warps, _, _ = norm.WIDE_BWD_SHARED_TILE[4, True]
+            for row_terms, rows, bwd_block, warps, ahead in (
+                (norm.TILE.value, 4, block_n, 8, False),
+                (norm.GIVEN.value, wide_rows, wide_block, wide_warps, False),
+                (norm.SHARED.value, shared_rows, shared_block, shared_warps, False),  # column blocks waiting
+                (norm.SHARED.value, shared_rows, shared_block, shared_warps, True),  # ... one step ahead
             ):
                 compile_one(
-                    f"norm bwd rms={is_rms} row_terms={row_terms}",
+                    f"norm bwd rms={is_rms} row_terms={row_terms} ahead={ahead}",
                     norm._norm_bwd_kernel,
                     {
                         **bwd_tensors,
@@ -200,6 +201,7 @@ def main():
                         "BLOCKS_P2": 16,
                         "LOOP_STAGES": 2 if row_terms != norm.SHARED.value else 1,
                         "LOW_REGISTERS": row_terms == norm.GIVEN.value,  # both orders
+                        "AHEAD": ahead,
                     },
                     num_warps=warps,
                 )

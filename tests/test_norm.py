@@ -1,6 +1,7 @@
 """Fused add + RMSNorm / LayerNorm beyond the registry sweep: compile without graph breaks,
 determinism, the checker's power to catch wrong kernels, drop-in modules, bad input."""
 
+import dataclasses
 import importlib
 
 import pytest
@@ -63,6 +64,33 @@ def test_residual_gradient_of_its_own_dtype_or_shared_with_x(norm, residual_dtyp
     assert x.grad.dtype == torch.float16 and residual.grad.dtype == residual_dtype
     for ours, theirs in zip(leaves, exact, strict=True):
         torch.testing.assert_close(ours.grad.double(), theirs.grad, rtol=1e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("norm", ["rms_norm", "layer_norm"])
+@pytest.mark.parametrize("ahead", [False, True])
+def test_shared_wide_backward_in_steps(norm, ahead, device, monkeypatch):
+    """The one-launch wide backward (column blocks sharing each row's terms), each step's parts published in
+    turn or one step ahead, over row groups of several steps, the last partial and some groups empty: against
+    float64. The interpreter runs programs one at a time, so there a row has one column block (whose wait is
+    on itself); on the GPU, three."""
+    cpu = device == "cpu"
+    n, block, rows = (96, 128, 23) if cpu else (3 * 64 - 5, 64, 301)
+    plan = norm_module.norm_launch_plan
+    monkeypatch.setattr(
+        norm_module, "norm_launch_plan", lambda *a: dataclasses.replace(plan(*a), bwd_single_pass=False)
+    )
+    monkeypatch.setattr(norm_module, "shared_wide_tile", lambda *args: (block, 2, 4, 1, ahead))
+    monkeypatch.setattr(norm_module, "waits_safely", lambda n_blocks, device: True)
+    x, residual, weight, bias = (t.requires_grad_() for t in _inputs(device, rows=rows, n=n))
+    op = getattr(tk.ops, norm)
+    upstream = torch.randn(rows, n, device=device)
+    y = op(x, weight, bias, residual=residual)
+    grads = torch.autograd.grad(y, (x, residual, weight, bias), upstream)
+    exact = [t.detach().double().requires_grad_() for t in (x, residual, weight, bias)]
+    y64 = registry.get(norm).reference(exact[0], exact[2], exact[3], residual=exact[1])
+    expected = torch.autograd.grad(y64, exact, upstream.double())
+    for ours, theirs in zip(grads, expected, strict=True):
+        torch.testing.assert_close(ours.double(), theirs, rtol=1e-4, atol=1e-4)
 
 
 def _broken(name, fn):

@@ -33,15 +33,27 @@ def this_slice(n_cols, n_blocks, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def publish_and_wait(p_count, n_blocks):
-    """Count this program's stores in for its row (``p_count``: the row's int32 counter, zero at launch) and
-    wait until all ``n_blocks`` programs of the row have. The barrier puts every thread's stores before the
-    release; the acquire read that sees ``n_blocks`` puts every later load after all of theirs."""
+def publish(p_count):
+    """Count this program's stores in for its row (``p_count``: the row's int32 counter, zero at launch). The
+    barrier puts every thread's stores before the release."""
     tl.debug_barrier()
     tl.atomic_add(p_count, 1, sem="release")
+
+
+@triton.jit
+def wait_for(p_count, n_blocks):
+    """Wait until all ``n_blocks`` programs of the row have published: the acquire read that sees ``n_blocks``
+    puts every later load after all of their stores."""
     # Triton lowers an acquire add of 0 to an acquire load: the spin puts no read-modify-write traffic on L2.
     while tl.atomic_add(p_count, 0, sem="acquire") < n_blocks:
         pass
+
+
+@triton.jit
+def publish_and_wait(p_count, n_blocks):
+    """publish, then wait_for the row's other programs."""
+    publish(p_count)
+    wait_for(p_count, n_blocks)
 
 
 def waits_safely(n_blocks: int, device: torch.device) -> bool:

@@ -33,10 +33,12 @@ from tritonkit._core.ints import cdiv, next_power_of_2, prev_power_of_2
 from tritonkit._core.layout import as_rows
 from tritonkit._core.row_sync import (
     launch_phases,
+    publish,
     publish_and_wait,
     row_counters,
     split_row_workspace,
     this_slice,
+    wait_for,
     waits_safely,
 )
 from tritonkit.registry import Inputs, KernelSpec, Tolerance, register
@@ -246,20 +248,24 @@ def _norm_fwd_split_row_kernel(
 
 @triton.jit
 def _norm_tile_terms(p_dy, p_x, p_res, p_mean, p_rstd, o_r, m_r, stride_dy_row, stride_x_row, stride_res_row, o_n,
-                     m_n, b_w, IS_RMS: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr):  # fmt: skip
+                     m_n, b_w, IS_RMS: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr,
+                     EVICT: tl.constexpr):  # fmt: skip
     """For rows o_r and columns o_n: xhat = (h - mean) * rstd, dy and g = (offset + w) * dy, each
-    [rows, columns] (zero where masked), and rstd [rows]."""
+    [rows, columns] (zero where masked), and rstd [rows]. EVICT: the L2 policy of the x, residual and dy loads."""
     m_rn = m_r[:, None] & m_n[None, :]
     b_rstd = tl.load(p_rstd + o_r, mask=m_r, other=0.0)
-    b_h = tl.load(p_x + o_r[:, None] * stride_x_row + o_n[None, :], mask=m_rn, other=0.0).to(tl.float32)
+    p_x_rn = p_x + o_r[:, None] * stride_x_row + o_n[None, :]
+    b_h = tl.load(p_x_rn, mask=m_rn, other=0.0, eviction_policy=EVICT).to(tl.float32)
     if HAS_RES:
-        b_h += tl.load(p_res + o_r[:, None] * stride_res_row + o_n[None, :], mask=m_rn, other=0.0).to(tl.float32)
+        p_res_rn = p_res + o_r[:, None] * stride_res_row + o_n[None, :]
+        b_h += tl.load(p_res_rn, mask=m_rn, other=0.0, eviction_policy=EVICT).to(tl.float32)
     if IS_RMS:
         b_xhat = b_h * b_rstd[:, None]
     else:
         b_mean = tl.load(p_mean + o_r, mask=m_r, other=0.0)
         b_xhat = tl.where(m_rn, (b_h - b_mean[:, None]) * b_rstd[:, None], 0.0)
-    b_dy = tl.load(p_dy + o_r[:, None] * stride_dy_row + o_n[None, :], mask=m_rn, other=0.0).to(tl.float32)
+    p_dy_rn = p_dy + o_r[:, None] * stride_dy_row + o_n[None, :]
+    b_dy = tl.load(p_dy_rn, mask=m_rn, other=0.0, eviction_policy=EVICT).to(tl.float32)
     b_wdy = b_dy * b_w[None, :] if HAS_W else b_dy
     return b_xhat, b_dy, b_wdy, b_rstd
 
@@ -296,16 +302,20 @@ SHARED: tl.constexpr = tl.constexpr(2)
 
 
 @triton.jit
-def _shared_row_terms(p_c_xhat, p_c_one, p_count, o_r, m_r, n_cols, b_xhat, b_wdy, IS_RMS: tl.constexpr,
-                      BLOCKS_P2: tl.constexpr):  # fmt: skip
-    """c_xhat and c_one of rows o_r from every column block's part: this block's parts stored, the row's
-    other blocks waited for (publish_and_wait on p_count), all parts summed in a fixed order."""
-    n_blocks = tl.num_programs(0)
-    o_part = o_r * n_blocks + tl.program_id(0)
+def _store_row_parts(p_c_xhat, p_c_one, o_r, m_r, b_xhat, b_wdy, IS_RMS: tl.constexpr):
+    """This column block's parts of rows o_r's terms, sum(g * xhat) and (LayerNorm) sum(g), at [row, block]."""
+    o_part = o_r * tl.num_programs(0) + tl.program_id(0)
     tl.store(p_c_xhat + o_part, tl.sum(b_xhat * b_wdy, axis=1), mask=m_r)
     if not IS_RMS:
         tl.store(p_c_one + o_part, tl.sum(b_wdy, axis=1), mask=m_r)
-    publish_and_wait(p_count, n_blocks)
+
+
+@triton.jit
+def _combined_row_terms(p_c_xhat, p_c_one, p_count, o_r, m_r, n_cols, IS_RMS: tl.constexpr, BLOCKS_P2: tl.constexpr):
+    """c_xhat and c_one of rows o_r: once every column block has published its parts (wait_for on p_count),
+    the parts summed in a fixed order."""
+    n_blocks = tl.num_programs(0)
+    wait_for(p_count, n_blocks)
     o_b = tl.arange(0, BLOCKS_P2)
     o_parts = o_r[:, None] * n_blocks + o_b[None, :]
     m_parts = m_r[:, None] & (o_b < n_blocks)[None, :]
@@ -318,6 +328,23 @@ def _shared_row_terms(p_c_xhat, p_c_one, p_count, o_r, m_r, n_cols, b_xhat, b_wd
 
 
 @triton.jit
+def _publish_step(p_dy, p_x, p_res, p_w, p_mean, p_rstd, p_c_xhat, p_c_one, p_count, r0, row_end, stride_dy_row,
+                  stride_x_row, stride_res_row, o_n, m_n, offset, IS_RMS: tl.constexpr, HAS_RES: tl.constexpr,
+                  HAS_W: tl.constexpr, ROWS: tl.constexpr):  # fmt: skip
+    """AHEAD: the step of rows [r0, r0 + ROWS): its tile read (kept in L2 for the second read), this column
+    block's parts of the row terms stored and published on the step's counter, p_count + r0."""
+    o_r = r0 + tl.arange(0, ROWS)
+    m_r = o_r < row_end
+    b_w = _offset_weight(p_w, o_n, m_n, offset, HAS_W)
+    b_xhat, _, b_wdy, _ = _norm_tile_terms(
+        p_dy, p_x, p_res, p_mean, p_rstd, o_r, m_r, stride_dy_row, stride_x_row, stride_res_row, o_n, m_n, b_w, IS_RMS,
+        HAS_RES, HAS_W, "evict_last",
+    )  # fmt: skip
+    _store_row_parts(p_c_xhat, p_c_one, o_r, m_r, b_xhat, b_wdy, IS_RMS)
+    publish(p_count + r0)
+
+
+@triton.jit
 def _norm_bwd_kernel(
     p_dy, p_dh, p_x, p_res, p_w, p_mean, p_rstd, p_c_xhat, p_c_one, p_count, p_dx, p_dres, p_dw_part, p_db_part,
     n_rows, n_cols, rows_per_program, stride_dy_row, stride_dh_row, stride_x_row, stride_res_row,
@@ -325,6 +352,7 @@ def _norm_bwd_kernel(
     IS_RMS: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
     HAS_DH: tl.constexpr, STORE_DRES: tl.constexpr, ROW_TERMS: tl.constexpr, ROWS: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCKS_P2: tl.constexpr, LOOP_STAGES: tl.constexpr, LOW_REGISTERS: tl.constexpr,
+    AHEAD: tl.constexpr = False,
 ):  # fmt: skip
     """Backward of rows [k*rows_per_program, ...) for k = program_id(1), over column block program_id(0),
     ROWS rows at a time. With LOW_REGISTERS (saves_registers), where registers are short, the weight is
@@ -339,9 +367,11 @@ def _norm_bwd_kernel(
     tile itself, which then spans whole rows (one column block); for rows too wide for registers GIVEN by
     _norm_bwd_row_sums_kernel, or SHARED: each column block stores its part of the sums (p_c_xhat, p_c_one
     as [rows, column blocks]) and waits for the row's other column blocks (_core.row_sync; p_count: a
-    counter per step's first row), then sums the parts in a fixed order. Program k's share of dw = sum_rows(dy *
-    xhat) and db = sum_rows(dy) over these columns goes to row k of the fp32 workspaces (or, with a
-    single program, to dw and db in their own dtype).
+    counter per step's first row), then sums the parts in a fixed order. With AHEAD (SHARED only), a block
+    publishes its parts of the next step before it waits for this step's, and reads this step's tile again
+    (from L2) after: the wait then finds the other blocks one step ahead, not at the same barrier.
+    Program k's share of dw = sum_rows(dy * xhat) and db = sum_rows(dy) over these columns goes to row k of
+    the fp32 workspaces (or, with a single program, to dw and db in their own dtype).
     """
     # Whole rows start at column 0 as a constant, which the compiler's layout analysis sees through.
     o_n = (tl.program_id(0) * BLOCK_N if ROW_TERMS != TILE else 0) + tl.arange(0, BLOCK_N)
@@ -353,16 +383,26 @@ def _norm_bwd_kernel(
         b_w = _offset_weight(p_w, o_n, m_n, offset, HAS_W)
     acc_dw = tl.zeros((BLOCK_N,), dtype=tl.float32)
     acc_db = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    if AHEAD:  # noqa: SIM102 (a constexpr test, then a runtime one: Triton prunes the first at compile time)
+        if row_start < row_end:  # the first step's parts; each iteration then publishes the next one's
+            _publish_step(p_dy, p_x, p_res, p_w, p_mean, p_rstd, p_c_xhat, p_c_one, p_count, row_start, row_end,
+                          stride_dy_row, stride_x_row, stride_res_row, o_n, m_n, offset, IS_RMS, HAS_RES, HAS_W,
+                          ROWS)  # fmt: skip
     # ROWS rows per iteration, and with LOOP_STAGES > 1 the next iteration's loads issued (cp.async) while
     # this one is reduced: more loads in flight per program than one row at a time.
     for r0 in tl.range(row_start, row_end, ROWS, num_stages=LOOP_STAGES):
         o_r = r0 + tl.arange(0, ROWS)
         m_r = o_r < row_end
+        if AHEAD:  # noqa: SIM102 (a constexpr test, then a runtime one: Triton prunes the first at compile time)
+            if r0 + ROWS < row_end:
+                _publish_step(p_dy, p_x, p_res, p_w, p_mean, p_rstd, p_c_xhat, p_c_one, p_count, r0 + ROWS,
+                              row_end, stride_dy_row, stride_x_row, stride_res_row, o_n, m_n, offset, IS_RMS,
+                              HAS_RES, HAS_W, ROWS)  # fmt: skip
         if LOW_REGISTERS:
             b_w = _offset_weight(p_w, o_n, m_n, offset, HAS_W)
         b_xhat, b_dy, b_wdy, b_rstd = _norm_tile_terms(
             p_dy, p_x, p_res, p_mean, p_rstd, o_r, m_r, stride_dy_row, stride_x_row, stride_res_row, o_n, m_n,
-            b_w, IS_RMS, HAS_RES, HAS_W,
+            b_w, IS_RMS, HAS_RES, HAS_W, "evict_first" if AHEAD else "",
         )  # fmt: skip
         if LOW_REGISTERS:  # dw and db first: dy is then dead across the row sums, a row's worth of registers
             acc_dw += tl.sum(b_dy * b_xhat, axis=0)
@@ -371,8 +411,11 @@ def _norm_bwd_kernel(
             c_xhat = tl.load(p_c_xhat + o_r, mask=m_r, other=0.0)
             c_one = c_xhat if IS_RMS else tl.load(p_c_one + o_r, mask=m_r, other=0.0)
         elif ROW_TERMS == SHARED:
-            c_xhat, c_one = _shared_row_terms(p_c_xhat, p_c_one, p_count + r0, o_r, m_r, n_cols, b_xhat, b_wdy,
-                                              IS_RMS, BLOCKS_P2)  # fmt: skip
+            if not AHEAD:
+                _store_row_parts(p_c_xhat, p_c_one, o_r, m_r, b_xhat, b_wdy, IS_RMS)
+                publish(p_count + r0)
+            c_xhat, c_one = _combined_row_terms(p_c_xhat, p_c_one, p_count + r0, o_r, m_r, n_cols, IS_RMS,
+                                                BLOCKS_P2)  # fmt: skip
         else:
             c_xhat = tl.sum(b_xhat * b_wdy, axis=1) / n_cols  # [ROWS]
             c_one = tl.sum(b_wdy, axis=1) / n_cols
@@ -408,7 +451,7 @@ def _norm_bwd_row_sums_kernel(
         b_w = _offset_weight(p_w, o_n, m_n, offset, HAS_W)
         b_xhat, _, b_wdy, _ = _norm_tile_terms(
             p_dy, p_x, p_res, p_mean, p_rstd, o_r, m_r, stride_dy_row, stride_x_row, stride_res_row, o_n, m_n,
-            b_w, IS_RMS, HAS_RES, HAS_W,
+            b_w, IS_RMS, HAS_RES, HAS_W, "",
         )  # fmt: skip
         acc_xhat += b_xhat * b_wdy
         acc_one += b_wdy
@@ -493,8 +536,9 @@ _BWD_MEASURED = {
 # LayerNorm's backward (with a bias) holds a dbias accumulator too. At 16384 its single pass spilled 2 KB a
 # thread (6.4 ms in bf16 against 0.66 on the wide path) until the LOW_REGISTERS order (saves_registers);
 # now, with 8 warps, 0.542 ms in bf16 and 1.196 in fp32 against the wide path's 0.661 and 1.265
-# (2026-11-22-norm-16384-bwd-configs.txt). Elsewhere RMSNorm's entries.
-_LN_BWD_MEASURED = {(16384, 2): (1, 8, 1, 1), (8192, 4): (2, 8, 1, 3)}  # fp32 8192: 90.8 -> 92.4%
+# (2026-11-22-norm-16384-bwd-configs.txt). Elsewhere RMSNorm's entries. None: the wide backward, whose one-launch
+# form later beat the single pass in fp32 at 16384 (_NARROW_SHARED_TILE).
+_LN_BWD_MEASURED = {(16384, 2): (1, 8, 1, 1), (8192, 4): (2, 8, 1, 3), (16384, 4): None}  # fp32 8192: 90.8 -> 92.4%
 # Rows wider than MAX_SINGLE_PASS, forward (_norm_fwd_split_row_kernel), keyed by (element size, RMSNorm?):
 # (slice, warps, output piece), a slice per program, several programs per row. Swept at 32768, 65536 and 131072
 # wide through the launcher (2026-11-22-norm-split-row-configs.txt), % of the copy ceiling against the loop of
@@ -531,7 +575,7 @@ def norm_launch_plan(n_cols: int, element_size: int, is_rms: bool = True) -> _Pl
             or (max(1, min(64, 4096 // block_n)), 4)
         )
         fwd_plan = (True, block_n, rows, warps, 1)
-    bwd = (_LN_BWD_MEASURED.get(key) if not is_rms else None) or _BWD_MEASURED.get(key)
+    bwd = _BWD_MEASURED.get(key) if is_rms else _LN_BWD_MEASURED.get(key, _BWD_MEASURED.get(key))
     if bwd is None and block_n < 1024:
         bwd = (8, 4, 1, 1)
     if bwd is None:  # an element size never measured, 1024 wide or more: the wide backward
@@ -649,7 +693,7 @@ def norm_bwd_launch(dy, dh, x, weight, residual, mean, rstd, offset, is_rms, has
         if plan.bwd_single_pass:
             n_parts = max(1, min(n_rows, plan.bwd_programs_per_sm * sm_count(x.device)))
         else:
-            wide = wide_bwd_plan(n_cols, x.element_size(), x.device)
+            wide = wide_bwd_plan(n_cols, x.element_size(), is_rms, x.device)
             n_parts = max(1, min(n_rows, wide.per_sm * sm_count(x.device) // cdiv(n_cols, wide.block_n)))
         n_partials = n_sums * n_parts * n_cols
         n_row_terms = 0 if plan.bwd_single_pass else wide.row_terms_size(n_rows, n_cols, is_rms)
@@ -694,13 +738,27 @@ def norm_bwd_launch(dy, dh, x, weight, residual, mean, rstd, offset, is_rms, has
 # bandwidth over the five passes).
 WIDE_BWD_TILE = {2: (1024, 4, 4, 4, 1), 4: (1024, 4, 4, 8, 1)}  # ..., and the loop's pipeline depth
 WIDE_ROW_SUMS_STAGES = 3  # phase 1's chunk loop: 0.684 -> 0.659 ms for LayerNorm 16384 x 16384 bf16 (2 deep: 0.729)
-# The one-launch backward of wide rows (ROW_TERMS=SHARED), by element size: (columns per program, rows per step,
-# warps, programs per SM). Swept against the two phases at 65536 and 131072 wide, the bytes of 16384 x 16384
-# (`norm_configs.py --wide`, 2026-11-22-norm-wide-shared-configs.txt), ms: fp32 RMSNorm 0.857 and 0.908 against
-# 1.243 and 1.246, LayerNorm 1.077 and 1.241 against 1.247 and 1.251. In bf16 the two phases won (RMSNorm 0.595
-# and 0.684 against 0.637 and 0.637, LayerNorm 0.90 and 0.97 against 0.64): its steps carry half the bytes for
-# the same wait, and few-row steps (1 row, 8 warps) were 3-15 times slower still. So bf16 keeps the two phases.
-WIDE_BWD_SHARED_TILE = {4: (4096, 2, 4, 2)}
+# The one-launch backward of wide rows (ROW_TERMS=SHARED), keyed by (element size, RMSNorm?): (columns per program,
+# rows per step, warps, programs per SM, whether each step is published ahead of the wait: AHEAD). Swept through
+# the launcher against the two phases at 65536 and 131072 wide, the bytes of 16384 x 16384, ms
+# (`norm_configs.py --wide [--small-tiles]`, 2026-11-22-norm-wide-shared-configs.txt, -norm-wide-ahead-*.txt):
+# - fp32, steps in turn: RMSNorm 0.854/0.902 against 1.257/1.259, LayerNorm 1.077/1.197 against 1.262/1.263.
+#   Published ahead, fp32 lost (RMSNorm 0.96-1.00): the second read of each tile costs more than the wait.
+# - bf16 RMSNorm, published ahead with small tiles and 8 programs per SM: 0.509/0.521 against 0.640/0.641. In
+#   turn, bf16 had lost to the two phases (0.595/0.684): its steps carry half fp32's bytes for the same wait.
+# - bf16 LayerNorm: the two phases (0.64 ms) beat every tile, in turn or ahead (0.72-1.02).
+WIDE_BWD_SHARED_TILE = {(2, True): (1024, 2, 2, 8, True), (4, True): (4096, 2, 4, 2, False),
+                        (4, False): (4096, 2, 4, 2, False)}  # fmt: skip
+# Rows one pass holds whose backward is faster shared than single-pass, keyed by (power-of-two width, element size,
+# RMSNorm?): fp32 LayerNorm at 16384, 0.995 against 1.208 ms (its single pass spills;
+# 2026-11-22-norm-wide-ahead-small.txt).
+_NARROW_SHARED_TILE = {(16384, 4, False): (4096, 1, 4, 2, False)}
+
+
+def shared_wide_tile(n_cols: int, element_size: int, is_rms: bool) -> tuple | None:
+    """The one-launch wide backward's tile for these rows, or None where the two phases are faster."""
+    narrow = _NARROW_SHARED_TILE.get((next_power_of_2(n_cols), element_size, is_rms))
+    return narrow or WIDE_BWD_SHARED_TILE.get((element_size, is_rms))
 
 
 @dataclass(frozen=True)
@@ -711,6 +769,7 @@ class _WidePlan:
     warps: int
     per_sm: int
     stages: int
+    ahead: bool = False  # shared: each step's parts published an iteration ahead of the wait (AHEAD)
 
     def row_terms_size(self, n_rows: int, n_cols: int, is_rms: bool) -> int:
         """fp32 elements of workspace for the row terms: a part per row and column block and a counter per
@@ -721,13 +780,13 @@ class _WidePlan:
         return terms * n_rows
 
 
-def wide_bwd_plan(n_cols: int, element_size: int, device: torch.device) -> _WidePlan:
+def wide_bwd_plan(n_cols: int, element_size: int, is_rms: bool, device: torch.device) -> _WidePlan:
     """The wide backward's tile: one launch whose column blocks share the row terms where it was measured
-    faster (WIDE_BWD_SHARED_TILE) and they may wait for each other (row_sync.waits_safely), else the two
-    phases."""
-    shared = WIDE_BWD_SHARED_TILE.get(element_size)
+    faster (shared_wide_tile) and they may wait for each other (row_sync.waits_safely), else the two phases."""
+    shared = shared_wide_tile(n_cols, element_size, is_rms)
     if shared is not None and waits_safely(cdiv(n_cols, shared[0]), device):
-        return _WidePlan(True, *shared, 1)
+        block_n, rows, warps, per_sm, ahead = shared
+        return _WidePlan(True, block_n, rows, warps, per_sm, 1, ahead)
     return _WidePlan(False, *WIDE_BWD_TILE[element_size])
 
 
@@ -751,7 +810,7 @@ def _wide_bwd(tensors, outputs, strides, flags, n_rows, n_cols, n_groups, offset
         counters = row_counters(row_terms, n_rows)
         _norm_bwd_kernel[grid](
             *tensors, c_xhat, c_one, counters, *outputs, n_rows, n_cols, cdiv(n_rows, n_groups), *strides, offset,
-            **flags, ROW_TERMS=SHARED.value, BLOCKS_P2=next_power_of_2(n_blocks), **tile,
+            **flags, ROW_TERMS=SHARED.value, BLOCKS_P2=next_power_of_2(n_blocks), AHEAD=wide.ahead, **tile,
         )  # fmt: skip
         return
     c_xhat = row_terms[:n_rows]
