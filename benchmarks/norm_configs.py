@@ -231,7 +231,7 @@ def print_wide(widths, dtypes, tiles, norms=(True, False)):
                 times[tile] = wide_bwd_ms(x, w, is_rms, tile)
                 if _COMPILE_SHARD is None and not _agrees(_wide_grads(x, w, is_rms, tile), expected, dtype):
                     wrong.append(tile)
-        table_tile = norm.shared_wide_tile(n, dtype.itemsize, is_rms)
+        table_tile = norm.shared_wide_tile(n, dtype.itemsize, is_rms, not is_rms)
         if table_tile is not None and not single_pass and table_tile not in times:
             times[table_tile] = wide_bwd_ms(x, w, is_rms, table_tile)
         saved = norm.waits_safely

@@ -174,7 +174,7 @@ def main():
                 num_warps=8,
             )
             wide_block, wide_rows, wide_warps, _, _ = norm.WIDE_BWD_TILE[2]
-            shared_block, shared_rows, shared_warps, _, _ = norm.WIDE_BWD_SHARED_TILE[4, True]
+            shared_block, shared_rows, shared_warps, _, _ = norm.WIDE_BWD_SHARED_TILE[4, True, False]
             for row_terms, rows, bwd_block, warps, ahead in (
                 (norm.TILE.value, 4, block_n, 8, False),
                 (norm.GIVEN.value, wide_rows, wide_block, wide_warps, False),

@@ -693,7 +693,7 @@ def norm_bwd_launch(dy, dh, x, weight, residual, mean, rstd, offset, is_rms, has
         if plan.bwd_single_pass:
             n_parts = max(1, min(n_rows, plan.bwd_programs_per_sm * sm_count(x.device)))
         else:
-            wide = wide_bwd_plan(n_cols, x.element_size(), is_rms, x.device)
+            wide = wide_bwd_plan(n_cols, x.element_size(), is_rms, has_bias, x.device)
             n_parts = max(1, min(n_rows, wide.per_sm * sm_count(x.device) // cdiv(n_cols, wide.block_n)))
         n_partials = n_sums * n_parts * n_cols
         n_row_terms = 0 if plan.bwd_single_pass else wide.row_terms_size(n_rows, n_cols, is_rms)
@@ -738,27 +738,32 @@ def norm_bwd_launch(dy, dh, x, weight, residual, mean, rstd, offset, is_rms, has
 # bandwidth over the five passes).
 WIDE_BWD_TILE = {2: (1024, 4, 4, 4, 1), 4: (1024, 4, 4, 8, 1)}  # ..., and the loop's pipeline depth
 WIDE_ROW_SUMS_STAGES = 3  # phase 1's chunk loop: 0.684 -> 0.659 ms for LayerNorm 16384 x 16384 bf16 (2 deep: 0.729)
-# The one-launch backward of wide rows (ROW_TERMS=SHARED), keyed by (element size, RMSNorm?): (columns per program,
-# rows per step, warps, programs per SM, whether each step is published ahead of the wait: AHEAD). Swept through
-# the launcher against the two phases at 65536 and 131072 wide, the bytes of 16384 x 16384, ms
+# The one-launch backward of wide rows (ROW_TERMS=SHARED), keyed by (element size, RMSNorm?, bias?): (columns per
+# program, rows per step, warps, programs per SM, whether each step is published ahead of the wait: AHEAD). Swept
+# through the launcher against the two phases at 65536 and 131072 wide, the bytes of 16384 x 16384, ms
 # (`norm_configs.py --wide [--small-tiles]`, 2026-11-22-norm-wide-shared-configs.txt, -norm-wide-ahead-*.txt):
 # - fp32, steps in turn: RMSNorm 0.854/0.902 against 1.257/1.259, LayerNorm 1.077/1.197 against 1.262/1.263.
 #   Published ahead, fp32 lost (RMSNorm 0.96-1.00): the second read of each tile costs more than the wait.
 # - bf16 RMSNorm, published ahead with small tiles and 8 programs per SM: 0.509/0.521 against 0.640/0.641. In
 #   turn, bf16 had lost to the two phases (0.595/0.684): its steps carry half fp32's bytes for the same wait.
-# - bf16 LayerNorm: the two phases (0.64 ms) beat every tile, in turn or ahead (0.72-1.02).
-WIDE_BWD_SHARED_TILE = {(2, True): (1024, 2, 2, 8, True), (4, True): (4096, 2, 4, 2, False),
-                        (4, False): (4096, 2, 4, 2, False)}  # fmt: skip
+# - bf16 with a bias or LayerNorm's terms: the two phases (0.64 ms) beat every tile, in turn, ahead or under
+#   register caps (RMSNorm with a bias 0.73-0.88, LayerNorm 0.72-1.02): their accumulators double the registers
+#   (250 against 122 a thread: 4 programs a SM instead of 8; -norm-wide-ahead-capped.txt).
+WIDE_BWD_SHARED_TILE = {
+    (2, True, False): (1024, 2, 2, 8, True),
+    (4, True, False): (4096, 2, 4, 2, False), (4, True, True): (4096, 2, 4, 2, False),
+    (4, False, False): (4096, 2, 4, 2, False), (4, False, True): (4096, 2, 4, 2, False),
+}  # fmt: skip
 # Rows one pass holds whose backward is faster shared than single-pass, keyed by (power-of-two width, element size,
 # RMSNorm?): fp32 LayerNorm at 16384, 0.995 against 1.208 ms (its single pass spills;
 # 2026-11-22-norm-wide-ahead-small.txt).
 _NARROW_SHARED_TILE = {(16384, 4, False): (4096, 1, 4, 2, False)}
 
 
-def shared_wide_tile(n_cols: int, element_size: int, is_rms: bool) -> tuple | None:
+def shared_wide_tile(n_cols: int, element_size: int, is_rms: bool, has_bias: bool) -> tuple | None:
     """The one-launch wide backward's tile for these rows, or None where the two phases are faster."""
     narrow = _NARROW_SHARED_TILE.get((next_power_of_2(n_cols), element_size, is_rms))
-    return narrow or WIDE_BWD_SHARED_TILE.get((element_size, is_rms))
+    return narrow or WIDE_BWD_SHARED_TILE.get((element_size, is_rms, has_bias))
 
 
 @dataclass(frozen=True)
@@ -780,10 +785,10 @@ class _WidePlan:
         return terms * n_rows
 
 
-def wide_bwd_plan(n_cols: int, element_size: int, is_rms: bool, device: torch.device) -> _WidePlan:
+def wide_bwd_plan(n_cols: int, element_size: int, is_rms: bool, has_bias: bool, device: torch.device) -> _WidePlan:
     """The wide backward's tile: one launch whose column blocks share the row terms where it was measured
     faster (shared_wide_tile) and they may wait for each other (row_sync.waits_safely), else the two phases."""
-    shared = shared_wide_tile(n_cols, element_size, is_rms)
+    shared = shared_wide_tile(n_cols, element_size, is_rms, has_bias)
     if shared is not None and waits_safely(cdiv(n_cols, shared[0]), device):
         block_n, rows, warps, per_sm, ahead = shared
         return _WidePlan(True, block_n, rows, warps, per_sm, 1, ahead)
