@@ -110,30 +110,32 @@ def main():
     for single_pass, block_n, rows in ((True, 4096, 2), (False, 4096, 1)):
         for is_rms in (True, False):
             flags = {"IS_RMS": is_rms, "HAS_RES": True, "HAS_W": True, "HAS_B": not is_rms}
-            compile_one(
-                f"norm fwd rms={is_rms} single={single_pass}",
-                norm._norm_fwd_kernel,
-                {
-                    **dict.fromkeys(["p_x", "p_res", "p_w", "p_b", "p_y", "p_h"], "*bf16"),
-                    "p_mean": "*fp32",
-                    "p_rstd": "*fp32",
-                    **dict.fromkeys(
-                        ["n_rows", "n_cols", "stride_x_row", "stride_res_row", "stride_y_row", "stride_h_row"], "i32"
-                    ),
-                    "eps": "fp32",
-                    "offset": "fp32",
-                },
-                {
-                    **flags,
-                    "STORE_H": True,
-                    "SINGLE_PASS": single_pass,
-                    "ROWS": rows,
-                    "BLOCK_N": block_n,
-                    "LOOP_STAGES": 2,
-                    "WEIGHT_FIRST": is_rms,  # both placements of the weight load
-                },
-                num_warps=8,
-            )
+            if single_pass or is_rms:  # only RMSNorm has a looped forward (_RMS_FWD_LOOPED)
+                compile_one(
+                    f"norm fwd rms={is_rms} single={single_pass}",
+                    norm._norm_fwd_kernel,
+                    {
+                        **dict.fromkeys(["p_x", "p_res", "p_w", "p_b", "p_y", "p_h"], "*bf16"),
+                        "p_mean": "*fp32",
+                        "p_rstd": "*fp32",
+                        **dict.fromkeys(
+                            ["n_rows", "n_cols", "stride_x_row", "stride_res_row", "stride_y_row", "stride_h_row"],
+                            "i32",
+                        ),
+                        "eps": "fp32",
+                        "offset": "fp32",
+                    },
+                    {
+                        **flags,
+                        "STORE_H": True,
+                        "SINGLE_PASS": single_pass,
+                        "ROWS": rows,
+                        "BLOCK_N": block_n,
+                        "LOOP_STAGES": 2,
+                        "WEIGHT_FIRST": is_rms,  # both placements of the weight load
+                    },
+                    num_warps=8,
+                )
             if not single_pass:
                 compile_one(
                     f"norm fwd split row rms={is_rms}",  # the one-launch form, whose programs wait for each other

@@ -90,30 +90,20 @@ def _store_normalized(p_y_row, p_w, p_b, o_n, m_n, b_h, b_mean, b_rstd, offset, 
 
 
 @triton.jit
-def _norm_fwd_long_row(p_x, p_res, p_w, p_b, p_y, p_h, p_mean, p_rstd, i_row, n_cols, stride_x_row, stride_res_row,
-                       stride_y_row, stride_h_row, eps, offset, IS_RMS: tl.constexpr, HAS_RES: tl.constexpr,
-                       HAS_W: tl.constexpr, HAS_B: tl.constexpr, STORE_H: tl.constexpr, BLOCK_N: tl.constexpr,
-                       LOOP_STAGES: tl.constexpr):  # fmt: skip
-    """The forward of one row read in BLOCK_N chunks (RMSNorm widths where this beats the single pass,
-    _RMS_FWD_LOOPED): its mean (LayerNorm), then
-    its variance, then the output. The first passes keep the row in L2 for the next (evict_last), the last
-    lets it go (evict_first)."""
+def _rms_norm_fwd_long_row(p_x, p_res, p_w, p_b, p_y, p_h, p_rstd, i_row, n_cols, stride_x_row, stride_res_row,
+                           stride_y_row, stride_h_row, eps, offset, HAS_RES: tl.constexpr, HAS_W: tl.constexpr,
+                           HAS_B: tl.constexpr, STORE_H: tl.constexpr, BLOCK_N: tl.constexpr,
+                           LOOP_STAGES: tl.constexpr):  # fmt: skip
+    """RMSNorm's forward of one row read in BLOCK_N chunks, at the widths where this beats the single pass
+    (_RMS_FWD_LOOPED): its sum of squares, then the output. The first pass keeps the row in L2 for the
+    second (evict_last), the second lets it go (evict_first)."""
     p_x_row = p_x + i_row * stride_x_row
     p_res_row = p_res + i_row * stride_res_row
-    b_mean = 0.0
-    if not IS_RMS:
-        acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
-        for start in tl.range(0, n_cols, BLOCK_N, num_stages=LOOP_STAGES):
-            o_n = start + tl.arange(0, BLOCK_N)
-            acc += _chunk_h(p_x_row, p_res_row, o_n, o_n < n_cols, HAS_RES, "evict_last")
-        b_mean = tl.sum(acc, axis=0) / n_cols
-        tl.store(p_mean + i_row, b_mean)
     acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
     for start in tl.range(0, n_cols, BLOCK_N, num_stages=LOOP_STAGES):
         o_n = start + tl.arange(0, BLOCK_N)
         b_h = _chunk_h(p_x_row, p_res_row, o_n, o_n < n_cols, HAS_RES, "evict_last")
-        b_centered = tl.where(o_n < n_cols, b_h - b_mean, 0.0)
-        acc += b_centered * b_centered
+        acc += b_h * b_h
     b_rstd = tl.rsqrt(tl.sum(acc, axis=0) / n_cols + eps)
     tl.store(p_rstd + i_row, b_rstd)
     for start in tl.range(0, n_cols, BLOCK_N, num_stages=LOOP_STAGES):
@@ -122,7 +112,7 @@ def _norm_fwd_long_row(p_x, p_res, p_w, p_b, p_y, p_h, p_mean, p_rstd, i_row, n_
         b_h = _chunk_h(p_x_row, p_res_row, o_n, m_n, HAS_RES, "evict_first")
         if STORE_H:
             tl.store(p_h + i_row * stride_h_row + o_n, b_h.to(p_h.dtype.element_ty), mask=m_n)
-        _store_normalized(p_y + i_row * stride_y_row, p_w, p_b, o_n, m_n, b_h, b_mean, b_rstd, offset, HAS_W, HAS_B)
+        _store_normalized(p_y + i_row * stride_y_row, p_w, p_b, o_n, m_n, b_h, 0.0, b_rstd, offset, HAS_W, HAS_B)
 
 
 @triton.jit
@@ -133,7 +123,7 @@ def _norm_fwd_kernel(
     STORE_H: tl.constexpr, SINGLE_PASS: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
     LOOP_STAGES: tl.constexpr, WEIGHT_FIRST: tl.constexpr,
 ):  # fmt: skip
-    """Forward of one block of ROWS rows, or of one row read in chunks (_RMS_FWD_LOOPED).
+    """Forward of one block of ROWS rows, or (RMSNorm only) of one row read in chunks (_RMS_FWD_LOOPED).
 
     h = x + res;  LayerNorm: mean = sum(h)/N, var = sum((h - mean)^2)/N;  RMSNorm: mean = 0,
     var = sum(h^2)/N;  rstd = 1/sqrt(var + eps);  y = (h - mean) * rstd * (offset + w) + b.
@@ -173,9 +163,10 @@ def _norm_fwd_kernel(
             b_y += b_b[None, :]
         tl.store(p_y + o_rows[:, None] * stride_y_row + o_n[None, :], b_y.to(p_y.dtype.element_ty), mask=m_rn)
     else:
-        _norm_fwd_long_row(p_x, p_res, p_w, p_b, p_y, p_h, p_mean, p_rstd, tl.program_id(0).to(tl.int64), n_cols,
-                           stride_x_row, stride_res_row, stride_y_row, stride_h_row, eps, offset, IS_RMS, HAS_RES,
-                           HAS_W, HAS_B, STORE_H, BLOCK_N, LOOP_STAGES)  # fmt: skip
+        tl.static_assert(IS_RMS, "only RMSNorm has a looped forward (_RMS_FWD_LOOPED)")
+        _rms_norm_fwd_long_row(p_x, p_res, p_w, p_b, p_y, p_h, p_rstd, tl.program_id(0).to(tl.int64), n_cols,
+                               stride_x_row, stride_res_row, stride_y_row, stride_h_row, eps, offset, HAS_RES, HAS_W,
+                               HAS_B, STORE_H, BLOCK_N, LOOP_STAGES)  # fmt: skip
 
 
 @triton.jit
@@ -607,9 +598,8 @@ def norm_fwd_launch(x, weight, bias, residual, eps, offset, is_rms, store_h, h_f
     if plan.split_row:
         _split_row_fwd(x, weight, bias, residual, y, h, mean, rstd, eps, offset, is_rms, plan)
         return y, h, mean, rstd
-    # The looped forward's two (RMSNorm) or three (LayerNorm) pipelined passes over a row each have
-    # buffers of their own.
-    stage_bytes = (2 if is_rms else 3) * plan.block_n * _bytes_per_element(x, residual)
+    # RMSNorm's looped forward: its two pipelined passes over a row each have buffers of their own.
+    stage_bytes = 2 * plan.block_n * _bytes_per_element(x, residual)
     stages = pipeline_depth(plan.fwd_stages, stage_bytes, x.device)
     _norm_fwd_kernel[(cdiv(n_rows, plan.rows) if plan.single_pass else n_rows,)](
         x, residual if residual is not None else x, weight if weight is not None else x,
