@@ -186,9 +186,8 @@ def _shared_tile(x, tile):
 def _wide_grads(x, w, is_rms, tile=None):
     """dx, dweight (and dbias) of the launcher on fixed inputs, with ``tile`` (None: as the tables say)."""
     dy = torch.randn(x.shape, device=x.device, dtype=x.dtype, generator=torch.Generator(x.device).manual_seed(1))
-    mean, rstd = torch.zeros(x.shape[0], device="cuda"), torch.ones(x.shape[0], device="cuda")
     with _shared_tile(x, tile) if tile else contextlib.nullcontext():
-        grads = norm.norm_bwd_launch(dy, None, x, w, None, None if is_rms else mean, rstd, 0.0, is_rms, not is_rms)
+        grads = _bwd_launcher(x, w, is_rms, dy)()
     return [g.float() for g in grads if g is not None]
 
 
@@ -251,14 +250,16 @@ def print_wide(widths, dtypes, tiles, norms=(True, False)):
             print(f"        {config} {times[config]:.4f}")
 
 
+def _bwd_launcher(x, w, is_rms, dy):
+    """A call of the whole backward launcher (kernels and the dweight/dbias sum) on ``dy``, with mean 0 and rstd 1
+    (LayerNorm with a bias)."""
+    mean, rstd = torch.zeros(x.shape[0], device="cuda"), torch.ones(x.shape[0], device="cuda")
+    return lambda: norm.norm_bwd_launch(dy, None, x, w, None, None if is_rms else mean, rstd, 0.0, is_rms, not is_rms)
+
+
 def launcher_bwd_ms(x, w, is_rms):
     """The whole backward launcher (kernels and the dweight/dbias sum)."""
-    n_rows = x.shape[0]
-    dy = torch.randn_like(x)
-    mean, rstd = torch.zeros(n_rows, device="cuda"), torch.ones(n_rows, device="cuda")
-    return median_ms(
-        lambda: norm.norm_bwd_launch(dy, None, x, w, None, None if is_rms else mean, rstd, 0.0, is_rms, not is_rms)
-    )
+    return median_ms(_bwd_launcher(x, w, is_rms, torch.randn_like(x)))
 
 
 def main():
