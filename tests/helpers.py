@@ -18,3 +18,26 @@ def assert_compiled_matches_eager(block, inputs, device, grad_atol=1e-5):
     torch.testing.assert_close(compiled_loss, eager_loss, rtol=1e-5, atol=1e-4)
     for ours, theirs in zip(compiled_grads, eager_grads, strict=True):
         torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=grad_atol)
+
+
+def assert_graph_replay_matches_eager(step, inputs):
+    """No host synchronisation: ``step(*inputs)`` (a forward and backward returning outputs and gradients) captures
+    in a CUDA graph, and a replay on new values of ``inputs`` (their floating-point tensors refilled in place) gives
+    what an eager call on those values gives (GPU only)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        step(*inputs)  # warm-up: compilation and allocator growth outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        # detached: the capture's autograd graph is freed, not kept alive into the eager call below
+        captured = [t.detach() for t in step(*inputs)]
+    with torch.no_grad():  # the step may have made the inputs leaves that require grad
+        for t in inputs:
+            if t.is_floating_point():
+                t.copy_(torch.randn_like(t))
+    graph.replay()
+    torch.cuda.synchronize()
+    for ours, theirs in zip(captured, step(*inputs), strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)

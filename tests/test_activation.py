@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import tritonkit as tk
-from helpers import assert_compiled_matches_eager
+from helpers import assert_compiled_matches_eager, assert_graph_replay_matches_eager
 from tritonkit._core.elementwise import _is_dense
 
 OPS = [("gelu", {}), ("gelu", {"approximate": "tanh"}), ("silu", {})]
@@ -108,3 +108,14 @@ def test_gated_bad_input(device):
         tk.ops.geglu(torch.randn(3, device=device), torch.randn(3, device=device, dtype=torch.float16))
     with pytest.raises(ValueError, match=r"approximate must be one of \('none', 'tanh'\), got 'erf'"):
         tk.ops.geglu(torch.randn(3, device=device), torch.randn(3, device=device), approximate="erf")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("name", "options"), OPS)
+def test_cuda_graph_capture_forward_and_backward(name, options):
+    def step(x, upstream):
+        y = getattr(tk.ops, name)(x.requires_grad_(), **options)
+        return (y, *torch.autograd.grad(y, x, upstream))
+
+    x = torch.randn(300, 1000, device="cuda", dtype=torch.bfloat16)
+    assert_graph_replay_matches_eager(step, [x, torch.randn_like(x)])

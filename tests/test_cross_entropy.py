@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import tritonkit as tk
-from helpers import assert_compiled_matches_eager
+from helpers import assert_compiled_matches_eager, assert_graph_replay_matches_eager
 from tritonkit import debug, registry, testing
 from tritonkit.registry import KernelSpec
 
@@ -267,27 +267,6 @@ def test_empty_batch_gives_zero(device):
 # --------------------------------------------------------------------------------------------------
 # GPU only: CUDA graphs, memory
 # --------------------------------------------------------------------------------------------------
-def _graph_matches_eager(step, inputs):
-    """Capture ``step`` (forward + backward, returning loss and gradients) in a CUDA graph, replay
-    it on new values, compare with an eager run."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        step(*inputs)  # warm-up: compilation and allocator growth outside the capture
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = step(*inputs)
-    with torch.no_grad():  # the step made the inputs leaves that require grad
-        for t in inputs:
-            if t.is_floating_point():
-                t.copy_(torch.randn_like(t))
-    graph.replay()
-    torch.cuda.synchronize()
-    for ours, theirs in zip(captured, step(*inputs), strict=True):
-        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
-
-
 @pytest.mark.gpu
 def test_cuda_graph_capture():
     device = "cuda"
@@ -302,8 +281,9 @@ def test_cuda_graph_capture():
         loss = tk.ops.fused_linear_cross_entropy(hidden, weight, target, label_smoothing=0.1)
         return (loss, *torch.autograd.grad(loss, (hidden, weight)))
 
-    _graph_matches_eager(ce_step, [torch.randn(300, 1000, device=device)])
-    _graph_matches_eager(fused_step, [torch.randn(300, 64, device=device), torch.randn(1000, 64, device=device)])
+    assert_graph_replay_matches_eager(ce_step, [torch.randn(300, 1000, device=device)])
+    fused_inputs = [torch.randn(300, 64, device=device), torch.randn(1000, 64, device=device)]
+    assert_graph_replay_matches_eager(fused_step, fused_inputs)
 
 
 def _peak_extra_bytes(fn) -> int:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import tritonkit as tk
-from helpers import assert_compiled_matches_eager
+from helpers import assert_compiled_matches_eager, assert_graph_replay_matches_eager
 from tritonkit import registry, testing
 from tritonkit.registry import KernelSpec
 
@@ -214,3 +214,19 @@ def test_backward_allocates_its_outputs_and_one_workspace(n, bias):
         grads = norm_module.norm_bwd_launch(torch.randn_like(x), None, x, weight, None, mean, rstd, 0.0, False, bias)
     outputs = sum(g is not None for g in grads)  # dx, dweight (and dbias)
     assert outputs == 2 + bias and len(allocations) <= outputs + 1, allocations
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("norm", ["rms_norm", "layer_norm"])
+@pytest.mark.parametrize("n", [64, 1024, 20000], ids=["one-program", "per-program-sums", "wide"])
+def test_cuda_graph_capture_forward_and_backward(norm, n):
+    """Every backward path (one program; per-program shares and their sum; wide rows), in bf16 with a residual."""
+    op = getattr(tk.ops, norm)
+
+    def step(x, residual, weight, bias, upstream):
+        leaves = [t.requires_grad_() for t in (x, residual, weight, bias)]
+        y = op(x, weight, bias, residual=residual)
+        return (y, *torch.autograd.grad(y, leaves, upstream))
+
+    x, residual, weight, bias = _inputs("cuda", dtype=torch.bfloat16, rows=300, n=n)
+    assert_graph_replay_matches_eager(step, [x, residual, weight, bias, torch.randn_like(x)])

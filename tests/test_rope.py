@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import tritonkit as tk
-from helpers import assert_compiled_matches_eager
+from helpers import assert_compiled_matches_eager, assert_graph_replay_matches_eager
 from tritonkit import registry, testing
 from tritonkit.registry import KernelSpec
 
@@ -228,38 +228,13 @@ def test_issue_shape_forward_and_backward_on_gpu():
 @pytest.mark.gpu
 @pytest.mark.parametrize("gather", [False, True], ids=["shared", "position_ids"])
 def test_cuda_graph_capture_forward_and_backward(gather):
-    """No host synchronisation: a forward + backward captures in a CUDA graph, and replays on new data."""
-    device = "cuda"
-    q, k = (t.requires_grad_() for t in _qk(device, "bthd", b=2, hq=8, hk=2, t=64, d=128, dtype=torch.bfloat16))
-    cos, sin = _tables(128 if gather else 64, 128, device, torch.bfloat16)
-    position_ids = torch.randint(0, 128, (2, 64), device=device) if gather else None
-    g_q, g_k = torch.randn_like(q), torch.randn_like(k)
+    q, k = _qk("cuda", "bthd", b=2, hq=8, hk=2, t=64, d=128, dtype=torch.bfloat16)
+    cos, sin = _tables(128 if gather else 64, 128, "cuda", torch.bfloat16)
+    position_ids = torch.randint(0, 128, (2, 64), device="cuda") if gather else None
 
-    def step():
-        q.grad = k.grad = None
+    def step(q, k, g_q, g_k):
+        leaves = (q.requires_grad_(), k.requires_grad_())
         out = tk.ops.rope(q, k, cos, sin, position_ids=position_ids, layout="bthd")
-        torch.autograd.backward(out, (g_q, g_k))
-        return (*out, q.grad, k.grad)
+        return (*out, *torch.autograd.grad(out, leaves, (g_q, g_k)))
 
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):  # warm-up outside the capture: compilation, allocator
-            step()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = step()
-    with torch.no_grad():  # new data in the captured input buffers
-        q.normal_()
-        k.normal_()
-        g_q.normal_()
-        g_k.normal_()
-    graph.replay()
-    torch.cuda.synchronize()
-    q64, k64 = (t.detach().double().requires_grad_() for t in (q, k))
-    expected = REFERENCE(q64, k64, cos.double(), sin.double(), position_ids=position_ids, layout="bthd")
-    expected += torch.autograd.grad(expected, (q64, k64), (g_q.double(), g_k.double()))
-    tol = testing.TOLERANCES[torch.bfloat16]
-    for ours, theirs in zip(captured, expected, strict=True):
-        assert testing.compare(ours, theirs, tol).ok
+    assert_graph_replay_matches_eager(step, [q, k, torch.randn_like(q), torch.randn_like(k)])

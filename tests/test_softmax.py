@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import tritonkit as tk
-from helpers import assert_compiled_matches_eager
+from helpers import assert_compiled_matches_eager, assert_graph_replay_matches_eager
 
 alloc = importlib.import_module("tritonkit._core.alloc")
 softmax_module = importlib.import_module("tritonkit.ops.softmax")  # tk.ops.softmax is the function
@@ -93,3 +93,17 @@ def test_every_plan_kind(plan, log, device):
     ok_rows = torch.arange(37, device=device) != 3  # a fully masked row: NaN output and gradient, as torch
     torch.testing.assert_close(dx[ok_rows].double(), expected_dx[ok_rows], rtol=1e-5, atol=1e-5)
     assert y[3].isnan().all() and not y[ok_rows].isnan().any()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("n", [1000, 70000], ids=["whole-rows", "split-rows"])
+def test_cuda_graph_capture_forward_and_backward(op, n):
+    """Whole rows, and rows split across programs (their counters zeroed in the graph), in bf16."""
+
+    def step(x, upstream):
+        y = getattr(tk.ops, op)(x.requires_grad_(), dim=-1)
+        return (y, *torch.autograd.grad(y, x, upstream))
+
+    x = torch.randn(64, n, device="cuda", dtype=torch.bfloat16)
+    assert_graph_replay_matches_eager(step, [x, torch.randn_like(x)])
