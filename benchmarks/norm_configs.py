@@ -8,7 +8,8 @@ loop iteration and that loop's pipeline depth; timed on the kernels alone (16384
 ``--layer-norm`` of LayerNorm with a bias, whose dbias accumulator takes registers that RMSNorm's table
 does not account for; ``--wide``: the one-launch backward of wide rows, whole launcher, over
 ``shared_wide_tile`` choices, each checked against the tables' path; with ``--small-tiles`` smaller tiles
-and more programs per SM; with ``--layer-norm`` LayerNorm's alone). Every sweep script here takes
+and more programs per SM; with ``--layer-norm`` LayerNorm's alone; ``--launcher``: the single-pass backward
+through its launcher, the dweight sum included, see print_launcher). Every sweep script here takes
 ``--compile-only I/K`` (see compile_only).
 """
 
@@ -262,6 +263,45 @@ def launcher_bwd_ms(x, w, is_rms):
     return median_ms(_bwd_launcher(x, w, is_rms, torch.randn_like(x)))
 
 
+@contextlib.contextmanager
+def _bwd_config(config):
+    """The single-pass backward with ``config``: (programs per SM, warps, rows, stages)."""
+    saved_plan = norm.norm_launch_plan
+    overrides = dict(zip(("bwd_programs_per_sm", "bwd_warps", "bwd_rows", "bwd_stages"), config, strict=True))
+    norm.norm_launch_plan = lambda *args: dataclasses.replace(saved_plan(*args), **overrides)
+    try:
+        yield
+    finally:
+        norm.norm_launch_plan = saved_plan
+
+
+def print_launcher(widths, dtypes):
+    """The single-pass backward through its launcher, so that the dweight/dbias sum, whose cost grows with the
+    programs, is timed too (``--bwd-only`` times the kernel alone): (programs per SM, warps, rows, stages), 8-64
+    elements a thread, against the tables' configuration; LayerNorm with its bias."""
+    for dtype, n, is_rms in itertools.product(dtypes, widths, (True, False)):
+        plan = norm.norm_launch_plan(n, dtype.itemsize, is_rms)
+        if not plan.bwd_single_pass:
+            continue
+        x = torch.randn(ROWS_TOTAL, n, device="cuda", dtype=dtype)
+        w = torch.randn(n, device="cuda", dtype=dtype)
+        run = _bwd_launcher(x, w, is_rms, torch.randn_like(x))
+        table = (plan.bwd_programs_per_sm, plan.bwd_warps, plan.bwd_rows, plan.bwd_stages)
+        times = {table: median_ms(run)}
+        block = triton.next_power_of_2(n)
+        for config in itertools.product((1, 2, 4, 8), (2, 4, 8, 16), (1, 2, 4), (1, 3)):
+            if config[2] * block <= 16384 and 8 <= config[2] * block // (32 * config[1]) <= 64 and config != table:
+                with _bwd_config(config):
+                    times[config] = median_ms(run)
+        best = min(times, key=times.get)
+        gbps = 3 * x.numel() * x.element_size() / times[best] / 1e6
+        label = f"{'rms' if is_rms else 'ln':<5} {str(dtype)[6:]:<9} {n:<6}"
+        print(f"launcher {label} (per_sm, warps, rows, stages)={best} {times[best]:.4f}  {gbps:6.0f} "
+              f"(table's {table} {times[table]:.4f})", flush=True)  # fmt: skip
+        for config in sorted(times, key=times.get)[1:4]:
+            print(f"        {config} {times[config]:.4f}", flush=True)
+
+
 def main():
     compile_only(sys.argv)
     all_dtypes = (torch.bfloat16, torch.float32)
@@ -271,6 +311,10 @@ def main():
         tiles = SMALL_WIDE_TILES if "--small-tiles" in sys.argv else WIDE_TILES
         norms = (False,) if "--layer-norm" in sys.argv else (True, False)
         print_wide(widths, dtypes, tiles, norms)
+        return
+    if "--launcher" in sys.argv:
+        widths = [int(a) for a in sys.argv[1:] if a.isdigit()] or [1024, 2048, 4096, 8192, 16384]
+        print_launcher(widths, dtypes)
         return
     print("kind  norm  dtype     n      best config            ms      GB/s   (worst ms)")
     widths = [int(a) for a in sys.argv[1:] if a.isdigit()] or [1024, 2048, 4096, 8192, 16384]

@@ -528,8 +528,13 @@ _BWD_MEASURED = {
 # thread (6.4 ms in bf16 against 0.66 on the wide path) until the LOW_REGISTERS order (saves_registers);
 # now, with 8 warps, 0.542 ms in bf16 and 1.196 in fp32 against the wide path's 0.661 and 1.265
 # (2026-11-22-norm-16384-bwd-configs.txt). Elsewhere RMSNorm's entries. None: the wide backward, whose one-launch
-# form later beat the single pass in fp32 at 16384 (_NARROW_SHARED_TILE).
-_LN_BWD_MEASURED = {(16384, 2): (1, 8, 1, 1), (8192, 4): (2, 8, 1, 3), (16384, 4): None}  # fp32 8192: 90.8 -> 92.4%
+# form later beat the single pass in fp32 at 16384 (_NARROW_SHARED_TILE). fp32 at 2048 and 4096: swept through the
+# launcher, the dweight/dbias sum timed too (`norm_configs.py --launcher`, 2026-11-22-norm-launcher-sweep.txt), one
+# program per SM beat RMSNorm's four: 0.1077 -> 0.1059 ms and 0.2107 -> 0.2039.
+_LN_BWD_MEASURED = {
+    (16384, 2): (1, 8, 1, 1), (8192, 4): (2, 8, 1, 3), (16384, 4): None,  # fp32 8192: 90.8 -> 92.4%
+    (2048, 4): (1, 4, 2, 3), (4096, 4): (1, 4, 1, 3),
+}  # fmt: skip
 # Rows wider than MAX_SINGLE_PASS, forward (_norm_fwd_split_row_kernel), keyed by (element size, RMSNorm?):
 # (slice, warps, output piece), a slice per program, several programs per row. Swept at 32768, 65536 and 131072
 # wide through the launcher (2026-11-22-norm-split-row-configs.txt), % of the copy ceiling against the loop of
