@@ -218,15 +218,22 @@ def test_backward_allocates_its_outputs_and_one_workspace(n, bias):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("norm", ["rms_norm", "layer_norm"])
-@pytest.mark.parametrize("n", [64, 1024, 20000], ids=["one-program", "per-program-sums", "wide"])
-def test_cuda_graph_capture_forward_and_backward(norm, n):
-    """Every backward path (one program; per-program shares and their sum; wide rows), in bf16 with a residual."""
+@pytest.mark.parametrize(
+    ("n", "with_bias"),
+    [(64, True), (1024, True), (20000, True), (20000, False)],
+    ids=["one-program", "per-program-sums", "wide", "wide-rmsnorm-one-launch"],
+)
+def test_cuda_graph_capture_forward_and_backward(norm, n, with_bias):
+    """Every backward path in bf16 with a residual: one program; per-program shares and their sum; wide rows in two
+    phases, or (RMSNorm without a bias) in one launch whose column blocks wait on counters zeroed in the graph."""
     op = getattr(tk.ops, norm)
 
-    def step(x, residual, weight, bias, upstream):
-        leaves = [t.requires_grad_() for t in (x, residual, weight, bias)]
-        y = op(x, weight, bias, residual=residual)
+    def step(x, residual, weight, *bias_and_upstream):
+        *bias, upstream = bias_and_upstream
+        leaves = [t.requires_grad_() for t in (x, residual, weight, *bias)]
+        y = op(x, weight, *(bias or [None]), residual=residual)
         return (y, *torch.autograd.grad(y, leaves, upstream))
 
     x, residual, weight, bias = _inputs("cuda", dtype=torch.bfloat16, rows=300, n=n)
-    assert_graph_replay_matches_eager(step, [x, residual, weight, bias, torch.randn_like(x)])
+    inputs = [x, residual, weight, *([bias] if with_bias else []), torch.randn_like(x)]
+    assert_graph_replay_matches_eager(step, inputs)
