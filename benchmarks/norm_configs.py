@@ -168,26 +168,37 @@ def print_bwd(x, w, is_rms, label, per_sm_choices, has_bias=False):
 
 def wide_bwd_ms(x, w, is_rms, tile):
     """The whole backward launcher (the dweight/dbias sum included) with ``tile`` as the shared wide tile."""
-    with _shared_tile(x, tile):
+    with _shared_tile(tile):
         return launcher_bwd_ms(x, w, is_rms)
 
 
 @contextlib.contextmanager
-def _shared_tile(x, tile):
-    """``tile`` as the shared wide tile (norm.shared_wide_tile), and the wide backward taken at any width."""
-    saved, plan = norm.shared_wide_tile, norm.norm_launch_plan
-    norm.shared_wide_tile = lambda *args: tile
-    norm.norm_launch_plan = lambda *args: dataclasses.replace(plan(*args), bwd_single_pass=False)
+def _plan_with(**fields):
+    """norm_launch_plan's plans with ``fields`` replaced, inside the block."""
+    saved = norm.norm_launch_plan
+    norm.norm_launch_plan = lambda *args: dataclasses.replace(saved(*args), **fields)
     try:
         yield
     finally:
-        norm.shared_wide_tile, norm.norm_launch_plan = saved, plan
+        norm.norm_launch_plan = saved
+
+
+@contextlib.contextmanager
+def _shared_tile(tile):
+    """``tile`` as the shared wide tile (norm.shared_wide_tile), and the wide backward taken at any width."""
+    saved = norm.shared_wide_tile
+    norm.shared_wide_tile = lambda *args: tile
+    try:
+        with _plan_with(bwd_single_pass=False):
+            yield
+    finally:
+        norm.shared_wide_tile = saved
 
 
 def _wide_grads(x, w, is_rms, tile=None):
     """dx, dweight (and dbias) of the launcher on fixed inputs, with ``tile`` (None: as the tables say)."""
     dy = torch.randn(x.shape, device=x.device, dtype=x.dtype, generator=torch.Generator(x.device).manual_seed(1))
-    with _shared_tile(x, tile) if tile else contextlib.nullcontext():
+    with _shared_tile(tile) if tile else contextlib.nullcontext():
         grads = _bwd_launcher(x, w, is_rms, dy)()
     return [g.float() for g in grads if g is not None]
 
@@ -263,16 +274,7 @@ def launcher_bwd_ms(x, w, is_rms):
     return median_ms(_bwd_launcher(x, w, is_rms, torch.randn_like(x)))
 
 
-@contextlib.contextmanager
-def _bwd_config(config):
-    """The single-pass backward with ``config``: (programs per SM, warps, rows, stages)."""
-    saved_plan = norm.norm_launch_plan
-    overrides = dict(zip(("bwd_programs_per_sm", "bwd_warps", "bwd_rows", "bwd_stages"), config, strict=True))
-    norm.norm_launch_plan = lambda *args: dataclasses.replace(saved_plan(*args), **overrides)
-    try:
-        yield
-    finally:
-        norm.norm_launch_plan = saved_plan
+BWD_FIELDS = ("bwd_programs_per_sm", "bwd_warps", "bwd_rows", "bwd_stages")  # a single-pass backward's configuration
 
 
 def print_launcher(widths, dtypes):
@@ -286,12 +288,12 @@ def print_launcher(widths, dtypes):
         x = torch.randn(ROWS_TOTAL, n, device="cuda", dtype=dtype)
         w = torch.randn(n, device="cuda", dtype=dtype)
         run = _bwd_launcher(x, w, is_rms, torch.randn_like(x))
-        table = (plan.bwd_programs_per_sm, plan.bwd_warps, plan.bwd_rows, plan.bwd_stages)
+        table = tuple(getattr(plan, field) for field in BWD_FIELDS)
         times = {table: median_ms(run)}
         block = triton.next_power_of_2(n)
         for config in itertools.product((1, 2, 4, 8), (2, 4, 8, 16), (1, 2, 4), (1, 3)):
             if config[2] * block <= 16384 and 8 <= config[2] * block // (32 * config[1]) <= 64 and config != table:
-                with _bwd_config(config):
+                with _plan_with(**dict(zip(BWD_FIELDS, config, strict=True))):
                     times[config] = median_ms(run)
         best = min(times, key=times.get)
         gbps = 3 * x.numel() * x.element_size() / times[best] / 1e6
