@@ -71,6 +71,36 @@ def test_input_rotation_and_size_selection():
     assert sides == {"small": [256, 512], "default": [2048, 4096, 8192], "sweep": [256, 512, 1024, 2048, 4096, 8192]}
 
 
+def test_given_cases_are_parsed_and_checked_against_the_kernel():
+    case = harness.parse_case(["rows=65536", "n=1024", "bias=false", "eps=1e-5", "shape=16x4096"])
+    assert case == {"rows": 65536, "n": 1024, "bias": False, "eps": 1e-5, "shape": (16, 4096)}
+    norm = registry.get("rms_norm")
+    given = [{"rows": 65536, "n": 1024, "bias": False}]
+    assert harness.bench_cases(norm, "sweep", given) == given
+    assert harness.bench_cases(norm, "sweep", None) == list(norm.bench_cases)
+    with pytest.raises(ValueError, match="--case expects KEY=VALUE tokens, got 'rows'"):
+        harness.parse_case(["rows"])
+    with pytest.raises(ValueError, match="--case n=wide: expected an integer"):
+        harness.parse_case(["n=wide"])
+    with pytest.raises(ValueError, match="--case key\\(s\\) cols unknown to rms_norm: its cases use bias, n, "):
+        harness.check_case(norm, {"rows": 8, "cols": 8, "bias": False})
+    with pytest.raises(ValueError, match="--case for rms_norm needs bias, n too, got rows"):
+        harness.bench_cases(norm, "sweep", [{"rows": 8}])
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["bench", "rms_norm", "--case", "rows=8", "m=3"], "--case key(s) m unknown to rms_norm"),
+        (["bench", "calibrate", "--case", "rows=8"], "--case does not apply to `tritonkit bench calibrate`"),
+        (["bench", "nope", "--case", "rows=8"], "no kernel named 'nope'"),
+    ],
+)
+def test_bad_given_cases_are_refused_before_the_device_is_looked_at(argv, message, capsys):
+    assert cli.main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
 def test_graph_replays_cover_enough_work():
     # A replay of the cycle of steps is repeated until it covers GRAPH_REPLAY_MS, within MAX_GRAPH_REPEATS.
     replay_ms, most = harness.GRAPH_REPLAY_MS, harness.MAX_GRAPH_REPEATS

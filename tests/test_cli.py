@@ -28,6 +28,7 @@ def test_show(capsys):
     out = capsys.readouterr().out
     assert "usage:        grey = tk.ops.rgb_to_grey(img)" in out
     assert "dtypes:       float32, float16, bfloat16, uint8" in out
+    assert "bench cases:  h256-w256; h512-w512; " in out  # the keys `tritonkit bench --case` takes
 
 
 def test_show_unknown_name(capsys):

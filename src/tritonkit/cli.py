@@ -50,6 +50,7 @@ def _cmd_show(args) -> int:
         ("notes", spec.notes or "-"),
         ("test cases", str(len(spec.test_cases))),
         ("gpu cases", str(len(spec.gpu_cases))),
+        ("bench cases", "; ".join(spec.case_id(case) for case in spec.bench_cases)),
     ]
     print(format_fields(fields))
     return 0
@@ -103,12 +104,36 @@ def _cmd_check(args) -> int:
     return 1 if failures else 0
 
 
+def _bench_cases(args) -> list | None:
+    """The parsed ``--case`` options, each checked against every selected kernel (None when there are none)."""
+    if not args.case:
+        return None
+    from tritonkit import registry
+    from tritonkit.bench import harness
+
+    if args.names == ["calibrate"]:
+        raise ValueError("--case does not apply to `tritonkit bench calibrate`")
+    cases = [harness.parse_case(tokens) for tokens in args.case]
+    for spec in registry.select(args.names, tag=args.tag):
+        for case in cases:
+            harness.check_case(spec, case)
+    return cases
+
+
 def _cmd_bench(args) -> int:
     import datetime
     from pathlib import Path
 
     import torch
 
+    try:  # bad options are reported before the device is looked at
+        cases = _bench_cases(args)
+    except ValueError as error:
+        print(error, file=sys.stderr)
+        return 2
+    except KeyError as error:
+        print(error.args[0], file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
         print("tritonkit bench needs a CUDA GPU; none was found", file=sys.stderr)
         return 2
@@ -128,7 +153,7 @@ def _cmd_bench(args) -> int:
         "date": date,
         "cuda_graph": args.cuda_graph,
         "command": "tritonkit " + " ".join(sys.argv[1:]),
-        "sizes": args.sizes,
+        "sizes": "given cases" if cases else args.sizes,
         "mode": args.mode,
     }
     if args.names == ["calibrate"]:
@@ -170,6 +195,7 @@ def _cmd_bench(args) -> int:
             providers=args.providers,
             ceilings=ceilings,
             cuda_graph=args.cuda_graph,
+            cases=cases,
         )
     except ValueError as error:
         print(error, file=sys.stderr)
@@ -242,6 +268,14 @@ def build_parser() -> argparse.ArgumentParser:
         choices=SIZES,
         default="default",
         help="small: two smallest cases; default: the larger half; sweep: all",
+    )
+    bench.add_argument(
+        "--case",
+        action="append",
+        nargs="+",
+        metavar="KEY=VALUE",
+        help="time this case in place of the kernels' own (repeatable; e.g. --case rows=65536 n=1024 bias=false; "
+        "the keys are those of `tritonkit show NAME`'s benchmark cases)",
     )
     bench.add_argument("--out", help="write JSON, markdown and PNG plots into this folder")
     bench.add_argument("--label", help="name for the output files (default: the kernel names, tag or 'all')")

@@ -50,8 +50,54 @@ class Measurement:
         return asdict(self)
 
 
-def bench_cases(spec: KernelSpec, sizes: str) -> Sequence[Case]:
-    """``small``: the two smallest benchmark cases; ``default``: the larger half; ``sweep``: all."""
+def parse_case(tokens: Sequence[str]) -> Case:
+    """One ``--case``: KEY=VALUE tokens, each VALUE an integer, a float, true or false, or integers joined by
+    'x' (a shape, e.g. shape=16384x4096)."""
+    case = {}
+    for token in tokens:
+        key, sep, text = token.partition("=")
+        if not sep or not key or not text:
+            raise ValueError(f"--case expects KEY=VALUE tokens, got {token!r}")
+        case[key] = _case_value(key, text)
+    return case
+
+
+def _case_value(key: str, text: str):
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    try:
+        if "x" in text:
+            return tuple(int(part) for part in text.split("x"))
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(
+            f"--case {key}={text}: expected an integer, a float, true/false or a shape like 16384x4096"
+        ) from None
+
+
+def check_case(spec: KernelSpec, case: Case) -> None:
+    """A ``--case`` must name only keys the kernel's own benchmark cases use, and every key they all use."""
+    own = [set(c) for c in spec.bench_cases]
+    known, needed = set().union(*own), set.intersection(*own)
+    unknown, missing = sorted(set(case) - known), sorted(needed - set(case))
+    if unknown:
+        raise ValueError(f"--case key(s) {', '.join(unknown)} unknown to {spec.name}: its cases use "
+                         f"{', '.join(sorted(known))}")  # fmt: skip
+    if missing:
+        raise ValueError(f"--case for {spec.name} needs {', '.join(missing)} too, got {', '.join(sorted(case))}")
+
+
+def bench_cases(spec: KernelSpec, sizes: str, cases: Sequence[Case] | None = None) -> Sequence[Case]:
+    """``cases`` when given (each checked against the spec, check_case); else by ``sizes``: ``small``, the two
+    smallest benchmark cases; ``default``, the larger half; ``sweep``, all."""
+    if cases:
+        for case in cases:
+            check_case(spec, case)
+        return list(cases)
     cases = list(spec.bench_cases)
     if sizes == "small":
         return cases[:2]
@@ -257,14 +303,15 @@ def run(
     ceilings: Ceilings | None,
     cuda_graph: bool = False,
     progress: bool = True,
+    cases: Sequence[Case] | None = None,
 ) -> list[Measurement]:
-    """Benchmark every selected spec x dtype x mode x case."""
+    """Benchmark every selected spec x dtype x mode x case (``cases``: these in place of each spec's own)."""
     plan = []
     for spec in specs:
         chosen = [d for d in spec.dtypes if dtypes is None or str(d).removeprefix("torch.") in dtypes]
         for dtype in chosen:
             for mode in modes:
-                for case in bench_cases(spec, sizes):
+                for case in bench_cases(spec, sizes, cases):
                     plan.append((spec, case, dtype, mode))
     rows: list[Measurement] = []
     selected = {spec.name: select_providers(spec, providers) for spec in specs}
