@@ -9,8 +9,9 @@ loop iteration and that loop's pipeline depth; timed on the kernels alone (16384
 does not account for; ``--wide``: the one-launch backward of wide rows, whole launcher, over
 ``shared_wide_tile`` choices, each checked against the tables' path; with ``--small-tiles`` smaller tiles
 and more programs per SM; with ``--layer-norm`` LayerNorm's alone; ``--launcher``: the single-pass backward
-through its launcher, the dweight sum included, see print_launcher). Every sweep script here takes
-``--compile-only I/K`` (see compile_only).
+through its launcher, the dweight sum included, see print_launcher; there ``--stages=1,3`` sets the pipeline
+depths swept and ``--rows=16384`` the rows). Every sweep script here takes ``--compile-only I/K`` (see
+compile_only).
 """
 
 import contextlib
@@ -176,7 +177,7 @@ def wide_bwd_ms(x, w, is_rms, tile):
 def _plan_with(**fields):
     """norm_launch_plan's plans with ``fields`` replaced, inside the block."""
     saved = norm.norm_launch_plan
-    norm.norm_launch_plan = lambda *args: dataclasses.replace(saved(*args), **fields)
+    norm.norm_launch_plan = lambda *args, **kwargs: dataclasses.replace(saved(*args, **kwargs), **fields)
     try:
         yield
     finally:
@@ -277,31 +278,38 @@ def launcher_bwd_ms(x, w, is_rms):
 BWD_FIELDS = ("bwd_programs_per_sm", "bwd_warps", "bwd_rows", "bwd_stages")  # a single-pass backward's configuration
 
 
-def print_launcher(widths, dtypes):
+def print_launcher(widths, dtypes, stages=(1, 3), n_rows=ROWS_TOTAL):
     """The single-pass backward through its launcher, so that the dweight/dbias sum, whose cost grows with the
     programs, is timed too (``--bwd-only`` times the kernel alone): (programs per SM, warps, rows, stages), 8-64
-    elements a thread, against the tables' configuration; LayerNorm with its bias."""
+    elements a thread, ``stages`` deep, against the tables' configuration; LayerNorm with its bias; ``n_rows``
+    rows."""
     for dtype, n, is_rms in itertools.product(dtypes, widths, (True, False)):
-        plan = norm.norm_launch_plan(n, dtype.itemsize, is_rms)
+        plan = norm.norm_launch_plan(n, dtype.itemsize, is_rms, many_rows=n_rows >= norm.MANY_ROWS)
         if not plan.bwd_single_pass:
             continue
-        x = torch.randn(ROWS_TOTAL, n, device="cuda", dtype=dtype)
+        x = torch.randn(n_rows, n, device="cuda", dtype=dtype)
         w = torch.randn(n, device="cuda", dtype=dtype)
         run = _bwd_launcher(x, w, is_rms, torch.randn_like(x))
         table = tuple(getattr(plan, field) for field in BWD_FIELDS)
         times = {table: median_ms(run)}
         block = triton.next_power_of_2(n)
-        for config in itertools.product((1, 2, 4, 8), (2, 4, 8, 16), (1, 2, 4), (1, 3)):
+        for config in itertools.product((1, 2, 4, 8), (2, 4, 8, 16), (1, 2, 4), stages):
             if config[2] * block <= 16384 and 8 <= config[2] * block // (32 * config[1]) <= 64 and config != table:
                 with _plan_with(**dict(zip(BWD_FIELDS, config, strict=True))):
                     times[config] = median_ms(run)
         best = min(times, key=times.get)
         gbps = 3 * x.numel() * x.element_size() / times[best] / 1e6
         label = f"{'rms' if is_rms else 'ln':<5} {str(dtype)[6:]:<9} {n:<6}"
-        print(f"launcher {label} (per_sm, warps, rows, stages)={best} {times[best]:.4f}  {gbps:6.0f} "
+        print(f"launcher {label} x {n_rows} rows (per_sm, warps, rows, stages)={best} {times[best]:.4f}  {gbps:6.0f} "
               f"(table's {table} {times[table]:.4f})", flush=True)  # fmt: skip
         for config in sorted(times, key=times.get)[1:4]:
             print(f"        {config} {times[config]:.4f}", flush=True)
+
+
+def _option(name: str, default):
+    """The value of ``NAME=VALUE`` in the command line, else ``default``."""
+    given = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith(name + "=")]
+    return given[-1] if given else default
 
 
 def main():
@@ -316,7 +324,8 @@ def main():
         return
     if "--launcher" in sys.argv:
         widths = [int(a) for a in sys.argv[1:] if a.isdigit()] or [1024, 2048, 4096, 8192, 16384]
-        print_launcher(widths, dtypes)
+        stages = _option("--stages", "1,3")
+        print_launcher(widths, dtypes, tuple(int(v) for v in stages.split(",")), int(_option("--rows", ROWS_TOTAL)))
         return
     print("kind  norm  dtype     n      best config            ms      GB/s   (worst ms)")
     widths = [int(a) for a in sys.argv[1:] if a.isdigit()] or [1024, 2048, 4096, 8192, 16384]

@@ -77,7 +77,7 @@ def test_shared_wide_backward_in_steps(norm, ahead, device, monkeypatch):
     n, block, rows = (96, 128, 23) if cpu else (3 * 64 - 5, 64, 301)
     plan = norm_module.norm_launch_plan
     monkeypatch.setattr(
-        norm_module, "norm_launch_plan", lambda *a: dataclasses.replace(plan(*a), bwd_single_pass=False)
+        norm_module, "norm_launch_plan", lambda *a, **k: dataclasses.replace(plan(*a, **k), bwd_single_pass=False)
     )
     monkeypatch.setattr(norm_module, "shared_wide_tile", lambda *args: (block, 2, 4, 1, ahead))
     monkeypatch.setattr(norm_module, "waits_safely", lambda n_blocks, device: True)
@@ -91,6 +91,29 @@ def test_shared_wide_backward_in_steps(norm, ahead, device, monkeypatch):
     expected = torch.autograd.grad(y64, exact, upstream.double())
     for ours, theirs in zip(grads, expected, strict=True):
         torch.testing.assert_close(ours.double(), theirs, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("norm", ["rms_norm", "layer_norm"])
+@pytest.mark.parametrize(("n", "dtype"), [(1024, torch.bfloat16), (2048, torch.bfloat16), (1024, torch.float32),
+                                         (2048, torch.float32)])  # fmt: skip
+def test_backward_of_many_rows(norm, n, dtype, device, monkeypatch):
+    """From MANY_ROWS rows the backward takes configurations of its own (fewer programs, deeper pipelines), checked
+    like any registry case: forward and every gradient against float64. On the CPU MANY_ROWS is lowered to the
+    case's rows so that the interpreter runs those configurations too; on the GPU there are MANY_ROWS + 3 rows, so
+    programs' shares end mid-step."""
+    rows = 37 if device == "cpu" else norm_module.MANY_ROWS + 3
+    monkeypatch.setattr(norm_module, "MANY_ROWS", min(rows, norm_module.MANY_ROWS))
+    plan, chosen = norm_module.norm_launch_plan, []
+
+    def recording_plan(*args, many_rows=False):
+        chosen.append(many_rows)
+        return plan(*args, many_rows=many_rows)
+
+    monkeypatch.setattr(norm_module, "norm_launch_plan", recording_plan)
+    case = {"rows": rows, "n": n, "bias": norm == "layer_norm", "residual": True}
+    result = testing.run_case(registry.get(norm), case, dtype, device, grad_mode="random")
+    assert result.ok, result.explain()
+    assert chosen[-1] is True  # the backward's plan was the many-rows one
 
 
 def _broken(name, fn):

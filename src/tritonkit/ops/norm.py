@@ -535,6 +535,21 @@ _LN_BWD_MEASURED = {
     (16384, 2): (1, 8, 1, 1), (8192, 4): (2, 8, 1, 3), (16384, 4): None,  # fp32 8192: 90.8 -> 92.4%
     (2048, 4): (1, 4, 2, 3), (4096, 4): (1, 4, 1, 3),
 }  # fmt: skip
+# Backward configurations for MANY_ROWS rows or more, keyed by (power-of-two width, element size, RMSNorm?), where
+# they beat the entries above: fewer programs (each with more rows, and fewer dweight/dbias partial rows to sum)
+# and deeper pipelines. Swept through the launcher at 32768 rows, 1-6 deep (`norm_configs.py --launcher
+# --rows=32768 --stages=1,3,4,6`, 2026-11-22-norm-launcher-many-rows.txt), ms against the entries above: bf16 2048
+# RMSNorm 0.1098 -> 0.1043, LayerNorm 0.1130 -> 0.1073; fp32 1024 RMSNorm 0.1065 -> 0.1032, LayerNorm 0.1094 ->
+# 0.1055; fp32 2048 RMSNorm 0.2081 -> 0.2036. bf16 at 1024 gains only from 65536 rows (RMSNorm 0.1087 -> 0.1044,
+# LayerNorm 0.1078 -> 0.1070), and its entry is level at 32768 (0.0554 against 0.0553). At 16384 rows the entries
+# above stay best (bf16 2048 RMSNorm 0.0554 against 0.0561); fp32 LayerNorm at 2048 keeps its entry (0.2051
+# against the best 0.2049).
+MANY_ROWS = 32768
+_BWD_MANY_ROWS = {
+    (1024, 2, True): (4, 2, 1, 4), (1024, 2, False): (4, 2, 1, 4),
+    (2048, 2, True): (2, 4, 1, 4), (2048, 2, False): (2, 4, 2, 3),
+    (1024, 4, True): (2, 2, 1, 4), (1024, 4, False): (2, 2, 1, 4), (2048, 4, True): (1, 16, 2, 3),
+}  # fmt: skip
 # Rows wider than MAX_SINGLE_PASS, forward (_norm_fwd_split_row_kernel), keyed by (element size, RMSNorm?):
 # (slice, warps, output piece), a slice per program, several programs per row. Swept at 32768, 65536 and 131072
 # wide through the launcher (2026-11-22-norm-split-row-configs.txt), % of the copy ceiling against the loop of
@@ -546,8 +561,9 @@ SPLIT_ROW_FWD = {(2, True): (16384, 16, 4096), (2, False): (8192, 4, 2048),
 
 
 @functools.lru_cache(maxsize=256)
-def norm_launch_plan(n_cols: int, element_size: int, is_rms: bool = True) -> _Plan:
-    """Launch configuration for rows of ``n_cols`` elements of ``element_size`` bytes.
+def norm_launch_plan(n_cols: int, element_size: int, is_rms: bool = True, many_rows: bool = False) -> _Plan:
+    """Launch configuration for rows of ``n_cols`` elements of ``element_size`` bytes (``many_rows``: a backward of
+    MANY_ROWS rows or more).
 
     Widths in the measured tables use their fastest configuration (for RMSNorm at some widths the looped
     forward). Narrower rows pack 4096 elements per program (4 warps) and take 8 backward programs per SM.
@@ -572,6 +588,8 @@ def norm_launch_plan(n_cols: int, element_size: int, is_rms: bool = True) -> _Pl
         )
         fwd_plan = (True, block_n, rows, warps, 1)
     bwd = _BWD_MEASURED.get(key) if is_rms else _LN_BWD_MEASURED.get(key, _BWD_MEASURED.get(key))
+    if many_rows:
+        bwd = _BWD_MANY_ROWS.get((*key, is_rms), bwd)
     if bwd is None and block_n < 1024:
         bwd = (8, 4, 1, 1)
     if bwd is None:  # an element size never measured, 1024 wide or more: the wide backward
@@ -672,7 +690,7 @@ def norm_bwd_launch(dy, dh, x, weight, residual, mean, rstd, offset, is_rms, has
     separate_dres = residual is not None and not _shares_dres(x, residual)
     dres = _empty_like_rows(n_rows, n_cols, residual.dtype, x.device) if separate_dres else None
     w_dtype = weight.dtype if weight is not None else x.dtype
-    plan = norm_launch_plan(n_cols, x.element_size(), is_rms)
+    plan = norm_launch_plan(n_cols, x.element_size(), is_rms, many_rows=n_rows >= MANY_ROWS)
     n_sums = (weight is not None) + has_bias
     one_program = plan.bwd_single_pass and 0 < n_rows * n_cols <= ONE_PROGRAM_BACKWARD
     if one_program:
