@@ -9,9 +9,9 @@ loop iteration and that loop's pipeline depth; timed on the kernels alone (16384
 does not account for; ``--wide``: the one-launch backward of wide rows, whole launcher, over
 ``shared_wide_tile`` choices, each checked against the tables' path; with ``--small-tiles`` smaller tiles
 and more programs per SM; with ``--layer-norm`` LayerNorm's alone; ``--launcher``: the single-pass backward
-through its launcher, the dweight sum included, see print_launcher; there ``--stages=1,3`` sets the pipeline
-depths swept and ``--rows=16384`` the rows). Every sweep script here takes ``--compile-only I/K`` (see
-compile_only).
+through its launcher, the dweight sum included, see print_launcher, whose pipeline depths ``--stages=1,3``
+sets). ``--rows=16384``: the rows of the sweeps but the wide ones. Every sweep script here takes
+``--compile-only I/K`` (see compile_only).
 """
 
 import contextlib
@@ -322,10 +322,11 @@ def main():
         norms = (False,) if "--layer-norm" in sys.argv else (True, False)
         print_wide(widths, dtypes, tiles, norms)
         return
+    n_rows = int(_option("--rows", ROWS_TOTAL))
     if "--launcher" in sys.argv:
         widths = [int(a) for a in sys.argv[1:] if a.isdigit()] or [1024, 2048, 4096, 8192, 16384]
         stages = _option("--stages", "1,3")
-        print_launcher(widths, dtypes, tuple(int(v) for v in stages.split(",")), int(_option("--rows", ROWS_TOTAL)))
+        print_launcher(widths, dtypes, tuple(int(v) for v in stages.split(",")), n_rows)
         return
     print("kind  norm  dtype     n      best config            ms      GB/s   (worst ms)")
     widths = [int(a) for a in sys.argv[1:] if a.isdigit()] or [1024, 2048, 4096, 8192, 16384]
@@ -335,7 +336,7 @@ def main():
     norms = ((not layer_norm),) if bwd_only else (True, False)
     for dtype, n, is_rms in itertools.product(dtypes, widths, norms):
         long_rows = n > norm.MAX_SINGLE_PASS  # the split-row forward; their backward is --wide's
-        rows = ROWS_TOTAL * 16384 // n if long_rows else ROWS_TOTAL  # long: the bytes of 16384 x 16384
+        rows = ROWS_TOTAL * 16384 // n if long_rows else n_rows  # long: the bytes of 16384 x 16384
         x = torch.randn(rows, n, device="cuda", dtype=dtype)
         w = torch.randn(n, device="cuda", dtype=dtype)
         label = f"{'rms' if is_rms else 'ln':<5} {str(dtype)[6:]:<9} {n:<6}"
