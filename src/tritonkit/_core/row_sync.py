@@ -9,7 +9,7 @@ looping over the whole row reads it twice.
 Waiting is safe when the programs a program waits for are running or will start: a GPU starts a 1-D grid's
 programs in increasing order, and :func:`waits_safely` keeps ``n_blocks`` within what is resident at once.
 The interpreter runs programs one at a time, so there (and for wider rows) launchers run the two halves as
-two launches instead (:func:`launch_phases` says which).
+two launches instead (:func:`launch_split_rows` launches them either way).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import triton.language as tl
 
 from tritonkit._core.device import sm_count
 from tritonkit._core.env import interpreting
+from tritonkit._core.ints import cdiv, next_power_of_2
 
 
 @triton.jit
@@ -62,17 +63,21 @@ def waits_safely(n_blocks: int, device: torch.device) -> bool:
     return not interpreting() and n_blocks <= sm_count(device)
 
 
-def launch_phases(n_blocks: int, device: torch.device) -> tuple[int, ...]:
-    """The PHASES of each launch of a split-row kernel: (3,), both phases in one launch, where waiting is
-    safe (waits_safely), else (1, 2), statistics then output in two launches."""
-    return (3,) if waits_safely(n_blocks, device) else (1, 2)
-
-
-def split_row_workspace(n_rows: int, n_blocks: int, parts_per_slice: int, device: torch.device):
-    """One fp32 workspace for a split-row launch: ``parts_per_slice`` parts for each (row, slice), then the
-    rows' counters, zeroed (row_counters). Returns (workspace, counters)."""
+def launch_split_rows(kernel, leading, trailing, n_rows: int, n_cols: int, block_n: int, parts_per_slice: int,
+                      device: torch.device, num_warps: int, **constexprs) -> None:  # fmt: skip
+    """Launch a split-row kernel, whose arguments are ``*leading, workspace, counters, n_rows, n_cols, n_blocks,
+    *trailing`` and whose constexprs include BLOCK_N, BLOCKS_P2 and PHASES: one program per ``block_n``-column
+    slice of each row. The workspace holds ``parts_per_slice`` fp32 parts for each (row, slice), then the rows'
+    counters (row_counters). PHASES 3, both halves in one launch, where the row's programs may wait for each
+    other (waits_safely); else PHASES 1 then 2, statistics then output in two launches (each row read twice)."""
+    n_blocks = cdiv(n_cols, block_n)
     workspace = torch.empty((parts_per_slice * n_rows * n_blocks + n_rows,), dtype=torch.float32, device=device)
-    return workspace, row_counters(workspace, n_rows)
+    counters = row_counters(workspace, n_rows)
+    for phases in (3,) if waits_safely(n_blocks, device) else (1, 2):
+        kernel[(n_rows * n_blocks,)](
+            *leading, workspace, counters, n_rows, n_cols, n_blocks, *trailing, **constexprs, BLOCK_N=block_n,
+            BLOCKS_P2=next_power_of_2(n_blocks), PHASES=phases, num_warps=num_warps,
+        )  # fmt: skip
 
 
 def row_counters(workspace: torch.Tensor, n_rows: int) -> torch.Tensor:

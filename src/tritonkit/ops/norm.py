@@ -32,11 +32,10 @@ from tritonkit._core.dispatch import cheapest_path
 from tritonkit._core.ints import cdiv, next_power_of_2, prev_power_of_2
 from tritonkit._core.layout import as_rows
 from tritonkit._core.row_sync import (
-    launch_phases,
+    launch_split_rows,
     publish,
     publish_and_wait,
     row_counters,
-    split_row_workspace,
     this_slice,
     wait_for,
     waits_safely,
@@ -638,21 +637,18 @@ def norm_fwd_launch(x, weight, bias, residual, eps, offset, is_rms, store_h, h_f
 
 
 def _split_row_fwd(x, weight, bias, residual, y, h, mean, rstd, eps, offset, is_rms, plan):
-    """Launches _norm_fwd_split_row_kernel: both phases in one launch where the row's programs may wait for
-    each other (row_sync.waits_safely), else one launch per phase (x read twice)."""
+    """Launches _norm_fwd_split_row_kernel (row_sync.launch_split_rows: one launch, or one per phase)."""
     n_rows, n_cols = x.shape
-    n_blocks = cdiv(n_cols, plan.block_n)
-    workspace, counters = split_row_workspace(n_rows, n_blocks, 1 if is_rms else 2, x.device)
-    for phases in launch_phases(n_blocks, x.device):
-        _norm_fwd_split_row_kernel[(n_rows * n_blocks,)](
-            x, residual if residual is not None else x, weight if weight is not None else x,
-            bias if bias is not None else x, y, h if h is not None else y, mean if mean is not None else rstd, rstd,
-            workspace, counters, n_rows, n_cols, n_blocks, x.stride(0),
-            residual.stride(0) if residual is not None else 0, y.stride(0), h.stride(0) if h is not None else 0,
-            eps, offset, IS_RMS=is_rms, HAS_RES=residual is not None, HAS_W=weight is not None,
-            HAS_B=bias is not None, STORE_H=h is not None, BLOCK_N=plan.block_n, SUB_N=plan.split_sub_n,
-            BLOCKS_P2=next_power_of_2(n_blocks), PHASES=phases, num_warps=plan.num_warps,
-        )  # fmt: skip
+    launch_split_rows(
+        _norm_fwd_split_row_kernel,
+        (x, residual if residual is not None else x, weight if weight is not None else x,
+         bias if bias is not None else x, y, h if h is not None else y, mean if mean is not None else rstd, rstd),
+        (x.stride(0), residual.stride(0) if residual is not None else 0, y.stride(0),
+         h.stride(0) if h is not None else 0, eps, offset),
+        n_rows, n_cols, plan.block_n, 1 if is_rms else 2, x.device, plan.num_warps,
+        IS_RMS=is_rms, HAS_RES=residual is not None, HAS_W=weight is not None, HAS_B=bias is not None,
+        STORE_H=h is not None, SUB_N=plan.split_sub_n,
+    )  # fmt: skip
 
 
 def loads_weight_first(rows: int, block_n: int, num_warps: int) -> bool:

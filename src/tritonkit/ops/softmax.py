@@ -24,7 +24,7 @@ from tritonkit._core.dispatch import cheapest_path
 from tritonkit._core.fastmath import LOG2_E
 from tritonkit._core.ints import cdiv, next_power_of_2
 from tritonkit._core.layout import as_rows
-from tritonkit._core.row_sync import launch_phases, publish_and_wait, split_row_workspace, this_slice
+from tritonkit._core.row_sync import launch_split_rows, publish_and_wait, this_slice
 from tritonkit.registry import Inputs, KernelSpec, Tolerance, register
 
 __all__ = ["log_softmax", "softmax"]
@@ -257,12 +257,8 @@ def _launch(kernel, split_row_kernel, tensors, strides, x, log, backward, plan):
     phase (each row read twice)."""
     n_rows, n_cols = x.shape
     if plan.split_row:
-        n_blocks = cdiv(n_cols, plan.block_n)
-        workspace, counters = split_row_workspace(n_rows, n_blocks, 1 if backward else 2, x.device)
-        for phases in launch_phases(n_blocks, x.device):
-            split_row_kernel[(n_rows * n_blocks,)](*tensors, workspace, counters, n_rows, n_cols, n_blocks, *strides,
-                                                   LOG=log, BLOCK_N=plan.block_n, BLOCKS_P2=next_power_of_2(n_blocks),
-                                                   PHASES=phases, num_warps=plan.warps)  # fmt: skip
+        launch_split_rows(split_row_kernel, tensors, strides, n_rows, n_cols, plan.block_n, 1 if backward else 2,
+                          x.device, plan.warps, LOG=log)  # fmt: skip
         return
     n_programs = cdiv(n_rows, plan.rows)
     if plan.programs_per_sm:
