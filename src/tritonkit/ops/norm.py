@@ -6,7 +6,8 @@ Semantics follow the fused add+norm of mamba_ssm's ``rms_norm_fn`` / ``layer_nor
 One kernel pair serves both norms (an ``IS_RMS`` switch). Rows up to 16384 wide are normalised in
 registers in one pass; wider rows are split across programs forward (each slice's partial statistics,
 combined once the row's programs have all published theirs), and backward go by column blocks, each
-row's terms summed first in a phase of their own (bf16) or shared between the blocks as they go (fp32).
+row's terms summed first in a phase of their own, or shared between the blocks as they go where that was
+measured faster (fp32, and bf16 RMSNorm without a bias: shared_wide_tile).
 Statistics are fp32; dweight and dbias are summed in fp32 per program into a workspace and reduced in a
 fixed order, so they are deterministic. With a residual, one gradient tensor serves x and the residual
 when their dtypes agree.
@@ -1217,7 +1218,7 @@ for _name, _fn, _reference_fn, _inputs, _tests, _bench, _liger in (
         summary=f"Fused residual add + {'RMSNorm' if _name == 'rms_norm' else 'LayerNorm'}, forward and backward.",
         description="h = x + residual, y = normalize(h) * (offset + weight) + bias, with prenorm returning h "
                     "(optionally fp32), as mamba_ssm's fused add+norm. One pass in registers up to 16384 "
-                    "columns; beyond, programs share each row (forward, and the fp32 backward); fp32 "
+                    "columns; beyond, programs share each row (forward, and the backward where faster); fp32 "
                     "statistics; deterministic fp32 dweight/dbias.",
         usage=f"y, h = tk.ops.{_name}(x, weight{', bias' if _name == 'layer_norm' else ''}, residual=h, "
               "prenorm=True)",
