@@ -31,12 +31,13 @@ __all__ = ["log_softmax", "softmax"]
 
 MAX_SINGLE_PASS = 32768
 # Rows wider than MAX_SINGLE_PASS: (slice, warps) of the split-row kernels, keyed by (backward, element size).
-# Swept through the launchers over 2**29 elements at 65536, 131072 and 262144 wide on the H200
-# (2026-11-22-softmax-split-row-configs-{bf16,fp32}.txt). % of the copy ceiling, against one program per row
-# looping over it twice (8192-element chunks, 32 warps, the first read keeping the row in L2), which they
-# replaced: bf16 forward 73.5/70.5/67.5 (was 72.3/66.8/62.6), backward 85.3/84.6/83.6 (81.3/64.4/59.0); fp32
-# forward 83.4/82.6/80.8 (73.4/67.4/65.0), backward 83.7/83.9/81.1 (67.1/61.2/59.1).
-SPLIT_ROW = {(False, 2): (8192, 4), (False, 4): (8192, 8), (True, 2): (8192, 8), (True, 4): (4096, 8)}
+# Holding the slice in registers across the wait, with one exp an element, beat reading it again from L2 and
+# taking the exps again: kernels alone over 2**28 elements at 65536, 131072 and 262144 wide on the H200 (a scratch
+# probe, 2026-11-22-softmax-split-row-hold.txt), % of the copy ceiling, bf16 forward 82.9/81.6/78.1 (was
+# 71.5/68.0/66.4), backward 87.0/85.8/82.2 (84.0/83.5/84.3); fp32 forward 93.9/92.9/91.6 (83.1/82.0/80.9), backward
+# 101.0/99.6/96.5 (87.5/87.8/86.5). Then swept through the launchers over 2**29 elements
+# (2026-11-22-softmax-split-row-configs-hold-{bf16,fp32}.txt): these entries are the best or within 2% of it.
+SPLIT_ROW = {(False, 2): (8192, 4), (False, 4): (8192, 8), (True, 2): (8192, 8), (True, 4): (8192, 8)}
 # The single pass's (rows per program, warps), keyed by (row width, element size, backward): the fastest
 # (or within 1% of it, with fewer warps) in a sweep of 16384 rows on the H200
 # (2026-11-22-softmax-single-pass-configs.txt). Against about 4096 elements a program, the bf16 forward
@@ -156,21 +157,23 @@ def _softmax_fwd_split_row_kernel(
     """Forward of rows wider than one program holds: ``n_blocks`` programs share a row, one BLOCK_N slice
     each (program id = row * n_blocks + slice).
 
-    Phase 1 stores the slice's m_b = max(x) and s_b = sum(exp(x - m_b)). Phase 2: m = max_b m_b,
-    s = sum_b s_b exp(m_b - m) (a fixed order), lse = m + log(s); softmax y = exp(x - m) / s, log_softmax
-    y = x - lse on the slice, x read again (L2 kept it: evict_last in phase 1). PHASES: 3 both in one
-    launch, the row's programs waiting for each other between them (_core.row_sync); 1 or 2 one phase per
-    launch.
+    Phase 1 stores the slice's m_b = max(x) and s_b = sum(p_b), p_b = exp(x - m_b). Phase 2: m = max_b m_b,
+    s = sum_b s_b exp(m_b - m) (a fixed order), lse = m + log(s); softmax y = p_b * (exp(m_b - m) / s),
+    log_softmax y = x - lse on the slice. PHASES: 3 both in one launch, the row's programs waiting for each
+    other between them (_core.row_sync), the slice held in registers across the wait (p_b for softmax, x for
+    log_softmax): one exp an element and one read; 1 or 2 one phase per launch, phase 2 reading x again and
+    taking p_b = exp(x - m_b) anew.
     """
     i_row, i_block, o_n, m_n = this_slice(n_cols, n_blocks, BLOCK_N)
     p_x_row = p_x + i_row * stride_x_row
     p_maxes = p_part + i_row * n_blocks
     p_sums = p_maxes + n_rows * n_blocks
     if PHASES != 2:
-        b_x = tl.load(p_x_row + o_n, mask=m_n, other=float("-inf"), eviction_policy="evict_last").to(tl.float32)
+        b_x = tl.load(p_x_row + o_n, mask=m_n, other=float("-inf")).to(tl.float32)
         b_m = tl.max(b_x, axis=0)
+        b_p = _exp(b_x - _finite_or_zero(b_m))
         tl.store(p_maxes + i_block, b_m)
-        tl.store(p_sums + i_block, tl.sum(_exp(b_x - _finite_or_zero(b_m)), axis=0))
+        tl.store(p_sums + i_block, tl.sum(b_p, axis=0))
         if PHASES == 3:
             publish_and_wait(p_count + i_row, n_blocks)
     if PHASES != 1:
@@ -183,8 +186,12 @@ def _softmax_fwd_split_row_kernel(
         lse = m_safe + tl.log(s)
         if i_block == 0:
             tl.store(p_lse + i_row, lse)
-        b_x = tl.load(p_x_row + o_n, mask=m_n, other=float("-inf"), eviction_policy="evict_first").to(tl.float32)
-        b_y = b_x - lse if LOG else _exp(b_x - m_safe) * (1.0 / s)
+        if PHASES == 2:
+            b_m = tl.load(p_maxes + i_block)
+            b_x = tl.load(p_x_row + o_n, mask=m_n, other=float("-inf")).to(tl.float32)
+            b_p = _exp(b_x - _finite_or_zero(b_m))
+        # exp(m_b - m) from the slice's own maximum: 0 for a slice of -inf alone, whose p_b is 0 (never 0 * inf)
+        b_y = b_x - lse if LOG else b_p * (_exp(b_m - m_safe) / s)
         tl.store(p_y + i_row * stride_y_row + o_n, b_y.to(p_y.dtype.element_ty), mask=m_n)
 
 
@@ -195,28 +202,25 @@ def _softmax_bwd_split_row_kernel(
 ):  # fmt: skip
     """Backward of rows wider than one program holds, slices and PHASES as _softmax_fwd_split_row_kernel's.
     With p = exp(x - lse): phase 1 the slice's part of c, sum(dy) (log_softmax) or sum(dy * p) (softmax);
-    phase 2 c = the parts' sum in a fixed order, then dx = dy - p * c or p * (dy - c) on the slice, dy and x
-    read again."""
+    phase 2 c = the parts' sum in a fixed order, then dx = dy - p * c or p * (dy - c) on the slice. In one
+    launch (PHASES 3) dy and p stay in registers across the wait; in two, phase 2 reads dy and x again."""
     i_row, i_block, o_n, m_n = this_slice(n_cols, n_blocks, BLOCK_N)
     p_dy_row = p_dy + i_row * stride_dy_row
     p_x_row = p_x + i_row * stride_x_row
     p_parts = p_part + i_row * n_blocks
     lse = tl.load(p_lse + i_row)
     if PHASES != 2:
-        b_dy = tl.load(p_dy_row + o_n, mask=m_n, other=0.0, eviction_policy="evict_last").to(tl.float32)
-        if LOG:
-            tl.store(p_parts + i_block, tl.sum(b_dy, axis=0))
-        else:
-            b_x = tl.load(p_x_row + o_n, mask=m_n, other=float("-inf"), eviction_policy="evict_last")
-            tl.store(p_parts + i_block, tl.sum(b_dy * _exp(b_x.to(tl.float32) - lse), axis=0))
+        b_dy = tl.load(p_dy_row + o_n, mask=m_n, other=0.0).to(tl.float32)
+        b_p = _exp(tl.load(p_x_row + o_n, mask=m_n, other=float("-inf")).to(tl.float32) - lse)
+        tl.store(p_parts + i_block, tl.sum(b_dy if LOG else b_dy * b_p, axis=0))
         if PHASES == 3:
             publish_and_wait(p_count + i_row, n_blocks)
     if PHASES != 1:
         o_b = tl.arange(0, BLOCKS_P2)
         c = tl.sum(tl.load(p_parts + o_b, mask=o_b < n_blocks, other=0.0, volatile=True), axis=0)
-        b_dy = tl.load(p_dy_row + o_n, mask=m_n, other=0.0, eviction_policy="evict_first").to(tl.float32)
-        b_x = tl.load(p_x_row + o_n, mask=m_n, other=float("-inf"), eviction_policy="evict_first")
-        b_p = _exp(b_x.to(tl.float32) - lse)
+        if PHASES == 2:
+            b_dy = tl.load(p_dy_row + o_n, mask=m_n, other=0.0).to(tl.float32)
+            b_p = _exp(tl.load(p_x_row + o_n, mask=m_n, other=float("-inf")).to(tl.float32) - lse)
         b_dx = b_dy - b_p * c if LOG else b_p * (b_dy - c)
         tl.store(p_dx + i_row * stride_dx_row + o_n, b_dx.to(p_dx.dtype.element_ty), mask=m_n)
 
@@ -466,8 +470,8 @@ for _name, _fn, _ref, _tolerance in (
         family="softmax",
         summary=f"{'Log-softmax' if _name == 'log_softmax' else 'Softmax'} along any dimension, forward and backward.",
         description="Rows up to 32768 in registers; longer rows split across programs, which combine their "
-                    "slices' maxima and rescaled sums once all have published them: one read of each element from "
-                    "DRAM. fp32 arithmetic; -inf handled as torch.",
+                    "slices' maxima and rescaled sums once all have published them, each holding its slice in "
+                    "registers meanwhile: one read of each element. fp32 arithmetic; -inf handled as torch.",
         usage=f"p = tk.ops.{_name}(x, dim=-1)",
         tags=("softmax", "memory-bound", "backward"),
         limits="Any shape, dim and strides (a strided dim costs one torch copy); rows of any length.",
