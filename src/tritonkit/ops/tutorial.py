@@ -283,7 +283,7 @@ register(
             {"n": 100_003, "block_size": 1000},
             {"n": 1 << 20, "block_size": 4096, "stride": 3},
         ),
-        bench_cases=tuple({**case, "block_size": 4096} for case in _VECTOR_BENCH),
+        bench_cases=tuple({**case, "block_size": 1024} for case in _VECTOR_BENCH),
         bytes_moved=_elementwise_bytes(2),
         flops=lambda case, dtype: 0,
         dtypes=FLOAT_DTYPES,
