@@ -44,7 +44,7 @@ def main():
             x, x, w, x, y, h, mean, rstd, 8, 4096, 4096, 0, 4096, 0, 1e-6, 0.0,
             IS_RMS=True, HAS_RES=False, HAS_W=True, HAS_B=False, STORE_H=False,
             SINGLE_PASS=plan.single_pass, ROWS=plan.rows, BLOCK_N=plan.block_n, LOOP_STAGES=plan.fwd_stages,
-            WEIGHT_FIRST=True, num_warps=plan.num_warps,
+            WEIGHT_FIRST=True, STORE_STATS=True, num_warps=plan.num_warps,
         )  # fmt: skip
 
     a = torch.randn(4096, device="cuda", dtype=torch.bfloat16)

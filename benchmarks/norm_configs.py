@@ -76,8 +76,8 @@ def fwd_ms(x, w, is_rms, rows, warps, stages=1, chunk=0, regs=0, bias=None):
             x, x, w, bias if bias is not None else x, y, y, mean, rstd, n_rows, n, n, 0, n, 0, 1e-6, 0.0,
             IS_RMS=is_rms, HAS_RES=False, HAS_W=True, HAS_B=bias is not None, STORE_H=False, SINGLE_PASS=not chunk,
             ROWS=rows, BLOCK_N=block, LOOP_STAGES=stages,
-            WEIGHT_FIRST=not chunk and norm.loads_weight_first(rows, block, warps), num_warps=warps,
-            maxnreg=regs or None,
+            WEIGHT_FIRST=not chunk and norm.loads_weight_first(rows, block, warps), STORE_STATS=True,
+            num_warps=warps, maxnreg=regs or None,
         )  # fmt: skip
 
     return median_ms(run)

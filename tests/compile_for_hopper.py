@@ -133,6 +133,7 @@ def main():
                         "BLOCK_N": block_n,
                         "LOOP_STAGES": 2,
                         "WEIGHT_FIRST": is_rms,  # both placements of the weight load
+                        "STORE_STATS": is_rms,  # with the backward's statistics and without
                     },
                     num_warps=8,
                 )
@@ -149,7 +150,15 @@ def main():
                         "eps": "fp32",
                         "offset": "fp32",
                     },
-                    {**flags, "STORE_H": True, "BLOCK_N": 16384, "SUB_N": 4096, "BLOCKS_P2": 8, "PHASES": 3},
+                    {
+                        **flags,
+                        "STORE_H": True,
+                        "BLOCK_N": 16384,
+                        "SUB_N": 4096,
+                        "BLOCKS_P2": 8,
+                        "PHASES": 3,
+                        "STORE_STATS": True,
+                    },
                     num_warps=8,
                 )
                 continue

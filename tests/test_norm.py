@@ -34,6 +34,22 @@ def test_compiles_fullgraph_with_backward(norm, device):
     assert_compiled_matches_eager(block, [t.requires_grad_() for t in _inputs(device)], device)
 
 
+@pytest.mark.parametrize("norm", ["rms_norm", "layer_norm"])
+@pytest.mark.parametrize("n", [64, 20000], ids=["whole-rows", "split-rows"])
+def test_forward_without_gradient_stores_no_statistics(norm, n, device):
+    """Where no gradient is needed the forward skips the backward's mean and rstd, and gives the training
+    forward's output bit for bit."""
+    x, residual, weight, bias = _inputs(device, rows=5, n=n)
+    op = getattr(tk.ops, norm)
+    with torch.no_grad():
+        y_inference = op(x, weight, bias, residual=residual)
+    y_training = op(x, weight.requires_grad_(), bias, residual=residual)
+    assert y_training.grad_fn is not None and torch.equal(y_inference, y_training.detach())
+    y, _, mean, rstd = norm_module.norm_fwd_launch(x, weight, bias, residual, 1e-5, 0.0, norm == "rms_norm", False,
+                                                   False, store_stats=False)  # fmt: skip
+    assert mean is None and rstd is None and not y.isnan().any()
+
+
 @pytest.mark.parametrize("n", [64, 20000])
 def test_weight_and_bias_gradients_are_deterministic(n, device):
     x, residual, weight, bias = (t.requires_grad_() for t in _inputs(device, rows=37, n=n))

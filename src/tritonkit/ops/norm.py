@@ -93,7 +93,7 @@ def _store_normalized(p_y_row, p_w, p_b, o_n, m_n, b_h, b_mean, b_rstd, offset, 
 def _rms_norm_fwd_long_row(p_x, p_res, p_w, p_b, p_y, p_h, p_rstd, i_row, n_cols, stride_x_row, stride_res_row,
                            stride_y_row, stride_h_row, eps, offset, HAS_RES: tl.constexpr, HAS_W: tl.constexpr,
                            HAS_B: tl.constexpr, STORE_H: tl.constexpr, BLOCK_N: tl.constexpr,
-                           LOOP_STAGES: tl.constexpr):  # fmt: skip
+                           LOOP_STAGES: tl.constexpr, STORE_STATS: tl.constexpr):  # fmt: skip
     """RMSNorm's forward of one row read in BLOCK_N chunks, at the widths where this beats the single pass
     (_RMS_FWD_LOOPED): its sum of squares, then the output. The first pass keeps the row in L2 for the
     second (evict_last), the second lets it go (evict_first)."""
@@ -105,7 +105,8 @@ def _rms_norm_fwd_long_row(p_x, p_res, p_w, p_b, p_y, p_h, p_rstd, i_row, n_cols
         b_h = _chunk_h(p_x_row, p_res_row, o_n, o_n < n_cols, HAS_RES, "evict_last")
         acc += b_h * b_h
     b_rstd = tl.rsqrt(tl.sum(acc, axis=0) / n_cols + eps)
-    tl.store(p_rstd + i_row, b_rstd)
+    if STORE_STATS:
+        tl.store(p_rstd + i_row, b_rstd)
     for start in tl.range(0, n_cols, BLOCK_N, num_stages=LOOP_STAGES):
         o_n = start + tl.arange(0, BLOCK_N)
         m_n = o_n < n_cols
@@ -121,13 +122,13 @@ def _norm_fwd_kernel(
     n_rows, n_cols, stride_x_row, stride_res_row, stride_y_row, stride_h_row, eps, offset,
     IS_RMS: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
     STORE_H: tl.constexpr, SINGLE_PASS: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
-    LOOP_STAGES: tl.constexpr, WEIGHT_FIRST: tl.constexpr,
+    LOOP_STAGES: tl.constexpr, WEIGHT_FIRST: tl.constexpr, STORE_STATS: tl.constexpr,
 ):  # fmt: skip
     """Forward of one block of ROWS rows, or (RMSNorm only) of one row read in chunks (_RMS_FWD_LOOPED).
 
     h = x + res;  LayerNorm: mean = sum(h)/N, var = sum((h - mean)^2)/N;  RMSNorm: mean = 0,
     var = sum(h^2)/N;  rstd = 1/sqrt(var + eps);  y = (h - mean) * rstd * (offset + w) + b.
-    Stores y, h (STORE_H), mean (LayerNorm) and rstd (fp32, for the backward).
+    Stores y, h (STORE_H), and with STORE_STATS mean (LayerNorm) and rstd (fp32, for the backward).
     """
     if SINGLE_PASS:
         o_rows = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
@@ -150,10 +151,12 @@ def _norm_fwd_kernel(
             b_centered = b_h
         else:
             b_mean = tl.sum(b_h, axis=1) / n_cols  # [ROWS]
-            tl.store(p_mean + o_rows, b_mean, mask=m_rows)
+            if STORE_STATS:
+                tl.store(p_mean + o_rows, b_mean, mask=m_rows)
             b_centered = tl.where(m_rn, b_h - b_mean[:, None], 0.0)
         b_rstd = tl.rsqrt(tl.sum(b_centered * b_centered, axis=1) / n_cols + eps)  # [ROWS]
-        tl.store(p_rstd + o_rows, b_rstd, mask=m_rows)
+        if STORE_STATS:
+            tl.store(p_rstd + o_rows, b_rstd, mask=m_rows)
         b_y = b_centered * b_rstd[:, None]
         if not WEIGHT_FIRST:
             b_w, b_b = _weight_and_bias(p_w, p_b, o_n, m_n, offset, HAS_W, HAS_B)
@@ -166,7 +169,7 @@ def _norm_fwd_kernel(
         tl.static_assert(IS_RMS, "only RMSNorm has a looped forward (_RMS_FWD_LOOPED)")
         _rms_norm_fwd_long_row(p_x, p_res, p_w, p_b, p_y, p_h, p_rstd, tl.program_id(0).to(tl.int64), n_cols,
                                stride_x_row, stride_res_row, stride_y_row, stride_h_row, eps, offset, HAS_RES, HAS_W,
-                               HAS_B, STORE_H, BLOCK_N, LOOP_STAGES)  # fmt: skip
+                               HAS_B, STORE_H, BLOCK_N, LOOP_STAGES, STORE_STATS)  # fmt: skip
 
 
 @triton.jit
@@ -175,7 +178,7 @@ def _norm_fwd_split_row_kernel(
     n_rows, n_cols, n_blocks, stride_x_row, stride_res_row, stride_y_row, stride_h_row, eps, offset,
     IS_RMS: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
     STORE_H: tl.constexpr, BLOCK_N: tl.constexpr, SUB_N: tl.constexpr, BLOCKS_P2: tl.constexpr,
-    PHASES: tl.constexpr,
+    PHASES: tl.constexpr, STORE_STATS: tl.constexpr,
 ):  # fmt: skip
     """Forward of rows wider than one program holds: ``n_blocks`` programs share a row, one BLOCK_N slice
     each (program id = row * n_blocks + slice).
@@ -223,7 +226,7 @@ def _norm_fwd_split_row_kernel(
             b_squares = tl.load(p_squares + o_b, mask=m_b, other=0.0, volatile=True)
             b_var = (tl.sum(b_squares, axis=0) + tl.sum(b_count * b_between * b_between, axis=0)) / n_cols
         b_rstd = tl.rsqrt(b_var + eps)
-        if i_block == 0:
+        if STORE_STATS and i_block == 0:
             tl.store(p_rstd + i_row, b_rstd)
             if not IS_RMS:
                 tl.store(p_mean + i_row, b_mean)
@@ -604,51 +607,59 @@ def _empty_like_rows(rows: int, n_cols: int, dtype: torch.dtype, device: torch.d
 # --------------------------------------------------------------------------------------------------
 # Launchers (tensors in, tensors out)
 # --------------------------------------------------------------------------------------------------
-def norm_fwd_launch(x, weight, bias, residual, eps, offset, is_rms, store_h, h_fp32):
+def norm_fwd_launch(x, weight, bias, residual, eps, offset, is_rms, store_h, h_fp32, store_stats=True):
     """x, residual: (rows, N) with unit column stride. Returns y, h (None unless store_h), mean (None
-    for RMSNorm) and rstd, the last two fp32 of shape (rows,)."""
+    for RMSNorm) and rstd, the last two fp32 of shape (rows,), or both None without ``store_stats``: a
+    forward no backward follows needs no statistics, and their one-element stores per row cost it 2%
+    (LayerNorm 32768 x 1024 bf16 on the H200, benchmarks/NOTES.md)."""
     n_rows, n_cols = x.shape
     y = _empty_like_rows(n_rows, n_cols, x.dtype, x.device)
     h = None
     if store_h:
         h_dtype = torch.float32 if h_fp32 else (residual.dtype if residual is not None else x.dtype)
         h = _empty_like_rows(n_rows, n_cols, h_dtype, x.device)
-    mean = None if is_rms else torch.empty((n_rows,), dtype=torch.float32, device=x.device)
-    rstd = torch.empty((n_rows,), dtype=torch.float32, device=x.device)
+    mean = None if is_rms or not store_stats else torch.empty((n_rows,), dtype=torch.float32, device=x.device)
+    rstd = torch.empty((n_rows,), dtype=torch.float32, device=x.device) if store_stats else None
     if n_rows == 0:
         return y, h, mean, rstd
     plan = norm_launch_plan(n_cols, x.element_size(), is_rms)
     if plan.split_row:
-        _split_row_fwd(x, weight, bias, residual, y, h, mean, rstd, eps, offset, is_rms, plan)
+        _split_row_fwd(x, weight, bias, residual, y, h, mean, rstd, eps, offset, is_rms, plan, store_stats)
         return y, h, mean, rstd
     # RMSNorm's looped forward: its two pipelined passes over a row each have buffers of their own.
     stage_bytes = 2 * plan.block_n * _bytes_per_element(x, residual)
     stages = pipeline_depth(plan.fwd_stages, stage_bytes, x.device)
     _norm_fwd_kernel[(cdiv(n_rows, plan.rows) if plan.single_pass else n_rows,)](
         x, residual if residual is not None else x, weight if weight is not None else x,
-        bias if bias is not None else x, y, h if h is not None else y, mean if mean is not None else rstd, rstd,
+        bias if bias is not None else x, y, h if h is not None else y, *_stats_pointers(mean, rstd, y),
         n_rows, n_cols, x.stride(0), residual.stride(0) if residual is not None else 0, y.stride(0),
         h.stride(0) if h is not None else 0, eps, offset,
         IS_RMS=is_rms, HAS_RES=residual is not None, HAS_W=weight is not None, HAS_B=bias is not None,
         STORE_H=store_h, SINGLE_PASS=plan.single_pass, ROWS=plan.rows, BLOCK_N=plan.block_n,
         LOOP_STAGES=stages, WEIGHT_FIRST=loads_weight_first(plan.rows, plan.block_n, plan.num_warps),
-        num_warps=plan.num_warps,
+        STORE_STATS=store_stats, num_warps=plan.num_warps,
     )  # fmt: skip
     return y, h, mean, rstd
 
 
-def _split_row_fwd(x, weight, bias, residual, y, h, mean, rstd, eps, offset, is_rms, plan):
+def _stats_pointers(mean, rstd, placeholder):
+    """The forward kernels' p_mean and p_rstd: ``placeholder`` where one is absent (never written then)."""
+    return (mean if mean is not None else rstd if rstd is not None else placeholder,
+            rstd if rstd is not None else placeholder)  # fmt: skip
+
+
+def _split_row_fwd(x, weight, bias, residual, y, h, mean, rstd, eps, offset, is_rms, plan, store_stats):
     """Launches _norm_fwd_split_row_kernel (row_sync.launch_split_rows: one launch, or one per phase)."""
     n_rows, n_cols = x.shape
     launch_split_rows(
         _norm_fwd_split_row_kernel,
         (x, residual if residual is not None else x, weight if weight is not None else x,
-         bias if bias is not None else x, y, h if h is not None else y, mean if mean is not None else rstd, rstd),
+         bias if bias is not None else x, y, h if h is not None else y, *_stats_pointers(mean, rstd, y)),
         (x.stride(0), residual.stride(0) if residual is not None else 0, y.stride(0),
          h.stride(0) if h is not None else 0, eps, offset),
         n_rows, n_cols, plan.block_n, 1 if is_rms else 2, x.device, plan.num_warps,
         IS_RMS=is_rms, HAS_RES=residual is not None, HAS_W=weight is not None, HAS_B=bias is not None,
-        STORE_H=h is not None, SUB_N=plan.split_sub_n,
+        STORE_H=h is not None, SUB_N=plan.split_sub_n, STORE_STATS=store_stats,
     )  # fmt: skip
 
 
@@ -1014,6 +1025,10 @@ def _check_norm_args(name, x, weight, bias, residual, eps, offset) -> None:
     check_device(**{k: v for k, v in tensors.items() if v is not None})
 
 
+# The bare launcher's call where no gradient is needed: without the backward's statistics.
+_norm_fwd_no_backward = functools.partial(norm_fwd_launch, store_stats=False)
+
+
 def _norm(name, is_rms, x, weight, bias, residual, eps, prenorm, residual_in_fp32, offset):
     _check_norm_args(name, x, weight, bias, residual, eps, offset)
     shape = x.shape
@@ -1021,7 +1036,7 @@ def _norm(name, is_rms, x, weight, bias, residual, eps, prenorm, residual_in_fp3
     weight = weight.contiguous() if weight is not None else None
     bias = bias.contiguous() if bias is not None else None
     rows, residual_rows = as_rows(x), as_rows(residual)
-    call = cheapest_path(norm_fwd, _NormFunction, norm_fwd_launch, (rows, weight, bias, residual_rows))
+    call = cheapest_path(norm_fwd, _NormFunction, _norm_fwd_no_backward, (rows, weight, bias, residual_rows))
     y, h, _, _ = call(rows, weight, bias, residual_rows, float(eps), float(offset), is_rms, bool(prenorm),
                       bool(residual_in_fp32))  # fmt: skip
     if y.shape != shape:  # a view only where it changes something: each is an autograd node
