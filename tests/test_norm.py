@@ -121,9 +121,9 @@ def test_backward_of_many_rows(norm, n, dtype, device, monkeypatch):
     monkeypatch.setattr(norm_module, "MANY_ROWS", min(rows, norm_module.MANY_ROWS))
     plan, chosen = norm_module.norm_launch_plan, []
 
-    def recording_plan(*args, many_rows=False):
+    def recording_plan(*args, many_rows=False, **kwargs):
         chosen.append(many_rows)
-        return plan(*args, many_rows=many_rows)
+        return plan(*args, many_rows=many_rows, **kwargs)
 
     monkeypatch.setattr(norm_module, "norm_launch_plan", recording_plan)
     case = {"rows": rows, "n": n, "bias": norm == "layer_norm", "residual": True}

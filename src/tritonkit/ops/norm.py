@@ -517,6 +517,11 @@ _FWD_MEASURED = {
 # at 4096 92.5 -> 95.0%, at 8192 90.9 -> 94.5%. Without a bias its best were others: the bias, loaded with x, takes
 # registers too (one warp per row of 16384 spilled: 58% of the ceiling).
 _LN_FWD_MEASURED = {(1024, 2): (1, 2), (4096, 2): (2, 8), (8192, 2): (1, 4)}
+# LayerNorm's forward where no backward follows (no statistics stored, norm_fwd_launch's store_stats), where its best
+# differed from the entries above by 2% or more: swept through the launcher at 32768 rows against the tables' entry
+# and torch.compile, which stores none either (2026-11-22-norm-fwd-no-stats-configs.txt), % of the copy ceiling:
+# bf16 1024 92.3 -> 94.7 (torch.compile 93.3), bf16 2048 93.1 -> 95.2, fp32 1024 94.8 -> 96.8. Elsewhere within 1.2%.
+_LN_FWD_NO_STATS = {(1024, 2): (2, 4), (2048, 2): (1, 2), (1024, 4): (1, 2)}
 # RMSNorm rows that its looped forward (two passes over each row in chunks, the first keeping the row in L2
 # for the second) moves faster than one pass in registers: (chunk, warps, pipeline depth). bf16 at 4096
 # 94.3 -> 97.5%; fp32 at 4096 96.2 -> 100.1%, at 8192 96.4 -> 99.6%. LayerNorm's three passes lost there.
@@ -564,9 +569,10 @@ SPLIT_ROW_FWD = {(2, True): (16384, 16, 4096), (2, False): (8192, 4, 2048),
 
 
 @functools.lru_cache(maxsize=256)
-def norm_launch_plan(n_cols: int, element_size: int, is_rms: bool = True, many_rows: bool = False) -> _Plan:
+def norm_launch_plan(n_cols: int, element_size: int, is_rms: bool = True, many_rows: bool = False,
+                     store_stats: bool = True) -> _Plan:  # fmt: skip
     """Launch configuration for rows of ``n_cols`` elements of ``element_size`` bytes (``many_rows``: a backward of
-    MANY_ROWS rows or more).
+    MANY_ROWS rows or more; ``store_stats``: a forward that stores the backward's statistics).
 
     Widths in the measured tables use their fastest configuration (for RMSNorm at some widths the looped
     forward). Narrower rows pack 4096 elements per program (4 warps) and take 8 backward programs per SM.
@@ -585,7 +591,8 @@ def norm_launch_plan(n_cols: int, element_size: int, is_rms: bool = True, many_r
         fwd_plan = (False, chunk, 1, warps, stages)
     else:
         rows, warps = (
-            (_LN_FWD_MEASURED.get(key) if not is_rms else None)
+            (_LN_FWD_NO_STATS.get(key) if not is_rms and not store_stats else None)
+            or (_LN_FWD_MEASURED.get(key) if not is_rms else None)
             or _FWD_MEASURED.get(key)
             or (max(1, min(64, 4096 // block_n)), 4)
         )
@@ -622,7 +629,7 @@ def norm_fwd_launch(x, weight, bias, residual, eps, offset, is_rms, store_h, h_f
     rstd = torch.empty((n_rows,), dtype=torch.float32, device=x.device) if store_stats else None
     if n_rows == 0:
         return y, h, mean, rstd
-    plan = norm_launch_plan(n_cols, x.element_size(), is_rms)
+    plan = norm_launch_plan(n_cols, x.element_size(), is_rms, store_stats=store_stats)
     if plan.split_row:
         _split_row_fwd(x, weight, bias, residual, y, h, mean, rstd, eps, offset, is_rms, plan, store_stats)
         return y, h, mean, rstd
@@ -1194,6 +1201,8 @@ _NORM_GPU = (
     {"rows": 4097, "n": 123, "lead": (17, 241), "layout": "transposed"},
     {"rows": 1111, "n": 16000, "residual": True},  # the widest single-pass forward, with a residual
     {"rows": 64, "n": 40000, "trend": 4.0, "residual": True, "prenorm": True, "residual_in_fp32": True},
+    {"rows": 1001, "n": 1024},  # LayerNorm's forward without statistics takes plans of its own at 1024 and 2048
+    {"rows": 999, "n": 2048},  # (_LN_FWD_NO_STATS), odd rows against its two-row blocks
 )
 # The small case first (`--sizes small`), the sweep over widths, then the fused add + prenorm case.
 _NORM_BENCH = (
