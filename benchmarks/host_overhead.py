@@ -150,7 +150,7 @@ def _direct_launch_rows(x):
     y, lse = torch.empty_like(x), torch.empty(8, device="cuda")
     args = (x, y, lse, 8, 4096, 4096, 4096)
     # In the kernel's order: the compiled kernel's launchers take them positionally
-    constexprs = dict(LOG=False, GRID_LOOP=False, ROWS=1, BLOCK_N=4096, LOOP_STAGES=1)
+    constexprs = dict(LOG=False, GRID_LOOP=False, ROWS=1, BLOCK_N=4096, LOOP_STAGES=1, STORE_LSE=True)
     compiled = softmax._softmax_fwd_kernel[(8,)](*args, **constexprs, num_warps=8)
     full_args = (*args, *constexprs.values())
     stream = torch.cuda.current_stream().cuda_stream

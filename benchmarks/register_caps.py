@@ -49,7 +49,7 @@ def single_pass_ms(backward, x, dy, lse, out, rows, warps, regs):
     return median_ms(
         lambda: kernel[(cdiv(n_rows, rows),)](
             *tensors, n_rows, n, *strides, LOG=False, GRID_LOOP=False, ROWS=rows, BLOCK_N=n, LOOP_STAGES=1,
-            num_warps=warps, maxnreg=regs or None,
+            **({} if backward else {"STORE_LSE": True}), num_warps=warps, maxnreg=regs or None,
         )
     )  # fmt: skip
 

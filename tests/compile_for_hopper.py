@@ -246,7 +246,7 @@ def main():
                     "stride_x_row": "i32",
                     "stride_y_row": "i32",
                 },
-                constexprs,
+                {**constexprs, "STORE_LSE": not log},  # with the backward's lse and without
                 num_warps=8,
             )
             compile_one(

@@ -26,6 +26,22 @@ def test_masking_matches_torch(op, n, device):
 
 
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("n", [100, 40000], ids=["whole-rows", "split-rows"])
+def test_forward_without_gradient_stores_no_lse(op, n, device):
+    """Where no gradient is needed the forward over whole rows skips the backward's lse, and each form gives the
+    training forward's output bit for bit."""
+    x = 3 * torch.randn(4, n, device=device)
+    fn = getattr(tk.ops, op)
+    with torch.no_grad():
+        y_inference = fn(x)
+    y_training = fn(x.clone().requires_grad_())
+    assert y_training.grad_fn is not None and torch.equal(y_inference, y_training.detach())
+    y, lse = softmax_module.softmax_fwd_launch(x, op == "log_softmax", store_lse=False)
+    assert torch.equal(y, y_inference)
+    assert (lse is None) == (n <= softmax_module.MAX_SINGLE_PASS)  # split rows store it regardless (one a row)
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
 @pytest.mark.parametrize("dim", [0, 1, -1, -3])
 def test_any_dim(op, dim, device):
     x = torch.randn(3, 5, 7, device=device, requires_grad=True)

@@ -77,8 +77,9 @@ def _finite_or_zero(m):
 
 @triton.jit
 def _softmax_fwd_block(p_x, p_y, p_lse, i_block, n_rows, n_cols, stride_x_row, stride_y_row, LOG: tl.constexpr,
-                       ROWS: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
-    """ROWS whole rows in registers: the max and sum of one read, then the output."""
+                       ROWS: tl.constexpr, BLOCK_N: tl.constexpr, STORE_LSE: tl.constexpr):  # fmt: skip
+    """ROWS whole rows in registers: the max and sum of one read, then the output (and with STORE_LSE the rows'
+    lse, which only a backward reads)."""
     o_rows = (i_block * ROWS + tl.arange(0, ROWS)).to(tl.int64)
     o_n = tl.arange(0, BLOCK_N)
     m_rn = (o_rows < n_rows)[:, None] & (o_n < n_cols)[None, :]
@@ -88,7 +89,8 @@ def _softmax_fwd_block(p_x, p_y, p_lse, i_block, n_rows, n_cols, stride_x_row, s
     b_p = tl.exp(b_x - b_m)
     b_s = tl.sum(b_p, axis=1)[:, None]
     b_lse = b_m + tl.log(b_s)  # [ROWS, 1]
-    tl.store(p_lse + o_rows, tl.sum(b_lse, axis=1), mask=o_rows < n_rows)
+    if STORE_LSE:
+        tl.store(p_lse + o_rows, tl.sum(b_lse, axis=1), mask=o_rows < n_rows)
     b_y = b_x - b_lse if LOG else b_p * (1.0 / b_s)  # one reciprocal per row, not a divide per element
     tl.store(p_y + o_rows[:, None] * stride_y_row + o_n[None, :], b_y.to(p_y.dtype.element_ty), mask=m_rn)
 
@@ -97,20 +99,20 @@ def _softmax_fwd_block(p_x, p_y, p_lse, i_block, n_rows, n_cols, stride_x_row, s
 def _softmax_fwd_kernel(
     p_x, p_y, p_lse, n_rows, n_cols, stride_x_row, stride_y_row,
     LOG: tl.constexpr, GRID_LOOP: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
-    LOOP_STAGES: tl.constexpr,
+    LOOP_STAGES: tl.constexpr, STORE_LSE: tl.constexpr,
 ):  # fmt: skip
     """softmax: y = exp(x - lse);  log_softmax: y = x - lse;  lse = m + log(s), m = max(x),
-    s = sum(exp(x - m)). lse is stored (fp32) for the backward. Whole rows, ROWS a block."""
+    s = sum(exp(x - m)). lse is stored (fp32) for the backward with STORE_LSE. Whole rows, ROWS a block."""
     if not GRID_LOOP:
         _softmax_fwd_block(p_x, p_y, p_lse, tl.program_id(0), n_rows, n_cols, stride_x_row, stride_y_row, LOG, ROWS,
-                           BLOCK_N)  # fmt: skip
+                           BLOCK_N, STORE_LSE)  # fmt: skip
     else:
         # A grid of a few programs per SM looping over row blocks, the next block's loads issued (cp.async)
         # while this one is reduced: with one wide row per program an SM otherwise idles its memory while
         # it computes the exps and reductions.
         for i_block in tl.range(tl.program_id(0), tl.cdiv(n_rows, ROWS), tl.num_programs(0), num_stages=LOOP_STAGES):
             _softmax_fwd_block(p_x, p_y, p_lse, i_block, n_rows, n_cols, stride_x_row, stride_y_row, LOG, ROWS,
-                               BLOCK_N)  # fmt: skip
+                               BLOCK_N, STORE_LSE)  # fmt: skip
 
 
 @triton.jit
@@ -255,10 +257,10 @@ def softmax_launch_plan(n_cols: int, backward: bool = False, element_size: int =
     return SoftmaxPlan(False, block_n, rows, 4 if elements <= 2048 else 8 if elements <= 8192 else 16, 1, 0)
 
 
-def _launch(kernel, split_row_kernel, tensors, strides, x, log, backward, plan):
+def _launch(kernel, split_row_kernel, tensors, strides, x, log, backward, plan, **whole_row_constexprs):
     """Launches the whole-row kernel, or for a split-row plan the split-row kernel: both its phases in one
     launch where the row's programs may wait for each other (row_sync.waits_safely), else one launch per
-    phase (each row read twice)."""
+    phase (each row read twice). ``whole_row_constexprs``: the whole-row kernel's own beyond the plan's."""
     n_rows, n_cols = x.shape
     if plan.split_row:
         launch_split_rows(split_row_kernel, tensors, strides, n_rows, n_cols, plan.block_n, 1 if backward else 2,
@@ -272,20 +274,24 @@ def _launch(kernel, split_row_kernel, tensors, strides, x, log, backward, plan):
     kernel[(n_programs,)](*tensors, n_rows, n_cols, *strides, LOG=log, GRID_LOOP=plan.programs_per_sm > 0,
                           ROWS=plan.rows, BLOCK_N=plan.block_n,
                           LOOP_STAGES=pipeline_depth(plan.stages, stage_bytes, x.device),
-                          num_warps=plan.warps)  # fmt: skip
+                          num_warps=plan.warps, **whole_row_constexprs)  # fmt: skip
 
 
 def softmax_fwd_launch(
-    x: torch.Tensor, log: bool, plan: SoftmaxPlan | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
+    x: torch.Tensor, log: bool, plan: SoftmaxPlan | None = None, store_lse: bool = True
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """x: (rows, N) with unit column stride. Returns y (x's shape and dtype) and the fp32 row
-    log-sum-exp the backward needs. ``plan``: softmax_launch_plan's, unless a sweep or a test gives one."""
+    log-sum-exp the backward needs. Without ``store_lse`` (a forward no backward follows) whole rows skip its
+    one-element store per row, 2% of the forward at 1024 wide, and return None for it; rows split across
+    programs store it regardless (one program a row; skipping it measured 6% slower for log_softmax,
+    2026-11-22-softmax-fwd-lse-ab.txt). ``plan``: softmax_launch_plan's, unless a sweep or a test gives one."""
     y = alloc.empty(x.shape, dtype=x.dtype, device=x.device)
-    lse = alloc.empty((x.shape[0],), dtype=torch.float32, device=x.device)
+    plan = plan or (softmax_launch_plan(x.shape[1], False, x.element_size()) if x.numel() else None)
+    store_lse = store_lse or (plan is not None and plan.split_row)
+    lse = alloc.empty((x.shape[0],), dtype=torch.float32, device=x.device) if store_lse else None
     if x.numel():
-        plan = plan or softmax_launch_plan(x.shape[1], False, x.element_size())
-        _launch(_softmax_fwd_kernel, _softmax_fwd_split_row_kernel, (x, y, lse), (x.stride(0), y.stride(0)), x, log,
-                False, plan)  # fmt: skip
+        _launch(_softmax_fwd_kernel, _softmax_fwd_split_row_kernel, (x, y, lse if store_lse else y),
+                (x.stride(0), y.stride(0)), x, log, False, plan, STORE_LSE=store_lse)  # fmt: skip
     return y, lse
 
 
@@ -359,6 +365,10 @@ def _custom_op_backward(ctx, dy, dlse):
 softmax_fwd.register_autograd(_custom_op_backward, setup_context=_setup_context)
 
 
+# The bare launcher's call where no gradient is needed: without the backward's lse.
+_softmax_fwd_no_backward = functools.partial(softmax_fwd_launch, store_lse=False)
+
+
 def _softmax(name: str, x: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
     check_tensor("x", x, dtypes=FLOAT_DTYPES)
     if isinstance(dim, bool) or not isinstance(dim, int):
@@ -371,7 +381,7 @@ def _softmax(name: str, x: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
     last = dim % ndim == ndim - 1
     moved = x.reshape(1) if x.dim() == 0 else x if last else x.movedim(dim, -1)
     rows = as_rows(moved)
-    y, _ = cheapest_path(softmax_fwd, _SoftmaxFunction, softmax_fwd_launch, (rows,))(rows, log)
+    y, _ = cheapest_path(softmax_fwd, _SoftmaxFunction, _softmax_fwd_no_backward, (rows,))(rows, log)
     if y.shape != moved.shape:
         y = y.view(moved.shape)
     return y.view(x.shape) if x.dim() == 0 else y if last else y.movedim(-1, dim)
