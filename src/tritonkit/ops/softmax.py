@@ -89,8 +89,8 @@ def _softmax_fwd_block(p_x, p_y, p_lse, i_block, n_rows, n_cols, stride_x_row, s
     b_p = tl.exp(b_x - b_m)
     b_s = tl.sum(b_p, axis=1)[:, None]
     b_lse = b_m + tl.log(b_s)  # [ROWS, 1]
-    if STORE_LSE:
-        tl.store(p_lse + o_rows, tl.sum(b_lse, axis=1), mask=o_rows < n_rows)
+    if STORE_LSE:  # evict_last, as the norms' statistics: one element a row, the other rows' programs fill its sector
+        tl.store(p_lse + o_rows, tl.sum(b_lse, axis=1), mask=o_rows < n_rows, eviction_policy="evict_last")
     b_y = b_x - b_lse if LOG else b_p * (1.0 / b_s)  # one reciprocal per row, not a divide per element
     tl.store(p_y + o_rows[:, None] * stride_y_row + o_n[None, :], b_y.to(p_y.dtype.element_ty), mask=m_rn)
 
