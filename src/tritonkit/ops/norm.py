@@ -1207,8 +1207,8 @@ _NORM_GPU = (
     {"rows": 4097, "n": 123, "lead": (17, 241), "layout": "transposed"},
     {"rows": 1111, "n": 16000, "residual": True},  # the widest single-pass forward, with a residual
     {"rows": 64, "n": 40000, "trend": 4.0, "residual": True, "prenorm": True, "residual_in_fp32": True},
-    {"rows": 1001, "n": 1024},  # LayerNorm's forward without statistics takes plans of its own at 1024 and 2048
-    {"rows": 999, "n": 2048},  # (_LN_FWD_NO_STATS), odd rows against its two-row blocks
+    {"rows": 1001, "n": 1024},  # LayerNorm's forward plans of two rows a block at 1024, with statistics and without
+    {"rows": 999, "n": 2048},  # (_LN_FWD_MEASURED, _LN_FWD_NO_STATS): odd rows; its plan at 2048 changed too
 )
 # The small case first (`--sizes small`), the sweep over widths, then the fused add + prenorm case.
 _NORM_BENCH = (
