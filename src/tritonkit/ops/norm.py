@@ -151,13 +151,13 @@ def _norm_fwd_kernel(
             b_centered = b_h
         else:
             b_mean = tl.sum(b_h, axis=1) / n_cols  # [ROWS]
-            # evict_last: a row's one element shares its 32-byte sector with other programs' rows; evicted before
-            # they fill it, each partial sector costs DRAM a read-modify-write (2% of the forward at 1024 wide)
-            if STORE_STATS:
+            if STORE_STATS:  # evict_last: as rstd's, below
                 tl.store(p_mean + o_rows, b_mean, mask=m_rows, eviction_policy="evict_last")
             b_centered = tl.where(m_rn, b_h - b_mean[:, None], 0.0)
         b_rstd = tl.rsqrt(tl.sum(b_centered * b_centered, axis=1) / n_cols + eps)  # [ROWS]
-        if STORE_STATS:  # evict_last: as mean's
+        # evict_last: a row's one element shares its 32-byte sector with other programs' rows; evicted before they
+        # fill it, each partial sector likely costs DRAM a read-modify-write (2% of the forward at 1024 wide)
+        if STORE_STATS:
             tl.store(p_rstd + o_rows, b_rstd, mask=m_rows, eviction_policy="evict_last")
         b_y = b_centered * b_rstd[:, None]
         if not WEIGHT_FIRST:
