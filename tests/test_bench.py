@@ -160,6 +160,23 @@ def test_forward_step():
     assert torch.equal(step(), x * y) and not x.requires_grad
 
 
+def test_training_forward_step_builds_the_autograd_graph():
+    from tritonkit.registry import Inputs
+
+    x, y = torch.randn(5), torch.randn(5)
+    step = harness.make_step(torch.mul, Inputs((x, y)), "fwd-train")
+    out = step()
+    torch.testing.assert_close(out.detach(), x.detach() * y.detach())
+    assert out.requires_grad and out.grad_fn is not None  # what a backward reads is saved, as in training
+    assert x.grad is None
+
+
+def test_training_forward_counts_the_forward_bytes():
+    spec, case = registry.get("rms_norm"), {"rows": 8, "n": 64}
+    train = cost.bytes_for_mode(spec, case, torch.bfloat16, "fwd-train")
+    assert train == cost.bytes_for_mode(spec, case, torch.bfloat16, "fwd") == 2 * 8 * 64 * 2 + 2 * 64 * 2
+
+
 def test_forward_backward_step_returns_gradients_without_accumulating():
     from tritonkit.registry import Inputs
 

@@ -260,7 +260,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("names", nargs="*", help="kernel names (default: all), or `calibrate`")
     bench.add_argument("--tag", help="only kernels with this tag or family")
-    bench.add_argument("--mode", choices=MODES, default="fwd", help="what to time (default: fwd)")
+    bench.add_argument(
+        "--mode",
+        choices=MODES,
+        default="fwd",
+        help="what to time: fwd (no gradients), fwd-train (inputs requiring grad, so the ops save their "
+        "backward's statistics), bwd, fwd+bwd (default: fwd)",
+    )
     bench.add_argument("--dtype", action="append", choices=_DTYPE_NAMES, help="dtype to run (repeatable; default: all)")
     bench.add_argument("--providers", nargs="+", help="only these providers (tritonkit, torch, torch.compile, peers)")
     bench.add_argument(

@@ -5,5 +5,5 @@ Pure arithmetic and report writing live in :mod:`.cost`, :mod:`.providers` and :
 run anywhere; timing (:mod:`.harness`) and calibration (:mod:`.calibrate`) need a CUDA GPU.
 """
 
-MODES = ("fwd", "bwd", "fwd+bwd")
+MODES = ("fwd", "fwd-train", "bwd", "fwd+bwd")
 SIZES = ("small", "default", "sweep")

@@ -52,9 +52,10 @@ class Throughput:
 
 
 def _for_mode(forward_model, backward_model, case: Case, dtype: torch.dtype, mode: str) -> int | None:
-    """A cost model of the timed work: the forward, the backward, or both (None without a backward model)."""
+    """A cost model of the timed work: the forward (``fwd``, and ``fwd-train``, whose saved statistics are a
+    row's few bytes), the backward, or both (None without a backward model)."""
     forward = forward_model(case, dtype)
-    if mode == "fwd":
+    if mode in ("fwd", "fwd-train"):
         return forward
     if backward_model is None:
         return None

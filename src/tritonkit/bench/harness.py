@@ -126,9 +126,12 @@ def _differentiable_outputs(result) -> list[torch.Tensor]:
 
 def make_step(fn: Callable, inputs: Inputs, mode: str) -> Callable[[], object]:
     """A zero-argument callable that runs ``mode`` once on ``inputs`` and returns what it computed
-    (the outputs, or the gradients of the trainable inputs in their order). ``bwd`` runs the forward
-    once here and times the backward alone. Floating inputs require grad except the frozen ones
-    (``Inputs.frozen``); the backward flows from every output, each under its own random gradient.
+    (the outputs, or the gradients of the trainable inputs in their order). ``fwd`` runs the forward with no
+    input requiring grad (inference: ops may skip what only a backward reads); ``fwd-train`` the forward a
+    training step runs, trainable inputs requiring grad, so each op saves its backward's statistics (the
+    autograd graph is dropped with the outputs). ``bwd`` runs the forward once here and times the backward
+    alone. Floating inputs require grad except the frozen ones (``Inputs.frozen``); the backward flows from
+    every output, each under its own random gradient.
 
     The gradients are returned by ``torch.autograd.grad``, not accumulated into ``.grad``: accumulating
     adds a read-add-write of every gradient from the second step on (inside a CUDA graph, on every
@@ -136,6 +139,8 @@ def make_step(fn: Callable, inputs: Inputs, mode: str) -> Callable[[], object]:
     if mode == "fwd":
         return lambda: fn(*inputs.args, **inputs.kwargs)
     leaves = [t.requires_grad_(True) for _, t in inputs.trainable()]
+    if mode == "fwd-train":
+        return lambda: fn(*inputs.args, **inputs.kwargs)
     if mode == "fwd+bwd":
         upstream: list[torch.Tensor] = []  # allocated on the first call, outside the timed runs
 
@@ -243,7 +248,7 @@ def measure_case(
         if provider.skip_reason:
             row.skipped = provider.skip_reason
             continue
-        if mode != "fwd" and not spec.has_backward:
+        if mode != "fwd" and not spec.has_backward:  # fwd-train too: without a backward it is fwd
             row.skipped = f"{spec.name} has no backward pass"
             continue
         if provider.name == "torch.compile":
