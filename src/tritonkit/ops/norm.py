@@ -348,12 +348,14 @@ def _norm_bwd_kernel(
     IS_RMS: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
     HAS_DH: tl.constexpr, STORE_DRES: tl.constexpr, ROW_TERMS: tl.constexpr, ROWS: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCKS_P2: tl.constexpr, LOOP_STAGES: tl.constexpr, LOW_REGISTERS: tl.constexpr,
-    AHEAD: tl.constexpr = False,
+    AHEAD: tl.constexpr = False, INTERLEAVED: tl.constexpr = False,
 ):  # fmt: skip
-    """Backward of rows [k*rows_per_program, ...) for k = program_id(1), over column block program_id(0),
-    ROWS rows at a time. With LOW_REGISTERS (saves_registers), where registers are short, the weight is
-    reloaded at each step (from cache) instead of held, and dw, db are summed before the row terms, so
-    that dy is dead across those sums.
+    """Backward of the rows of group k = program_id(1), over column block program_id(0), ROWS rows at a time:
+    rows [k*rows_per_program, (k+1)*rows_per_program), or with INTERLEAVED the steps k, k + G, k + 2G, ... of
+    ROWS rows each (G groups), so that the programs sweep the rows together, as a non-persistent grid does.
+    With LOW_REGISTERS (saves_registers), where registers are short, the weight is reloaded at each step
+    (from cache) instead of held, and dw, db are summed before the row terms, so that dy is dead across
+    those sums.
 
     With xhat = (h - mean) * rstd and g = (offset + w) * dy, and per row c_xhat = mean(g * xhat) and
     c_one = mean(g):
@@ -373,8 +375,17 @@ def _norm_bwd_kernel(
     o_n = (tl.program_id(0) * BLOCK_N if ROW_TERMS != TILE else 0) + tl.arange(0, BLOCK_N)
     m_n = o_n < n_cols
     i_part = tl.program_id(1).to(tl.int64)
-    row_start = i_part * rows_per_program  # int64 bounds: row * stride can pass 2**31
-    row_end = tl.minimum(row_start + rows_per_program, n_rows)
+    if INTERLEAVED:
+        # A block of rows per program had each of several hundred programs streaming a region of its own: the
+        # programs ran 45-52 us where they should all take 49 (Hopper's %globaltimer at each program's end), and
+        # the whole 3-6% slower than this (2026-11-22-norm-bwd-interleaved.txt).
+        row_start = i_part * ROWS  # int64 bounds: row * stride can pass 2**31
+        row_end = n_rows
+        row_step = tl.num_programs(1) * ROWS
+    else:
+        row_start = i_part * rows_per_program
+        row_end = tl.minimum(row_start + rows_per_program, n_rows)
+        row_step = ROWS
     if not LOW_REGISTERS:
         b_w = _offset_weight(p_w, o_n, m_n, offset, HAS_W)
     acc_dw = tl.zeros((BLOCK_N,), dtype=tl.float32)
@@ -386,12 +397,12 @@ def _norm_bwd_kernel(
                           ROWS)  # fmt: skip
     # ROWS rows per iteration, and with LOOP_STAGES > 1 the next iteration's loads issued (cp.async) while
     # this one is reduced: more loads in flight per program than one row at a time.
-    for r0 in tl.range(row_start, row_end, ROWS, num_stages=LOOP_STAGES):
+    for r0 in tl.range(row_start, row_end, row_step, num_stages=LOOP_STAGES):
         o_r = r0 + tl.arange(0, ROWS)
         m_r = o_r < row_end
         if AHEAD:  # noqa: SIM102 (a constexpr test, then a runtime one: Triton prunes the first at compile time)
-            if r0 + ROWS < row_end:
-                _publish_step(p_dy, p_x, p_res, p_w, p_mean, p_rstd, p_c_xhat, p_c_one, p_count, r0 + ROWS,
+            if r0 + row_step < row_end:
+                _publish_step(p_dy, p_x, p_res, p_w, p_mean, p_rstd, p_c_xhat, p_c_one, p_count, r0 + row_step,
                               row_end, stride_dy_row, stride_x_row, stride_res_row, o_n, m_n, offset, IS_RMS,
                               HAS_RES, HAS_W, ROWS)  # fmt: skip
         if LOW_REGISTERS:
@@ -724,8 +735,8 @@ def norm_bwd_launch(dy, dh, x, weight, residual, mean, rstd, offset, is_rms, has
         # One fp32 workspace holds each program's (or row group's) share of dweight and dbias, summed
         # in a fixed order afterwards, and on the wide path each row's terms (c_xhat, and c_one for
         # LayerNorm). No rows: zeros, which that sum turns into zero gradients.
-        if plan.bwd_single_pass:
-            n_parts = max(1, min(n_rows, plan.bwd_programs_per_sm * sm_count(x.device)))
+        if plan.bwd_single_pass:  # its steps interleaved: no program past the rows' last step
+            n_parts = max(1, min(cdiv(n_rows, plan.bwd_rows), plan.bwd_programs_per_sm * sm_count(x.device)))
         else:
             wide = wide_bwd_plan(n_cols, x.element_size(), is_rms, has_bias, x.device)
             n_parts = max(1, min(n_rows, wide.per_sm * sm_count(x.device) // cdiv(n_cols, wide.block_n)))
@@ -752,7 +763,7 @@ def norm_bwd_launch(dy, dh, x, weight, residual, mean, rstd, offset, is_rms, has
             row_block = next_power_of_2(n_cols)  # plan.block_n is the forward's, a chunk where it loops
             _norm_bwd_kernel[(1, n_parts)](
                 *tensors, rstd, rstd, rstd, *outputs, n_rows, n_cols, cdiv(n_rows, n_parts), *strides, offset,
-                **flags, ROW_TERMS=TILE.value, ROWS=plan.bwd_rows, BLOCK_N=row_block, BLOCKS_P2=1,
+                **flags, ROW_TERMS=TILE.value, ROWS=plan.bwd_rows, BLOCK_N=row_block, BLOCKS_P2=1, INTERLEAVED=True,
                 LOOP_STAGES=pipeline_depth(plan.bwd_stages, plan.bwd_rows * row_block * streamed, x.device),
                 LOW_REGISTERS=saves_registers(plan.bwd_rows, row_block, plan.bwd_warps),
                 num_warps=plan.bwd_warps,
