@@ -546,9 +546,11 @@ _RMS_FWD_LOOPED = {(4096, 2): (2048, 8, 1), (4096, 4): (4096, 16, 1), (8192, 4):
 _BWD_MEASURED = {
     (1024, 2): (4, 4, 2, 3), (2048, 2): (4, 4, 1, 3), (4096, 2): (1, 8, 2, 3), (8192, 2): (1, 8, 1, 3),
     (16384, 2): (1, 16, 1, 1),
-    (1024, 4): (4, 4, 1, 3), (2048, 4): (4, 16, 2, 1), (4096, 4): (4, 16, 2, 3), (8192, 4): (4, 16, 1, 3),
+    (1024, 4): (4, 4, 1, 3), (2048, 4): (1, 8, 2, 3), (4096, 4): (1, 16, 1, 3), (8192, 4): (4, 16, 1, 3),
     (16384, 4): (1, 8, 1, 1),  # saves_registers' order: 0.794 ms against 0.94 before and 1.26 on the wide path
 }  # fmt: skip
+# fp32 at 2048 and 4096 swept again once the programs took interleaved steps, through the launcher at 128 MB a tensor
+# (2026-11-22-norm-launcher-interleaved.txt): RMSNorm 0.1022 -> 0.0993 ms and 0.1058 -> 0.0998.
 # LayerNorm's backward (with a bias) holds a dbias accumulator too. At 16384 its single pass spilled 2 KB a
 # thread (6.4 ms in bf16 against 0.66 on the wide path) until the LOW_REGISTERS order (saves_registers);
 # now, with 8 warps, 0.542 ms in bf16 and 1.196 in fp32 against the wide path's 0.661 and 1.265
@@ -559,6 +561,7 @@ _BWD_MEASURED = {
 _LN_BWD_MEASURED = {
     (16384, 2): (1, 8, 1, 1), (8192, 4): (2, 8, 1, 3), (16384, 4): None,  # fp32 8192: 90.8 -> 92.4%
     (2048, 4): (1, 4, 2, 3), (4096, 4): (1, 4, 1, 3),
+    (4096, 2): (1, 16, 2, 4),  # interleaved steps, bf16 16384 x 4096 through the launcher: 0.1038 -> 0.1010 ms
 }  # fmt: skip
 # Backward configurations for MANY_ROWS rows or more, keyed by (power-of-two width, element size, RMSNorm?), where
 # they beat the entries above: fewer programs (each with more rows, and fewer dweight/dbias partial rows to sum)
@@ -568,11 +571,12 @@ _LN_BWD_MEASURED = {
 # 0.1055; fp32 2048 RMSNorm 0.2081 -> 0.2036. bf16 at 1024 gains only from 65536 rows (RMSNorm 0.1087 -> 0.1044,
 # LayerNorm 0.1078 -> 0.1070), and its entry is level at 32768 (0.0554 against 0.0553). At 16384 rows the entries
 # above stay best (bf16 2048 RMSNorm 0.0554 against 0.0561); fp32 LayerNorm at 2048 keeps its entry (0.2051
-# against the best 0.2049).
+# against the best 0.2049). Once the programs took interleaved steps, LayerNorm's bf16 entries were swept again
+# (2026-11-22-norm-launcher-interleaved.txt): 1024 0.0542 -> 0.0530 ms, 2048 0.1023 -> 0.1013; RMSNorm's stayed best.
 MANY_ROWS = 32768
 _BWD_MANY_ROWS = {
-    (1024, 2, True): (4, 2, 1, 4), (1024, 2, False): (4, 2, 1, 4),
-    (2048, 2, True): (2, 4, 1, 4), (2048, 2, False): (2, 4, 2, 3),
+    (1024, 2, True): (4, 2, 1, 4), (1024, 2, False): (2, 4, 4, 3),
+    (2048, 2, True): (2, 4, 1, 4), (2048, 2, False): (2, 4, 1, 6),
     (1024, 4, True): (2, 2, 1, 4), (1024, 4, False): (2, 2, 1, 4), (2048, 4, True): (1, 16, 2, 3),
 }  # fmt: skip
 # Rows wider than MAX_SINGLE_PASS, forward (_norm_fwd_split_row_kernel), keyed by (element size, RMSNorm?):
