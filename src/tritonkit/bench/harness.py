@@ -248,7 +248,7 @@ def measure_case(
         if provider.skip_reason:
             row.skipped = provider.skip_reason
             continue
-        if mode != "fwd" and not spec.has_backward:  # fwd-train too: without a backward it is fwd
+        if mode != "fwd" and not spec.has_backward:  # fwd-train too: without a backward it would time fwd again
             row.skipped = f"{spec.name} has no backward pass"
             continue
         if provider.name == "torch.compile":

@@ -376,9 +376,9 @@ def _norm_bwd_kernel(
     m_n = o_n < n_cols
     i_part = tl.program_id(1).to(tl.int64)
     if INTERLEAVED:
-        # A block of rows per program had each of several hundred programs streaming a region of its own: the
-        # programs ran 45-52 us where they should all take 49 (Hopper's %globaltimer at each program's end), and
-        # the whole 3-6% slower than this (2026-11-22-norm-bwd-interleaved.txt).
+        # With a block of rows each, several hundred programs streamed regions of their own: the same work took
+        # them 45-52 us (median 49; %globaltimer read at each program's start and end), and the kernel, which
+        # ends with the slowest, ran 3-6% longer than this (2026-11-22-norm-bwd-{timeline,interleaved}.txt).
         row_start = i_part * ROWS  # int64 bounds: row * stride can pass 2**31
         row_end = n_rows
         row_step = tl.num_programs(1) * ROWS
