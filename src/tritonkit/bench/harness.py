@@ -136,10 +136,8 @@ def make_step(fn: Callable, inputs: Inputs, mode: str) -> Callable[[], object]:
     The gradients are returned by ``torch.autograd.grad``, not accumulated into ``.grad``: accumulating
     adds a read-add-write of every gradient from the second step on (inside a CUDA graph, on every
     replay), about 40% of an RMSNorm backward, which is the optimizer's cost and not the op's."""
-    if mode == "fwd":
-        return lambda: fn(*inputs.args, **inputs.kwargs)
-    leaves = [t.requires_grad_(True) for _, t in inputs.trainable()]
-    if mode == "fwd-train":
+    leaves = [] if mode == "fwd" else [t.requires_grad_(True) for _, t in inputs.trainable()]
+    if mode in ("fwd", "fwd-train"):
         return lambda: fn(*inputs.args, **inputs.kwargs)
     if mode == "fwd+bwd":
         upstream: list[torch.Tensor] = []  # allocated on the first call, outside the timed runs
