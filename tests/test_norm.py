@@ -116,7 +116,7 @@ def test_backward_of_many_rows(norm, n, dtype, device, monkeypatch):
     """From MANY_ROWS rows the backward takes configurations of its own (fewer programs, deeper pipelines), checked
     like any registry case: forward and every gradient against float64. On the CPU MANY_ROWS is lowered to the
     case's rows so that the interpreter runs those configurations too; on the GPU there are MANY_ROWS + 3 rows, so
-    programs' shares end mid-step."""
+    where a step holds several rows, the last of the interleaved steps is partly masked."""
     rows = 37 if device == "cpu" else norm_module.MANY_ROWS + 3
     monkeypatch.setattr(norm_module, "MANY_ROWS", min(rows, norm_module.MANY_ROWS))
     plan, chosen = norm_module.norm_launch_plan, []
