@@ -554,12 +554,15 @@ _BWD_MEASURED = {
 # LayerNorm's backward (with a bias) holds a dbias accumulator too. At 16384 its single pass spilled 2 KB a
 # thread (6.4 ms in bf16 against 0.66 on the wide path) until the LOW_REGISTERS order (saves_registers);
 # now, with 8 warps, 0.542 ms in bf16 and 1.196 in fp32 against the wide path's 0.661 and 1.265
-# (2026-11-22-norm-16384-bwd-configs.txt). Elsewhere RMSNorm's entries. None: the wide backward, whose one-launch
-# form later beat the single pass in fp32 at 16384 (_NARROW_SHARED_TILE). fp32 at 2048 and 4096: swept through the
-# launcher, the dweight/dbias sum timed too (`norm_configs.py --launcher`, 2026-11-22-norm-launcher-sweep.txt), one
-# program per SM beat RMSNorm's four: 0.1077 -> 0.1059 ms and 0.2107 -> 0.2039.
+# (2026-11-22-norm-16384-bwd-configs.txt). Once the programs took interleaved steps, bf16 at 16384 took RMSNorm's
+# 16 warps: with a bias 0.6052 -> 0.5888 ms at 16384 rows and 0.1640 -> 0.1600 at 4096, without one 0.548 -> 0.446
+# (2026-11-22-norm-ln-16384-bias-cost.txt: the dbias accumulator costs LayerNorm and RMSNorm 16-25% here).
+# Elsewhere RMSNorm's entries. None: the wide backward, whose one-launch form later beat the single pass in fp32 at
+# 16384 (_NARROW_SHARED_TILE). fp32 at 2048 and 4096: swept through the launcher, the dweight/dbias sum timed too
+# (`norm_configs.py --launcher`, 2026-11-22-norm-launcher-sweep.txt), one program per SM beat RMSNorm's four: 0.1077
+# -> 0.1059 ms and 0.2107 -> 0.2039.
 _LN_BWD_MEASURED = {
-    (16384, 2): (1, 8, 1, 1), (8192, 4): (2, 8, 1, 3), (16384, 4): None,  # fp32 8192: 90.8 -> 92.4%
+    (8192, 4): (2, 8, 1, 3), (16384, 4): None,  # fp32 8192: 90.8 -> 92.4%
     (2048, 4): (1, 4, 2, 3), (4096, 4): (1, 4, 1, 3),
     (4096, 2): (1, 16, 2, 4),  # interleaved steps, bf16 16384 x 4096 through the launcher: 0.1038 -> 0.1010 ms
 }  # fmt: skip
