@@ -230,7 +230,7 @@ def print_wide(widths, dtypes, tiles, norms=(True, False)):
     against what the tables take now (the two phases, or at 16384 LayerNorm's single pass). Each tile's
     gradients are checked against those of the tables' path ('MISMATCH' where they differ)."""
     for dtype, n, is_rms in itertools.product(dtypes, widths, norms):
-        single_pass = norm.norm_launch_plan(n, dtype.itemsize, is_rms).bwd_single_pass
+        single_pass = norm.norm_launch_plan(n, dtype.itemsize, is_rms, has_bias=not is_rms).bwd_single_pass
         if single_pass and is_rms:  # RMSNorm's single pass: 90-95% of the ceiling where it is taken
             continue
         rows = max(1, ROWS_TOTAL * 16384 // n)  # the same bytes as 16384 x 16384
@@ -284,7 +284,7 @@ def print_launcher(widths, dtypes, stages=(1, 3), n_rows=ROWS_TOTAL):
     elements a thread, ``stages`` deep, against the tables' configuration; LayerNorm with its bias; ``n_rows``
     rows."""
     for dtype, n, is_rms in itertools.product(dtypes, widths, (True, False)):
-        plan = norm.norm_launch_plan(n, dtype.itemsize, is_rms, many_rows=n_rows >= norm.MANY_ROWS)
+        plan = norm.norm_launch_plan(n, dtype.itemsize, is_rms, many_rows=n_rows >= norm.MANY_ROWS, has_bias=not is_rms)
         if not plan.bwd_single_pass:
             continue
         x = torch.randn(n_rows, n, device="cuda", dtype=dtype)

@@ -132,6 +132,32 @@ def test_backward_of_many_rows(norm, n, dtype, device, monkeypatch):
     assert chosen[-1] is True  # the backward's plan was the many-rows one
 
 
+@pytest.mark.parametrize("norm", ["rms_norm", "layer_norm"])
+def test_backward_in_blocks_of_rows(norm, device, monkeypatch):
+    """The single-pass backward with a block of rows per program (bwd_interleaved=False, as bf16 LayerNorm at 16384
+    takes it): two rows a step, so blocks of three rows end in a partial step; on the CPU's four programs 9 rows
+    leave the last program none, on the H200's 132 programs 4099 rows leave three with none. Against float64."""
+    rows, n = (9, 40) if device == "cpu" else (4099, 1000)
+    plan = norm_module.norm_launch_plan
+    blocks = dict(bwd_interleaved=False, bwd_programs_per_sm=1, bwd_warps=4, bwd_rows=2, bwd_stages=1)
+    monkeypatch.setattr(norm_module, "norm_launch_plan", lambda *a, **k: dataclasses.replace(plan(*a, **k), **blocks))
+    monkeypatch.setattr(norm_module, "ONE_PROGRAM_BACKWARD", 0)  # else the CPU's few rows take one program
+    case = {"rows": rows, "n": n, "bias": norm == "layer_norm", "residual": True}
+    result = testing.run_case(registry.get(norm), case, torch.float32, device, grad_mode="random")
+    assert result.ok, result.explain()
+
+
+def test_layer_norm_backward_plans_at_16384_depend_on_the_bias():
+    """bf16 LayerNorm at 16384: with a bias one 8-warp program per SM over a block of rows, without one RMSNorm's
+    16 warps and interleaved steps (the measured tables); RMSNorm keeps interleaved steps either way."""
+    with_bias = norm_module.norm_launch_plan(16384, 2, is_rms=False, has_bias=True)
+    without = norm_module.norm_launch_plan(16384, 2, is_rms=False, has_bias=False)
+    rms = norm_module.norm_launch_plan(16384, 2, is_rms=True, has_bias=True)
+    assert (with_bias.bwd_warps, with_bias.bwd_interleaved) == (8, False)
+    assert (without.bwd_warps, without.bwd_interleaved) == (16, True)
+    assert (rms.bwd_warps, rms.bwd_interleaved) == (16, True)
+
+
 def _broken(name, fn):
     return KernelSpec(**{**registry.get(name).__dict__, "name": f"broken_{name}", "fn": fn})
 

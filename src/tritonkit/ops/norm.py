@@ -510,6 +510,7 @@ class _Plan:
     bwd_stages: int = 1  # software-pipeline depth of the backward's loop over rows
     split_row: bool = False  # forward: rows wider than one program, block_n-element slices (see SPLIT_ROW_FWD)
     split_sub_n: int = 0  # the split-row forward's output pieces
+    bwd_interleaved: bool = True  # single-pass backward: interleaved steps of rows per program, else a block of rows
 
 
 # Fastest launch configurations measured on the H200 over 16384 rows by benchmarks/norm_configs.py
@@ -554,15 +555,15 @@ _BWD_MEASURED = {
 # LayerNorm's backward (with a bias) holds a dbias accumulator too. At 16384 its single pass spilled 2 KB a
 # thread (6.4 ms in bf16 against 0.66 on the wide path) until the LOW_REGISTERS order (saves_registers);
 # now, with 8 warps, 0.542 ms in bf16 and 1.196 in fp32 against the wide path's 0.661 and 1.265
-# (2026-11-22-norm-16384-bwd-configs.txt). Once the programs took interleaved steps, bf16 at 16384 took RMSNorm's
-# 16 warps: with a bias 0.6052 -> 0.5888 ms at 16384 rows and 0.1640 -> 0.1600 at 4096, without one 0.548 -> 0.446
-# (2026-11-22-norm-ln-16384-bias-cost.txt: the dbias accumulator costs LayerNorm and RMSNorm 16-25% here).
-# Elsewhere RMSNorm's entries. None: the wide backward, whose one-launch form later beat the single pass in fp32 at
-# 16384 (_NARROW_SHARED_TILE). fp32 at 2048 and 4096: swept through the launcher, the dweight/dbias sum timed too
-# (`norm_configs.py --launcher`, 2026-11-22-norm-launcher-sweep.txt), one program per SM beat RMSNorm's four: 0.1077
-# -> 0.1059 ms and 0.2107 -> 0.2039.
+# (2026-11-22-norm-16384-bwd-configs.txt); bf16 there takes a block of rows per program (_BWD_ROW_BLOCKS), and
+# without a bias 16 warps (_LN_BWD_NO_BIAS). The dbias accumulator costs both norms 16-25% at 16384 (bf16 RMSNorm
+# 0.400 -> 0.479 ms with one; 2026-11-22-norm-ln-16384-bias-cost.txt). Elsewhere RMSNorm's entries. None: the wide
+# backward, whose one-launch form later beat the single pass in fp32 at 16384 (_NARROW_SHARED_TILE). fp32 at 2048 and
+# 4096: swept through the launcher, the dweight/dbias sum timed too (`norm_configs.py --launcher`,
+# 2026-11-22-norm-launcher-sweep.txt), one program per SM beat RMSNorm's four: 0.1077 -> 0.1059 ms and 0.2107 ->
+# 0.2039.
 _LN_BWD_MEASURED = {
-    (8192, 4): (2, 8, 1, 3), (16384, 4): None,  # fp32 8192: 90.8 -> 92.4%
+    (16384, 2): (1, 8, 1, 1), (8192, 4): (2, 8, 1, 3), (16384, 4): None,  # fp32 8192: 90.8 -> 92.4%
     (2048, 4): (1, 4, 2, 3), (4096, 4): (1, 4, 1, 3),
     (4096, 2): (1, 16, 2, 4),  # interleaved steps, bf16 16384 x 4096 through the launcher: 0.1038 -> 0.1010 ms
 }  # fmt: skip
@@ -582,6 +583,16 @@ _BWD_MANY_ROWS = {
     (2048, 2, True): (2, 4, 1, 4), (2048, 2, False): (2, 4, 1, 6),
     (1024, 4, True): (2, 2, 1, 4), (1024, 4, False): (2, 2, 1, 4), (2048, 4, True): (1, 16, 2, 3),
 }  # fmt: skip
+# Single-pass backwards whose programs take a block of rows each, not interleaved steps, keyed by (power-of-two
+# width, element size, RMSNorm?, bias?): bf16 LayerNorm with a bias at 16384, one 8-warp program per SM. Through the
+# launcher (2026-11-22-norm-bwd-blocks-16384.txt), against interleaved steps with 8 and 16 warps: 0.5465 against
+# 0.6041 and 0.5922 ms at 16384 rows, 0.1545 against 0.1646 and 0.1595 at 4096. At the other entries measured there
+# (bf16 8192 and RMSNorm 16384, fp32 8192 and RMSNorm 16384) interleaved steps were 1-5% faster.
+_BWD_ROW_BLOCKS = {(16384, 2, False, True)}
+# LayerNorm's backward without a bias, where it is faster than the entries above (measured with a bias): one
+# accumulator fewer, like RMSNorm's. bf16 at 16384 with RMSNorm's 16 warps and interleaved steps: 0.548 -> 0.446 ms
+# (2026-11-22-norm-ln-16384-bias-cost.txt).
+_LN_BWD_NO_BIAS = {(16384, 2): (1, 16, 1, 1)}
 # Rows wider than MAX_SINGLE_PASS, forward (_norm_fwd_split_row_kernel), keyed by (element size, RMSNorm?):
 # (slice, warps, output piece), a slice per program, several programs per row. Swept at 32768, 65536 and 131072
 # wide through the launcher (2026-11-22-norm-split-row-configs.txt), % of the copy ceiling against the loop of
@@ -594,9 +605,10 @@ SPLIT_ROW_FWD = {(2, True): (16384, 16, 4096), (2, False): (8192, 4, 2048),
 
 @functools.lru_cache(maxsize=256)
 def norm_launch_plan(n_cols: int, element_size: int, is_rms: bool = True, many_rows: bool = False,
-                     store_stats: bool = True) -> _Plan:  # fmt: skip
+                     store_stats: bool = True, has_bias: bool = False) -> _Plan:  # fmt: skip
     """Launch configuration for rows of ``n_cols`` elements of ``element_size`` bytes (``many_rows``: a backward of
-    MANY_ROWS rows or more; ``store_stats``: a forward that stores the backward's statistics).
+    MANY_ROWS rows or more; ``store_stats``: a forward that stores the backward's statistics; ``has_bias``: a
+    backward that sums dbias too, which LayerNorm's tables assume).
 
     Widths in the measured tables use their fastest configuration (for RMSNorm at some widths the looped
     forward). Narrower rows pack 4096 elements per program (4 warps) and take 8 backward programs per SM.
@@ -622,13 +634,15 @@ def norm_launch_plan(n_cols: int, element_size: int, is_rms: bool = True, many_r
         )
         fwd_plan = (True, block_n, rows, warps, 1)
     bwd = _BWD_MEASURED.get(key) if is_rms else _LN_BWD_MEASURED.get(key, _BWD_MEASURED.get(key))
+    if not is_rms and not has_bias:
+        bwd = _LN_BWD_NO_BIAS.get(key, bwd)
     if many_rows:
         bwd = _BWD_MANY_ROWS.get((*key, is_rms), bwd)
     if bwd is None and block_n < 1024:
         bwd = (8, 4, 1, 1)
     if bwd is None:  # an element size never measured, 1024 wide or more: the wide backward
         return _Plan(*fwd_plan, False)
-    return _Plan(*fwd_plan, True, *bwd)
+    return _Plan(*fwd_plan, True, *bwd, bwd_interleaved=(*key, is_rms, has_bias) not in _BWD_ROW_BLOCKS)
 
 
 def _empty_like_rows(rows: int, n_cols: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -729,7 +743,7 @@ def norm_bwd_launch(dy, dh, x, weight, residual, mean, rstd, offset, is_rms, has
     separate_dres = residual is not None and not _shares_dres(x, residual)
     dres = _empty_like_rows(n_rows, n_cols, residual.dtype, x.device) if separate_dres else None
     w_dtype = weight.dtype if weight is not None else x.dtype
-    plan = norm_launch_plan(n_cols, x.element_size(), is_rms, many_rows=n_rows >= MANY_ROWS)
+    plan = norm_launch_plan(n_cols, x.element_size(), is_rms, many_rows=n_rows >= MANY_ROWS, has_bias=has_bias)
     n_sums = (weight is not None) + has_bias
     one_program = plan.bwd_single_pass and 0 < n_rows * n_cols <= ONE_PROGRAM_BACKWARD
     if one_program:
@@ -742,7 +756,7 @@ def norm_bwd_launch(dy, dh, x, weight, residual, mean, rstd, offset, is_rms, has
         # One fp32 workspace holds each program's (or row group's) share of dweight and dbias, summed
         # in a fixed order afterwards, and on the wide path each row's terms (c_xhat, and c_one for
         # LayerNorm). No rows: zeros, which that sum turns into zero gradients.
-        if plan.bwd_single_pass:  # its steps interleaved: no program past the rows' last step
+        if plan.bwd_single_pass:  # at most one program per step of rows (interleaved: none past the last)
             n_parts = max(1, min(cdiv(n_rows, plan.bwd_rows), plan.bwd_programs_per_sm * sm_count(x.device)))
         else:
             wide = wide_bwd_plan(n_cols, x.element_size(), is_rms, has_bias, x.device)
@@ -770,7 +784,8 @@ def norm_bwd_launch(dy, dh, x, weight, residual, mean, rstd, offset, is_rms, has
             row_block = next_power_of_2(n_cols)  # plan.block_n is the forward's, a chunk where it loops
             _norm_bwd_kernel[(1, n_parts)](
                 *tensors, rstd, rstd, rstd, *outputs, n_rows, n_cols, cdiv(n_rows, n_parts), *strides, offset,
-                **flags, ROW_TERMS=TILE.value, ROWS=plan.bwd_rows, BLOCK_N=row_block, BLOCKS_P2=1, INTERLEAVED=True,
+                **flags, ROW_TERMS=TILE.value, ROWS=plan.bwd_rows, BLOCK_N=row_block, BLOCKS_P2=1,
+                INTERLEAVED=plan.bwd_interleaved,
                 LOOP_STAGES=pipeline_depth(plan.bwd_stages, plan.bwd_rows * row_block * streamed, x.device),
                 LOW_REGISTERS=saves_registers(plan.bwd_rows, row_block, plan.bwd_warps),
                 num_warps=plan.bwd_warps,
