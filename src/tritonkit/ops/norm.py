@@ -547,11 +547,12 @@ _RMS_FWD_LOOPED = {(4096, 2): (2048, 8, 1), (4096, 4): (4096, 16, 1), (8192, 4):
 _BWD_MEASURED = {
     (1024, 2): (4, 4, 2, 3), (2048, 2): (4, 4, 1, 3), (4096, 2): (1, 8, 2, 3), (8192, 2): (1, 8, 1, 3),
     (16384, 2): (1, 16, 1, 1),
-    (1024, 4): (4, 4, 1, 3), (2048, 4): (1, 8, 2, 3), (4096, 4): (1, 16, 1, 3), (8192, 4): (4, 16, 1, 3),
+    (1024, 4): (4, 4, 1, 3), (2048, 4): (1, 8, 2, 3), (4096, 4): (1, 16, 1, 3), (8192, 4): (1, 16, 1, 1),
     (16384, 4): (1, 8, 1, 1),  # saves_registers' order: 0.794 ms against 0.94 before and 1.26 on the wide path
 }  # fmt: skip
 # fp32 at 2048 and 4096 swept again once the programs took interleaved steps, through the launcher at 128 MB a tensor
-# (2026-11-22-norm-launcher-interleaved.txt): RMSNorm 0.1022 -> 0.0993 ms and 0.1058 -> 0.0998.
+# (2026-11-22-norm-launcher-interleaved.txt): RMSNorm 0.1022 -> 0.0993 ms and 0.1058 -> 0.0998; and 8192 at 16384 rows
+# (2026-11-22-norm-launcher-8192-interleaved.txt): 0.4005 -> 0.3863.
 # LayerNorm's backward (with a bias) holds a dbias accumulator too. At 16384 its single pass spilled 2 KB a
 # thread (6.4 ms in bf16 against 0.66 on the wide path) until the LOW_REGISTERS order (saves_registers);
 # now, with 8 warps, 0.542 ms in bf16 and 1.196 in fp32 against the wide path's 0.661 and 1.265
