@@ -135,8 +135,9 @@ def test_backward_of_many_rows(norm, n, dtype, device, monkeypatch):
 @pytest.mark.parametrize("norm", ["rms_norm", "layer_norm"])
 def test_backward_in_blocks_of_rows(norm, device, monkeypatch):
     """The single-pass backward with a block of rows per program (bwd_interleaved=False, as bf16 LayerNorm at 16384
-    takes it): two rows a step, so blocks of three rows end in a partial step; on the CPU's four programs 9 rows
-    leave the last program none, on the H200's 132 programs 4099 rows leave three with none. Against float64."""
+    takes it), two rows a step. On the CPU's four programs 9 rows make blocks of three, each ending in a partial
+    step, and leave the last program none; on the H200's 132 programs 4099 rows make blocks of 32, one of 3 (a
+    partial step), and leave three programs none. Against float64."""
     rows, n = (9, 40) if device == "cpu" else (4099, 1000)
     plan = norm_module.norm_launch_plan
     blocks = dict(bwd_interleaved=False, bwd_programs_per_sm=1, bwd_warps=4, bwd_rows=2, bwd_stages=1)
