@@ -60,7 +60,7 @@ case "$part" in
   learn) selection="puzzles or lessons" ;;
   check)  # one kernel at a time, so that a run stopped at its time limit still leaves each finished table
     rc=0
-    for name in $(python3 -c "from tritonkit import registry; print(*(s.name for s in registry.all_specs()))"); do
+    for name in $(python3 -c "from tritonkit import catalog; print(*(s.name for s in catalog.all_specs()))"); do
       python3 -m tritonkit check "$name" >> "$out/check-gpu.log" 2>&1 || rc=1
     done
     exit $rc

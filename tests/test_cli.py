@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from tritonkit import cli, registry
+from tritonkit import catalog, cli, registry
 from tritonkit.registry import KernelSpec
 
 
@@ -13,7 +13,7 @@ def test_list_prints_every_kernel(capsys):
     assert cli.main(["list"]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0].split() == ["name", "family", "tags", "backward", "status"]
-    for spec in registry.all_specs():
+    for spec in catalog.all_specs():
         assert f"\n{spec.name} " in out
 
 
@@ -28,7 +28,8 @@ def test_show(capsys):
     out = capsys.readouterr().out
     assert "usage:        grey = tk.ops.rgb_to_grey(img)" in out
     assert "dtypes:       float32, float16, bfloat16, uint8" in out
-    assert "bench cases:  h256-w256; h512-w512; " in out  # the keys `tritonkit bench --case` takes
+    assert "bench cases:  h256-w256; h512-w512; " in out
+    assert "case keys:    h, w, channels_last=False" in out  # the keys `--case` takes, with their defaults
 
 
 def test_show_unknown_name(capsys):
@@ -41,7 +42,7 @@ def test_check_selected_kernels(capsys):
     out = capsys.readouterr().out
     assert out.startswith("No CUDA GPU in use: running through the Triton interpreter")
     rows = [line for line in out.splitlines() if line.startswith(("add ", "copy "))]
-    assert len(rows) == len(registry.get("add").test_cases) + len(registry.get("copy").test_cases)
+    assert len(rows) == len(catalog.get("add").test_cases) + len(catalog.get("copy").test_cases)
     assert all(row.split()[2] == "bfloat16" and row.endswith("pass") for row in rows)
     assert out.rstrip().endswith(f"{len(rows)} passed, 0 failed")
 
@@ -53,7 +54,7 @@ def test_check_by_tag_runs_only_that_family(capsys):
 
 
 def test_check_fails_on_a_wrong_kernel(capsys, monkeypatch):
-    add = registry.get("add")
+    add = catalog.get("add")
     broken = KernelSpec(**{**add.__dict__, "name": "broken_add", "fn": lambda x, y: x - y})
     monkeypatch.setitem(registry._REGISTRY, "broken_add", broken)
     assert cli.main(["check", "broken_add", "--dtype", "float32"]) == 1
@@ -63,7 +64,7 @@ def test_check_fails_on_a_wrong_kernel(capsys, monkeypatch):
 
 
 def test_check_reports_a_crashing_kernel(capsys, monkeypatch):
-    add = registry.get("add")
+    add = catalog.get("add")
 
     def crash(x, y):
         raise RuntimeError("boom")
@@ -73,6 +74,29 @@ def test_check_reports_a_crashing_kernel(capsys, monkeypatch):
     )
     assert cli.main(["check", "crashing_add", "--dtype", "float16"]) == 1
     assert "raised RuntimeError('boom')" in capsys.readouterr().out
+
+
+def test_check_given_cases(capsys):
+    assert cli.main(["check", "rms_norm", "--dtype", "float32", "--case", "rows=3", "n=70", "residual=true",
+                     "--case", "rows=2", "n=5", "bias=false"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    labels = [line.split()[1] for line in out.splitlines() if line.startswith("rms_norm ")]
+    assert labels == ["rows3-n70-residualTrue", "rows3-n70-residualTrue", "rows2-n5-biasFalse", "rows2-n5-biasFalse"]
+    assert out.rstrip().endswith("4 passed, 0 failed")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["check", "rms_norm", "--case", "rows=3", "n=8", "resdual=true"], "rms_norm: unknown case key(s) 'resdual'"),
+        (["check", "--tag", "norm", "--case", "rows=3"], "layer_norm: NormCase needs 'n'"),
+        (["check", "add", "--case", "n=7", "stride=0.5"], "case key 'stride' of VectorCase must be int, got 0.5"),
+        (["check", "add", "--case", "n"], "--case expects KEY=VALUE tokens, got 'n'"),
+    ],
+)
+def test_check_refuses_a_misspelt_case_key(argv, message, capsys):
+    assert cli.main(argv) == 2
+    assert message in capsys.readouterr().err
 
 
 def test_check_unknown_kernel_exits_2(capsys):

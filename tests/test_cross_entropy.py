@@ -2,18 +2,18 @@
 all-ignored batches, bad targets, compile without graph breaks, the nn modules, chunking, bad input;
 and, with ``-m gpu``, CUDA graphs and memory."""
 
-import importlib
-
 import pytest
 import torch
 import torch.nn.functional as F
 
 import tritonkit as tk
 from helpers import assert_compiled_matches_eager, assert_graph_replay_matches_eager
-from tritonkit import debug, registry, testing
+from tritonkit import catalog, debug, testing
+from tritonkit.ops.loss.launch import cross_entropy_bwd, cross_entropy_fwd
+from tritonkit.ops.loss.op import fused_linear_cross_entropy_op
+from tritonkit.ops.loss.plan import fused_chunk_rows
+from tritonkit.ops.loss.spec import _cross_entropy_reference
 from tritonkit.registry import KernelSpec
-
-ce = importlib.import_module("tritonkit.ops.cross_entropy")  # the module (tk.ops.cross_entropy is the op)
 
 REDUCTIONS = ["mean", "sum", "none"]
 
@@ -72,12 +72,12 @@ def test_out_of_range_target_gives_nan_for_its_row_and_is_never_an_address(bad, 
     assert grad[1].isnan().all() and grad[[0, 2, 3]].isfinite().all()
 
     def backward(x, t, lse):
-        return ce.cross_entropy_bwd_launch(torch.ones(4, device=device), x, t, lse, -100, 0.0, 0.0, 0.0, "none")
+        return cross_entropy_bwd(torch.ones(4, device=device), x, t, lse, -100, 0.0, 0.0, 0.0, "none")
 
-    _, lse = ce.cross_entropy_fwd_launch(logits.detach(), target, -100, 0.0, 0.0, 0.0, "none")
+    _, lse = cross_entropy_fwd(logits.detach(), target, -100, 0.0, 0.0, 0.0, "none")
     debug.guard_bounds(backward, logits.detach(), target, lse).raise_if_bad()
     debug.guard_bounds(
-        lambda x, t: ce.cross_entropy_fwd_launch(x, t, -100, 0.1, 1e-2, 0.0, "none"), logits.detach(), target
+        lambda x, t: cross_entropy_fwd(x, t, -100, 0.1, 1e-2, 0.0, "none"), logits.detach(), target
     ).raise_if_bad()
 
 
@@ -85,7 +85,7 @@ def test_out_of_range_target_gives_nan_for_its_row_and_is_never_an_address(bad, 
 def test_fused_equals_cross_entropy_of_the_logits_across_chunks(reduction, device):
     """37 tokens go through in chunks of 3 (and a remainder of 1); loss and every gradient must match
     the unfused op on the materialised logits."""
-    assert ce.fused_chunk_rows(37) == 3
+    assert fused_chunk_rows(37) == 3
     hidden = torch.randn(37, 16, device=device, requires_grad=True)
     weight = torch.randn(29, 16, device=device, requires_grad=True)
     bias = torch.randn(29, device=device, requires_grad=True)
@@ -103,9 +103,9 @@ def test_fused_equals_cross_entropy_of_the_logits_across_chunks(reduction, devic
 
 def test_fused_chunks_hold_at_most_a_tenth_of_the_tokens():
     for n in (1, 9, 10, 11, 129, 1279, 1280, 1281, 4097, 8192, 65536):
-        rows = ce.fused_chunk_rows(n)
+        rows = fused_chunk_rows(n)
         assert 1 <= rows <= max(1, n // 10), n
-    assert ce.fused_chunk_rows(8192) == 768  # 11 GEMM-friendly chunks, 9.4% of the logits each
+    assert fused_chunk_rows(8192) == 768  # 11 GEMM-friendly chunks, 9.4% of the logits each
 
 
 def test_fused_with_a_frozen_weight_or_hidden_skips_their_gradients(device):
@@ -129,9 +129,8 @@ def test_compiles_fullgraph_with_backward(reduction, device):
     def cross_entropy_block(logits):
         target = torch.arange(logits.shape[0], device=logits.device) % logits.shape[1]
         target[::2] = -100
-        # logits * 2 is read by nothing after the loss: eager overwrites it, compile ignores the flag
         loss = tk.ops.cross_entropy(logits * 2, target, z_loss=1e-3, label_smoothing=0.1, softcap=4.0,
-                                    reduction=reduction, inplace_backward=True)  # fmt: skip
+                                    reduction=reduction)  # fmt: skip
         return (loss * torch.arange(loss.numel(), device=loss.device)).sum() if reduction == "none" else loss * 3
 
     def fused_block(hidden, weight, bias):
@@ -143,6 +142,29 @@ def test_compiles_fullgraph_with_backward(reduction, device):
     assert_compiled_matches_eager(cross_entropy_block, [torch.randn(6, 33, device=device, requires_grad=True)], device)
     fused_inputs = [torch.randn(shape, device=device, requires_grad=True) for shape in ((12, 8), (9, 8), (9,))]
     assert_compiled_matches_eager(fused_block, fused_inputs, device)
+
+
+INPLACE_UNDER_COMPILE = (
+    r"cross_entropy: inplace_backward=True overwrites the logits in the backward, which torch\.compile cannot trace; "
+    r"leave it False under torch\.compile"
+)
+
+
+@pytest.mark.parametrize("fullgraph", [True, False], ids=["fullgraph", "graph-breaks-allowed"])
+def test_inplace_backward_under_compile_raises(fullgraph, device):
+    """A backward that overwrites its input cannot be traced: under torch.compile the flag is refused with a
+    ValueError (it used to be ignored silently), with or without fullgraph (a graph break must not fall back to
+    eager mode and run the in-place backward there)."""
+    backend = "inductor" if device == "cuda" else "aot_eager"
+
+    def block(logits):
+        target = torch.arange(logits.shape[0], device=logits.device) % logits.shape[1]
+        return tk.ops.cross_entropy(logits * 2, target, reduction="sum", inplace_backward=True) * 3
+
+    logits = torch.randn(6, 33, device=device, requires_grad=True)
+    torch._dynamo.reset()
+    with pytest.raises(ValueError, match=INPLACE_UNDER_COMPILE):
+        torch.compile(block, fullgraph=fullgraph, backend=backend)(logits)
 
 
 @pytest.mark.parametrize("reduction", REDUCTIONS)
@@ -159,7 +181,7 @@ def test_inplace_backward_writes_the_gradient_over_the_logits(reduction, device)
     grads = torch.autograd.grad(loss, (hidden, weight, logits), upstream)
     assert grads[2].data_ptr() == logits.data_ptr()
     exact = [t.detach().double().requires_grad_() for t in (hidden, weight)]
-    expected_loss = ce._cross_entropy_reference(exact[0] @ exact[1].t(), target, **options)
+    expected_loss = _cross_entropy_reference(exact[0] @ exact[1].t(), target, **options)
     expected = torch.autograd.grad(expected_loss, exact, upstream.double())
     torch.testing.assert_close(loss.double(), expected_loss, rtol=1e-5, atol=1e-5)
     for ours, theirs in zip(grads[:2], expected, strict=True):
@@ -192,7 +214,7 @@ def test_modules_match_the_ops(device):
     assert fused.shape == (2, 5) and "z_loss=0.001" in repr(tk.nn.FusedLinearCrossEntropyLoss(**options))
     plain = tk.nn.CrossEntropyLoss(**options)(hidden @ weight.t(), target)
     torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(plain, ce._cross_entropy_reference(hidden @ weight.t(), target, **options))
+    torch.testing.assert_close(plain, _cross_entropy_reference(hidden @ weight.t(), target, **options))
     module = tk.nn.CrossEntropyLoss(inplace_backward=True, **options)
     assert "inplace_backward=True" in repr(module)
     logits = (hidden @ weight.t()).requires_grad_()
@@ -201,7 +223,7 @@ def test_modules_match_the_ops(device):
 
 
 def _broken(name, fn):
-    return KernelSpec(**{**registry.get(name).__dict__, "name": f"broken_{name}", "fn": fn})
+    return KernelSpec(**{**catalog.get(name).__dict__, "name": f"broken_{name}", "fn": fn})
 
 
 def _without(option):
@@ -317,7 +339,7 @@ def test_fused_peak_memory_is_within_a_tenth_of_the_logits():
     # zero tensor per unused output (autograd's default) would add a whole fp32 dW.
     hidden.grad = weight.grad = None
     loss = tk.ops.fused_linear_cross_entropy(hidden, weight, target)
-    from tritonkit.ops.cross_entropy import _SCALE_CHUNK
+    from tritonkit.ops.loss.launch import _SCALE_CHUNK
 
     returned = 2 * (hidden.numel() + weight.numel())
     assert _peak_extra_bytes(loss.backward) <= returned + 4 * min(_SCALE_CHUNK, weight.numel()) + 4 * 2**20
@@ -358,15 +380,15 @@ def test_cross_entropy_inplace_backward_allocates_nothing_of_the_logits_size():
 def test_fused_backward_gets_none_for_its_unused_outputs(monkeypatch):
     """The forward returns its gradients as outputs (for the custom op to save); autograd must not
     build a zero tensor for each of them when the backward runs (a 2.1 GB fp32 dW at Llama 3's size)."""
-    module = importlib.import_module("tritonkit.ops.cross_entropy")
+    function = fused_linear_cross_entropy_op.function  # the eager autograd.Function
     received = []
-    backward = module._FusedLinearCrossEntropyFunction.backward
+    backward = function.backward
 
     def spy(ctx, grad_loss, *unused):
         received.extend(unused)
         return backward(ctx, grad_loss, *unused)
 
-    monkeypatch.setattr(module._FusedLinearCrossEntropyFunction, "backward", staticmethod(spy))
+    monkeypatch.setattr(function, "backward", staticmethod(spy))
     hidden = torch.randn(6, 8, requires_grad=True)
     weight = torch.randn(20, 8, requires_grad=True)
     tk.ops.fused_linear_cross_entropy(hidden, weight, _targets(6, 20, "cpu")).backward()

@@ -6,8 +6,10 @@ import torch
 
 import tritonkit as tk
 from helpers import assert_compiled_matches_eager
-from tritonkit import registry, testing
-from tritonkit.ops import lora as lora_module
+from tritonkit import catalog, testing
+from tritonkit.ops.lora import launch as lora_launch
+from tritonkit.ops.lora.plan import FUSED_MAX_TOKENS
+from tritonkit.ops.lora.spec import _lora_reference
 from tritonkit.registry import KernelSpec
 
 
@@ -21,7 +23,7 @@ def _inputs(device, dtype=torch.float32, lead=(2, 5), k=24, n=40, r=8):
 
 
 def _with_fn(name, fn):
-    return KernelSpec(**{**registry.get("lora_linear").__dict__, "name": name, "fn": fn})
+    return KernelSpec(**{**catalog.get("lora_linear").__dict__, "name": name, "fn": fn})
 
 
 @pytest.mark.parametrize("frozen", [True, False], ids=["frozen-weight", "trained-weight"])
@@ -36,20 +38,33 @@ def test_compiles_fullgraph_with_backward(frozen, device):
     assert_compiled_matches_eager(block, [t.requires_grad_() for t in inputs], device)
 
 
+def _spy_on(monkeypatch, name, calls):
+    """Record the operand shapes of every call of lora.launch's ``name`` (looked up there at call time)."""
+    real = getattr(lora_launch, name)
+
+    def spy(*args, **kwargs):
+        calls.append(tuple(tuple(a.shape) for a in args[:2]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(lora_launch, name, spy)
+
+
 def test_frozen_weight_skips_its_gradient(device, monkeypatch):
-    asked = []
-
-    def spy(*args):
-        asked.append(args[-5:])  # need_dx, need_dw, need_da, need_db, need_dbias
-        return launch(*args)
-
-    launch = lora_module.lora_bwd_launch
-    monkeypatch.setattr(lora_module, "lora_bwd_launch", spy)
-    x, weight, lora_a, lora_b, bias = _inputs(device)
+    """Only lora_a and lora_b require grad: the backward runs neither the fused dx GEMM nor the dW GEMM, only
+    dy B (for dA, a thin GEMM in place of the dx kernel) and dA's and dB's thin products."""
+    fused, fp32_gemms, thin = [], [], []
+    _spy_on(monkeypatch, "_launch_lora_matmul", fused)  # the forward's and dx's fused GEMM (p, q_t)
+    _spy_on(monkeypatch, "mm_fp32", fp32_gemms)  # dy B without dx, and dW = dy^T x
+    _spy_on(monkeypatch, "_times_fp32", thin)  # dA from (dy B, x), dB from (x A^T, dy)
+    x, weight, lora_a, lora_b, bias = _inputs(device)  # 10 tokens, k 24, n 40, r 8
     lora_a.requires_grad_()
     lora_b.requires_grad_()
-    tk.ops.lora_linear(x, weight, lora_a, lora_b, 2.0, bias).sum().backward()
-    assert asked == [(False, False, True, True, False)]
+    y = tk.ops.lora_linear(x, weight, lora_a, lora_b, 2.0, bias)
+    assert fused == [((10, 24), (40, 24))] and fp32_gemms == [] and thin == []  # the forward alone
+    y.sum().backward()
+    assert fused == [((10, 24), (40, 24))]  # no dx GEMM
+    assert fp32_gemms == [((10, 40), (40, 8))]  # dy B only: no dW GEMM ((40, 10) x (10, 24))
+    assert thin == [((10, 8), (10, 24)), ((10, 8), (10, 40))]
     assert weight.grad is None and x.grad is None and lora_a.grad is not None and lora_b.grad is not None
 
 
@@ -57,7 +72,7 @@ def test_frozen_weight_skips_its_gradient(device, monkeypatch):
 def test_run_case_leaves_a_frozen_weight_alone(frozen, checked):
     """Inputs.frozen: the frozen weight requires no grad, so neither its gradient nor its GEMM is checked."""
     case = {"lead": (2, 5), "k": 40, "n": 24, "r": 16, "frozen": frozen}
-    result = testing.run_case(registry.get("lora_linear"), case, torch.float32, "cpu", grad_mode="random")
+    result = testing.run_case(catalog.get("lora_linear"), case, torch.float32, "cpu", grad_mode="random")
     assert result.ok and len(result.comparisons) == checked  # y, dx, dA, dB (and dW)
 
 
@@ -71,7 +86,7 @@ def test_strided_parameters_and_expanded_gradient(device):
     bias = torch.cat([bias, bias])[::2].requires_grad_()
     leaves = (x, weight, lora_a, lora_b, bias)
     ours = tk.ops.lora_linear(x, weight, lora_a, lora_b, 2.0, bias)
-    reference = registry.get("lora_linear").reference(*(t.double() for t in leaves[:4]), 2.0, bias.double())
+    reference = catalog.get("lora_linear").reference(*(t.double() for t in leaves[:4]), 2.0, bias.double())
     torch.testing.assert_close(ours, reference.float(), rtol=1e-5, atol=1e-5)
     grads = torch.autograd.grad(ours.sum(), leaves)  # sum(): an expanded, stride-0 upstream gradient
     expected = torch.autograd.grad(reference.sum(), leaves)
@@ -83,7 +98,7 @@ def test_strided_parameters_and_expanded_gradient(device):
 def test_tolerance_rejects_rounded_intermediates(dtype):
     """torch's eager LoRA in 16-bit rounds x A^T and dy B to the dtype; the kernels split them instead.
     The spec's tolerance must tell the two apart, or it would not catch a kernel that lost the split."""
-    unfused = _with_fn("unfused", lora_module._lora_reference)
+    unfused = _with_fn("unfused", _lora_reference)
     case = {"m": 66, "k": 48, "n": 80, "r": 20, "bias": True}
     assert not testing.run_case(unfused, case, dtype, "cpu", seed=0, grad_mode="random").ok
 
@@ -145,14 +160,14 @@ def test_module_rejects_a_bad_rank():
 
 def test_many_tokens_take_cublas_and_few_the_fused_kernel(monkeypatch):
     rows_through_cublas = []
-    cublas = lora_module._cublas_lora_matmul
+    cublas = lora_launch._cublas_lora_matmul
 
     def spy(p, *args):
         rows_through_cublas.append(p.shape[0])
         return cublas(p, *args)
 
-    monkeypatch.setattr(lora_module, "_cublas_lora_matmul", spy)
-    limit = lora_module.FUSED_MAX_TOKENS
+    monkeypatch.setattr(lora_launch, "_cublas_lora_matmul", spy)
+    limit = FUSED_MAX_TOKENS
     for tokens in (limit, limit + 1):
         x = torch.randn(tokens, 8, requires_grad=True)
         y = tk.ops.lora_linear(x, torch.randn(4, 8), torch.randn(2, 8), torch.randn(4, 2), 1.0)
@@ -161,11 +176,11 @@ def test_many_tokens_take_cublas_and_few_the_fused_kernel(monkeypatch):
 
 
 def test_fp32_reductions_switch_off_16_bit_split_k_and_restore_the_setting():
-    from tritonkit._core import gemm
+    from tritonkit._core import cublas
 
     matmul = torch.backends.cuda.matmul
     before = matmul.allow_bf16_reduced_precision_reduction, matmul.allow_fp16_reduced_precision_reduction
-    with gemm._fp32_reductions():
+    with cublas._fp32_reductions():
         assert not matmul.allow_bf16_reduced_precision_reduction
         assert not matmul.allow_fp16_reduced_precision_reduction
     assert (matmul.allow_bf16_reduced_precision_reduction, matmul.allow_fp16_reduced_precision_reduction) == before
@@ -188,8 +203,9 @@ def test_backward_custom_op_outputs_match_its_fake_in_shape_stride_and_dtype(dty
     """Inductor asserts the strides the fake promises; a transposed dlora_b failed that on the GPU."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from tritonkit.ops.lora import lora_bwd
+    from tritonkit.ops.lora.op import lora_op
 
+    lora_bwd = lora_op.backward_op  # the custom op tritonkit::lora_bwd: its real kernel, and its registered fake
     tokens, k, n, r = 10, 24, 40, 8
     args = [torch.randn(shape).to(dtype) for shape in ((tokens, n), (tokens, k), (n, k), (r, k), (n, r))]
     args.append(torch.randn(tokens, r))  # x A^T, fp32

@@ -1,13 +1,11 @@
 """Matmul specifics: variants agree, grouped order, precision switch, bad input."""
 
-import importlib
-
 import pytest
 import torch
 
 import tritonkit as tk
-
-matmul_module = importlib.import_module("tritonkit.ops.matmul")
+from tritonkit._core.gemm_plan import autotune_configs, input_precision
+from tritonkit.ops.tutorial.plan import choose_matmul_variant
 
 
 @pytest.mark.parametrize(
@@ -33,15 +31,15 @@ def test_k_zero_gives_zeros(device):
 
 
 def test_auto_variant_and_precision_rules():
-    assert matmul_module.choose_matmul_variant(64, 64, 64) == "grouped"  # under the interpreter
-    assert len(matmul_module.matmul_autotune_configs()) == 1
-    assert matmul_module._input_precision(torch.bfloat16) == "tf32"
+    assert choose_matmul_variant(64, 64, 64) == "grouped"  # under the interpreter
+    assert len(autotune_configs()) == 1
+    assert input_precision(torch.bfloat16) == "tf32"
     previous = torch.get_float32_matmul_precision()
     try:
         torch.set_float32_matmul_precision("highest")
-        assert matmul_module._input_precision(torch.float32) == "ieee"
+        assert input_precision(torch.float32) == "ieee"
         torch.set_float32_matmul_precision("high")
-        assert matmul_module._input_precision(torch.float32) == "tf32"
+        assert input_precision(torch.float32) == "tf32"
     finally:
         torch.set_float32_matmul_precision(previous)
 
@@ -95,11 +93,11 @@ def test_bad_input(fn, error, match, device):
 
 @pytest.mark.gpu
 def test_auto_is_autotuned_when_compiled(monkeypatch):
-    assert matmul_module.choose_matmul_variant(4096, 4096, 4096) == "autotuned"
+    assert choose_matmul_variant(4096, 4096, 4096) == "autotuned"
     monkeypatch.delenv("TRITONKIT_AUTOTUNE", raising=False)
-    assert len(matmul_module.matmul_autotune_configs()) == 10
+    assert len(autotune_configs()) == 10
     monkeypatch.setenv("TRITONKIT_AUTOTUNE", "quick")  # what scripts/gpu_verify.sh sets
-    assert len(matmul_module.matmul_autotune_configs()) == 3
+    assert len(autotune_configs()) == 3
     a = torch.randn(2048, 512, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(512, 1024, device="cuda", dtype=torch.bfloat16)
     torch.testing.assert_close(tk.ops.matmul(a, b).float(), (a.double() @ b.double()).float(), rtol=8e-3, atol=0.2)

@@ -1,9 +1,12 @@
 """Every registered op, every test case, every dtype: fresh inputs, poisoned outputs, float64 reference."""
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
-from tritonkit import registry, testing
+from tritonkit import catalog, registry, testing
 from tritonkit.registry import KernelSpec
 
 
@@ -11,7 +14,7 @@ def _params(cases: str, with_grad_modes: bool = False) -> list:
     """(spec, case, dtype[, grad mode]) for every registered spec, over ``spec.<cases>``; with grad
     modes only for specs that have a backward."""
     params = []
-    for spec in registry.all_specs():
+    for spec in catalog.all_specs():
         if with_grad_modes and not spec.has_backward:
             continue
         for case in getattr(spec, cases):
@@ -58,17 +61,15 @@ def test_gradients_match_reference_compiled(spec, case, dtype, grad_mode):
 
 # The checker itself must fail wrong kernels; otherwise the tests above prove nothing.
 def _broken_spec(fn):
-    from tritonkit.ops.tutorial import add
+    from tritonkit.ops import add
 
-    base = registry.get("add")
+    base = catalog.get("add")
     return KernelSpec(**{**base.__dict__, "name": "broken", "fn": lambda x, y: fn(add, x, y)})
 
 
 def _skip_last(add, x, y):
     out = add(x, y)
-    from tritonkit._core.alloc import empty
-
-    poisoned = empty(out.shape, dtype=out.dtype, device=out.device)
+    poisoned = torch.full_like(out, float("nan"))  # what a poisoned allocation holds
     poisoned[:-1] = out[:-1]  # the last element is never written
     return poisoned
 
@@ -88,7 +89,7 @@ def test_checker_catches_wrong_kernels(label, fn, dtype):
 
 
 def test_compare_reports_errors():
-    tol = testing.TOLERANCES[torch.float32]
+    tol = registry.TOLERANCES[torch.float32]
     ref = torch.tensor([1.0, 2.0, float("nan"), float("inf")], dtype=torch.float64)
     same = testing.compare(ref.float(), ref, tol)
     assert same.ok and same.max_abs_err == 0.0
@@ -102,12 +103,12 @@ def test_compare_reports_errors():
 
 
 def test_compare_expects_infinity_where_the_exact_value_overflows_the_dtype():
-    tol = testing.TOLERANCES[torch.float16]
+    tol = registry.TOLERANCES[torch.float16]
     ref = torch.tensor([-262143.0, 70000.0, 65000.0], dtype=torch.float64)
     assert testing.compare(torch.tensor([float("-inf"), float("inf"), 65000.0], dtype=torch.float16), ref, tol).ok
     wrong_sign = torch.tensor([float("inf"), float("inf"), 65000.0], dtype=torch.float16)
     assert testing.compare(wrong_sign, ref, tol).n_bad == 1
-    assert not testing.compare(torch.tensor([float("-inf")] * 3), ref, testing.TOLERANCES[torch.float32]).ok
+    assert not testing.compare(torch.tensor([float("-inf")] * 3), ref, registry.TOLERANCES[torch.float32]).ok
 
 
 def test_compare_rms_atol_scales_the_absolute_bound_by_the_reference_rms():
@@ -134,19 +135,51 @@ def test_upcast_reaches_into_containers():
     assert upcast["pair"][1] is ints and upcast["eps"] == 1e-5
 
 
-def test_poisoned_outputs_fill_nan_and_max():
-    from tritonkit._core.alloc import empty
+# Allocations as a tritonkit op module makes them: poisoning looks at the calling module's name.
+_OP_MODULE = {"__name__": "tritonkit.ops.probe", "torch": torch}
+exec(
+    "def allocate(dtype):\n"
+    "    like = torch.ones(2)\n"
+    "    return (torch.empty(4, dtype=dtype), torch.empty_like(like, dtype=dtype), like.new_empty((3,), dtype=dtype),\n"
+    "            torch.empty_strided((2,), (1,), dtype=dtype))\n",
+    _OP_MODULE,
+)
 
-    with testing.poisoned_outputs():
-        assert torch.isnan(empty((4,), dtype=torch.bfloat16, device="cpu")).all()
-        assert (empty((4,), dtype=torch.uint8, device="cpu") == 255).all()
-    assert testing.tolerance_for(registry.get("matmul"), {"m": 1, "n": 1, "k": 400}, torch.float32).atol == (
-        pytest.approx(2e-4)
+
+@pytest.mark.parametrize(("dtype", "poison"), [(torch.bfloat16, None), (torch.uint8, 255), (torch.bool, True)])
+def test_every_test_poisons_what_tritonkit_allocates(dtype, poison):
+    """The suite's autouse fixture is on here: each allocator fills what tritonkit's ops allocate (NaN, the largest
+    integer, True), and a nested poisoned_allocations() leaves it on when it ends."""
+    with testing.poisoned_allocations():
+        pass
+    for out in _OP_MODULE["allocate"](dtype):
+        assert (out.isnan() if poison is None else out == poison).all(), out
+
+
+def test_poisoning_patches_torch_only_inside_its_context():
+    """Outside any context (a fresh process: this suite's fixture holds one) torch's allocators are torch's own;
+    inside, patched; after the outermost context, restored."""
+    script = (
+        "import torch\n"
+        "from tritonkit.testing import poisoned_allocations\n"
+        "original = (torch.empty, torch.empty_like, torch.empty_strided, torch.Tensor.new_empty)\n"
+        "with poisoned_allocations():\n"
+        "    with poisoned_allocations():\n"
+        "        pass\n"
+        "    inside = (torch.empty, torch.empty_like, torch.empty_strided, torch.Tensor.new_empty)\n"
+        "after = (torch.empty, torch.empty_like, torch.empty_strided, torch.Tensor.new_empty)\n"
+        "print(all(a is not b for a, b in zip(inside, original)), all(a is b for a, b in zip(after, original)))\n"
     )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.stdout.split() == ["True", "True"], result.stdout + result.stderr
+
+
+def test_spec_tolerance_for_reads_the_case():
+    assert catalog.get("matmul").tolerance_for({"m": 1, "n": 1, "k": 400}, torch.float32).atol == (pytest.approx(2e-4))
 
 
 def test_same_seed_gives_same_inputs_and_result():
-    spec = registry.get("add_relu")
+    spec = catalog.get("add_relu")
     first = testing.run_case(spec, {"n": 123}, torch.float16, "cpu", seed=1234)
     second = testing.run_case(spec, {"n": 123}, torch.float16, "cpu", seed=1234)
     assert first.seed == second.seed == 1234 and first.comparisons == second.comparisons

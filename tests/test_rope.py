@@ -7,10 +7,10 @@ import torch
 
 import tritonkit as tk
 from helpers import assert_compiled_matches_eager, assert_graph_replay_matches_eager
-from tritonkit import registry, testing
+from tritonkit import catalog, registry, testing
 from tritonkit.registry import KernelSpec
 
-REFERENCE = registry.get("rope").reference
+REFERENCE = catalog.get("rope").reference
 
 
 def _tables(rows, rotary, device, dtype=torch.float32, offset=0):
@@ -130,11 +130,11 @@ def test_fp32_tables_with_16_bit_q_and_k(dtype, device):
     theirs = REFERENCE(q.double(), k.double(), cos.double(), sin.double())
     for a, b in zip(ours, theirs, strict=True):
         assert a.dtype == dtype
-        assert testing.compare(a, b, testing.TOLERANCES[dtype]).ok
+        assert testing.compare(a, b, registry.TOLERANCES[dtype]).ok
 
 
 def _broken(fn):
-    return KernelSpec(**{**registry.get("rope").__dict__, "name": "broken_rope", "fn": fn})
+    return KernelSpec(**{**catalog.get("rope").__dict__, "name": "broken_rope", "fn": fn})
 
 
 def _first_half_twice(t):
@@ -219,7 +219,7 @@ def test_bad_input_names_the_argument(changes, error, match, device):
 def test_issue_shape_forward_and_backward_on_gpu():
     """q (4, 32, 4096, 128), k (4, 8, 4096, 128) in bf16, cos/sin (1, T, D): outputs and gradients
     against the float64 reference within the bf16 row of the tolerance table."""
-    spec = registry.get("rope")
+    spec = catalog.get("rope")
     case = {"b": 4, "hq": 32, "hk": 8, "t": 4096, "d": 128}
     result = testing.run_case(spec, case, torch.bfloat16, "cuda", grad_mode="random")
     assert result.ok, result.explain()

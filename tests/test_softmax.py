@@ -1,16 +1,12 @@
 """Softmax / log-softmax beyond the registry sweep: masking as torch, any dim, compile, bad input."""
 
-import importlib
-
 import pytest
 import torch
 
 import tritonkit as tk
 from helpers import assert_compiled_matches_eager, assert_graph_replay_matches_eager
-
-alloc = importlib.import_module("tritonkit._core.alloc")
-softmax_module = importlib.import_module("tritonkit.ops.softmax")  # tk.ops.softmax is the function
-SoftmaxPlan = softmax_module.SoftmaxPlan
+from tritonkit.ops.row_softmax.launch import softmax_bwd, softmax_fwd
+from tritonkit.ops.row_softmax.plan import MAX_SINGLE_PASS, SplitRowPlan, WholeRowPlan, fallback_plan
 
 
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
@@ -36,9 +32,9 @@ def test_forward_without_gradient_stores_no_lse(op, n, device):
         y_inference = fn(x)
     y_training = fn(x.clone().requires_grad_())
     assert y_training.grad_fn is not None and torch.equal(y_inference, y_training.detach())
-    y, lse = softmax_module.softmax_fwd_launch(x, op == "log_softmax", store_lse=False)
+    y, lse = softmax_fwd(x, op == "log_softmax", store_lse=False)
     assert torch.equal(y, y_inference)
-    assert (lse is None) == (n <= softmax_module.MAX_SINGLE_PASS)  # split rows store it regardless (one a row)
+    assert (lse.numel() == 0) == (n <= MAX_SINGLE_PASS)  # split rows store it regardless (one a row)
 
 
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
@@ -83,11 +79,12 @@ def test_bad_input(op, device):
 @pytest.mark.parametrize(
     "plan",
     [
-        SoftmaxPlan(False, 64, 2, 4, 1, 0),  # whole rows, a block of two a program
-        SoftmaxPlan(False, 64, 2, 4, 2, 1),  # whole rows, a grid looping over blocks, pipelined
-        SoftmaxPlan(True, 16, 1, 4, 1, 0),  # rows split across programs, slices of 16
+        WholeRowPlan(rows=2, warps=4),  # whole rows, a block of two a program
+        WholeRowPlan(rows=2, warps=4, programs_per_sm=1, stages=2),  # a grid looping over blocks, pipelined
+        SplitRowPlan(slice=16, warps=4),  # rows split across programs, slices of 16
+        fallback_plan(50),  # what a GPU never measured takes
     ],
-    ids=["block", "grid-loop", "split-row"],
+    ids=["block", "grid-loop", "split-row", "fallback"],
 )
 @pytest.mark.parametrize("log", [False, True])
 def test_every_plan_kind(plan, log, device):
@@ -98,9 +95,8 @@ def test_every_plan_kind(plan, log, device):
     x[3] = float("-inf")
     x[5, 7:] = float("-inf")
     dy = torch.randn_like(x)
-    with alloc.poisoned_outputs():  # NaN outputs: an element the kernels skip is caught
-        y, lse = softmax_module.softmax_fwd_launch(x, log, plan)
-        dx = softmax_module.softmax_bwd_launch(dy, x, lse, log, plan)
+    y, lse = softmax_fwd(x, log, plan=plan)  # outputs poisoned (conftest): an element the kernels skip is caught
+    dx = softmax_bwd(dy, x, lse, log, plan=plan)
     x64 = x.double().requires_grad_()
     expected = (torch.log_softmax if log else torch.softmax)(x64, -1)
     (expected_dx,) = torch.autograd.grad(expected, x64, dy.double())
@@ -116,13 +112,12 @@ def test_split_row_slice_of_minus_inf_in_a_very_negative_row(log, device):
     """Rows split across programs, one slice all -inf in rows whose maximum is near -1000 (so exp(-maximum)
     overflows fp32): that slice gives zeros (softmax) or -inf (log_softmax), never 0 * inf = NaN, and the rest
     matches float64 within what fp32 inputs near -1000 carry (spacing 6e-5)."""
-    plan = SoftmaxPlan(True, 16, 1, 4, 1, 0)
+    plan = SplitRowPlan(slice=16, warps=4)
     x = torch.randn(3, 50, device=device) - 1000.0
     x[:, 16:32] = float("-inf")
     dy = torch.randn_like(x)
-    with alloc.poisoned_outputs():
-        y, lse = softmax_module.softmax_fwd_launch(x, log, plan)
-        dx = softmax_module.softmax_bwd_launch(dy, x, lse, log, plan)
+    y, lse = softmax_fwd(x, log, plan=plan)
+    dx = softmax_bwd(dy, x, lse, log, plan=plan)
     x64 = x.double().requires_grad_()
     expected = (torch.log_softmax if log else torch.softmax)(x64, -1)
     (expected_dx,) = torch.autograd.grad(expected, x64, dy.double())
@@ -143,3 +138,21 @@ def test_cuda_graph_capture_forward_and_backward(op, n):
 
     x = torch.randn(64, n, device="cuda", dtype=torch.bfloat16)
     assert_graph_replay_matches_eager(step, [x, torch.randn_like(x)])
+
+
+@pytest.mark.parametrize("spin_waits", [True, False], ids=["one-launch", "two-launches"])
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_split_rows_with_and_without_spin_waits(op, spin_waits, device):
+    """Rows split across programs run as one launch whose programs wait for each other (on a GPU, where allowed) or,
+    with tk.set_spin_waits(False) (and always under the interpreter), as two launches: both give torch's output and
+    gradient."""
+    x = (3 * torch.randn(5, 40000 if device == "cpu" else 70000, device=device)).requires_grad_()
+    dy = torch.randn_like(x)
+    with tk.set_spin_waits(spin_waits):
+        y = getattr(tk.ops, op)(x)
+        (dx,) = torch.autograd.grad(y, x, dy)
+    x64 = x.detach().double().requires_grad_()
+    expected = getattr(torch, op)(x64, -1)
+    (expected_dx,) = torch.autograd.grad(expected, x64, dy.double())
+    torch.testing.assert_close(y.double(), expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(dx.double(), expected_dx, rtol=1e-5, atol=2e-5)

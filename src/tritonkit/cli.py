@@ -7,7 +7,7 @@ import json
 import sys
 
 from tritonkit._core.env import enable_interpreter_if_no_gpu
-from tritonkit._core.text import format_fields, format_table
+from tritonkit._core.text import format_fields, format_table, parse_case_tokens
 from tritonkit.bench import MODES, SIZES
 
 _DTYPE_NAMES = ("float32", "float16", "bfloat16", "uint8")
@@ -18,19 +18,30 @@ def _dtype_name(dtype) -> str:
 
 
 def _cmd_list(args) -> int:
-    from tritonkit import registry
+    from tritonkit import catalog
 
-    specs = registry.select(tag=args.tag)
+    specs = catalog.select(tag=args.tag)
     rows = [[s.name, s.family, ",".join(s.tags), "yes" if s.has_backward else "no", s.status] for s in specs]
     print(format_table(["name", "family", "tags", "backward", "status"], rows))
     return 0
 
 
+def _case_keys(case_type) -> str:
+    """A case type's keys as `show` lists them: required ones bare, the others with their default."""
+    import dataclasses
+
+    keys = []
+    for f in dataclasses.fields(case_type):
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        keys.append(f.name if required else f"{f.name}={f.default!r}")
+    return ", ".join(keys)
+
+
 def _cmd_show(args) -> int:
-    from tritonkit import registry
+    from tritonkit import catalog
 
     try:
-        spec = registry.get(args.name)
+        spec = catalog.get(args.name)
     except KeyError as error:
         print(error.args[0], file=sys.stderr)
         return 2
@@ -50,16 +61,29 @@ def _cmd_show(args) -> int:
         ("notes", spec.notes or "-"),
         ("test cases", str(len(spec.test_cases))),
         ("gpu cases", str(len(spec.gpu_cases))),
+        ("case keys", _case_keys(spec.case_type)),
         ("bench cases", "; ".join(spec.case_id(case) for case in spec.bench_cases)),
     ]
     print(format_fields(fields))
     return 0
 
 
+def _given_cases(args, specs) -> list | None:
+    """``--case`` options, each parsed as every selected kernel's case type (an unknown key raises ValueError);
+    None when there are none."""
+    if not args.case:
+        return None
+    cases = [parse_case_tokens(tokens) for tokens in args.case]
+    for spec in specs:
+        for case in cases:
+            spec.parse_case(case)
+    return cases
+
+
 def _cmd_check(args) -> int:
     import torch
 
-    from tritonkit import registry, testing
+    from tritonkit import catalog, testing
 
     on_gpu = torch.cuda.is_available() and not _interpreting()
     device = "cuda" if on_gpu else "cpu"
@@ -68,14 +92,18 @@ def _cmd_check(args) -> int:
     else:
         print("No CUDA GPU in use: running through the Triton interpreter (TRITON_INTERPRET=1) with small cases.")
     try:
-        specs = registry.select(args.names, tag=args.tag)
+        specs = catalog.select(args.names, tag=args.tag)
+        given = _given_cases(args, specs)
     except KeyError as error:
         print(error.args[0], file=sys.stderr)
+        return 2
+    except ValueError as error:
+        print(error, file=sys.stderr)
         return 2
     rows, failures, details = [], 0, []
     for spec in specs:
         dtypes = [d for d in spec.dtypes if args.dtype is None or _dtype_name(d) == args.dtype]
-        cases = spec.gpu_cases if on_gpu else spec.test_cases
+        cases = [spec.parse_case(case) for case in given] if given else spec.gpu_cases if on_gpu else spec.test_cases
         # Kernels with a backward are checked twice: the forward, then every gradient as well.
         grad_modes = (None, "random") if spec.has_backward else (None,)
         for dtype, case, grad_mode in ((d, c, g) for d in dtypes for c in cases for g in grad_modes):
@@ -106,18 +134,13 @@ def _cmd_check(args) -> int:
 
 def _bench_cases(args) -> list | None:
     """The parsed ``--case`` options, each checked against every selected kernel (None when there are none)."""
+    if args.case and args.names == ["calibrate"]:
+        raise ValueError("--case does not apply to `tritonkit bench calibrate`")
     if not args.case:
         return None
-    from tritonkit import registry
-    from tritonkit.bench import harness
+    from tritonkit import catalog
 
-    if args.names == ["calibrate"]:
-        raise ValueError("--case does not apply to `tritonkit bench calibrate`")
-    cases = [harness.parse_case(tokens) for tokens in args.case]
-    for spec in registry.select(args.names, tag=args.tag):
-        for case in cases:
-            harness.check_case(spec, case)
-    return cases
+    return _given_cases(args, catalog.select(args.names, tag=args.tag))
 
 
 def _cmd_bench(args) -> int:
@@ -142,7 +165,7 @@ def _cmd_bench(args) -> int:
         return 2
     import triton
 
-    from tritonkit import registry
+    from tritonkit import catalog
     from tritonkit.bench import calibrate, harness, report
 
     date = datetime.date.today().isoformat()
@@ -181,7 +204,7 @@ def _cmd_bench(args) -> int:
             )
         return 0
     try:
-        specs = registry.select(args.names, tag=args.tag)
+        specs = catalog.select(args.names, tag=args.tag)
     except KeyError as error:
         print(error.args[0], file=sys.stderr)
         return 2
@@ -248,6 +271,14 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--tag", help="only kernels with this tag or family")
     check.add_argument("--dtype", choices=_DTYPE_NAMES, help="only this dtype")
     check.add_argument("--seed", type=int, help="seed for the random inputs (default: a fresh one per case)")
+    check.add_argument(
+        "--case",
+        action="append",
+        nargs="+",
+        metavar="KEY=VALUE",
+        help="check this case in place of the kernels' own (repeatable; the keys are the `case keys` of "
+        "`tritonkit show NAME`; an unknown key is an error)",
+    )
     check.set_defaults(run=_cmd_check)
 
     bench = sub.add_parser(
@@ -281,7 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         metavar="KEY=VALUE",
         help="time this case in place of the kernels' own (repeatable; e.g. --case rows=65536 n=1024 bias=false; "
-        "the keys are those of `tritonkit show NAME`'s benchmark cases)",
+        "the keys are the `case keys` of `tritonkit show NAME`; an unknown key is an error)",
     )
     bench.add_argument("--out", help="write JSON, markdown and PNG plots into this folder")
     bench.add_argument("--label", help="name for the output files (default: the kernel names, tag or 'all')")

@@ -32,7 +32,11 @@ import torch
 import triton
 import triton.language as tl
 
+from tritonkit._core import ints
 from tritonkit._core.env import interpreting
+
+# The offset and mask helpers every kernel repeats live with the library's shared jit pieces; learners reach them here.
+from tritonkit._core.jit.offsets import mask_1d, mask_2d, offsets_1d, offsets_2d
 
 __all__ = [
     "BoundsReport",
@@ -79,7 +83,7 @@ def cdiv(a: int, b: int) -> int:
         raise ValueError(f"cdiv: b must be positive, got {b}")
     if a < 0:
         raise ValueError(f"cdiv: a must be non-negative, got {a}")
-    return -(-a // b)
+    return ints.cdiv(a, b)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -191,33 +195,6 @@ else:
     def breakpoint_if(conds: tl.constexpr = "", pid_0=None, pid_1=None, pid_2=None):
         """Compiled for a GPU: a no-op (under the interpreter it stops in the debugger)."""
         pass
-
-
-# --------------------------------------------------------------------------------------------------
-# Offsets and masks inside kernels
-# --------------------------------------------------------------------------------------------------
-@triton.jit
-def offsets_1d(size: tl.constexpr, n_prev_chunks):
-    """Offsets of chunk number ``n_prev_chunks`` of ``size`` elements: n_prev_chunks*size + [0, size)."""
-    return n_prev_chunks * size + tl.arange(0, size)
-
-
-@triton.jit
-def offsets_2d(offs_0, offs_1, stride_0, stride_1=1):
-    """A [len(offs_0), len(offs_1)] block of offsets: offs_0[:, None]*stride_0 + offs_1[None, :]*stride_1."""
-    return tl.expand_dims(offs_0, 1) * stride_0 + tl.expand_dims(offs_1, 0) * stride_1
-
-
-@triton.jit
-def mask_1d(offs, max):
-    """Which offsets fall inside a dimension of ``max`` elements."""
-    return offs < max
-
-
-@triton.jit
-def mask_2d(offs_0, offs_1, max_0, max_1):
-    """A [len(offs_0), len(offs_1)] mask: row offset < max_0 and column offset < max_1."""
-    return (tl.expand_dims(offs_0, 1) < max_0) & (tl.expand_dims(offs_1, 0) < max_1)
 
 
 # --------------------------------------------------------------------------------------------------

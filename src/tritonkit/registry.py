@@ -1,21 +1,112 @@
 """The registry of kernel specs: the one list that tests, ``tritonkit check``, benchmarks and the index read.
 
-Each kernel family registers a :class:`KernelSpec` next to its code. Nothing else keeps a list of ops:
-:func:`all_specs` imports every module of :mod:`tritonkit.ops` and returns what they registered.
+A leaf: it imports no other tritonkit module. Each family's ``spec.py`` registers its :class:`KernelSpec` here;
+:mod:`tritonkit.catalog` imports the families and reads what they registered.
+
+Here too: :class:`Case`, the base of every family's typed case (an unknown or misspelt key raises); the
+:class:`Inputs` of one call; :class:`Tolerance` and :data:`TOLERANCES`, the one per-dtype tolerance table.
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-from collections.abc import Callable, Mapping, Sequence
+import dataclasses
+import types
+import typing
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
-Case = Mapping[str, Any]
-"""One shape/flag combination, e.g. ``{"n": 4097, "block_size": 128}``."""
+
+class Case(Mapping):
+    """One shape/flag combination of a kernel, e.g. ``SoftmaxCase(rows=5, n=7)``.
+
+    Each family subclasses it as a frozen dataclass whose fields are the case's keys, with types and defaults:
+    family code reads attributes (``case.rows``), and a misspelt key fails where the case is made
+    (:meth:`parse`), never silently dropping coverage. As a mapping it holds the keys the case was given (or,
+    made directly, the fields that differ from their defaults), in order: what case ids, reports and
+    ``--case`` show. ``case["rows"]`` reads any field.
+    """
+
+    _given: ClassVar[tuple[str, ...] | None] = None  # set per instance by parse()
+
+    @classmethod
+    def parse(cls, values: Mapping[str, Any] | Case, where: str = "") -> Case:
+        """A case of this type from ``values``: a ValueError names an unknown key (with the known ones), a
+        missing required key, or a value of the wrong type. ``where`` prefixes the message (the kernel)."""
+        if isinstance(values, cls):
+            return values
+        if isinstance(values, Case):
+            values = dict(values)
+        known = [f.name for f in dataclasses.fields(cls)]
+        unknown = [key for key in values if key not in known]
+        if unknown:
+            raise ValueError(f"{where}unknown case key(s) {', '.join(map(repr, unknown))} for {cls.__name__}; "
+                             f"its keys are {', '.join(known)}")  # fmt: skip
+        required = [f.name for f in dataclasses.fields(cls) if _required(f)]
+        missing = [key for key in required if key not in values]
+        if missing:
+            raise ValueError(f"{where}{cls.__name__} needs {', '.join(map(repr, missing))}, got {dict(values)}")
+        hints = typing.get_type_hints(cls)
+        for key, value in values.items():
+            if not _matches(value, hints[key]):
+                raise ValueError(f"{where}case key {key!r} of {cls.__name__} must be {_type_name(hints[key])}, "
+                                 f"got {value!r}")  # fmt: skip
+        case = cls(**values)
+        object.__setattr__(case, "_given", tuple(values))
+        return case
+
+    def _keys(self) -> tuple[str, ...]:
+        if self._given is not None:
+            return self._given
+        return tuple(f.name for f in dataclasses.fields(self) if _required(f) or getattr(self, f.name) != f.default)
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in {f.name for f in dataclasses.fields(self)}:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys())
+
+    def __len__(self) -> int:
+        return len(self._keys())
+
+    def __contains__(self, key) -> bool:
+        return key in self._keys()
+
+
+def _required(f: dataclasses.Field) -> bool:
+    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+
+
+def _type_name(hint) -> str:
+    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
+
+
+def _matches(value, hint) -> bool:
+    """Whether ``value`` fits a case field's annotation: int (not bool), float (int too), bool, str, tuples of
+    those, unions with None."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, arm) for arm in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if origin is tuple:
+        args = typing.get_args(hint)
+        if not isinstance(value, tuple):
+            return False
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(_matches(item, args[0]) for item in value)
+        return len(args) == len(value) and all(_matches(v, a) for v, a in zip(value, args, strict=True))
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is typing.Any:
+        return True
+    return isinstance(value, hint)
 
 
 @dataclass(frozen=True)
@@ -56,6 +147,18 @@ class Tolerance:
     rms_atol: float = 0.0
 
 
+# One table for the whole library. A correctly rounded result in a dtype is within half an ulp of the
+# exact value, a relative error of 2**-24 (float32), 2**-11 (float16) or 2**-8 (bfloat16); the bounds
+# leave room for a few roundings of fp32 intermediate arithmetic and nothing more, so a wrong
+# constant, a dropped term or a skipped element fails. Integer outputs must match exactly.
+TOLERANCES: dict[torch.dtype, Tolerance] = {
+    torch.float32: Tolerance(atol=1e-5, rtol=1e-5),
+    torch.float16: Tolerance(atol=1e-3, rtol=2e-3),
+    torch.bfloat16: Tolerance(atol=8e-3, rtol=8e-3),
+    torch.uint8: Tolerance(atol=0, rtol=0),
+}
+
+
 @dataclass(frozen=True)
 class KernelSpec:
     """Everything the toolkit needs to know about one public op.
@@ -64,8 +167,9 @@ class KernelSpec:
     ``reference`` is pure torch and receives floating inputs upcast to float64; ``bytes_moved`` and
     ``flops`` are the cost model (the fewest bytes a kernel must move, the arithmetic it must do) that
     turn a time into GB/s and TFLOP/s. ``test_cases`` are small enough for the interpreter,
-    ``gpu_cases`` are checked compiled, ``bench_cases`` are for benchmarks. ``tolerance`` may override
-    the per-dtype table of :mod:`tritonkit.testing` for a case.
+    ``gpu_cases`` are checked compiled, ``bench_cases`` are for benchmarks; each is given as a mapping or a
+    ``case_type`` and stored as a ``case_type`` (checked here: an unknown key raises). ``tolerance`` may
+    override the per-dtype table :data:`TOLERANCES` for a case.
     """
 
     name: str
@@ -74,6 +178,7 @@ class KernelSpec:
     fn: Callable
     reference: Callable
     make_inputs: Callable[[Case, torch.device, torch.dtype, torch.Generator], Inputs]
+    case_type: type[Case]
     test_cases: Sequence[Case]
     gpu_cases: Sequence[Case]
     bench_cases: Sequence[Case]
@@ -97,8 +202,25 @@ class KernelSpec:
     # a factory that imports the peer and returns a callable taking this spec's arguments.
     peers: Mapping[str, Callable[[], Callable]] = field(default_factory=dict)
 
-    def case_id(self, case: Case) -> str:
+    def __post_init__(self) -> None:
+        for group in ("test_cases", "gpu_cases", "bench_cases"):
+            parsed = tuple(self.parse_case(case) for case in getattr(self, group))
+            object.__setattr__(self, group, parsed)
+
+    def parse_case(self, values: Mapping[str, Any]) -> Case:
+        """``values`` as this kernel's case type; a ValueError names an unknown or missing key."""
+        return self.case_type.parse(values, where=f"{self.name}: ")
+
+    def case_id(self, case: Mapping[str, Any]) -> str:
         return "-".join(f"{key}{value}" for key, value in case.items()) or "default"
+
+    def tolerance_for(self, case: Mapping[str, Any], dtype: torch.dtype) -> Tolerance:
+        """The spec's own tolerance for this case when it sets one, else the table's entry for the dtype."""
+        if self.tolerance is not None:
+            specific = self.tolerance(self.parse_case(case), dtype)
+            if specific is not None:
+                return specific
+        return TOLERANCES[dtype]
 
     def missing(self) -> list[str]:
         """What this spec lacks that every registered op must have (read by the meta-test)."""
@@ -138,31 +260,6 @@ def register(spec: KernelSpec) -> KernelSpec:
     return spec
 
 
-def _load_ops() -> None:
-    import tritonkit.ops as ops_package
-
-    for module in pkgutil.iter_modules(ops_package.__path__):
-        importlib.import_module(f"{ops_package.__name__}.{module.name}")
-
-
-def all_specs() -> list[KernelSpec]:
-    """Every registered spec, in name order."""
-    _load_ops()
-    return [_REGISTRY[name] for name in sorted(_REGISTRY)]
-
-
-def get(name: str) -> KernelSpec:
-    _load_ops()
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        known = ", ".join(sorted(_REGISTRY))
-        raise KeyError(f"no kernel named {name!r}; registered: {known}") from None
-
-
-def select(names: Sequence[str] = (), tag: str | None = None) -> list[KernelSpec]:
-    """Specs by name (all when empty), keeping those tagged ``tag`` when given."""
-    specs = [get(name) for name in names] if names else all_specs()
-    if tag is not None:
-        specs = [spec for spec in specs if tag in spec.tags or spec.family == tag]
-    return specs
+def registered() -> dict[str, KernelSpec]:
+    """What has been registered so far (:func:`tritonkit.catalog.all_specs` imports every family first)."""
+    return dict(_REGISTRY)

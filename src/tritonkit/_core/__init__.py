@@ -1,1 +1,2 @@
-"""Shared internals: validation, environment queries, output allocation and dtype maps."""
+"""Shared internals of the kernel families: the autograd factory, validation, device facts, launch helpers, and the
+shared @triton.jit pieces (jit/). Imports no family."""

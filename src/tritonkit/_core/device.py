@@ -9,6 +9,8 @@ import torch
 from tritonkit._core.env import interpreting
 
 _INTERPRETER_PROGRAMS = 4  # under the interpreter programs run one by one: a few are plenty
+# Under the interpreter, launch plans follow the Hopper tables, so that the CPU suite walks the schedules the GPU runs.
+INTERPRETER_ARCH = "sm90"
 
 
 def _cuda_index(device: torch.device) -> int:
@@ -19,6 +21,20 @@ def _cuda_index(device: torch.device) -> int:
 @functools.cache
 def _cuda_sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+@functools.cache
+def _cuda_arch(index: int) -> str:
+    major, minor = torch.cuda.get_device_capability(index)
+    return f"sm{major}{minor}"
+
+
+def arch(device: torch.device) -> str:
+    """The architecture launch-plan tables are keyed by: "sm90" for Hopper (H100, H200), "sm80" for Ampere (A100),
+    and so on; INTERPRETER_ARCH under the interpreter."""
+    if interpreting() or device.type != "cuda":
+        return INTERPRETER_ARCH
+    return _cuda_arch(_cuda_index(device))
 
 
 def sm_count(device: torch.device) -> int:

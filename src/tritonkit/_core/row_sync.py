@@ -1,66 +1,65 @@
-"""Rows split across programs: the programs sharing a row publish partial results and wait for each other.
+"""Rows split across programs, on the host: when programs may wait for each other, and the launch either way.
 
-A row too wide for one program's registers is split into ``n_blocks`` slices, one program each, with
-consecutive program ids. Each program stores its slice's partial statistics, then :func:`publish_and_wait`
-counts it in and waits until all ``n_blocks`` of the row are in; the combined statistics then come from
-memory, read in a fixed order (deterministic). One launch reads each element from DRAM once, where a program
-looping over the whole row reads it twice.
+A row too wide for one program's registers is split into ``n_blocks`` slices, one program each, with consecutive
+program ids. Each program stores its slice's partial statistics, then counts itself in and waits until all
+``n_blocks`` of the row are in (tritonkit._core.jit.row_sync); the combined statistics then come from memory, read
+in a fixed order (deterministic). One launch reads each element from DRAM once, where two launches (statistics,
+then output) read it twice.
 
-Waiting is safe when the programs a program waits for are running or will start: a GPU starts a 1-D grid's
-programs in increasing order, and :func:`waits_safely` keeps ``n_blocks`` within what is resident at once.
-The interpreter runs programs one at a time, so there (and for wider rows) launchers run the two halves as
-two launches instead (:func:`launch_split_rows` launches them either way).
+**Waiting across programs assumes that all programs of a row are resident at once, which CUDA does not promise.**
+A GPU starts a 1-D grid's programs in increasing order, and :func:`waits_safely` keeps ``n_blocks`` within one
+program per multiprocessor; but where the GPU is shared so that fewer multiprocessors are available to this
+process (MPS with an SM limit, green contexts, a persistent kernel of another stream occupying SMs), a waiting
+program can hold the SM that a program it waits for needs, and the kernel never ends. In such settings turn the
+waits off: ``TRITONKIT_SPIN_WAITS=0`` in the environment, or :func:`set_spin_waits` (``tritonkit.set_spin_waits``)
+at run time, and every split-row kernel runs as two launches. The interpreter runs programs one at a time, so there
+it always does.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+
 import torch
-import triton
-import triton.language as tl
 
 from tritonkit._core.device import sm_count
 from tritonkit._core.env import interpreting
 from tritonkit._core.ints import cdiv, next_power_of_2
 
-
-@triton.jit
-def this_slice(n_cols, n_blocks, BLOCK_N: tl.constexpr):
-    """This program's row (int64), its slice's index in the row, the slice's columns and their mask
-    (program id = row * n_blocks + slice)."""
-    i_row = (tl.program_id(0) // n_blocks).to(tl.int64)
-    i_block = tl.program_id(0) % n_blocks
-    o_n = i_block * BLOCK_N + tl.arange(0, BLOCK_N)
-    return i_row, i_block, o_n, o_n < n_cols
+_spin_waits = os.environ.get("TRITONKIT_SPIN_WAITS", "1").strip().lower() not in ("0", "false", "off", "no")
 
 
-@triton.jit
-def publish(p_count):
-    """Count this program's stores in for its row (``p_count``: the row's int32 counter, zero at launch). The
-    barrier puts every thread's stores before the release."""
-    tl.debug_barrier()
-    tl.atomic_add(p_count, 1, sem="release")
+def spin_waits_enabled() -> bool:
+    """Whether kernels may spin-wait for other programs of their launch (TRITONKIT_SPIN_WAITS, set_spin_waits)."""
+    return _spin_waits
 
 
-@triton.jit
-def wait_for(p_count, n_blocks):
-    """Wait until all ``n_blocks`` programs of the row have published: the acquire read that sees ``n_blocks``
-    puts every later load after all of their stores."""
-    # Triton lowers an acquire add of 0 to an acquire load: the spin puts no read-modify-write traffic on L2.
-    while tl.atomic_add(p_count, 0, sem="acquire") < n_blocks:
-        pass
+@contextlib.contextmanager
+def _restoring(previous: bool):
+    try:
+        yield
+    finally:
+        set_spin_waits(previous)
 
 
-@triton.jit
-def publish_and_wait(p_count, n_blocks):
-    """publish, then wait_for the row's other programs."""
-    publish(p_count)
-    wait_for(p_count, n_blocks)
+def set_spin_waits(enabled: bool):
+    """Allow (the default) or forbid kernels that spin-wait for other programs of their launch; forbidden, rows
+    split across programs take two launches (each row read twice). Returns a context manager that restores the
+    previous setting, so ``with tritonkit.set_spin_waits(False): ...`` scopes it. A setting read at each launch:
+    a CUDA graph or compiled region keeps the launches captured when it was made."""
+    global _spin_waits
+    if not isinstance(enabled, bool):
+        raise TypeError(f"set_spin_waits: enabled must be a bool, got {type(enabled).__name__}")
+    previous, _spin_waits = _spin_waits, enabled
+    return _restoring(previous)
 
 
 def waits_safely(n_blocks: int, device: torch.device) -> bool:
-    """Whether one launch may wait across ``n_blocks`` programs per row: not under the interpreter, and at
-    most one program per multiprocessor, which every kernel that launches at all can have resident."""
-    return not interpreting() and n_blocks <= sm_count(device)
+    """Whether one launch may wait across ``n_blocks`` programs per row: spin-waits allowed, not under the
+    interpreter, and at most one program per multiprocessor, which every kernel that launches at all can have
+    resident (see the module docstring for where even that does not hold)."""
+    return _spin_waits and not interpreting() and n_blocks <= sm_count(device)
 
 
 def launch_split_rows(kernel, leading, trailing, n_rows: int, n_cols: int, block_n: int, parts_per_slice: int,

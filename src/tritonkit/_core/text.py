@@ -22,3 +22,32 @@ def format_fields(fields: list[tuple[str, str]], width: int = 88) -> str:
         wrapped = textwrap.fill(value, width=width, subsequent_indent=" " * 14) if value else "-"
         lines.append(f"{key + ':':<13} {wrapped}")
     return "\n".join(lines)
+
+
+def parse_case_tokens(tokens: list[str]) -> dict:
+    """One ``--case`` of the CLI: KEY=VALUE tokens, each VALUE an integer, a float, true or false, or integers joined
+    by 'x' (a shape, e.g. shape=16384x4096). Which keys a kernel takes is its case type's to say."""
+    case = {}
+    for token in tokens:
+        key, sep, text = token.partition("=")
+        if not sep or not key or not text:
+            raise ValueError(f"--case expects KEY=VALUE tokens, got {token!r}")
+        case[key] = _case_value(key, text)
+    return case
+
+
+def _case_value(key: str, text: str):
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    try:
+        if "x" in text:
+            return tuple(int(part) for part in text.split("x"))
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(
+            f"--case {key}={text}: expected an integer, a float, true/false or a shape like 16384x4096"
+        ) from None

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
 
-from tritonkit.registry import Case, KernelSpec
+from tritonkit.registry import KernelSpec
 
 
 def gigabytes_per_second(n_bytes: int, ms: float) -> float:
@@ -51,9 +52,12 @@ class Throughput:
     percent: float | None
 
 
-def _for_mode(forward_model, backward_model, case: Case, dtype: torch.dtype, mode: str) -> int | None:
+def _for_mode(spec: KernelSpec, forward_model, backward_model, case: Mapping, dtype: torch.dtype,
+              mode: str) -> int | None:  # fmt: skip
     """A cost model of the timed work: the forward (``fwd``, and ``fwd-train``, whose saved statistics are a
-    row's few bytes), the backward, or both (None without a backward model)."""
+    row's few bytes), the backward, or both (None without a backward model). ``case``: the spec's case type, or a
+    mapping parsed as one."""
+    case = spec.parse_case(case)
     forward = forward_model(case, dtype)
     if mode in ("fwd", "fwd-train"):
         return forward
@@ -63,18 +67,18 @@ def _for_mode(forward_model, backward_model, case: Case, dtype: torch.dtype, mod
     return backward if mode == "bwd" else forward + backward
 
 
-def bytes_for_mode(spec: KernelSpec, case: Case, dtype: torch.dtype, mode: str) -> int | None:
+def bytes_for_mode(spec: KernelSpec, case: Mapping, dtype: torch.dtype, mode: str) -> int | None:
     """Fewest bytes of the timed work: the forward, the backward, or both (None without a model)."""
-    return _for_mode(spec.bytes_moved, spec.bytes_moved_bwd, case, dtype, mode)
+    return _for_mode(spec, spec.bytes_moved, spec.bytes_moved_bwd, case, dtype, mode)
 
 
-def flops_for_mode(spec: KernelSpec, case: Case, dtype: torch.dtype, mode: str) -> int | None:
+def flops_for_mode(spec: KernelSpec, case: Mapping, dtype: torch.dtype, mode: str) -> int | None:
     """Arithmetic of the timed work, like :func:`bytes_for_mode` (None without a backward model)."""
-    return _for_mode(spec.flops, spec.flops_bwd, case, dtype, mode)
+    return _for_mode(spec, spec.flops, spec.flops_bwd, case, dtype, mode)
 
 
 def throughput(
-    spec: KernelSpec, case: Case, dtype: torch.dtype, ms: float, ceilings: Ceilings | None, mode: str = "fwd"
+    spec: KernelSpec, case: Mapping, dtype: torch.dtype, ms: float, ceilings: Ceilings | None, mode: str = "fwd"
 ) -> Throughput | None:
     """GB/s, TFLOP/s and % of ceiling; None when the mode has no cost model. TFLOP/s of bwd and fwd+bwd
     runs need the spec's ``flops_bwd`` (0 without it)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 import torch
@@ -20,7 +20,7 @@ MAX_INPUT_SETS = 256
 # A timed CUDA-graph replay covers at least this much device work (the cycle of input sets repeated), at most
 # MAX_GRAPH_REPEATS cycles. With one or two steps a replay, each replay's fixed cost (the graph's launch, the
 # write-back of the cache do_bench flushed) was charged to them: a 64 MB copy read 83.0% of the ceiling, and
-# 88.3% with the cost spread over 1 ms; runs repeat within 0.3% (benchmarks/NOTES.md).
+# 88.3% with the cost spread over 1 ms; runs repeat within 0.3% (docs/kernels/README.md).
 GRAPH_REPLAY_MS = 1.0
 MAX_GRAPH_REPEATS = 64
 
@@ -50,54 +50,11 @@ class Measurement:
         return asdict(self)
 
 
-def parse_case(tokens: Sequence[str]) -> Case:
-    """One ``--case``: KEY=VALUE tokens, each VALUE an integer, a float, true or false, or integers joined by
-    'x' (a shape, e.g. shape=16384x4096)."""
-    case = {}
-    for token in tokens:
-        key, sep, text = token.partition("=")
-        if not sep or not key or not text:
-            raise ValueError(f"--case expects KEY=VALUE tokens, got {token!r}")
-        case[key] = _case_value(key, text)
-    return case
-
-
-def _case_value(key: str, text: str):
-    if text.lower() in ("true", "false"):
-        return text.lower() == "true"
-    try:
-        if "x" in text:
-            return tuple(int(part) for part in text.split("x"))
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        return float(text)
-    except ValueError:
-        raise ValueError(
-            f"--case {key}={text}: expected an integer, a float, true/false or a shape like 16384x4096"
-        ) from None
-
-
-def check_case(spec: KernelSpec, case: Case) -> None:
-    """A ``--case`` must name only keys the kernel's own benchmark cases use, and every key they all use."""
-    own = [set(c) for c in spec.bench_cases]
-    known, needed = set().union(*own), set.intersection(*own)
-    unknown, missing = sorted(set(case) - known), sorted(needed - set(case))
-    if unknown:
-        raise ValueError(f"--case key(s) {', '.join(unknown)} unknown to {spec.name}: its cases use "
-                         f"{', '.join(sorted(known))}")  # fmt: skip
-    if missing:
-        raise ValueError(f"--case for {spec.name} needs {', '.join(missing)} too, got {', '.join(sorted(case))}")
-
-
-def bench_cases(spec: KernelSpec, sizes: str, cases: Sequence[Case] | None = None) -> Sequence[Case]:
-    """``cases`` when given (each checked against the spec, check_case); else by ``sizes``: ``small``, the two
-    smallest benchmark cases; ``default``, the larger half; ``sweep``, all."""
+def bench_cases(spec: KernelSpec, sizes: str, cases: Sequence[Mapping] | None = None) -> Sequence[Case]:
+    """``cases`` when given (each parsed as the spec's case type: an unknown key raises ValueError); else by
+    ``sizes``: ``small``, the two smallest benchmark cases; ``default``, the larger half; ``sweep``, all."""
     if cases:
-        for case in cases:
-            check_case(spec, case)
-        return list(cases)
+        return [spec.parse_case(case) for case in cases]
     cases = list(spec.bench_cases)
     if sizes == "small":
         return cases[:2]

@@ -54,9 +54,9 @@ class Catalog:
 
 
 def _registry_specs():
-    from tritonkit import registry
+    from tritonkit import catalog
 
-    return registry.all_specs()
+    return catalog.all_specs()
 
 
 def known_tags() -> set[str]:
@@ -111,7 +111,8 @@ def load_wanted(path: Path, tags: set[str]) -> tuple[list[Wanted], list[Problem]
 
 
 def _module_file(spec) -> str:
-    """The repository path of the module that defines a spec's kernels (its fn may be a functools.partial)."""
+    """The repository path of the module that defines a spec's public op (its fn may be a functools.partial): the
+    family's op.py."""
     for obj in (spec.fn, getattr(spec.fn, "func", None), spec.reference, spec.make_inputs):
         module = getattr(obj, "__module__", None) or ""
         if module.startswith("tritonkit."):

@@ -28,7 +28,7 @@ import torch
 
 def run(out_dir: str | None = None) -> None:
     import tritonkit as tk
-    from tritonkit.registry import get
+    from tritonkit.catalog import get
 
     device = "cuda" if torch.cuda.is_available() and not tk.debug.interpreting() else "cpu"
     n = 1000
@@ -38,9 +38,9 @@ def run(out_dir: str | None = None) -> None:
     eager = torch.relu(x + y)
     torch.testing.assert_close(fused, eager)
     print(f"tk.ops.add_relu agrees with torch.relu(x + y) on {n} elements ({device}).")
-    case = {"n": n}
-    fused_bytes = get("add_relu").bytes_moved(case, torch.float32)
-    eager_bytes = get("add").bytes_moved(case, torch.float32) + 2 * n * 4  # + relu: read n, write n
+    fused_spec, add_spec = get("add_relu"), get("add")
+    fused_bytes = fused_spec.bytes_moved(fused_spec.parse_case({"n": n}), torch.float32)
+    eager_bytes = add_spec.bytes_moved(add_spec.parse_case({"n": n}), torch.float32) + 2 * n * 4  # relu: n in, n out
     print(f"bytes moved, fused kernel: {fused_bytes}; eager torch (add, then relu): {eager_bytes}")
     print(f"For a memory-bound op, time follows bytes: fusion saves {1 - fused_bytes / eager_bytes:.0%} here.")
 

@@ -14,7 +14,7 @@ tk.ops.matmul runs one kernel for the three steps of the ladder. Each program co
   grouped kernel runs instead.
 
 Under the interpreter the lesson shows the order in which programs take tiles, seen by tracing the
-kernel's stores (tritonkit.puzzles.checker.MemoryTrace), for naive and grouped. It then plots the
+kernel's stores (tritonkit.puzzles.trace.MemoryTrace), for naive and grouped. It then plots the
 committed H200 benchmark (benchmarks/results/nvidia-h200/2026-11-22-matmul.json, bf16) with --out DIR.
 To measure your own GPU instead:
 
@@ -36,20 +36,17 @@ VARIANTS = ("naive", "grouped", "autotuned")
 
 def tile_order(group_size: int, m: int = 128, n: int = 128, block: int = 32) -> list[list[int]]:
     """Which program wrote each [block, block] tile of an (m, n) output (interpreter only)."""
-    import importlib
-
     import triton
 
-    from tritonkit.puzzles.checker import MemoryTrace
-
-    mm = importlib.import_module("tritonkit.ops.matmul")  # the module: tritonkit.ops.matmul is also the op
+    from tritonkit.ops.tutorial.kernels import _matmul_kernel
+    from tritonkit.puzzles.trace import MemoryTrace
 
     a, b, c = torch.randn(m, 16), torch.randn(16, n), torch.empty(m, n)
     trace = MemoryTrace()
     with trace:
         trace.start_launch({"a": a, "b": b, "c": c}, c)
         # The kernel of tk.ops.matmul, launched here into c so that the trace knows the output.
-        mm._matmul_kernel[(triton.cdiv(m, block) * triton.cdiv(n, block),)](
+        _matmul_kernel[(triton.cdiv(m, block) * triton.cdiv(n, block),)](
             a, b, c, m, n, 16, *a.stride(), *b.stride(), *c.stride(),
             BLOCK_M=block, BLOCK_N=block, BLOCK_K=16, GROUP_SIZE=group_size, INPUT_PRECISION="ieee", UPCAST=False,
         )  # fmt: skip

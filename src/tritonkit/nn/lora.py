@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from tritonkit.ops.lora import lora_linear
+from tritonkit.ops import lora_linear
 
 
 class LoRALinear(torch.nn.Linear):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from tritonkit.ops.cross_entropy import cross_entropy, fused_linear_cross_entropy
+from tritonkit.ops import cross_entropy, fused_linear_cross_entropy
 
 
 class _CrossEntropyOptions(torch.nn.Module):

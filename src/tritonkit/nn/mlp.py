@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from tritonkit.ops.activation import swiglu
+from tritonkit.ops import swiglu
 
 
 class SwiGLUMLP(torch.nn.Module):

@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from tritonkit.ops.norm import layer_norm, rms_norm
+from tritonkit.ops import layer_norm, rms_norm
 
 
 def _flatten_normalized(x: torch.Tensor, normalized_shape: tuple[int, ...]) -> torch.Tensor:

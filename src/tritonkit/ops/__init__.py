@@ -1,13 +1,16 @@
-"""Public ops. Each family module holds kernels -> launchers -> public functions -> registry specs."""
+"""Public ops. Each family is a package ``tritonkit.ops.<family>`` with the same floor plan: kernels.py (the
+``@triton.jit`` kernels), plan.py (launch plans by device architecture), launch.py (validate, allocate, launch),
+op.py (the public functions and their autograd), spec.py (float64 reference, cases, cost model; the registry spec).
+A package never carries the name of a public op, which would shadow it here.
+"""
 
-from tritonkit.ops.activation import geglu, gelu, silu, swiglu
-from tritonkit.ops.cross_entropy import cross_entropy, fused_linear_cross_entropy
-from tritonkit.ops.lora import lora_linear
-from tritonkit.ops.matmul import matmul
-from tritonkit.ops.norm import layer_norm, rms_norm
-from tritonkit.ops.rope import rope
-from tritonkit.ops.softmax import log_softmax, softmax
-from tritonkit.ops.tutorial import add, add_relu, copy, rgb_to_grey
+from tritonkit.ops.activation.op import geglu, gelu, silu, swiglu
+from tritonkit.ops.lora.op import lora_linear
+from tritonkit.ops.loss.op import cross_entropy, fused_linear_cross_entropy
+from tritonkit.ops.norm.op import layer_norm, rms_norm
+from tritonkit.ops.rotary.op import rope
+from tritonkit.ops.row_softmax.op import log_softmax, softmax
+from tritonkit.ops.tutorial.op import add, add_relu, copy, matmul, rgb_to_grey
 
 __all__ = [
     "add",

@@ -6,6 +6,13 @@ runs a learner's file. Importing this package defines no kernel: the puzzle modu
 on first use, after the CLI has chosen between the interpreter and the GPU.
 """
 
-from tritonkit.puzzles._base import Puzzle, all_puzzles, get
+import importlib
 
 __all__ = ["Puzzle", "all_puzzles", "get"]
+
+
+def __getattr__(name: str):
+    # Imported on first use: `tritonkit --help` builds the puzzles' parser from tritonkit.puzzles.cli without torch.
+    if name in __all__:
+        return getattr(importlib.import_module("tritonkit.puzzles._base"), name)
+    raise AttributeError(f"module 'tritonkit.puzzles' has no attribute {name!r}")

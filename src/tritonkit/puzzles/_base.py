@@ -66,7 +66,7 @@ class Puzzle:
         return f"puzzle_{self.number:02d}_{self.slug}.py"
 
     def tolerance_for(self, case: dict, dtype: torch.dtype, device: str) -> Tolerance:
-        from tritonkit.testing import TOLERANCES
+        from tritonkit.registry import TOLERANCES
 
         if self.tolerance is not None:
             return self.tolerance(case, dtype, device)
@@ -122,7 +122,7 @@ def scaled_tolerance(length: Callable[[dict], int], *, dot: bool = False, float3
     against 0.045 allowed by the float16 row. So float32 there gets TF32_TOLERANCE; the interpreter
     computes in full fp32.
     """
-    from tritonkit.testing import TOLERANCES
+    from tritonkit.registry import TOLERANCES
 
     def tolerance(case, dtype, device):
         row = torch.float32 if float32_output else dtype

@@ -1,0 +1,25 @@
+"""Launch plans of the fused LoRA GEMM: where it runs at all (FUSED_MAX_TOKENS), the padded rank, and its tile.
+
+On a GPU the fused kernel autotunes its tile per (M, N, D, rank) over tritonkit._core.gemm_plan's space, as the
+matmul ladder does; under the interpreter it takes the ladder's fixed tile (timing means nothing there). How the
+token threshold was measured: docs/kernels/lora.md.
+"""
+
+from __future__ import annotations
+
+from tritonkit._core.ints import next_power_of_2
+
+MAX_RANK = 128  # widest adapter the fused kernels hold in registers (an fp32 BLOCK_M x r_pad tile)
+MIN_DOT = 16  # tl.dot's smallest inner size: the rank is padded to it at least
+
+
+def padded_rank(r: int) -> int:
+    """The rank the kernel computes with: r rounded up to a power of two, at least MIN_DOT."""
+    return max(MIN_DOT, next_power_of_2(r))
+
+
+# Above this many tokens the products run as cuBLAS GEMMs instead of the fused kernel: once the GEMM is
+# compute-bound, saving a read of x does not pay for a Triton GEMM below cuBLAS's speed; below it (decoding, small
+# batches) the GEMM is bound by reading W and the launches, and the fused kernel saves two of them. The crossover is
+# an estimate between two measured points (docs/kernels/lora.md), the same on every architecture.
+FUSED_MAX_TOKENS = 1024

@@ -1,0 +1,84 @@
+"""The cross-entropy row kernel: loss and log-sum-exp, and the logits' gradient, of one row of logits per program.
+
+One kernel serves every use, with two switches: ``COMPUTE_LOSS`` (one online-softmax pass over the row: lse and the
+loss terms) and ``WRITE_GRAD`` (one more pass writing d(loss)/d(logits), scaled per row, possibly over the logits
+themselves). Options of LLM training: ``softcap`` (logits become softcap * tanh(logits / softcap) first, as in Gemma
+2), ``z_loss`` (z * lse^2 per token, as in PaLM), label smoothing as torch defines it.
+"""
+
+import triton
+import triton.language as tl
+
+from tritonkit._core.jit.online_softmax import finite_or_zero, online_update
+
+
+@triton.jit
+def _softcapped(b_x, softcap, HAS_SOFTCAP: tl.constexpr):
+    """softcap * tanh(x / softcap), with tanh(u) = 1 - 2 / (exp(2u) + 1): exact at +-inf (exp
+    overflowing to inf gives 1) and within a few fp32 ulp of 1 elsewhere, which is all y needs."""
+    if HAS_SOFTCAP:
+        b_x = softcap * (1.0 - 2.0 / (tl.exp(2.0 * b_x / softcap) + 1.0))
+    return b_x
+
+
+@triton.jit
+def _cross_entropy_kernel(
+    p_x, p_target, p_loss, p_lse, p_scale, p_dx,
+    n_cols, stride_x_row, stride_target, stride_scale, stride_dx_row,
+    ignore_index, label_smoothing, z_loss, softcap,
+    COMPUTE_LOSS: tl.constexpr, WRITE_GRAD: tl.constexpr, HAS_SMOOTHING: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """One program per row of x (n_cols logits), target t, smoothing e, z-loss z, softcap c.
+
+    y = c * tanh(x / c) (or x), lse = log(sum_j exp(y_j)), p = exp(y - lse);
+    loss = lse - (1 - e) * y_t - (e / n_cols) * sum_j y_j + z * lse^2  (0 where t == ignore_index);
+    d(loss)/dy_j = p_j * (1 + 2 z lse) - (1 - e) [j == t] - e / n_cols,  dy/dx = 1 - (y / c)^2.
+    COMPUTE_LOSS: one online pass (running max m, sum s of exp(y - m) rescaled when m grows) stores
+    loss and lse (fp32); otherwise lse is loaded. WRITE_GRAD: a second pass stores
+    scale_row * d(loss)/dx into dx (dx may be x itself: each block is read before it is written).
+    A target outside [0, n_cols) other than ignore_index is never dereferenced; its row gets NaN.
+    """
+    i_row = tl.program_id(0).to(tl.int64)
+    p_x_row = p_x + i_row * stride_x_row
+    target = tl.load(p_target + i_row * stride_target).to(tl.int64)
+    ignored = target == ignore_index
+    in_range = (target >= 0) & (target < n_cols)
+    if COMPUTE_LOSS:
+        m = tl.full((), float("-inf"), tl.float32)
+        s = tl.zeros((), tl.float32)
+        sum_y = tl.zeros((), tl.float32)
+        for start in range(0, n_cols, BLOCK_N):
+            o_n = start + tl.arange(0, BLOCK_N)
+            m_n = o_n < n_cols
+            b_x = tl.load(p_x_row + o_n, mask=m_n, other=0.0).to(tl.float32)
+            b_y = tl.where(m_n, _softcapped(b_x, softcap, HAS_SOFTCAP), float("-inf"))  # [BLOCK_N]
+            m, s = online_update(m, s, b_y)
+            if HAS_SMOOTHING:
+                sum_y += tl.sum(tl.where(m_n, b_y, 0.0), axis=0)
+        lse = finite_or_zero(m) + tl.log(s)
+        x_t = tl.load(p_x_row + target, mask=in_range & ~ignored, other=0.0).to(tl.float32)
+        loss = lse - (1.0 - label_smoothing) * _softcapped(x_t, softcap, HAS_SOFTCAP) + z_loss * lse * lse
+        if HAS_SMOOTHING:
+            loss -= label_smoothing / n_cols * sum_y
+        loss = tl.where(ignored, 0.0, tl.where(in_range, loss, float("nan")))
+        tl.store(p_loss + i_row, loss)
+        tl.store(p_lse + i_row, lse)
+    else:
+        lse = tl.load(p_lse + i_row)
+    if WRITE_GRAD:
+        scale = tl.load(p_scale + i_row * stride_scale).to(tl.float32)
+        scale = tl.where(in_range | ignored, scale, float("nan"))
+        grad_factor = 1.0 + 2.0 * z_loss * lse
+        p_dx_row = p_dx + i_row * stride_dx_row
+        for start in range(0, n_cols, BLOCK_N):
+            o_n = start + tl.arange(0, BLOCK_N)
+            m_n = o_n < n_cols
+            b_y = _softcapped(tl.load(p_x_row + o_n, mask=m_n, other=0.0).to(tl.float32), softcap, HAS_SOFTCAP)
+            b_dy = tl.exp(b_y - lse) * grad_factor - tl.where(o_n == target, 1.0 - label_smoothing, 0.0)
+            if HAS_SMOOTHING:
+                b_dy -= label_smoothing / n_cols
+            if HAS_SOFTCAP:
+                b_dy *= 1.0 - (b_y / softcap) * (b_y / softcap)
+            b_dx = tl.where(ignored, 0.0, b_dy * scale)  # [BLOCK_N]
+            tl.store(p_dx_row + o_n, b_dx.to(p_dx.dtype.element_ty), mask=m_n)

@@ -1,0 +1,261 @@
+"""Cross-entropy launchers: validate the public arguments, allocate, launch (tensors in, tensors out; ``plan=``).
+
+``cross_entropy`` reads the logits once in the forward (loss and the fp32 lse, saved) and once in the backward,
+which writes the gradient already multiplied by the upstream gradient: three passes over the logits in all. The
+fused linear cross-entropy never builds the (tokens, vocab) logits: tokens go through in chunks (plan.fused_chunk_rows);
+each chunk's logits come from one GEMM into a reused buffer, the kernel overwrites them with their gradient, and two
+more GEMMs turn that into the chunk's rows of d(hidden) and its share of d(weight), summed in fp32. For mean and sum
+this all happens in the forward (the backward multiplies in a scalar); ``reduction="none"`` weights each row by its
+own upstream gradient before the d(weight) GEMM, so its backward recomputes the chunks.
+
+Nothing here synchronises with the host: the mean divides by max(1, count of non-ignored targets) computed on the
+device. A target outside [0, vocab) that is not ignore_index is never used as an address: its row's loss and
+gradient are NaN (checking the range on the host would need a synchronisation).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from tritonkit._core.checks import check_choice, check_tensor
+from tritonkit._core.cublas import addmm_into_fp32
+from tritonkit._core.device import arch
+from tritonkit.ops.loss.kernels import _cross_entropy_kernel
+from tritonkit.ops.loss.plan import CrossEntropyPlan, cross_entropy_plan, fused_chunk_rows
+
+REDUCTIONS = ("mean", "sum", "none")
+TARGET_DTYPES = (torch.int64, torch.int32)
+
+
+def check_options(name, ignore_index, label_smoothing, z_loss, softcap, reduction) -> tuple:
+    """Validated options as the kernels take them (softcap None -> 0.0)."""
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
+        raise TypeError(f"{name}: ignore_index must be an int, got {type(ignore_index).__name__}")
+    if not isinstance(label_smoothing, (int, float)) or not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"{name}: label_smoothing must be a number in [0, 1], got {label_smoothing!r}")
+    if not isinstance(z_loss, (int, float)) or not math.isfinite(z_loss) or z_loss < 0:
+        raise ValueError(f"{name}: z_loss must be a finite number >= 0, got {z_loss!r}")
+    if softcap is not None and (not isinstance(softcap, (int, float)) or not math.isfinite(softcap) or softcap <= 0):
+        raise ValueError(f"{name}: softcap must be None or a finite number > 0, got {softcap!r}")
+    check_choice("reduction", reduction, REDUCTIONS)
+    return int(ignore_index), float(label_smoothing), float(z_loss), float(softcap or 0.0), reduction
+
+
+def check_target(name: str, target, expected_shape: tuple) -> None:
+    check_tensor("target", target, dtypes=TARGET_DTYPES)
+    if tuple(target.shape) != expected_shape:
+        raise ValueError(f"{name}: target must have shape {expected_shape}, got {tuple(target.shape)}")
+
+
+def needs_grad(t: torch.Tensor | None) -> bool:
+    return t is not None and torch.is_grad_enabled() and t.requires_grad
+
+
+def _launch_rows(x, target, loss, lse, scale, dx, options, compute_loss, write_grad, plan=None):
+    """Run the kernel over every row of x (rows, V), unit column stride. ``options`` is
+    (ignore_index, label_smoothing, z_loss, softcap), softcap 0 for none. Absent tensors may be any
+    tensor: the switches keep the kernel from touching them. ``plan``: the plan for x's rows unless given."""
+    ignore_index, label_smoothing, z_loss, softcap = options
+    n_rows, n_cols = x.shape
+    if n_rows == 0:
+        return
+    plan = plan or cross_entropy_plan(n_cols, arch(x.device))
+    _cross_entropy_kernel[(n_rows,)](
+        x, target, loss, lse, scale, dx,
+        n_cols, x.stride(0), target.stride(0), scale.stride(0) if scale.dim() else 0, dx.stride(0),
+        ignore_index, label_smoothing, z_loss, softcap,
+        COMPUTE_LOSS=compute_loss, WRITE_GRAD=write_grad, HAS_SMOOTHING=label_smoothing != 0.0,
+        HAS_SOFTCAP=softcap != 0.0, BLOCK_N=plan.block_n, num_warps=plan.warps,
+    )  # fmt: skip
+
+
+def _n_valid(target: torch.Tensor, ignore_index: int) -> torch.Tensor:
+    """Non-ignored targets, at least 1 (so an all-ignored mean is 0 / 1 = 0), as a 0-d fp32 tensor
+    on the device: no synchronisation."""
+    return (target != ignore_index).sum().clamp_min(1).to(torch.float32)
+
+
+def _reduce(loss_rows: torch.Tensor, target: torch.Tensor, ignore_index: int, reduction: str, dtype) -> torch.Tensor:
+    """fp32 per-row losses (0 on ignored rows) to the reduction's result in ``dtype``."""
+    if reduction == "none":
+        return loss_rows.to(dtype)
+    total = loss_rows.sum()
+    return (total / _n_valid(target, ignore_index) if reduction == "mean" else total).to(dtype)
+
+
+def _row_scale(grad_loss: torch.Tensor, target: torch.Tensor, ignore_index: int, reduction: str) -> torch.Tensor:
+    """What each row's d(loss)/d(logits) is multiplied by: the upstream gradient (per row for "none",
+    possibly expanded with stride 0), divided by the count of non-ignored targets for "mean"."""
+    if reduction == "none":
+        return grad_loss.reshape(-1)
+    grad_loss = grad_loss.reshape(())
+    return grad_loss.float() / _n_valid(target, ignore_index) if reduction == "mean" else grad_loss
+
+
+def cross_entropy_fwd(
+    logits: torch.Tensor, target: torch.Tensor, ignore_index: int, label_smoothing: float, z_loss: float,
+    softcap: float, reduction: str, *, plan: CrossEntropyPlan | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """logits: (rows, V) with unit column stride; target: (rows,). Returns the reduced loss (logits'
+    dtype; 0-d, or (rows,) for "none") and the fp32 row lse the backward needs."""
+    n_rows = logits.shape[0]
+    loss_rows = torch.empty((n_rows,), dtype=torch.float32, device=logits.device)
+    lse = torch.empty((n_rows,), dtype=torch.float32, device=logits.device)
+    options = (ignore_index, label_smoothing, z_loss, softcap)
+    _launch_rows(logits, target, loss_rows, lse, lse, logits, options, True, False, plan)
+    return _reduce(loss_rows, target, ignore_index, reduction, logits.dtype), lse
+
+
+def cross_entropy_bwd(grad_loss: torch.Tensor, logits: torch.Tensor, target: torch.Tensor, lse: torch.Tensor,
+                      ignore_index: int, label_smoothing: float, z_loss: float, softcap: float, reduction: str, *,
+                      in_place: bool = False, plan: CrossEntropyPlan | None = None) -> torch.Tensor:  # fmt: skip
+    """d(loss)/d(logits), (rows, V) in logits' dtype, already multiplied by ``grad_loss``; written over
+    ``logits`` itself when ``in_place`` (the kernel reads each block before writing it)."""
+    dx = logits if in_place else torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
+    scale = _row_scale(grad_loss, target, ignore_index, reduction)
+    options = (ignore_index, label_smoothing, z_loss, softcap)
+    _launch_rows(logits, target, lse, lse, scale, dx, options, False, True, plan)
+    return dx
+
+
+def _fused_chunks(hidden, weight, bias, target, options, loss_rows, lse, scale, grad_hidden, grad_weight,
+                  grad_bias):  # fmt: skip
+    """The chunk loop of the fused op. With ``loss_rows`` the kernel computes loss and lse (forward),
+    without it it reads lse (the recomputing backward of "none"). With a ``scale`` it writes each
+    chunk's logit gradient over its logits and adds the chunk's share to whichever of grad_hidden
+    (hidden's dtype), grad_weight and grad_bias (fp32 accumulators, zeroed) are given."""
+    n_tokens = hidden.shape[0]
+    chunk = fused_chunk_rows(n_tokens)
+    buffer = torch.empty((min(chunk, n_tokens), weight.shape[0]), dtype=hidden.dtype, device=hidden.device)
+    write_grad = scale is not None
+    for start in range(0, n_tokens, chunk):
+        end = min(start + chunk, n_tokens)
+        rows = slice(start, end)
+        h_chunk, logits = hidden[rows], buffer[: end - start]
+        if bias is None:
+            torch.mm(h_chunk, weight.t(), out=logits)
+        else:
+            torch.addmm(bias, h_chunk, weight.t(), out=logits)
+        row_scale = scale[rows] if write_grad and scale.dim() else scale
+        _launch_rows(
+            logits, target[rows], loss_rows[rows] if loss_rows is not None else lse[rows], lse[rows],
+            row_scale if write_grad else lse, logits, options, compute_loss=loss_rows is not None,
+            write_grad=write_grad,
+        )  # fmt: skip
+        if grad_hidden is not None:
+            torch.mm(logits, weight, out=grad_hidden[rows])
+        if grad_weight is not None:
+            addmm_into_fp32(grad_weight, logits.t(), h_chunk)
+        if grad_bias is not None:
+            grad_bias.add_(logits.sum(0, dtype=torch.float32))
+
+
+def _or_empty(t: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+    """Custom ops cannot return None: an absent output is an empty tensor."""
+    return t if t is not None else like.new_empty((0,))
+
+
+def _grad_buffers(hidden, weight, bias, need_hidden, need_weight, need_bias):
+    """grad_hidden (hidden's dtype: each row is one full GEMM, rounded once) and fp32 accumulators for
+    grad_weight and grad_bias, or None where not needed."""
+    grad_hidden = torch.empty_like(hidden) if need_hidden else None
+    grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_weight else None
+    grad_bias = torch.zeros(bias.shape, dtype=torch.float32, device=bias.device) if need_bias else None
+    return grad_hidden, grad_weight, grad_bias
+
+
+def fused_linear_cross_entropy_fwd(
+    hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None,
+    ignore_index: int, label_smoothing: float, z_loss: float, softcap: float, reduction: str,
+    need_hidden: bool, need_weight: bool, need_bias: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    """hidden: (tokens, H); weight: (V, H); bias: (V,) or None; target: (tokens,).
+
+    Returns (loss, lse, grad_hidden, grad_weight, grad_bias). For "mean" and "sum" the gradients asked
+    for by the need_* flags are computed here, for an upstream gradient of 1 (grad_weight and
+    grad_bias in fp32); absent ones, and all of them for "none", are empty tensors.
+    """
+    n_tokens = hidden.shape[0]
+    loss_rows = torch.empty((n_tokens,), dtype=torch.float32, device=hidden.device)
+    lse = torch.empty((n_tokens,), dtype=torch.float32, device=hidden.device)
+    now = reduction != "none" and (need_hidden or need_weight or need_bias)
+    grads = _grad_buffers(hidden, weight, bias, need_hidden and now, need_weight and now, need_bias and now)
+    scale = None
+    if now:
+        ones = torch.ones((), dtype=torch.float32, device=hidden.device)
+        scale = _row_scale(ones, target, ignore_index, reduction)
+    options = (ignore_index, label_smoothing, z_loss, softcap)
+    _fused_chunks(hidden, weight, bias, target, options, loss_rows, lse, scale, *grads)
+    loss = _reduce(loss_rows, target, ignore_index, reduction, hidden.dtype)
+    return loss, lse, *(_or_empty(g, lse) for g in grads)
+
+
+def fused_linear_cross_entropy_bwd(
+    grad_loss: torch.Tensor, hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
+    bias: torch.Tensor | None, lse: torch.Tensor, ignore_index: int, label_smoothing: float, z_loss: float,
+    softcap: float, need_hidden: bool, need_weight: bool, need_bias: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    """The backward of reduction="none": recompute each chunk's logits, write their gradient weighted
+    by the per-token ``grad_loss``, and project it. Returns grad_hidden, grad_weight, grad_bias (the
+    last two fp32; absent ones empty)."""
+    grads = _grad_buffers(hidden, weight, bias, need_hidden, need_weight, need_bias)
+    options = (ignore_index, label_smoothing, z_loss, softcap)
+    _fused_chunks(hidden, weight, bias, target, options, None, lse, grad_loss.reshape(-1), *grads)
+    return tuple(_or_empty(g, lse) for g in grads)
+
+
+def cross_entropy_fwd_fake(logits, target, ignore_index, label_smoothing, z_loss, softcap, reduction):
+    n_rows = logits.shape[0]
+    loss_shape = (n_rows,) if reduction == "none" else ()
+    return logits.new_empty(loss_shape), logits.new_empty((n_rows,), dtype=torch.float32)
+
+
+def cross_entropy_bwd_fake(grad_loss, logits, target, lse, ignore_index, label_smoothing, z_loss, softcap, reduction):
+    return torch.empty_like(logits)
+
+
+def fused_linear_cross_entropy_fwd_fake(hidden, weight, target, bias, *options_and_needs):
+    *_, reduction, need_hidden, need_weight, need_bias = options_and_needs
+    n_tokens = hidden.shape[0]
+    now = reduction != "none"
+    return (
+        hidden.new_empty((n_tokens,) if reduction == "none" else ()),
+        hidden.new_empty((n_tokens,), dtype=torch.float32),
+        *_fake_grads(hidden, weight, bias, need_hidden and now, need_weight and now, need_bias and now),
+    )
+
+
+def _fake_grads(hidden, weight, bias, need_hidden, need_weight, need_bias):
+    """Shapes and dtypes of _grad_buffers' results as the custom ops return them (absent: empty fp32)."""
+    fp32 = torch.float32
+    return (
+        hidden.new_empty(hidden.shape) if need_hidden else hidden.new_empty((0,), dtype=fp32),
+        hidden.new_empty(weight.shape if need_weight else (0,), dtype=fp32),
+        hidden.new_empty(bias.shape if need_bias else (0,), dtype=fp32),
+    )
+
+
+def fused_linear_cross_entropy_bwd_fake(grad_loss, hidden, weight, target, bias, lse, *options_and_needs):
+    *_, need_hidden, need_weight, need_bias = options_and_needs
+    return _fake_grads(hidden, weight, bias, need_hidden, need_weight, need_bias)
+
+
+_SCALE_CHUNK = 1 << 24  # elements per piece of scaled: a 64 MB fp32 temporary at most
+
+
+def scaled(grad: torch.Tensor, grad_loss: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """grad * grad_loss (a 0-d upstream gradient) in ``dtype``, one rounding, without mutating grad.
+
+    In pieces: torch's mul into an output of another dtype first computes into a temporary of the
+    input's dtype (torch's profiler shows a full fp32 copy), which for a whole fp32 dW would add
+    2.1 GB at 128256 x 4096.
+    """
+    out = torch.empty(grad.shape, dtype=dtype, device=grad.device)
+    factor = grad_loss.reshape(()).float()
+    flat_grad, flat_out = grad.reshape(-1), out.view(-1)
+    for start in range(0, flat_grad.numel(), _SCALE_CHUNK):
+        piece = slice(start, start + _SCALE_CHUNK)
+        torch.mul(flat_grad[piece], factor, out=flat_out[piece])
+    return out

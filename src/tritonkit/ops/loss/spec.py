@@ -1,0 +1,283 @@
+"""cross_entropy and fused_linear_cross_entropy in the registry: float64 references, typed cases, cost, peers."""
+
+import functools
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from tritonkit._core.checks import FLOAT_DTYPES
+from tritonkit.ops.loss.op import cross_entropy, fused_linear_cross_entropy
+from tritonkit.registry import TOLERANCES, Case, Inputs, KernelSpec, Tolerance, register
+
+
+@dataclass(frozen=True)
+class _LossCase(Case):
+    """The targets and options both losses take."""
+
+    ignored: bool = False  # every third target is ignore_index
+    all_ignored: bool = False
+    ignore_index: int = -100
+    label_smoothing: float = 0.0
+    z_loss: float = 0.0
+    softcap: float | None = None
+    reduction: str = "mean"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CrossEntropyCase(_LossCase):
+    tokens: int
+    vocab: int
+    scale: float = 3.0  # the logits' standard deviation: peaked rows, so the softmax term of the gradient matters
+    batched: bool = False  # logits (2, tokens / 2, V): leading dimensions
+    inplace_backward: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class FusedLinearCrossEntropyCase(_LossCase):
+    tokens: int
+    hidden: int
+    vocab: int
+    bias: bool = False
+
+
+def _cross_entropy_reference(logits, target, *, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None,
+                             reduction="mean", inplace_backward=False):  # fmt: skip
+    """torch's cross_entropy per row on the softcapped logits, plus z_loss * lse^2, reduced over the
+    non-ignored rows (an all-ignored mean is 0, where torch gives 0/0). ``inplace_backward`` changes
+    only where the op's gradient lives, so the reference takes it and stays out of place."""
+    if softcap is not None:
+        logits = softcap * torch.tanh(logits / softcap)
+    rows, flat_target = logits.reshape(-1, logits.shape[-1]), target.reshape(-1)
+    valid = flat_target != ignore_index
+    loss = F.cross_entropy(rows, flat_target, ignore_index=ignore_index, label_smoothing=label_smoothing,
+                           reduction="none")  # fmt: skip
+    loss = loss + torch.where(valid, z_loss * torch.logsumexp(rows, -1) ** 2, 0.0)
+    if reduction == "none":
+        return loss.view(target.shape)
+    return loss.sum() / valid.sum().clamp_min(1) if reduction == "mean" else loss.sum()
+
+
+def _fused_linear_cross_entropy_reference(hidden, weight, target, bias=None, **options):
+    logits = hidden @ weight.t()
+    return _cross_entropy_reference(logits + bias if bias is not None else logits, target, **options)
+
+
+def _randn(shape, device, generator, scale=1.0):
+    return scale * torch.randn(shape, device=device, generator=generator, dtype=torch.float32)
+
+
+def _targets(case: _LossCase, device, generator, vocab):
+    """Random classes; every third token ignored with ``ignored``, all of them with ``all_ignored``."""
+    target = torch.randint(0, vocab, (case.tokens,), device=device, generator=generator)
+    if case.ignored:
+        target[::3] = case.ignore_index
+    if case.all_ignored:
+        target[:] = case.ignore_index
+    return target
+
+
+def _options(case: _LossCase) -> dict:
+    return {key: getattr(case, key) for key in ("ignore_index", "label_smoothing", "z_loss", "softcap", "reduction")}
+
+
+def _ce_inputs(case, device, dtype, generator):
+    """Logits of scale 3 (peaked rows: the softmax term of the gradient matters), optionally shaped
+    (2, tokens / 2, V) to test leading dimensions."""
+    tokens, vocab = case.tokens, case.vocab
+    logits = _randn((tokens, vocab), device, generator, case.scale).to(dtype)
+    target = _targets(case, device, generator, vocab)
+    if case.batched:
+        logits, target = logits.view(2, tokens // 2, vocab), target.view(2, tokens // 2)
+    options = _options(case)
+    if case.inplace_backward:
+        options["inplace_backward"] = True
+    return Inputs((logits, target), options)
+
+
+def _flce_inputs(case, device, dtype, generator):
+    """hidden of unit scale, weight scaled by 2 / sqrt(H) so that logits have scale ~2."""
+    tokens, hidden_size, vocab = case.tokens, case.hidden, case.vocab
+    hidden = _randn((tokens, hidden_size), device, generator).to(dtype)
+    weight = _randn((vocab, hidden_size), device, generator, 2.0 / math.sqrt(hidden_size)).to(dtype)
+    bias = _randn((vocab,), device, generator, 0.5).to(dtype) if case.bias else None
+    target = _targets(case, device, generator, vocab)
+    return Inputs((hidden, weight, target), {"bias": bias, **_options(case)} if bias is not None else _options(case))
+
+
+def _ce_bytes(case, dtype, backward=False):
+    """Forward: the logits read once. Backward: read again, gradient written."""
+    return (2 if backward else 1) * case.tokens * case.vocab * dtype.itemsize
+
+
+def _flce_bytes(case, dtype, backward=False):
+    """hidden and weight read, and (the gradients being made in the forward) d(hidden) and d(weight)
+    written; the backward only scales them: read and write once more."""
+    elements = (case.tokens + case.vocab) * case.hidden
+    return 2 * elements * dtype.itemsize
+
+
+def _ce_tolerance(case, dtype):
+    """The table's rtol, but an absolute floor of 1e-6 instead of the table's: logit gradients are
+    p / n_tokens, mostly far below the table's atol, which would let a missing softmax term pass.
+    fp32 arithmetic gives them a relative error near 1e-7 and a 16-bit store a relative error below
+    the table's rtol; fp16 subnormals (below 6e-5) round to 6e-8 absolute."""
+    return Tolerance(atol=1e-6, rtol=TOLERANCES[dtype].rtol)
+
+
+def _flce_tolerance(case, dtype):
+    """fp32: the d(hidden) GEMM sums V products; with one-token chunks the CPU runs it as a GEMV whose
+    rounding grows like sqrt(V) (measured 9.3e-6 at V = 32001 over 20 runs, torch's one GEMM 6.6e-7),
+    hence an atol of 8 * 2**-24 * sqrt(V). 16-bit: the logits are a 16-bit GEMM output, as in torch's
+    own 16-bit path, so probabilities and every gradient carry relative errors near 2**-8 * |logit|
+    (bf16). Over 10 seeds x 2 upstream modes per case ours reached 1.7e-2 (bf16) and 3.2e-3 (fp16)
+    absolute with mean reduction, 4.5e-2 / 1.2e-2 with sum or none (gradients ~tokens times larger),
+    torch's own 16-bit path 5.7e-2 / 1.4e-2. The bounds below sit above both, and far below the
+    size of a dropped term (the softmax term alone is ~1/tokens)."""
+    if dtype == torch.float32:
+        return Tolerance(atol=max(1e-6, 8 * 2**-24 * math.sqrt(case.vocab)), rtol=1e-5)
+    summed = case.reduction != "mean"
+    atol = (2.5e-2 if dtype == torch.bfloat16 else 4e-3) * (4 if summed else 1)
+    return Tolerance(atol=atol, rtol=2 * TOLERANCES[dtype].rtol)
+
+
+def _liger_cross_entropy():
+    from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
+
+    def call(logits, target, *, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None, reduction="mean",
+             inplace_backward=True):  # fmt: skip
+        # liger-kernel always writes the gradient over the logits (its forward does, in fact)
+        rows, targets = logits.view(-1, logits.shape[-1]), target.view(-1)
+        options = (ignore_index, z_loss, label_smoothing, reduction, softcap)  # liger's positional order
+        loss, *_ = LigerCrossEntropyFunction.apply(rows, targets, None, *options)
+        return loss
+
+    return call
+
+
+def _liger_fused_linear_cross_entropy():
+    from liger_kernel.ops.fused_linear_cross_entropy import LigerFusedLinearCrossEntropyFunction
+
+    def call(hidden, weight, target, bias=None, *, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None,
+             reduction="mean"):  # fmt: skip
+        loss, *_ = LigerFusedLinearCrossEntropyFunction.apply(hidden, weight, target, bias, None, ignore_index, z_loss,
+                                                              label_smoothing, reduction, softcap)  # fmt: skip
+        return loss
+
+    return call
+
+
+# Each option alone and all together, reductions, ignored and all-ignored rows, odd vocabularies
+# (1, 7, 32001: more than one loop step), one token, leading dimensions. Small for the interpreter.
+_CE_TESTS = (
+    {"tokens": 5, "vocab": 7},
+    {"tokens": 4, "vocab": 1},
+    {"tokens": 1, "vocab": 33},
+    {"tokens": 3, "vocab": 32001},
+    {"tokens": 6, "vocab": 40, "ignored": True},
+    {"tokens": 6, "vocab": 40, "ignored": True, "ignore_index": 3},
+    {"tokens": 4, "vocab": 40, "all_ignored": True},
+    {"tokens": 6, "vocab": 40, "label_smoothing": 0.1},
+    {"tokens": 6, "vocab": 40, "z_loss": 1e-2},
+    {"tokens": 6, "vocab": 40, "softcap": 5.0},
+    {"tokens": 6, "vocab": 40, "ignored": True, "label_smoothing": 0.2, "z_loss": 1e-2, "softcap": 5.0},
+    {"tokens": 6, "vocab": 40, "ignored": True, "reduction": "sum"},
+    {"tokens": 6, "vocab": 40, "ignored": True, "label_smoothing": 0.1, "softcap": 5.0, "reduction": "none"},
+    {"tokens": 6, "vocab": 9, "batched": True, "ignored": True, "reduction": "none"},
+    {"tokens": 2, "vocab": 5000, "label_smoothing": 0.1, "z_loss": 1e-3, "softcap": 20.0},
+)
+_CE_GPU = (
+    {"tokens": 4096, "vocab": 32000, "ignored": True},
+    {"tokens": 1024, "vocab": 262144, "ignored": True, "label_smoothing": 0.1, "z_loss": 1e-4},
+    {"tokens": 2048, "vocab": 128256, "softcap": 30.0, "reduction": "none"},
+    {"tokens": 8192, "vocab": 128256},
+    {"tokens": 7, "vocab": 32001, "all_ignored": True},
+)
+# The last case is the issue's memory comparison with liger-kernel, which always overwrites the logits.
+_CE_BENCH = (
+    {"tokens": 8, "vocab": 128256},
+    {"tokens": 8192, "vocab": 32000},
+    {"tokens": 8192, "vocab": 128256},
+    {"tokens": 8192, "vocab": 128256, "inplace_backward": True},
+)
+
+_FLCE_TESTS = (
+    {"tokens": 5, "hidden": 16, "vocab": 7},
+    {"tokens": 1, "hidden": 8, "vocab": 1},
+    {"tokens": 12, "hidden": 16, "vocab": 33, "bias": True},  # 12 chunks of 1 token
+    {"tokens": 25, "hidden": 8, "vocab": 33, "ignored": True},  # 2-token chunks and a remainder
+    {"tokens": 6, "hidden": 8, "vocab": 20, "all_ignored": True, "bias": True},
+    {"tokens": 10, "hidden": 8, "vocab": 20, "ignored": True, "label_smoothing": 0.2, "z_loss": 1e-2,
+     "softcap": 5.0},
+    {"tokens": 10, "hidden": 8, "vocab": 20, "ignored": True, "bias": True, "reduction": "sum"},
+    {"tokens": 10, "hidden": 8, "vocab": 20, "ignored": True, "bias": True, "label_smoothing": 0.1,
+     "reduction": "none"},
+    {"tokens": 3, "hidden": 8, "vocab": 32001},
+)  # fmt: skip
+_FLCE_GPU = (
+    {"tokens": 4096, "hidden": 2048, "vocab": 32000, "ignored": True},
+    {"tokens": 2048, "hidden": 1024, "vocab": 128256, "ignored": True, "bias": True, "reduction": "none"},
+    {"tokens": 1000, "hidden": 512, "vocab": 32001, "label_smoothing": 0.1, "z_loss": 1e-4, "softcap": 30.0},
+)
+_FLCE_BENCH = (
+    {"tokens": 8, "hidden": 4096, "vocab": 128256},
+    {"tokens": 8192, "hidden": 4096, "vocab": 128256},
+)
+
+register(KernelSpec(
+    name="cross_entropy",
+    family="loss",
+    case_type=CrossEntropyCase,
+    summary="Cross-entropy with ignore_index, label smoothing, z-loss and softcap; forward and backward.",
+    description="One online-softmax pass per row gives the loss and an fp32 log-sum-exp; the backward reads "
+                "the logits once more and writes the gradient already scaled by the upstream gradient, "
+                "over the logits themselves with inplace_backward=True (no allocation of their size). "
+                "Mean over non-ignored targets counted on the device (no host sync); all-ignored batches give 0.",
+    usage="loss = tk.ops.cross_entropy(logits, labels, ignore_index=-100, label_smoothing=0.1, z_loss=1e-4)",
+    tags=("loss", "memory-bound", "backward"),
+    limits="Class-last logits (..., V), any V >= 1; int64/int32 targets; no per-class weights.",
+    fn=cross_entropy,
+    reference=_cross_entropy_reference,
+    make_inputs=_ce_inputs,
+    test_cases=_CE_TESTS,
+    gpu_cases=_CE_GPU,
+    bench_cases=_CE_BENCH,
+    bytes_moved=_ce_bytes,
+    bytes_moved_bwd=functools.partial(_ce_bytes, backward=True),
+    flops=lambda case, dtype: 6 * case.tokens * case.vocab,
+    dtypes=FLOAT_DTYPES,
+    has_backward=True,
+    tolerance=_ce_tolerance,
+    peers={"liger": _liger_cross_entropy},
+    status="experimental",
+))  # fmt: skip
+
+register(KernelSpec(
+    name="fused_linear_cross_entropy",
+    family="loss",
+    case_type=FusedLinearCrossEntropyCase,
+    summary="LM-head matmul fused with cross-entropy, never building the full logits; fp32 weight gradient.",
+    description="Tokens in chunks of at most 10% of them: a cuBLAS GEMM makes a chunk's logits, the "
+                "cross-entropy kernel overwrites them with their gradient, two more GEMMs add the chunk's "
+                "d(hidden) rows and its share of d(weight) (summed in fp32). The backward only scales, "
+                "except for reduction='none', which recomputes the chunks.",
+    usage="loss = tk.ops.fused_linear_cross_entropy(hidden, lm_head.weight, labels, z_loss=1e-4)",
+    tags=("loss", "fused", "compute-bound", "backward"),
+    limits="hidden (..., H), weight (V, H), bias (V,) of one float dtype; int64/int32 targets.",
+    fn=fused_linear_cross_entropy,
+    reference=_fused_linear_cross_entropy_reference,
+    make_inputs=_flce_inputs,
+    test_cases=_FLCE_TESTS,
+    gpu_cases=_FLCE_GPU,
+    bench_cases=_FLCE_BENCH,
+    bytes_moved=_flce_bytes,
+    bytes_moved_bwd=functools.partial(_flce_bytes, backward=True),
+    flops=lambda case, dtype: 2 * case.tokens * case.hidden * case.vocab,  # the logits
+    flops_bwd=lambda case, dtype: 4 * case.tokens * case.hidden * case.vocab,  # d(hidden), d(weight)
+    dtypes=FLOAT_DTYPES,
+    has_backward=True,
+    tolerance=_flce_tolerance,
+    peers={"liger": _liger_fused_linear_cross_entropy},
+    status="experimental",
+))  # fmt: skip

@@ -1,0 +1,63 @@
+"""rope: the public function, its autograd built by the one factory. The backward of RoPE is RoPE with the opposite
+``backward`` flag (the rotation's transpose), so the op is its own backward and a double backward works."""
+
+from __future__ import annotations
+
+import torch
+
+from tritonkit._core.autograd import differentiable_op
+from tritonkit.ops.rotary.launch import HEADS_DIM, check_rope_args, rope_fake, rope_fwd
+
+
+def _save(ctx, inputs, outputs):
+    q, k, cos, sin, position_ids, heads_dim, backward = inputs
+    ctx.save_for_backward(cos, sin, position_ids)
+    ctx.heads_dim, ctx.backward = heads_dim, backward
+    ctx.q_meta, ctx.k_meta = (q.shape, q.dtype), (k.shape, k.dtype)
+
+
+def _zeros_if_none(grad: torch.Tensor | None, meta, like: torch.Tensor) -> torch.Tensor:
+    """An unused output's gradient: zeros expanded from one element (stride 0, nothing allocated)."""
+    shape, dtype = meta
+    return grad if grad is not None else torch.zeros((), dtype=dtype, device=like.device).expand(shape)
+
+
+def _gradients(ctx, grad_outputs, rope):
+    """rope with the opposite flag on the output gradients (which may be expanded, stride 0)."""
+    cos, sin, position_ids = ctx.saved_tensors
+    dq, dk = _zeros_if_none(grad_outputs[0], ctx.q_meta, cos), _zeros_if_none(grad_outputs[1], ctx.k_meta, cos)
+    return rope(dq, dk, cos, sin, position_ids, ctx.heads_dim, not ctx.backward)
+
+
+rope_op = differentiable_op("rope", forward=rope_fwd, forward_fake=rope_fake, save=_save, gradients=_gradients)
+
+
+def rope(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    *,
+    position_ids: torch.Tensor | None = None,
+    layout: str = "bhtd",
+    rotary_dim: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotary position embedding of q and k, as Hugging Face's ``apply_rotary_pos_emb``.
+
+    ``q_embed = q * cos + rotate_half(q) * sin`` on the first R = ``rotary_dim`` (default head_dim)
+    columns of every head, ``rotate_half(x) = cat(-x[..., R/2:], x[..., :R/2])``; columns beyond R are
+    copied. The same for k. Computed in fp32, stored in q's dtype; returns new ``(q_embed, k_embed)``.
+
+    - ``layout="bhtd"``: q (B, Hq, T, D), k (B, Hk, T, D); ``"bthd"``: q (B, T, Hq, D), k (B, T, Hk, D).
+      Hq and Hk may differ (GQA, MQA); any strides; fp32/fp16/bf16.
+    - cos, sin: (T, R), (1, T, R) or (B, T, R), any float dtype; or, with ``position_ids`` of shape
+      (B, T) or (1, T) (int32/int64), tables (max_position, R) whose rows are gathered per token.
+      Positions outside [0, max_position) give NaN rows (no host check, so no synchronisation).
+    - R must be even and at most head_dim. Differentiable in q and k; cos and sin are constants
+      (no gradient: cos or sin requiring grad raises ValueError).
+
+    Example: ``q, k = tk.ops.rope(q, k, cos, sin)`` with cos, sin from a ``LlamaRotaryEmbedding``.
+    """
+    rotary_dim = check_rope_args(q, k, cos, sin, position_ids, layout, rotary_dim)
+    cos3, sin3 = (cos, sin) if cos.dim() == 3 else (cos.unsqueeze(0), sin.unsqueeze(0))
+    return rope_op(q, k, cos3, sin3, position_ids, HEADS_DIM[layout], False)

@@ -1,0 +1,126 @@
+"""Launchers of the guide's kernels: validate, allocate, launch (tensors in, tensors out)."""
+
+from __future__ import annotations
+
+import torch
+
+from tritonkit._core.checks import (
+    FLOAT_DTYPES,
+    check_choice,
+    check_device,
+    check_positive_int,
+    check_same_dtype,
+    check_same_shape,
+    check_tensor,
+)
+from tritonkit._core.device import arch
+from tritonkit._core.elementwise import ElementwisePlan, launch_elementwise
+from tritonkit._core.env import interpreting
+from tritonkit._core.gemm_plan import FIXED_TILE, FIXED_TILE_STAGES, FIXED_TILE_WARPS, input_precision
+from tritonkit._core.ints import cdiv, next_power_of_2
+from tritonkit.ops.tutorial.kernels import (
+    _add_kernel,
+    _copy_kernel,
+    _matmul_autotuned,
+    _matmul_kernel,
+    _rgb_to_grey_kernel,
+)
+from tritonkit.ops.tutorial.plan import (
+    DEFAULT_GROUP_SIZE,
+    IMAGE_TILE,
+    MATMUL_VARIANTS,
+    MAX_COPY_BLOCK,
+    ImageTile,
+    add_plan,
+    choose_matmul_variant,
+)
+
+
+def _dense(x: torch.Tensor) -> torch.Tensor:
+    """``x`` itself when contiguous (the kernels index its elements linearly); a non-contiguous or
+    expanded input costs one torch copy first."""
+    return x if x.is_contiguous() else x.contiguous()
+
+
+def copy_fwd(x: torch.Tensor, block_size: int) -> torch.Tensor:
+    """A contiguous copy of ``x``, ``block_size`` elements per program (validated here: it is the lesson's knob)."""
+    check_tensor("x", x)
+    check_positive_int("block_size", block_size)
+    if block_size > MAX_COPY_BLOCK:
+        raise ValueError(f"block_size must be at most {MAX_COPY_BLOCK}, got {block_size}")
+    check_device(x=x)
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    n = x.numel()
+    if n == 0:
+        return out
+    grid = (cdiv(n, block_size),)
+    _copy_kernel[grid](_dense(x), out, n, BLOCK_SIZE=block_size, BLOCK_POW2=next_power_of_2(block_size))
+    return out
+
+
+def add_fwd(x: torch.Tensor, y: torch.Tensor, apply_relu: bool, *, plan: ElementwisePlan | None = None) -> torch.Tensor:
+    """x + y, or relu(x + y): two floating tensors of one shape and dtype."""
+    check_tensor("x", x, dtypes=FLOAT_DTYPES)
+    check_tensor("y", y, dtypes=FLOAT_DTYPES)
+    check_same_dtype("x", x, "y", y)
+    check_same_shape("x", x, "y", y)
+    check_device(x=x, y=y)
+    return launch_elementwise(_add_kernel, [x, y], x.dtype, plan or add_plan(arch(x.device)), APPLY_RELU=apply_relu)
+
+
+def rgb_to_grey_fwd(img: torch.Tensor, *, plan: ImageTile = IMAGE_TILE) -> torch.Tensor:
+    """The (H, W) greyscale of a (3, H, W) image, float or uint8, any strides."""
+    check_tensor("img", img, ndim=3, dtypes=(*FLOAT_DTYPES, torch.uint8))
+    if img.shape[0] != 3:
+        raise ValueError(f"img must have shape (3, H, W), got {tuple(img.shape)}")
+    check_device(img=img)
+    height, width = img.shape[1], img.shape[2]
+    out = torch.empty((height, width), dtype=img.dtype, device=img.device)
+    if out.numel() == 0:
+        return out
+    grid = (cdiv(height, plan.block_h), cdiv(width, plan.block_w))
+    _rgb_to_grey_kernel[grid](img, out, height, width, *img.stride(), *out.stride(), IS_UINT8=img.dtype == torch.uint8,
+                              BLOCK_H=plan.block_h, BLOCK_W=plan.block_w)  # fmt: skip
+    return out
+
+
+def check_matmul_args(a, b, variant, group_size) -> None:
+    check_choice("variant", variant, MATMUL_VARIANTS)
+    check_tensor("a", a, ndim=2, dtypes=FLOAT_DTYPES)
+    check_tensor("b", b, ndim=2, dtypes=FLOAT_DTYPES)
+    if a.dtype != b.dtype:
+        raise TypeError(f"a and b must have the same dtype, got {a.dtype} and {b.dtype}")
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(
+            f"a's columns must equal b's rows, got a of shape {tuple(a.shape)} and b of shape {tuple(b.shape)}"
+        )
+    if group_size is not None:
+        if variant != "grouped":
+            raise ValueError(f"group_size applies to variant='grouped' only, got variant={variant!r}")
+        check_positive_int("group_size", group_size)
+    check_device(a=a, b=b)
+
+
+def matmul_fwd(a: torch.Tensor, b: torch.Tensor, variant: str, group_size: int | None) -> torch.Tensor:
+    """a @ b with one of the ladder's variants (validated by check_matmul_args)."""
+    m, k = a.shape
+    n = b.shape[1]
+    c = torch.empty((m, n), dtype=a.dtype, device=a.device)
+    if c.numel() == 0:
+        return c
+    if variant == "auto":
+        variant = choose_matmul_variant(m, n, k)
+    args = (a, b, c, m, n, k, *a.stride(), *b.stride(), *c.stride())
+    flags = {"INPUT_PRECISION": input_precision(a.dtype), "UPCAST": interpreting() and a.dtype == torch.bfloat16}
+    if variant == "autotuned":
+
+        def grid(meta):
+            return (cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"]),)
+
+        _matmul_autotuned[grid](*args, **flags)
+    else:
+        group = 1 if variant == "naive" else (group_size or DEFAULT_GROUP_SIZE)
+        grid = (cdiv(m, FIXED_TILE["BLOCK_M"]) * cdiv(n, FIXED_TILE["BLOCK_N"]),)
+        _matmul_kernel[grid](*args, **FIXED_TILE, GROUP_SIZE=group, **flags, num_warps=FIXED_TILE_WARPS,
+                             num_stages=FIXED_TILE_STAGES)  # fmt: skip
+    return c

@@ -1,0 +1,63 @@
+"""Shared internals: the spin-wait setting, device architecture keys, the autograd factory's path per call."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import tritonkit as tk
+from tritonkit._core import device as device_facts
+from tritonkit._core import row_sync
+
+
+def test_spin_waits_setting_gates_the_one_launch_path(device):
+    """Allowed by default (on a GPU a row of a few programs may wait), forbidden by set_spin_waits(False) until the
+    `with` block ends; the interpreter never waits."""
+    target = torch.device(device)
+    assert row_sync.spin_waits_enabled()
+    assert row_sync.waits_safely(2, target) == (device == "cuda")
+    with tk.set_spin_waits(False):
+        assert not row_sync.spin_waits_enabled() and not row_sync.waits_safely(2, target)
+    assert row_sync.spin_waits_enabled() and row_sync.waits_safely(2, target) == (device == "cuda")
+    tk.set_spin_waits(False)  # a plain call holds until changed back
+    try:
+        assert not row_sync.waits_safely(2, target)
+    finally:
+        tk.set_spin_waits(True)
+    with pytest.raises(TypeError, match="set_spin_waits: enabled must be a bool, got int"):
+        tk.set_spin_waits(0)
+
+
+def test_spin_waits_off_from_the_environment():
+    script = "from tritonkit._core import row_sync; print(row_sync.spin_waits_enabled())"
+    env = {**os.environ, "TRITONKIT_SPIN_WAITS": "0"}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert result.stdout.strip() == "False", result.stderr
+
+
+def test_plans_are_keyed_by_architecture(device):
+    """The interpreter walks the Hopper tables; a GPU reports its own compute capability."""
+    arch = device_facts.arch(torch.device(device))
+    if device == "cpu":
+        assert arch == device_facts.INTERPRETER_ARCH == "sm90"
+    else:
+        major, minor = torch.cuda.get_device_capability()
+        assert arch == f"sm{major}{minor}"
+
+
+def test_each_call_takes_the_cheapest_equivalent_path(device, monkeypatch):
+    """No gradient needed: the inference launcher (softmax without its lse); an input requiring grad: the eager
+    autograd Function; under torch.compile: the custom op (test_softmax and the other families compile it)."""
+    from tritonkit.ops.row_softmax.op import softmax_op
+
+    calls = []
+    monkeypatch.setattr(softmax_op.function, "apply", lambda *args: calls.append("function") or (args[0], None))
+    x = torch.randn(3, 5, device=device)
+    y = tk.ops.softmax(x)
+    assert calls == [] and y.grad_fn is None
+    tk.ops.softmax(x.clone().requires_grad_())
+    with torch.no_grad():
+        tk.ops.softmax(x.clone().requires_grad_())
+    assert calls == ["function"]
