@@ -1,14 +1,16 @@
 """Where fused linear cross-entropy's peak memory goes, on a GPU: held and peak MiB after the forward
 and after the backward at 8192 tokens, hidden 4096, vocab 128256 (bf16), and the extra memory of one
-fp32-accumulating chunk GEMM. `PYTHONPATH=src python3 benchmarks/flce_memory.py`."""
+fp32-accumulating chunk GEMM (tritonkit._core.cublas.addmm_into_fp32, the dW step of the fused op's chunk loop in
+tritonkit/ops/loss/launch.py). Findings: docs/kernels/loss.md.
 
-import importlib
+    PYTHONPATH=src python3 benchmarks/flce_memory.py
+"""
 
 import torch
 
 import tritonkit as tk
+from tritonkit._core.cublas import addmm_into_fp32
 
-ce = importlib.import_module("tritonkit.ops.cross_entropy")
 MIB = 2**20
 
 
@@ -41,7 +43,7 @@ def main():
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
-    ce._mm_into_fp32(acc, a, b)
+    addmm_into_fp32(acc, a, b)
     report("one chunk into the fp32 dW", base)
 
 

@@ -8,7 +8,6 @@ and torch.compile: wall time per step, the host's time to issue one (if that nea
 something in the step waits for the GPU) and the CUDA runtime calls that block the host.
 """
 
-import importlib
 import sys
 import time
 
@@ -16,9 +15,13 @@ import torch
 import triton
 
 import tritonkit as tk
-
-norm = importlib.import_module("tritonkit.ops.norm")
-tutorial = importlib.import_module("tritonkit.ops.tutorial")
+from tritonkit._core.device import arch
+from tritonkit.ops.norm.kernels import _norm_fwd_kernel, _rms_norm_fwd_looped_kernel
+from tritonkit.ops.norm.op import norm_op
+from tritonkit.ops.norm.plan import FwdLoopedPlan, loads_weight_first, norm_fwd_plan
+from tritonkit.ops.row_softmax.kernels import _softmax_fwd_kernel
+from tritonkit.ops.row_softmax.launch import softmax_bwd, softmax_fwd
+from tritonkit.ops.tutorial.kernels import _add_kernel
 
 
 def per_call_us(fn, calls=3000):
@@ -35,17 +38,27 @@ def per_call_us(fn, calls=3000):
 def main():
     x = torch.randn(8, 4096, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
-    y, h = torch.empty_like(x), x.new_empty((0, 4096))
-    mean, rstd = torch.empty(0, device="cuda"), torch.empty(8, device="cuda")
-    plan = norm.norm_launch_plan(4096, 2)
+    y, rstd = torch.empty_like(x), torch.empty(8, device="cuda")
+    plan = norm_fwd_plan(4096, 2, True, arch(x.device))  # the launcher's: RMSNorm
+    flags = dict(HAS_RES=False, HAS_W=True, HAS_B=False, STORE_H=False, STORE_STATS=True)
 
-    def raw_norm_launch():
-        norm._norm_fwd_kernel[(8,)](
-            x, x, w, x, y, h, mean, rstd, 8, 4096, 4096, 0, 4096, 0, 1e-6, 0.0,
-            IS_RMS=True, HAS_RES=False, HAS_W=True, HAS_B=False, STORE_H=False,
-            SINGLE_PASS=plan.single_pass, ROWS=plan.rows, BLOCK_N=plan.block_n, LOOP_STAGES=plan.fwd_stages,
-            WEIGHT_FIRST=True, STORE_STATS=True, num_warps=plan.num_warps,
-        )  # fmt: skip
+    # The kernel the plan names, launched as norm_fwd launches it (y stands in for the absent h, rstd for the mean)
+    if isinstance(plan, FwdLoopedPlan):
+
+        def raw_norm_launch():
+            _rms_norm_fwd_looped_kernel[(8,)](
+                x, x, w, x, y, y, rstd, 4096, 4096, 0, 4096, 0, 1e-6, 0.0, **flags, BLOCK_N=plan.chunk,
+                LOOP_STAGES=plan.stages, num_warps=plan.warps,
+            )  # fmt: skip
+
+    else:
+
+        def raw_norm_launch():
+            _norm_fwd_kernel[(triton.cdiv(8, plan.rows),)](
+                x, x, w, x, y, y, rstd, rstd, 8, 4096, 4096, 0, 4096, 0, 1e-6, 0.0, IS_RMS=True, **flags,
+                ROWS=plan.rows, BLOCK_N=4096, WEIGHT_FIRST=loads_weight_first(plan.rows, 4096, plan.warps),
+                num_warps=plan.warps,
+            )  # fmt: skip
 
     a = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
     out = torch.empty_like(a)
@@ -55,11 +68,11 @@ def main():
         ("torch: F.rms_norm", lambda: torch.nn.functional.rms_norm(x, (4096,), w, 1e-6)),
         (
             "triton launch: _add_kernel",
-            lambda: tutorial._add_kernel[(4,)](a, a, out, 4096, APPLY_RELU=False, BLOCK_SIZE=1024),
+            lambda: _add_kernel[(4,)](a, a, out, 4096, APPLY_RELU=False, BLOCK_SIZE=1024),
         ),
         ("tk.ops.add", lambda: tk.ops.add(a, a)),
-        ("triton launch: _norm_fwd_kernel", raw_norm_launch),
-        ("custom op: norm_fwd", lambda: norm.norm_fwd(x, w, None, None, 1e-6, 0.0, True, False, False)),
+        ("triton launch: norm forward kernel", raw_norm_launch),
+        ("custom op: norm_fwd", lambda: norm_op.forward_op(x, w, None, None, 1e-6, 0.0, True, False, False)),
         ("tk.ops.rms_norm", lambda: tk.ops.rms_norm(x, w)),
         ("tk.ops.rms_norm, x requires grad", lambda: tk.ops.rms_norm(xg, w)),
     ]
@@ -107,29 +120,26 @@ class _LaunchersOneOutput(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x):
-        softmax = importlib.import_module("tritonkit.ops.softmax")
-        y, lse = softmax.softmax_fwd_launch(x, False)
+        y, lse = softmax_fwd(x, False)
         ctx.save_for_backward(x)
         ctx.lse = lse
         return y
 
     @staticmethod
     def backward(ctx, dy):
-        softmax = importlib.import_module("tritonkit.ops.softmax")
         (x,) = ctx.saved_tensors
-        return softmax.softmax_bwd_launch(dy, x, ctx.lse, False)
+        return softmax_bwd(dy, x, ctx.lse, False)
 
 
 def _softmax_rows(xg):
     """A softmax fwd+bwd step of 8 x 4096 bf16, taken apart: torch's ops, the same ops behind a Python
     autograd.Function, tritonkit's two launches without autograd, and tritonkit's op."""
-    softmax = importlib.import_module("tritonkit.ops.softmax")
     dy = torch.randn_like(xg)
     x = xg.detach()
 
     def launches_only():
-        _, lse = softmax.softmax_fwd_launch(x, False)
-        return softmax.softmax_bwd_launch(dy, x, lse, False)
+        _, lse = softmax_fwd(x, False)
+        return softmax_bwd(dy, x, lse, False)
 
     return [
         ("fwd+bwd: torch.softmax", lambda: torch.autograd.grad(torch.softmax(xg, -1), xg, dy)),
@@ -146,17 +156,16 @@ def _direct_launch_rows(x):
     """One launch of the softmax forward kernel (8 x 4096 bf16) three ways: through the JIT function
     (triton binds and specialises the arguments each call), through the compiled kernel's launcher, and
     through its raw ``run`` with the stream looked up once: what a launch cache could save per launch."""
-    softmax = importlib.import_module("tritonkit.ops.softmax")
     y, lse = torch.empty_like(x), torch.empty(8, device="cuda")
     args = (x, y, lse, 8, 4096, 4096, 4096)
     # In the kernel's order: the compiled kernel's launchers take them positionally
     constexprs = dict(LOG=False, GRID_LOOP=False, ROWS=1, BLOCK_N=4096, LOOP_STAGES=1, STORE_LSE=True)
-    compiled = softmax._softmax_fwd_kernel[(8,)](*args, **constexprs, num_warps=8)
+    compiled = _softmax_fwd_kernel[(8,)](*args, **constexprs, num_warps=8)
     full_args = (*args, *constexprs.values())
     stream = torch.cuda.current_stream().cuda_stream
     run, function, metadata = compiled.run, compiled.function, compiled.packed_metadata
     return [
-        ("launch: JIT function", lambda: softmax._softmax_fwd_kernel[(8,)](*args, **constexprs, num_warps=8)),
+        ("launch: JIT function", lambda: _softmax_fwd_kernel[(8,)](*args, **constexprs, num_warps=8)),
         ("launch: CompiledKernel[grid]", lambda: compiled[(8, 1, 1)](*full_args)),
         ("launch: CompiledKernel.run", lambda: run(8, 1, 1, stream, function, metadata, None, None, None, *full_args)),
         ("current raw stream lookup", lambda: torch._C._cuda_getCurrentRawStream(0)),

@@ -2,14 +2,16 @@
 
 The Llama-sized bf16 case of tests/test_lora.py (4096 tokens, 4096 x 4096, r 16): dA = scale (dy B)^T x
 computed by tk.ops.lora_linear eagerly and under torch.compile, and by hand with a 16-bit-result GEMM
-(the library's first version) with and without torch's reduced-precision split-K reductions.
-`PYTHONPATH=src python3 benchmarks/lora_precision.py`
+(the library's first version) with and without torch's reduced-precision split-K reductions. What it found is in
+docs/kernels/lora.md.
+
+    PYTHONPATH=src python3 benchmarks/lora_precision.py
 """
 
 import torch
 
 import tritonkit as tk
-from tritonkit import registry, testing
+from tritonkit import catalog, testing
 
 
 def report(label, got, ref, tol):
@@ -22,14 +24,14 @@ def report(label, got, ref, tol):
 
 
 def main():
-    spec = registry.get("lora_linear")
-    case = {"lead": (4, 1024), "k": 4096, "n": 4096, "r": 16, "bias": True, "frozen": True}
+    spec = catalog.get("lora_linear")
+    case = spec.parse_case({"lead": (4, 1024), "k": 4096, "n": 4096, "r": 16, "bias": True, "frozen": True})
     dtype, device = torch.bfloat16, "cuda"
     inputs = spec.make_inputs(case, device, dtype, torch.Generator(device).manual_seed(1234))
     x, weight, lora_a, lora_b, scale = inputs.args
     bias = inputs.kwargs["bias"]
     dy = torch.randn(*x.shape[:-1], weight.shape[0], device=device, dtype=dtype)
-    tol = testing.tolerance_for(spec, case, dtype)
+    tol = spec.tolerance_for(case, dtype)
 
     rows, dy_rows = x.reshape(-1, x.shape[-1]), dy.reshape(-1, dy.shape[-1])
     dyb64 = dy_rows.double() @ lora_b.double()

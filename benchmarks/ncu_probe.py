@@ -15,14 +15,20 @@ import sys
 
 import torch
 
-from tritonkit import registry
+from tritonkit import catalog
 from tritonkit.bench.harness import make_step
+
+
+def parse_case(spec, text: str):
+    """The spec's case from JSON (a list, as a shape, becomes a tuple)."""
+    values = json.loads(text)
+    return spec.parse_case({key: tuple(v) if isinstance(v, list) else v for key, v in values.items()})
 
 
 def parse(argument: str):
     name, mode, dtype, case = argument.split(maxsplit=3)
-    spec = registry.get(name)
-    inputs = spec.make_inputs(json.loads(case), torch.device("cuda"), getattr(torch, dtype),
+    spec = catalog.get(name)
+    inputs = spec.make_inputs(parse_case(spec, case), torch.device("cuda"), getattr(torch, dtype),
                               torch.Generator("cuda").manual_seed(0))  # fmt: skip
     return argument, make_step(spec.fn, inputs, mode)
 

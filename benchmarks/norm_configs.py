@@ -1,31 +1,56 @@
-"""Sweep the norm kernels' launch configurations on a GPU and print the fastest per width and dtype.
+"""Sweep the norm kernels' launch plans on a GPU and print the fastest per width and dtype.
 
-The data behind ``norm_launch_plan``: forward rows per program and warps (wider rows than one pass holds:
-the split-row forward's slice, warps and output piece); backward programs per SM, warps, rows per
-loop iteration and that loop's pipeline depth; timed on the kernels alone (16384 rows).
-`PYTHONPATH=src python3 benchmarks/norm_configs.py [WIDTH ...] [--bfloat16] [--float32] [--fwd-only]
-[--bwd-only] [--layer-norm] [--wide]` (``--bwd-only``: the backward alone, of RMSNorm, or with
-``--layer-norm`` of LayerNorm with a bias, whose dbias accumulator takes registers that RMSNorm's table
-does not account for; ``--wide``: the one-launch backward of wide rows, whole launcher, over
-``shared_wide_tile`` choices, each checked against the tables' path; with ``--small-tiles`` smaller tiles
-and more programs per SM; with ``--layer-norm`` LayerNorm's alone; ``--launcher``: the single-pass backward
-through its launcher, the dweight sum included, see print_launcher, whose pipeline depths ``--stages=1,3``
-sets). ``--rows=16384``: the rows of the sweeps but the wide ones. Every sweep script here takes
-``--compile-only I/K`` (see compile_only).
+The data behind the sm90 tables of ``tritonkit/ops/norm/plan.py`` (norm_fwd_plan, norm_bwd_plan); what each
+sweep found is in docs/kernels/norm.md. Every configuration is one of that module's plan dataclasses: forward
+``FwdRowsPlan`` (rows per program, warps) and, for RMSNorm from 4096 wide, ``FwdLoopedPlan`` (chunk, warps, stages);
+rows wider than one pass holds ``FwdSplitRowPlan`` (slice, warps, output piece); backward ``BwdRowsPlan``
+(programs per SM, warps, rows per loop iteration, that loop's pipeline depth) and, for the wide backward,
+``BwdSharedPlan`` (columns, rows, warps, programs per SM, a step published ahead) against ``given_plan``'s two
+phases. Sweeps through the launchers pass each plan as ``plan=`` (norm_fwd, norm_bwd); the forward and backward
+sweeps over whole rows time the kernels alone (16384 rows), launched with the plan's values.
+
+    PYTHONPATH=src python3 benchmarks/norm_configs.py [WIDTH ...] [--bfloat16] [--float32] [--fwd-only]
+        [--bwd-only] [--layer-norm] [--wide [--small-tiles]] [--launcher [--stages=1,3]] [--rows=16384]
+        [--compile-only I/K]
+
+``--bwd-only``: the backward kernel alone, of RMSNorm, or with ``--layer-norm`` of LayerNorm with a bias, whose
+dbias accumulator takes registers that RMSNorm's table does not account for (each program a block of rows, as
+the kernel sweep always ran; ``--launcher`` times the tables' interleaved steps). ``--wide``: the one-launch
+backward of wide rows, whole launcher, over BwdSharedPlan tiles, each checked against the tables' path; with
+``--small-tiles`` smaller tiles and more programs per SM; with ``--layer-norm`` LayerNorm's alone.
+``--launcher``: the single-pass backward through its launcher, the dweight sum included, see print_launcher,
+whose pipeline depths ``--stages=1,3`` sets. ``--rows=16384``: the rows of the sweeps but the wide ones. Every
+sweep script here takes ``--compile-only I/K`` (see compile_only).
 """
 
-import contextlib
 import dataclasses
-import importlib
 import itertools
 import sys
 
 import torch
 import triton
 
+from tritonkit._core.device import arch, sm_count
+from tritonkit._core.ints import cdiv
 from tritonkit.bench.harness import graph_replay_ms
+from tritonkit.ops.norm.kernels import _norm_bwd_kernel, _norm_fwd_kernel, _rms_norm_fwd_looped_kernel
+from tritonkit.ops.norm.launch import norm_bwd, norm_fwd
+from tritonkit.ops.norm.plan import (
+    MANY_ROWS,
+    MAX_SINGLE_PASS,
+    BwdRowsPlan,
+    BwdSharedPlan,
+    FwdLoopedPlan,
+    FwdRowsPlan,
+    FwdSplitRowPlan,
+    given_plan,
+    loads_weight_first,
+    norm_bwd_plan,
+    norm_fwd_plan,
+    saves_registers,
+)
 
-norm = importlib.import_module("tritonkit.ops.norm")
+DEVICE = torch.device("cuda")  # where the sweeps' tensors are made
 ROWS_TOTAL = 16384
 
 
@@ -61,61 +86,77 @@ def median_ms(run):
         return float("inf")
 
 
-def fwd_ms(x, w, is_rms, rows, warps, stages=1, chunk=0, regs=0, bias=None):
-    """The single-pass forward, or with ``chunk`` the looped one (a row per program, read in chunks,
-    each pass's loop pipelined ``stages`` deep); ``regs``: a register cap per thread (0: none); ``bias``:
-    LayerNorm's, whose registers the single pass needs too."""
-    n_rows, n = x.shape
-    y, rstd = torch.empty_like(x), torch.empty(n_rows, device="cuda")
-    mean = torch.empty(n_rows, device="cuda")
-    block = chunk or triton.next_power_of_2(n)
-    programs = n_rows if chunk else triton.cdiv(n_rows, rows)
+def _as_tuple(plan) -> tuple:
+    """A plan's fields in order, as the sweeps print and key their configurations."""
+    return dataclasses.astuple(plan)
 
-    def run():
-        norm._norm_fwd_kernel[(programs,)](
-            x, x, w, bias if bias is not None else x, y, y, mean, rstd, n_rows, n, n, 0, n, 0, 1e-6, 0.0,
-            IS_RMS=is_rms, HAS_RES=False, HAS_W=True, HAS_B=bias is not None, STORE_H=False, SINGLE_PASS=not chunk,
-            ROWS=rows, BLOCK_N=block, LOOP_STAGES=stages,
-            WEIGHT_FIRST=not chunk and norm.loads_weight_first(rows, block, warps), STORE_STATS=True,
-            num_warps=warps, maxnreg=regs or None,
-        )  # fmt: skip
+
+def fwd_ms(x, w, is_rms, plan, regs=0, bias=None):
+    """The forward kernel alone with ``plan``: a FwdRowsPlan (whole rows, ``rows`` a program) or, RMSNorm only, a
+    FwdLoopedPlan (a row per program, read in chunks, each pass's loop pipelined ``stages`` deep, as given).
+    ``regs``: a register cap per thread (0: none); ``bias``: LayerNorm's, whose registers the single pass needs
+    too. Launched here rather than through norm_fwd, which takes no register cap."""
+    n_rows, n = x.shape
+    y = torch.empty_like(x)
+    mean, rstd = torch.empty(n_rows, device=x.device), torch.empty(n_rows, device=x.device)
+    b = bias if bias is not None else x
+    flags = dict(HAS_RES=False, HAS_W=True, HAS_B=bias is not None, STORE_H=False, STORE_STATS=True)
+    if isinstance(plan, FwdLoopedPlan):
+
+        def run():
+            _rms_norm_fwd_looped_kernel[(n_rows,)](
+                x, x, w, b, y, y, rstd, n, n, 0, n, 0, 1e-6, 0.0, **flags, BLOCK_N=plan.chunk,
+                LOOP_STAGES=plan.stages, num_warps=plan.warps, maxnreg=regs or None,
+            )  # fmt: skip
+
+    else:
+        block = triton.next_power_of_2(n)
+
+        def run():
+            _norm_fwd_kernel[(cdiv(n_rows, plan.rows),)](
+                x, x, w, b, y, y, mean, rstd, n_rows, n, n, 0, n, 0, 1e-6, 0.0, IS_RMS=is_rms, **flags,
+                ROWS=plan.rows, BLOCK_N=block, WEIGHT_FIRST=loads_weight_first(plan.rows, block, plan.warps),
+                num_warps=plan.warps, maxnreg=regs or None,
+            )  # fmt: skip
 
     return median_ms(run)
 
 
-def bwd_ms(x, w, is_rms, per_sm, warps, rows, has_bias=False, stages=1, regs=0):
+def bwd_ms(x, w, is_rms, plan, has_bias=False, regs=0):
+    """The whole-row backward kernel alone with ``plan`` (a BwdRowsPlan; its pipeline depth as given), without the
+    dweight/dbias sum that norm_bwd adds (``--launcher`` times that too); ``regs``: a register cap per thread."""
     n_rows, n = x.shape
     dy, dx = torch.randn_like(x), torch.empty_like(x)
-    mean, rstd = torch.zeros(n_rows, device="cuda"), torch.ones(n_rows, device="cuda")
-    programs = per_sm * torch.cuda.get_device_properties(0).multi_processor_count
-    part = torch.empty(programs, n, device="cuda")
+    mean, rstd = torch.zeros(n_rows, device=x.device), torch.ones(n_rows, device=x.device)
+    programs = plan.programs_per_sm * sm_count(x.device)
+    part = torch.empty(programs, n, device=x.device)
     block = triton.next_power_of_2(n)
 
     def run():
-        norm._norm_bwd_kernel[(1, programs)](
-            dy, dy, x, x, w, mean, rstd, rstd, rstd, rstd, dx, dx, part, part, n_rows, n,
-            triton.cdiv(n_rows, programs), n, 0, n, 0, n, 0, 0.0,
-            IS_RMS=is_rms, HAS_RES=False, HAS_W=True, HAS_B=has_bias, HAS_DH=False, STORE_DRES=False,
-            ROW_TERMS=norm.TILE.value, ROWS=rows, BLOCK_N=block, BLOCKS_P2=1, LOOP_STAGES=stages,
-            LOW_REGISTERS=norm.saves_registers(rows, block, warps), num_warps=warps, maxnreg=regs or None,
+        _norm_bwd_kernel[(programs,)](
+            dy, dy, x, x, w, mean, rstd, dx, dx, part, part, n_rows, n, cdiv(n_rows, programs), n, 0, n, 0, n, 0,
+            0.0, IS_RMS=is_rms, HAS_RES=False, HAS_W=True, HAS_B=has_bias, HAS_DH=False, STORE_DRES=False,
+            ROWS=plan.rows, BLOCK_N=block, LOOP_STAGES=plan.stages,
+            LOW_REGISTERS=saves_registers(plan.rows, block, plan.warps), INTERLEAVED=plan.interleaved,
+            num_warps=plan.warps, maxnreg=regs or None,
         )  # fmt: skip
 
     return median_ms(run)
 
 
 def print_fwd(x, w, is_rms, label):
-    """Single pass: (rows, warps), 8 to 128 elements a thread (one warp a row, as torch.compile's own, won at
-    1024 in fp32); LayerNorm with a bias. From 4096 wide, RMSNorm's looped forward too: (chunk, warps,
-    stages), its first pass keeping the row in L2 for the second."""
+    """Single pass: FwdRowsPlan (rows, warps), 8 to 128 elements a thread (one warp a row, as torch.compile's own,
+    won at 1024 in fp32); LayerNorm with a bias. From 4096 wide, RMSNorm's looped forward too: FwdLoopedPlan
+    (chunk, warps, stages), its first pass keeping the row in L2 for the second."""
     fwd = {}
     block = triton.next_power_of_2(x.shape[1])
     bias = None if is_rms else torch.randn_like(w)
     for rows, warps in itertools.product((1, 2, 4, 8, 16), (1, 2, 4, 8, 16)):
         if rows * block <= 16384 and 8 <= rows * block // (32 * warps) <= 128:
-            fwd[(rows, warps)] = fwd_ms(x, w, is_rms, rows, warps, bias=bias)
+            fwd[(rows, warps)] = fwd_ms(x, w, is_rms, FwdRowsPlan(rows=rows, warps=warps), bias=bias)
     if is_rms and block >= 4096:
         for chunk, warps, stages in itertools.product((2048, 4096), (8, 16), (1, 2)):
-            fwd[(chunk, warps, stages)] = fwd_ms(x, w, is_rms, 1, warps, stages, chunk)
+            fwd[(chunk, warps, stages)] = fwd_ms(x, w, is_rms, FwdLoopedPlan(chunk=chunk, warps=warps, stages=stages))
     best = min(fwd, key=fwd.get)
     gbps = 2 * x.numel() * x.element_size() / fwd[best] / 1e6
     kind = "(rows, warps)" if len(best) == 2 else "looped (chunk, warps, stages)"
@@ -125,37 +166,34 @@ def print_fwd(x, w, is_rms, label):
 
 
 def print_long_fwd(x, w, is_rms, label):
-    """Rows wider than one pass holds: the split-row forward's (slice, warps, output piece), through the
-    launcher (the counters' zeroing included), LayerNorm with its bias."""
+    """Rows wider than one pass holds: the split-row forward's FwdSplitRowPlan (slice, warps, output piece),
+    through the launcher (the counters' zeroing included), LayerNorm with its bias."""
     fwd = {}
     bias = None if is_rms else torch.randn_like(w)
-    key = (x.element_size(), is_rms)
-    saved = dict(norm.SPLIT_ROW_FWD)
-    try:
-        for block, warps, sub_n in itertools.product((8192, 16384, 32768), (4, 8, 16, 32), (2048, 4096, 32768)):
-            if 16 <= block // (32 * warps) <= 128 and sub_n >= 32 * warps:
-                norm.SPLIT_ROW_FWD[key] = (block, warps, min(sub_n, block))
-                norm.norm_launch_plan.cache_clear()
-                fwd[norm.SPLIT_ROW_FWD[key]] = median_ms(
-                    lambda: norm.norm_fwd_launch(x, w, bias, None, 1e-6, 0.0, is_rms, False, False)
-                )
-    finally:
-        norm.SPLIT_ROW_FWD.update(saved)
-        norm.norm_launch_plan.cache_clear()
+    for block, warps, sub_n in itertools.product((8192, 16384, 32768), (4, 8, 16, 32), (2048, 4096, 32768)):
+        if 16 <= block // (32 * warps) <= 128 and sub_n >= 32 * warps:
+            plan = FwdSplitRowPlan(slice=block, warps=warps, piece=min(sub_n, block))
+            fwd[_as_tuple(plan)] = median_ms(
+                lambda plan=plan: norm_fwd(x, w, bias, None, 1e-6, 0.0, is_rms, False, False, plan=plan)
+            )
+    now = _as_tuple(norm_fwd_plan(x.shape[1], x.element_size(), is_rms, arch(x.device)))
     best = min(fwd, key=fwd.get)
     gbps = 2 * x.numel() * x.element_size() / fwd[best] / 1e6
     print(f"fwd   {label} split (slice, warps, piece)={best} {fwd[best]:.4f}  {gbps:6.0f} "
-          f"(now {saved[key]} {fwd.get(saved[key], float('nan')):.4f}, worst {max(fwd.values()):.4f})")  # fmt: skip
+          f"(now {now} {fwd.get(now, float('nan')):.4f}, worst {max(fwd.values()):.4f})")  # fmt: skip
     for config in sorted(fwd, key=fwd.get)[1:4]:
         print(f"        {config} {fwd[config]:.4f}")
 
 
 def print_bwd(x, w, is_rms, label, per_sm_choices, has_bias=False):
+    """The whole-row backward kernel alone: BwdRowsPlan (programs per SM, warps, rows, stages), each program a
+    block of rows."""
     bwd = {}
     block = triton.next_power_of_2(x.shape[1])
     for per_sm, warps, rows, stages in itertools.product(per_sm_choices, (4, 8, 16), (1, 2, 4), (1, 3)):
         if rows * block <= 16384 and warps * 32 * 4 <= rows * block:
-            bwd[(per_sm, warps, rows, stages)] = bwd_ms(x, w, is_rms, per_sm, warps, rows, has_bias, stages)
+            plan = BwdRowsPlan(programs_per_sm=per_sm, warps=warps, rows=rows, stages=stages, interleaved=False)
+            bwd[(per_sm, warps, rows, stages)] = bwd_ms(x, w, is_rms, plan, has_bias)
     best = min(bwd, key=bwd.get)
     gbps = 3 * x.numel() * x.element_size() / bwd[best] / 1e6
     print(f"bwd   {label} (per_sm, warps, rows, stages)={best} {bwd[best]:.4f}  {gbps:6.0f} "
@@ -168,40 +206,17 @@ def print_bwd(x, w, is_rms, label, per_sm_choices, has_bias=False):
 
 
 def wide_bwd_ms(x, w, is_rms, tile):
-    """The whole backward launcher (the dweight/dbias sum included) with ``tile`` as the shared wide tile."""
-    with _shared_tile(tile):
-        return launcher_bwd_ms(x, w, is_rms)
-
-
-@contextlib.contextmanager
-def _plan_with(**fields):
-    """norm_launch_plan's plans with ``fields`` replaced, inside the block."""
-    saved = norm.norm_launch_plan
-    norm.norm_launch_plan = lambda *args, **kwargs: dataclasses.replace(saved(*args, **kwargs), **fields)
-    try:
-        yield
-    finally:
-        norm.norm_launch_plan = saved
-
-
-@contextlib.contextmanager
-def _shared_tile(tile):
-    """``tile`` as the shared wide tile (norm.shared_wide_tile), and the wide backward taken at any width."""
-    saved = norm.shared_wide_tile
-    norm.shared_wide_tile = lambda *args: tile
-    try:
-        with _plan_with(bwd_single_pass=False):
-            yield
-    finally:
-        norm.shared_wide_tile = saved
+    """The whole backward launcher (the dweight/dbias sum included) with ``tile`` (a BwdSharedPlan) as its plan, at
+    any width (the launcher runs a shared plan as the two phases where its programs may not wait)."""
+    return launcher_bwd_ms(x, w, is_rms, tile)
 
 
 def _wide_grads(x, w, is_rms, tile=None):
-    """dx, dweight (and dbias) of the launcher on fixed inputs, with ``tile`` (None: as the tables say)."""
+    """dx, dweight (and dbias) of the launcher on fixed inputs, with ``tile`` as its plan (None: as the tables
+    say)."""
     dy = torch.randn(x.shape, device=x.device, dtype=x.dtype, generator=torch.Generator(x.device).manual_seed(1))
-    with _shared_tile(tile) if tile else contextlib.nullcontext():
-        grads = _bwd_launcher(x, w, is_rms, dy)()
-    return [g.float() for g in grads if g is not None]
+    grads = _bwd_launcher(x, w, is_rms, dy, tile)()
+    return [g.float() for g in grads if g.numel()]  # absent gradients are empty tensors
 
 
 def _agrees(grads, expected, dtype) -> bool:
@@ -210,15 +225,15 @@ def _agrees(grads, expected, dtype) -> bool:
     return all((a - b).abs().max() <= tolerance * b.abs().max() for a, b in zip(grads, expected, strict=True))
 
 
-# --wide's tiles: (columns, rows, warps, programs per SM, a step published ahead), 16-64 elements a thread; with
-# --small-tiles, 8-32 elements a thread and up to 8 programs per SM, in turn and ahead.
+# --wide's tiles: BwdSharedPlan(columns, rows, warps, programs per SM, a step published ahead), 16-64 elements a
+# thread; with --small-tiles, 8-32 elements a thread and up to 8 programs per SM, in turn and ahead.
 WIDE_TILES = tuple(
-    tile
+    BwdSharedPlan(*tile)
     for tile in itertools.product((2048, 4096, 8192), (1, 2, 4), (4, 8, 16), (1, 2, 4), (True,))
     if 16 <= tile[0] * tile[1] // (32 * tile[2]) <= 64
 )
 SMALL_WIDE_TILES = tuple(
-    tile
+    BwdSharedPlan(*tile)
     for tile in itertools.product((1024, 2048, 4096), (1, 2), (2, 4, 8), (2, 4, 6, 8), (False, True))
     if 8 <= tile[0] * tile[1] // (32 * tile[2]) <= 32
 )
@@ -226,32 +241,29 @@ SMALL_WIDE_TILES = tuple(
 
 def print_wide(widths, dtypes, tiles, norms=(True, False)):
     """Rows that take the wide backward (bf16 LayerNorm and fp32 at 16384, everything wider): the one-launch
-    backward's tile (columns, rows, warps, programs per SM, a step published ahead), LayerNorm with its bias,
-    against what the tables take now (the two phases, or at 16384 LayerNorm's single pass). Each tile's
+    backward's tile (BwdSharedPlan: columns, rows, warps, programs per SM, a step published ahead), LayerNorm with
+    its bias, against the tables' two-phase plan (given_plan), or at 16384 LayerNorm's single pass. Each tile's
     gradients are checked against those of the tables' path ('MISMATCH' where they differ)."""
     for dtype, n, is_rms in itertools.product(dtypes, widths, norms):
-        single_pass = norm.norm_launch_plan(n, dtype.itemsize, is_rms, has_bias=not is_rms).bwd_single_pass
+        rows = max(1, ROWS_TOTAL * 16384 // n)  # the same bytes as 16384 x 16384
+        table = norm_bwd_plan(n, dtype.itemsize, is_rms, not is_rms, rows >= MANY_ROWS, arch(DEVICE))
+        single_pass = isinstance(table, BwdRowsPlan)
         if single_pass and is_rms:  # RMSNorm's single pass: 90-95% of the ceiling where it is taken
             continue
-        rows = max(1, ROWS_TOTAL * 16384 // n)  # the same bytes as 16384 x 16384
-        x = torch.randn(rows, n, device="cuda", dtype=dtype)
-        w = torch.randn(n, device="cuda", dtype=dtype)
+        x = torch.randn(rows, n, device=DEVICE, dtype=dtype)
+        w = torch.randn(n, device=DEVICE, dtype=dtype)
         expected = _wide_grads(x, w, is_rms)
         times, wrong = {}, []
         for tile in tiles:
-            if n // tile[0] <= 132:
-                times[tile] = wide_bwd_ms(x, w, is_rms, tile)
+            if n // tile.block_n <= 132:
+                times[_as_tuple(tile)] = wide_bwd_ms(x, w, is_rms, tile)
                 if _COMPILE_SHARD is None and not _agrees(_wide_grads(x, w, is_rms, tile), expected, dtype):
-                    wrong.append(tile)
-        table_tile = norm.shared_wide_tile(n, dtype.itemsize, is_rms, not is_rms)
-        if table_tile is not None and not single_pass and table_tile not in times:
-            times[table_tile] = wide_bwd_ms(x, w, is_rms, table_tile)
-        saved = norm.waits_safely
-        norm.waits_safely = lambda *args: False  # the two-phase backward, as where waiting is not safe
-        try:
-            now = launcher_bwd_ms(x, w, is_rms)
-        finally:
-            norm.waits_safely = saved
+                    wrong.append(_as_tuple(tile))
+        table_tile = _as_tuple(table) if isinstance(table, BwdSharedPlan) else None
+        if table_tile is not None and table_tile not in times:
+            times[table_tile] = wide_bwd_ms(x, w, is_rms, table)
+        # The two-phase backward, as where waiting is not safe (or LayerNorm's single pass where the table takes it)
+        now = launcher_bwd_ms(x, w, is_rms, table if single_pass else given_plan(dtype.itemsize, arch(DEVICE)))
         best = min(times, key=times.get)
         gbps = 3 * x.numel() * x.element_size() / times[best] / 1e6
         label = f"{'rms' if is_rms else 'ln':<5} {str(dtype)[6:]:<9} {n:<6}"
@@ -263,40 +275,40 @@ def print_wide(widths, dtypes, tiles, norms=(True, False)):
             print(f"        {config} {times[config]:.4f}")
 
 
-def _bwd_launcher(x, w, is_rms, dy):
-    """A call of the whole backward launcher (kernels and the dweight/dbias sum) on ``dy``, with mean 0 and rstd 1
-    (LayerNorm with a bias)."""
-    mean, rstd = torch.zeros(x.shape[0], device="cuda"), torch.ones(x.shape[0], device="cuda")
-    return lambda: norm.norm_bwd_launch(dy, None, x, w, None, None if is_rms else mean, rstd, 0.0, is_rms, not is_rms)
+def _bwd_launcher(x, w, is_rms, dy, plan=None):
+    """A call of the whole backward launcher (kernels and the dweight/dbias sum) on ``dy`` with ``plan`` (None: the
+    tables'), with mean 0 and rstd 1 (LayerNorm with a bias)."""
+    mean, rstd = torch.zeros(x.shape[0], device=x.device), torch.ones(x.shape[0], device=x.device)
+    return lambda: norm_bwd(dy, None, x, w, None, None if is_rms else mean, rstd, 0.0, is_rms, not is_rms, plan=plan)
 
 
-def launcher_bwd_ms(x, w, is_rms):
-    """The whole backward launcher (kernels and the dweight/dbias sum)."""
-    return median_ms(_bwd_launcher(x, w, is_rms, torch.randn_like(x)))
+def launcher_bwd_ms(x, w, is_rms, plan=None):
+    """The whole backward launcher (kernels and the dweight/dbias sum) with ``plan`` (None: the tables')."""
+    return median_ms(_bwd_launcher(x, w, is_rms, torch.randn_like(x), plan))
 
 
-BWD_FIELDS = ("bwd_programs_per_sm", "bwd_warps", "bwd_rows", "bwd_stages")  # a single-pass backward's configuration
+BWD_FIELDS = ("programs_per_sm", "warps", "rows", "stages")  # the BwdRowsPlan fields print_launcher sweeps
 
 
 def print_launcher(widths, dtypes, stages=(1, 3), n_rows=ROWS_TOTAL):
     """The single-pass backward through its launcher, so that the dweight/dbias sum, whose cost grows with the
-    programs, is timed too (``--bwd-only`` times the kernel alone): (programs per SM, warps, rows, stages), 8-64
-    elements a thread, ``stages`` deep, against the tables' configuration; LayerNorm with its bias; ``n_rows``
-    rows."""
+    programs, is timed too (``--bwd-only`` times the kernel alone): the table's BwdRowsPlan with (programs per SM,
+    warps, rows, stages) replaced, 8-64 elements a thread, ``stages`` deep, against the table's own; LayerNorm with
+    its bias; ``n_rows`` rows."""
     for dtype, n, is_rms in itertools.product(dtypes, widths, (True, False)):
-        plan = norm.norm_launch_plan(n, dtype.itemsize, is_rms, many_rows=n_rows >= norm.MANY_ROWS, has_bias=not is_rms)
-        if not plan.bwd_single_pass:
+        plan = norm_bwd_plan(n, dtype.itemsize, is_rms, not is_rms, n_rows >= MANY_ROWS, arch(DEVICE))
+        if not isinstance(plan, BwdRowsPlan):
             continue
-        x = torch.randn(n_rows, n, device="cuda", dtype=dtype)
-        w = torch.randn(n, device="cuda", dtype=dtype)
-        run = _bwd_launcher(x, w, is_rms, torch.randn_like(x))
+        x = torch.randn(n_rows, n, device=DEVICE, dtype=dtype)
+        w = torch.randn(n, device=DEVICE, dtype=dtype)
+        dy = torch.randn_like(x)
         table = tuple(getattr(plan, field) for field in BWD_FIELDS)
-        times = {table: median_ms(run)}
+        times = {table: median_ms(_bwd_launcher(x, w, is_rms, dy, plan))}
         block = triton.next_power_of_2(n)
         for config in itertools.product((1, 2, 4, 8), (2, 4, 8, 16), (1, 2, 4), stages):
             if config[2] * block <= 16384 and 8 <= config[2] * block // (32 * config[1]) <= 64 and config != table:
-                with _plan_with(**dict(zip(BWD_FIELDS, config, strict=True))):
-                    times[config] = median_ms(run)
+                swept = dataclasses.replace(plan, **dict(zip(BWD_FIELDS, config, strict=True)))
+                times[config] = median_ms(_bwd_launcher(x, w, is_rms, dy, swept))
         best = min(times, key=times.get)
         gbps = 3 * x.numel() * x.element_size() / times[best] / 1e6
         label = f"{'rms' if is_rms else 'ln':<5} {str(dtype)[6:]:<9} {n:<6}"
@@ -335,10 +347,10 @@ def main():
     layer_norm = "--layer-norm" in sys.argv
     norms = ((not layer_norm),) if bwd_only else (True, False)
     for dtype, n, is_rms in itertools.product(dtypes, widths, norms):
-        long_rows = n > norm.MAX_SINGLE_PASS  # the split-row forward; their backward is --wide's
+        long_rows = n > MAX_SINGLE_PASS  # the split-row forward; their backward is --wide's
         rows = ROWS_TOTAL * 16384 // n if long_rows else n_rows  # long: the bytes of 16384 x 16384
-        x = torch.randn(rows, n, device="cuda", dtype=dtype)
-        w = torch.randn(n, device="cuda", dtype=dtype)
+        x = torch.randn(rows, n, device=DEVICE, dtype=dtype)
+        w = torch.randn(n, device=DEVICE, dtype=dtype)
         label = f"{'rms' if is_rms else 'ln':<5} {str(dtype)[6:]:<9} {n:<6}"
         if long_rows:
             print_long_fwd(x, w, is_rms, label)

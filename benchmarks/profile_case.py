@@ -7,15 +7,15 @@ of tritonkit's step (where a host-bound step's time goes).
 """
 
 import cProfile
-import json
 import pstats
 import sys
 
 import torch
 from host_overhead import per_call_us  # the sibling script's back-to-back timing
+from ncu_probe import parse_case  # the spec's case from JSON
 from torch.profiler import ProfilerActivity, profile
 
-from tritonkit import registry
+from tritonkit import catalog
 from tritonkit.bench.harness import make_step
 
 
@@ -37,7 +37,8 @@ def python_profile(spec, case):
 
 
 def main():
-    spec, case = registry.get(sys.argv[1]), json.loads(sys.argv[2])
+    spec = catalog.get(sys.argv[1])
+    case = parse_case(spec, sys.argv[2])
     if "--python" in sys.argv:
         python_profile(spec, case)
         return

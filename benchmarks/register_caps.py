@@ -3,25 +3,27 @@
 Where a kernel holds whole rows in registers, the compiler's register count can leave one or two
 programs on an SM, and then few loads are in flight while a program reduces. A cap lets more programs
 share the SM, at the price of spills where the cap is below what the code needs. Timed on the kernels
-alone (16384 rows), each line against the plan in use now.
+alone (16384 rows; the launchers take no cap, so the kernels are launched here with each configuration's
+plan values), each line against the plan in use now (softmax_plan, norm_fwd_plan, norm_bwd_plan).
 
-`PYTHONPATH=src:benchmarks python3 benchmarks/register_caps.py [softmax] [norm-fwd] [norm-bwd] [--compile-only I/K]`
+    PYTHONPATH=src:benchmarks python3 benchmarks/register_caps.py [softmax] [norm-fwd] [norm-bwd] [--compile-only I/K]
+
 (none: all; ``--compile-only``: norm_configs.compile_only). The plans carry no cap: none of these gained
-more than noise (benchmarks/NOTES.md).
+more than noise (docs/kernels/softmax.md, docs/kernels/norm.md).
 """
 
-import importlib
 import itertools
 import sys
 
 import torch
-from norm_configs import ROWS_TOTAL, bwd_ms, compile_only, fwd_ms, launcher_bwd_ms, median_ms
-from softmax_configs import kernel_ms, sweep_tensors
+from norm_configs import DEVICE, ROWS_TOTAL, bwd_ms, compile_only, fwd_ms, launcher_bwd_ms, median_ms
+from softmax_configs import kernel_ms, plan_now, sweep_tensors
 
+from tritonkit._core.device import arch
 from tritonkit._core.ints import cdiv
+from tritonkit.ops.norm.plan import MANY_ROWS, BwdRowsPlan, FwdRowsPlan, norm_bwd_plan, norm_fwd_plan
+from tritonkit.ops.row_softmax.kernels import _softmax_bwd_kernel, _softmax_fwd_kernel
 
-softmax = importlib.import_module("tritonkit.ops.softmax")
-norm = importlib.import_module("tritonkit.ops.norm")
 REGISTERS_PER_SM = 65536
 
 
@@ -43,8 +45,7 @@ def report(label: str, times: dict, now: float, n_bytes: int) -> None:
 def single_pass_ms(backward, x, dy, lse, out, rows, warps, regs):
     """The single-pass softmax kernel (forward, or backward), ``rows`` rows a program, registers capped."""
     n_rows, n = x.shape
-    kernel, tensors = (softmax._softmax_bwd_kernel, (dy, x, lse, out)) if backward else (softmax._softmax_fwd_kernel,
-                                                                                        (x, out, lse))  # fmt: skip
+    kernel, tensors = (_softmax_bwd_kernel, (dy, x, lse, out)) if backward else (_softmax_fwd_kernel, (x, out, lse))
     strides = (n,) * (len(tensors) - 1)
     return median_ms(
         lambda: kernel[(cdiv(n_rows, rows),)](
@@ -68,7 +69,7 @@ def sweep_softmax() -> None:
         times = {}
         for (rows, warps), regs in itertools.product(shapes, caps):
             times[(rows, warps, regs)] = single_pass_ms(backward, x, dy, lse, out, rows, warps, regs)
-        now = kernel_ms(backward, x, dy, lse, False, softmax.softmax_launch_plan(n, backward, 2))
+        now = kernel_ms(backward, x, dy, lse, False, plan_now(n, backward, x))
         label = f"softmax {'bwd' if backward else 'fwd'} bfloat16 {n:<6} (rows, warps, regs)"
         report(label, times, now, (3 if backward else 2) * x.numel() * 2)
 
@@ -76,20 +77,20 @@ def sweep_softmax() -> None:
 def sweep_norm_fwd() -> None:
     """Single-pass norm forward, bf16 at 1024 and 2048: (rows, warps, regs)."""
     for n, is_rms in itertools.product((1024, 2048), (True, False)):
-        x = torch.randn(ROWS_TOTAL, n, device="cuda", dtype=torch.bfloat16)
-        w = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+        x = torch.randn(ROWS_TOTAL, n, device=DEVICE, dtype=torch.bfloat16)
+        w = torch.randn(n, device=DEVICE, dtype=torch.bfloat16)
         times = {}
         for (rows, warps), regs in itertools.product(((1, 4), (2, 4), (4, 4), (2, 8)), (0, 32, 40, 48, 64)):
-            times[(rows, warps, regs)] = fwd_ms(x, w, is_rms, rows, warps, regs=regs)
-        plan = norm.norm_launch_plan(n, 2, is_rms)
-        now = fwd_ms(x, w, is_rms, plan.rows, plan.num_warps, regs=plan.fwd_regs)
+            times[(rows, warps, regs)] = fwd_ms(x, w, is_rms, FwdRowsPlan(rows=rows, warps=warps), regs=regs)
+        now = fwd_ms(x, w, is_rms, norm_fwd_plan(n, 2, is_rms, arch(x.device)))
         report(f"norm fwd {'rms' if is_rms else 'ln '} bfloat16 {n:<6} (rows, warps, regs)", times, now,
                2 * x.numel() * 2)  # fmt: skip
 
 
 def sweep_norm_bwd() -> None:
-    """Single-pass norm backward: (programs per SM, warps, rows, stages, regs). A capped configuration
-    also runs with as many programs per SM as the cap lets the register file hold."""
+    """Single-pass norm backward: (programs per SM, warps, rows, stages, regs), each program a block of rows (as
+    norm_configs.py --bwd-only). A capped configuration also runs with as many programs per SM as the cap lets the
+    register file hold."""
     cases = (  # (dtype, width, RMSNorm, warps, rows, stages, caps)
         (torch.bfloat16, 1024, True, (4, 8), (1, 2), (3,), (0, 48, 64, 80, 96)),
         (torch.bfloat16, 2048, True, (4, 8), (1, 2), (3,), (0, 64, 80, 96, 128)),
@@ -99,21 +100,21 @@ def sweep_norm_bwd() -> None:
         (torch.float32, 16384, True, (16, 32), (1,), (1,), (0, 64, 128)),
     )
     for dtype, n, is_rms, warps_choices, rows_choices, stage_choices, caps in cases:
-        x = torch.randn(ROWS_TOTAL, n, device="cuda", dtype=dtype)
-        w = torch.randn(n, device="cuda", dtype=dtype)
-        plan = norm.norm_launch_plan(n, dtype.itemsize, is_rms)
+        x = torch.randn(ROWS_TOTAL, n, device=DEVICE, dtype=dtype)
+        w = torch.randn(n, device=DEVICE, dtype=dtype)
+        # LayerNorm is timed with a bias (bwd_ms's has_bias), so its plan is the one with a bias
+        plan = norm_bwd_plan(n, dtype.itemsize, is_rms, not is_rms, ROWS_TOTAL >= MANY_ROWS, arch(x.device))
+        table_per_sm = plan.programs_per_sm if isinstance(plan, BwdRowsPlan) else 1
         times = {}
         for warps, rows, stages, regs in itertools.product(warps_choices, rows_choices, stage_choices, caps):
             if (warps == 32 and regs not in (0, 64)) or rows * n > 16384:
                 continue  # 32 warps hold 64 registers a thread at most
-            for per_sm in sorted({plan.bwd_programs_per_sm or 1, resident_programs(regs, warps) if regs else 1}):
+            for per_sm in sorted({table_per_sm, resident_programs(regs, warps) if regs else 1}):
                 config = (per_sm, warps, rows, stages, regs)
-                times[config] = bwd_ms(x, w, is_rms, per_sm, warps, rows, not is_rms, stages, regs)
-        if plan.bwd_single_pass:
-            now = bwd_ms(x, w, is_rms, plan.bwd_programs_per_sm, plan.bwd_warps, plan.bwd_rows, not is_rms,
-                         plan.bwd_stages, plan.bwd_regs)  # fmt: skip
-        else:  # the wide path: the whole launcher (two phases and the partial sums)
-            now = launcher_bwd_ms(x, w, is_rms)
+                swept = BwdRowsPlan(programs_per_sm=per_sm, warps=warps, rows=rows, stages=stages, interleaved=False)
+                times[config] = bwd_ms(x, w, is_rms, swept, not is_rms, regs)
+        # whole rows: the kernel alone; the wide path: the whole launcher (two phases and the partial sums)
+        now = bwd_ms(x, w, is_rms, plan, not is_rms) if isinstance(plan, BwdRowsPlan) else launcher_bwd_ms(x, w, is_rms)
         label = f"norm bwd {'rms' if is_rms else 'ln '} {str(dtype)[6:]} {n:<6} (per_sm, warps, rows, stages, regs)"
         report(label, times, now, 3 * x.numel() * dtype.itemsize)
 

@@ -1,48 +1,45 @@
-"""Sweep the RoPE kernel's launch configuration on a GPU: heads per tile and warps, per layout.
+"""Sweep RoPE's launch plan on a GPU: RopePlan's half_tile (elements of one [heads, rotary_dim / 2] tile of the head
+loop, so heads per step = half_tile / 64 here) and warps, per layout.
 
-The forward kernel alone at the issue's shape (q (4, 32, 4096, 128), k (4, 8, 4096, 128), bf16),
-bytes moved = q and k read and written once. `PYTHONPATH=src python3 benchmarks/rope_configs.py`.
+The forward launcher (tritonkit.ops.rotary.launch.rope_fwd) with each RopePlan passed as ``plan=``, at the issue's
+shape (q (4, 32, 4096, 128), k (4, 8, 4096, 128), bf16), bytes moved = q and k read and written once. The data behind
+``tritonkit/ops/rotary/plan.py``; what it found is in docs/kernels/rope.md.
+
+    PYTHONPATH=src python3 benchmarks/rope_configs.py
 """
 
-import importlib
 import itertools
 
 import torch
-import triton
 import triton.testing
 
-rope = importlib.import_module("tritonkit.ops.rope")
+from tritonkit.ops.rotary.launch import HEADS_DIM, rope_fwd
+from tritonkit.ops.rotary.plan import RopePlan
+
+DEVICE = "cuda"  # where the sweep's tensors are made
 B, HQ, HK, T, D = 4, 32, 8, 4096, 128
 
 
 def main():
-    cos = torch.randn(1, T, D, device="cuda", dtype=torch.bfloat16)
-    sin = torch.randn(1, T, D, device="cuda", dtype=torch.bfloat16)
-    print("layout  heads/tile  warps   ms      GB/s")
-    for layout, heads_dim in rope.HEADS_DIM.items():
+    cos = torch.randn(1, T, D, device=DEVICE, dtype=torch.bfloat16)
+    sin = torch.randn(1, T, D, device=DEVICE, dtype=torch.bfloat16)
+    print("layout  half_tile  heads/tile  warps   ms      GB/s")
+    for layout, heads_dim in HEADS_DIM.items():
         shape = (B, HQ, T, D) if layout == "bhtd" else (B, T, HQ, D)
-        q = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
-        k = torch.randn((B, HK, T, D) if layout == "bhtd" else (B, T, HK, D), device="cuda", dtype=torch.bfloat16)
-        q_out, k_out = torch.empty_like(q), torch.empty_like(k)
-        args = (
-            q, k, cos, sin, cos, q_out, k_out, T, HQ, HK, D // 2, 0, T,
-            *rope._bhtd_strides(q, heads_dim), *rope._bhtd_strides(k, heads_dim),
-            *rope._bhtd_strides(q_out, heads_dim), *rope._bhtd_strides(k_out, heads_dim),
-            0, cos.stride(1), cos.stride(2), 0, sin.stride(1), sin.stride(2), 0, 0,
-        )  # fmt: skip
+        q = torch.randn(shape, device=DEVICE, dtype=torch.bfloat16)
+        k = torch.randn((B, HK, T, D) if layout == "bhtd" else (B, T, HK, D), device=DEVICE, dtype=torch.bfloat16)
         results = {}
-        for block_h, warps in itertools.product((4, 8, 16, 32), (1, 2, 4, 8)):
+        for heads, warps in itertools.product((4, 8, 16, 32), (1, 2, 4, 8)):
+            plan = RopePlan(half_tile=heads * (D // 2), warps=warps)
 
-            def run(args=args, block_h=block_h, warps=warps):
-                rope._rope_kernel[(B * T,)](
-                    *args, BACKWARD=False, HAS_POS=False, BLOCK_HQ=block_h, BLOCK_HK=min(block_h, HK),
-                    BLOCK_HALF=D // 2, BLOCK_PASS=0, num_warps=warps,
-                )  # fmt: skip
+            def run(q=q, k=k, heads_dim=heads_dim, plan=plan):
+                rope_fwd(q, k, cos, sin, None, heads_dim, False, plan=plan)
 
-            results[(block_h, warps)] = triton.testing.do_bench(run, return_mode="median")
+            results[plan] = triton.testing.do_bench(run, return_mode="median")
         moved = 2 * (q.numel() + k.numel()) * q.element_size()
-        for (block_h, warps), ms in sorted(results.items(), key=lambda item: item[1])[:6]:
-            print(f"{layout:7} {block_h:<11} {warps:<6} {ms:.4f}  {moved / ms / 1e6:6.0f}")
+        for plan, ms in sorted(results.items(), key=lambda item: item[1])[:6]:
+            heads = plan.half_tile // (D // 2)
+            print(f"{layout:7} {plan.half_tile:<10} {heads:<11} {plan.warps:<6} {ms:.4f}  {moved / ms / 1e6:6.0f}")
 
 
 if __name__ == "__main__":

@@ -1,36 +1,48 @@
-"""Sweep the softmax kernels' launch configurations on a GPU, timed on the launchers alone with each
-configuration as their plan. The data behind ``softmax_launch_plan``.
+"""Sweep the softmax kernels' launch plans on a GPU, timed on the launchers alone with each configuration passed as
+their ``plan=``. The data behind the sm90 tables of ``tritonkit/ops/row_softmax/plan.py`` (softmax_plan); what each
+sweep found is in docs/kernels/softmax.md.
 
-`PYTHONPATH=src python3 benchmarks/softmax_configs.py [WIDTH ...] [--fwd-only] [--bwd-only] [--float32]
-[--single-pass | --grid-loop] [--compile-only I/K]`. By default rows wider than one pass holds (65536, 131072,
-262144 over 2**29 elements): the split-row kernels' slice and warps. ``--single-pass``: rows per program and
-warps of the whole-row kernels, 16384 rows; ``--grid-loop``: those kernels with a grid of a few programs
-per SM looping over row blocks, pipelined, against the plan now; ``--compile-only``: norm_configs.compile_only.
-log_softmax shares softmax's plans: its passes move the same bytes.
+    PYTHONPATH=src python3 benchmarks/softmax_configs.py [WIDTH ...] [--fwd-only] [--bwd-only] [--float32]
+        [--single-pass | --grid-loop] [--compile-only I/K]
+
+By default rows wider than one pass holds (65536, 131072, 262144 over 2**29 elements): the split-row kernels'
+SplitRowPlan (slice, warps). ``--single-pass``: WholeRowPlan's rows per program and warps, 16384 rows;
+``--grid-loop``: WholeRowPlan with a grid of a few programs per SM looping over row blocks, pipelined (warps,
+programs per SM, stages), against the plan now; ``--compile-only``: norm_configs.compile_only. log_softmax shares
+softmax's plans: its passes move the same bytes.
 """
 
-import importlib
+import dataclasses
 import itertools
 import sys
 
 import torch
 from norm_configs import compile_only, median_ms  # the sibling sweep's timing (1 ms graph replays, inf if too big)
 
-softmax = importlib.import_module("tritonkit.ops.softmax")
+from tritonkit._core.device import arch
+from tritonkit.ops.row_softmax.launch import softmax_bwd, softmax_fwd
+from tritonkit.ops.row_softmax.plan import SplitRowPlan, WholeRowPlan, softmax_plan
+
+DEVICE = torch.device("cuda")  # where the sweeps' tensors are made
 ELEMENTS = 16384 * 32768
 
 
 def sweep_tensors(n_rows, n, dtype):
     """x, an upstream gradient dy, x's fp32 log-sum-exp, and an output for kernels launched directly."""
-    x = torch.randn(n_rows, n, device="cuda", dtype=dtype)
+    x = torch.randn(n_rows, n, device=DEVICE, dtype=dtype)
     return x, torch.randn_like(x), torch.logsumexp(x.float(), dim=-1), torch.empty_like(x)
+
+
+def plan_now(n, backward, x):
+    """The plan the launcher takes for rows of ``n`` elements of x's dtype on x's device."""
+    return softmax_plan(n, backward, x.element_size(), arch(x.device))
 
 
 def kernel_ms(backward, x, dy, lse, log, plan):
     """The forward or backward launcher with ``plan`` (its outputs allocated as in use)."""
     if backward:
-        return median_ms(lambda: softmax.softmax_bwd_launch(dy, x, lse, log, plan))
-    return median_ms(lambda: softmax.softmax_fwd_launch(x, log, plan))
+        return median_ms(lambda: softmax_bwd(dy, x, lse, log, plan=plan))
+    return median_ms(lambda: softmax_fwd(x, log, plan=plan))
 
 
 def print_single_pass(widths, dtype):
@@ -41,11 +53,11 @@ def print_single_pass(widths, dtype):
         times = {}
         for rows, warps in itertools.product((1, 2, 4, 8, 16), (2, 4, 8, 16)):
             if rows * n <= 16384 and 64 * warps <= rows * n:
-                plan = softmax.SoftmaxPlan(False, n, rows, warps, 1, 0)
+                plan = WholeRowPlan(rows=rows, warps=warps)
                 times[(rows, warps)] = kernel_ms(backward, x, dy, lse, False, plan)
         best = min(times, key=times.get)
         gbps = (3 if backward else 2) * x.numel() * x.element_size() / times[best] / 1e6
-        now = kernel_ms(backward, x, dy, lse, False, softmax.softmax_launch_plan(n, backward, x.element_size()))
+        now = kernel_ms(backward, x, dy, lse, False, plan_now(n, backward, x))
         print(f"{'bwd' if backward else 'fwd'}  False  {str(dtype)[6:]:<9} {n:<7} {best!s:<14} {times[best]:.4f}  "
               f"{gbps:6.0f}  (now {now:.4f})")  # fmt: skip
         for config in sorted(times, key=times.get)[1:4]:
@@ -61,11 +73,11 @@ def print_grid_loop(widths, dtype, directions):
         times = {}
         for warps, per_sm, stages in itertools.product((4, 8, 16, 32), (1, 2, 4), (2, 3)):
             if 64 * warps <= n and (warps >= 16 or n <= 8192):
-                plan = softmax.SoftmaxPlan(False, n, 1, warps, stages, per_sm)
+                plan = WholeRowPlan(rows=1, warps=warps, programs_per_sm=per_sm, stages=stages)
                 times[(warps, per_sm, stages)] = kernel_ms(backward, x, dy, lse, False, plan)
         best = min(times, key=times.get)
         gbps = (3 if backward else 2) * x.numel() * x.element_size() / times[best] / 1e6
-        plan = softmax.softmax_launch_plan(n, backward, x.element_size())
+        plan = plan_now(n, backward, x)
         now = kernel_ms(backward, x, dy, lse, False, plan)
         now_config = (plan.rows, plan.warps, plan.stages, plan.programs_per_sm)
         print(f"{'bwd' if backward else 'fwd'}  False  {str(dtype)[6:]:<9} {n:<7} {best!s:<24} {times[best]:.4f}  "
@@ -82,14 +94,14 @@ def print_split_row(widths, dtype, directions):
         times = {}
         for block, warps in itertools.product((4096, 8192, 16384, 32768), (4, 8, 16, 32)):
             if 16 <= block // (32 * warps) <= 64:
-                plan = softmax.SoftmaxPlan(True, block, 1, warps, 1, 0)
+                plan = SplitRowPlan(slice=block, warps=warps)
                 times[(block, warps)] = kernel_ms(backward, x, dy, lse, False, plan)
         best = min(times, key=times.get)
         gbps = (3 if backward else 2) * x.numel() * x.element_size() / times[best] / 1e6
-        plan = softmax.softmax_launch_plan(n, backward, x.element_size())
+        plan = plan_now(n, backward, x)
         now = kernel_ms(backward, x, dy, lse, False, plan)
         print(f"{'bwd' if backward else 'fwd'}  {str(dtype)[6:]:<9} {n:<7} {best!s:<15} {times[best]:.4f}  "
-              f"{gbps:6.0f}  (now {(plan.block_n, plan.warps)} {now:.4f})", flush=True)  # fmt: skip
+              f"{gbps:6.0f}  (now {dataclasses.astuple(plan)} {now:.4f})", flush=True)  # fmt: skip
         for config in sorted(times, key=times.get)[1:4]:
             print(f"        {config!s:<15} {times[config]:.4f}")
 
