@@ -292,7 +292,6 @@ def test_backward_in_blocks_of_rows(norm, device, monkeypatch):
     blocks of 32, one of 3 (a partial step), and leave three programs none. Forward and gradients against float64."""
     rows, n = (9, 40) if device == "cpu" else (4099, 1000)
     plan = BwdRowsPlan(programs_per_sm=1, warps=4, rows=2, stages=1, interleaved=False)
-    monkeypatch.setattr(launch, "ONE_PROGRAM_BACKWARD", 0)  # else the CPU's few rows take one program
     x, residual, weight, bias = _inputs(device, rows=rows, n=n)
     inputs = (x, residual, weight, bias if norm == "layer_norm" else None)
     launches = _spy_on_kernels(monkeypatch, "_norm_bwd_kernel")
@@ -319,8 +318,7 @@ def test_fallback_plans(norm, n, device, monkeypatch):
     """The analytic plans a GPU never measured takes (fallback_fwd_plan, fallback_bwd_plan; the interpreter follows
     sm90's tables, so only this test runs them there): many rows a program, one, and rows split across programs
     forward; row groups of whole rows, and the two wide phases backward. fp32 forward and gradients against
-    float64, the backward over the plan's row groups (not the one program that few rows take)."""
-    monkeypatch.setattr(launch, "ONE_PROGRAM_BACKWARD", 0)
+    float64, the backward over the plan's row groups (a plan given, few rows do not take one program)."""
     fwd_plan, bwd_plan = fallback_fwd_plan(n), fallback_bwd_plan(n)
     assert isinstance(fwd_plan, FwdSplitRowPlan) == isinstance(bwd_plan, BwdGivenPlan) == (n > MAX_SINGLE_PASS)
     rows = 9 if device == "cpu" else 1031

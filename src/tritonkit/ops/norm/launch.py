@@ -191,19 +191,21 @@ def norm_bwd(
     plan: NormBwdPlan | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Returns dx, dresidual (empty without a residual, or when it is dx: shares_dres), dweight and dbias (empty
-    when absent). ``plan``: the measured plan unless a sweep or a test gives one (a shared plan runs as the two
-    phases where programs may not wait for each other)."""
+    when absent). ``plan``: the measured plan, or one program that writes dweight and dbias itself for a few rows,
+    unless a sweep or a test gives one (a shared plan runs as the two phases where programs may not wait)."""
     n_rows, n_cols = x.shape
     device = x.device
     dx = torch.empty((n_rows, n_cols), dtype=x.dtype, device=device)
     separate_dres = residual is not None and not shares_dres(x, residual)
     dres = torch.empty((n_rows, n_cols) if separate_dres else (0,), dtype=_or(residual, x).dtype, device=device)
     w_dtype = weight.dtype if weight is not None else x.dtype
+    # A few rows take one program, unless a plan is given: then its row groups run as it says.
+    one_program = plan is None and 0 < n_rows * n_cols <= ONE_PROGRAM_BACKWARD
     plan = plan or norm_bwd_plan(n_cols, x.element_size(), is_rms, has_bias, n_rows >= MANY_ROWS, arch(device))
     if isinstance(plan, BwdSharedPlan) and not waits_safely(cdiv(n_cols, plan.block_n), device):
         plan = given_plan(x.element_size(), arch(device))
+    one_program = one_program and isinstance(plan, BwdRowsPlan)
     n_sums = (weight is not None) + has_bias
-    one_program = isinstance(plan, BwdRowsPlan) and 0 < n_rows * n_cols <= ONE_PROGRAM_BACKWARD
     if one_program:
         # A few rows: one program sums dweight/dbias over all of them in fp32 and stores them in the weight's dtype
         # itself, which saves the reduction's launch (the host's cost dominates here).
