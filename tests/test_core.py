@@ -61,3 +61,22 @@ def test_each_call_takes_the_cheapest_equivalent_path(device, monkeypatch):
     with torch.no_grad():
         tk.ops.softmax(x.clone().requires_grad_())
     assert calls == ["function"]
+
+
+@pytest.mark.parametrize(
+    ("triton", "numpy", "refused"),
+    [("3.6.0", "2.4.1", True), ("3.6.0", "2.3.5", False), ("3.7.1", "2.4.1", False), ("3.9.0", "2.5.5", False)],
+)
+def test_the_interpreter_is_refused_where_its_packages_clash(triton, numpy, refused, monkeypatch):
+    """Triton 3.6's interpreter with NumPy 2.4 or newer fails inside every kernel with a runtime loop bound; the CLI
+    and the test suite stop first with what to install (docs/interpreter.md, "Versions")."""
+    import importlib.metadata
+
+    from tritonkit._core import env
+
+    versions = {"triton": triton, "numpy": numpy}
+    monkeypatch.setattr(importlib.metadata, "version", lambda package: versions[package])
+    problem = env.interpreter_problem()
+    assert (problem is not None) == refused
+    if refused:
+        assert problem.startswith(f"Triton {triton}'s interpreter does not run with NumPy {numpy}: install numpy<2.4")

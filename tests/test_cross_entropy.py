@@ -5,6 +5,7 @@ and, with ``-m gpu``, CUDA graphs and memory."""
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import tritonkit as tk
 from helpers import assert_compiled_matches_eager, assert_graph_replay_matches_eager
@@ -79,6 +80,72 @@ def test_out_of_range_target_gives_nan_for_its_row_and_is_never_an_address(bad, 
     debug.guard_bounds(
         lambda x, t: cross_entropy_fwd(x, t, -100, 0.1, 1e-2, 0.0, "none"), logits.detach(), target
     ).raise_if_bad()
+
+
+class _HostSyncs(TorchDispatchMode):
+    """Records the torch ops that hand a device value to the host (``.item()``, ``bool(tensor)``, ``nonzero``,
+    ``torch.equal``): on a GPU each one waits for the device."""
+
+    SYNCS = ("aten._local_scalar_dense", "aten.is_nonzero", "aten.nonzero", "aten.equal", "aten.tolist")
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if str(func.overloadpacket) in self.SYNCS:
+            self.seen.append(str(func.overloadpacket))
+        return func(*args, **(kwargs or {}))
+
+
+def _ce_and_fused(op, logits, target, **options):
+    """The loss of square ``logits`` through ``op``: the fused op gets hidden = I and weight = logits.T."""
+    if op == "cross_entropy":
+        return tk.ops.cross_entropy(logits, target, **options)
+    hidden = torch.eye(logits.shape[0], device=logits.device)
+    return tk.ops.fused_linear_cross_entropy(hidden, logits.t(), target, **options)
+
+
+OUT_OF_RANGE = (
+    r"{op}: target must hold class indices in \[0, 7\) or ignore_index=-100, got 2 out of range \(first: 7 at "
+    r"\(1,\), -1 at \(3,\)\)"
+)
+
+
+@pytest.mark.parametrize("op", ["cross_entropy", "fused_linear_cross_entropy"])
+def test_out_of_range_targets_raise_when_checked(op, device, monkeypatch):
+    """check_targets=True (or TRITONKIT_DEBUG=1) turns the silent NaN into a ValueError naming the values and where
+    they are; it synchronises, so it stays off by default. check_targets=False wins over the variable."""
+    logits = torch.randn(7, 7, device=device)
+    target = torch.tensor([1, 7, -100, -1, 0, 6, 2], device=device)
+    message = OUT_OF_RANGE.format(op=op)
+    with pytest.raises(ValueError, match=message):
+        _ce_and_fused(op, logits, target, check_targets=True)
+    monkeypatch.setenv("TRITONKIT_DEBUG", "1")
+    with pytest.raises(ValueError, match=message):
+        _ce_and_fused(op, logits, target)
+    assert _ce_and_fused(op, logits, target, check_targets=False).isnan()
+    good = target.clamp(0, 6)
+    with _HostSyncs() as syncs:
+        loss = _ce_and_fused(op, logits, good, check_targets=True)
+    torch.testing.assert_close(loss, F.cross_entropy(logits, good), atol=1e-5, rtol=1e-5)
+    assert syncs.seen  # the check ran, and it is a host synchronisation
+    with pytest.raises(TypeError, match=r"check_targets must be a bool or None, got int"):
+        _ce_and_fused(op, logits, target, check_targets=1)
+
+
+@pytest.mark.parametrize("op", ["cross_entropy", "fused_linear_cross_entropy"])
+def test_out_of_range_targets_stay_nan_without_a_host_sync_by_default(op, device, monkeypatch):
+    monkeypatch.delenv("TRITONKIT_DEBUG", raising=False)
+    logits = torch.randn(7, 7, device=device, requires_grad=True)
+    target = torch.tensor([1, 7, -100, -1, 0, 6, 2], device=device)
+    with _HostSyncs() as syncs:
+        loss = _ce_and_fused(op, logits, target, reduction="none")
+        loss.sum().backward()
+    assert syncs.seen == []
+    assert loss[[1, 3]].isnan().all() and loss[[0, 2, 4, 5, 6]].isfinite().all()
+    monkeypatch.setenv("TRITONKIT_DEBUG", "0")
+    assert _ce_and_fused(op, logits, target).isnan()
 
 
 @pytest.mark.parametrize("reduction", REDUCTIONS)
@@ -192,17 +259,89 @@ def test_inplace_backward_raises_rather_than_feed_gradients_to_another_node(devi
     """sin saved the logits for its backward, which autograd runs after the loss's (older nodes run
     later); the overwrite bumps the logits' version, so autograd refuses instead of computing cos of a
     gradient. A second backward through the loss itself is refused the same way."""
-    logits = torch.randn(4, 11, device=device, requires_grad=True)
+    leaf = torch.randn(4, 11, device=device, requires_grad=True)
+    logits = leaf * 1  # produced by a layer: the in-place backward may overwrite it
     target = _targets(4, 11, device)
     other = logits.sin().sum()
     loss = tk.ops.cross_entropy(logits, target, inplace_backward=True)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         (other + loss).backward()
-    logits = torch.randn(4, 11, device=device, requires_grad=True)
-    loss = tk.ops.cross_entropy(logits, target, inplace_backward=True)
+    loss = tk.ops.cross_entropy(leaf * 1, target, inplace_backward=True)
     loss.backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         loss.backward()
+
+
+INPLACE_OVERLAP = (
+    r"cross_entropy: inplace_backward=True writes the gradient over logits, but logits' elements overlap in memory "
+    r"\(shape {shape}, strides {strides}\)"
+)
+
+
+@pytest.mark.parametrize(
+    ("make", "shape", "strides"),
+    [
+        (lambda x: x[:1].expand(6, 11), r"\(6, 11\)", r"\(0, 1\)"),  # the report's case: one row seen six times
+        (lambda x: x.flatten()[:36].as_strided((6, 11), (5, 1)), r"\(6, 11\)", r"\(5, 1\)"),  # rows 5 apart, 11 long
+        (lambda x: x[:2].unsqueeze(1).expand(2, 3, 11), r"\(2, 3, 11\)", r"\(11, 0, 1\)"),
+        (lambda x: x[0].expand(6, 11).t(), r"\(11, 6\)", r"\(1, 0\)"),
+    ],
+    ids=["expanded-rows", "rows-closer-than-their-length", "expanded-middle-dim", "expanded-transposed"],
+)
+def test_inplace_backward_refuses_logits_whose_memory_overlaps(make, shape, strides, device):
+    """Six rows seen through one (stride 0) would get six gradients written into one row, the last one
+    winning: the gradient was wrong by 0.66. Refused with the reason; out of place the same logits work."""
+    produced = torch.randn(6, 11, device=device, requires_grad=True) * 1  # a layer's output, not a leaf
+    logits = make(produced)
+    target = torch.randint(0, logits.shape[-1], logits.shape[:-1], device=device)
+    with pytest.raises(ValueError, match=INPLACE_OVERLAP.format(shape=shape, strides=strides)) as raised:
+        tk.ops.cross_entropy(logits, target, inplace_backward=True)
+    assert "logits.contiguous()" in str(raised.value)
+    exact = logits.detach().double().requires_grad_()
+    (ours,) = torch.autograd.grad(tk.ops.cross_entropy(logits, target), produced)
+    (theirs,) = torch.autograd.grad(F.cross_entropy(exact.reshape(-1, exact.shape[-1]), target.reshape(-1)), exact)
+    (expected,) = torch.autograd.grad(logits, produced, theirs.float())
+    torch.testing.assert_close(ours, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_inplace_backward_takes_rows_with_gaps(device):
+    """Rows apart by more than their length (a slice of wider logits) share no memory: in place is right."""
+    produced = torch.randn(5, 20, device=device, requires_grad=True) * 1
+    logits = produced[:, 3:14]
+    target = _targets(5, 11, device)
+    exact = logits.detach().double().requires_grad_()  # before the backward overwrites the logits
+    (ours,) = torch.autograd.grad(tk.ops.cross_entropy(logits, target, inplace_backward=True), produced)
+    (theirs,) = torch.autograd.grad(F.cross_entropy(exact, target), exact)
+    torch.testing.assert_close(ours[:, 3:14], theirs.float(), rtol=1e-5, atol=1e-6)
+    assert torch.equal(ours[:, :3], torch.zeros_like(ours[:, :3])) and torch.equal(ours[:, 14:], ours[:, 14:] * 0)
+
+
+INPLACE_LEAF = (
+    r"cross_entropy: inplace_backward=True writes the gradient over logits, but logits is a leaf tensor or a view "
+    r"of one \(a tensor created with requires_grad=True, which the caller may read again\)"
+)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda leaf: leaf, lambda leaf: leaf.view(2, 2, 11), lambda leaf: leaf[:, :]],
+    ids=["leaf", "view", "slice"],
+)
+def test_inplace_backward_refuses_a_leaf(make, device):
+    """A leaf's data would be overwritten by its own gradient. Refused, the leaf untouched; without grad (nothing is
+    overwritten) and out of place it is fine."""
+    leaf = torch.randn(4, 11, device=device, requires_grad=True)
+    before = leaf.detach().clone()
+    logits = make(leaf)
+    target = torch.randint(0, 11, logits.shape[:-1], device=device)
+    with pytest.raises(ValueError, match=INPLACE_LEAF):
+        tk.ops.cross_entropy(logits, target, inplace_backward=True)
+    assert torch.equal(leaf.detach(), before)
+    with torch.no_grad():
+        loss = tk.ops.cross_entropy(logits, target, inplace_backward=True)
+    torch.testing.assert_close(loss, F.cross_entropy(before, target.reshape(-1)))
+    tk.ops.cross_entropy(logits, target).backward()
+    assert torch.equal(leaf.detach(), before)
 
 
 def test_modules_match_the_ops(device):
@@ -217,7 +356,7 @@ def test_modules_match_the_ops(device):
     torch.testing.assert_close(plain, _cross_entropy_reference(hidden @ weight.t(), target, **options))
     module = tk.nn.CrossEntropyLoss(inplace_backward=True, **options)
     assert "inplace_backward=True" in repr(module)
-    logits = (hidden @ weight.t()).requires_grad_()
+    logits = hidden.requires_grad_() @ weight.t()  # a layer's output (a leaf would be refused)
     (grad,) = torch.autograd.grad(module(logits, target).sum(), logits)
     assert grad.data_ptr() == logits.data_ptr()
 

@@ -3,6 +3,7 @@ offset/mask helpers inside real kernels, and the out-of-bounds guard."""
 
 import sys
 
+import numpy as np
 import pytest
 import torch
 import triton
@@ -58,6 +59,49 @@ def test_cdiv_rejects_bad_operands():
 )
 def test_pid_rules(conds, pids, expected):
     assert debug.test_pid_conds(conds, *pids) is expected
+
+
+@pytest.mark.parametrize(
+    "wrap",
+    [
+        lambda i: i,
+        lambda i: [i],
+        lambda i: (i,),
+        np.array,
+        lambda i: np.array([i]),
+        np.int64,
+        lambda i: torch.tensor([i]),
+    ],
+    ids=["int", "list", "tuple", "numpy-0d", "numpy-1", "numpy-int", "torch-1"],
+)
+def test_pid_rules_take_ids_of_one_element_in_any_container(wrap):
+    """The guide's own form, test_pid_conds('=0,=1', [0], [1], [0]), used to raise TypeError."""
+    assert debug.test_pid_conds("=0,=1", wrap(0), wrap(1), wrap(0)) is True
+    assert debug.test_pid_conds("=0,=1", wrap(0), wrap(2), wrap(0)) is False
+    assert debug.test_pid_conds(",,>=0", wrap(3), wrap(3), wrap(3)) is True
+
+
+@pytest.mark.parametrize("ids", [([0, 1], 0, 0), (0, np.array([1, 2]), 0), (0, 0, [])])
+def test_pid_rules_refuse_a_block_of_several_ids(ids):
+    with pytest.raises(
+        ValueError, match=r"pid_\d must be one program id \(an int or a block of one\), got \d elements"
+    ):
+        debug.test_pid_conds("=0,=0,=0", *ids)
+
+
+@triton.jit
+def _explicit_ids_kernel(p_out):
+    i_row, i_col = tl.program_id(0), tl.program_id(1)
+    debug.print_if("scalar ids", "=1,=0", i_row, i_col, tl.program_id(2))
+    debug.print_if("block ids", "=0,=1", tl.full([1], i_row, tl.int32), tl.arange(0, 1) + i_col, tl.program_id(2))
+    tl.store(p_out + i_row * 2 + i_col, i_row * 10 + i_col)
+
+
+def test_print_if_with_ids_given_as_interpreter_blocks(capsys):
+    out = torch.full((4,), -1, dtype=torch.int32)
+    _explicit_ids_kernel[(2, 2)](out)
+    assert out.tolist() == [0, 1, 10, 11]
+    assert capsys.readouterr().out.splitlines() == ["[pid 0,1,0] block ids", "[pid 1,0,0] scalar ids"]
 
 
 @pytest.mark.parametrize("conds", ["=>1", "<<2", "1", "=a", "!1", ",,,", ">= ", "=0,=1,=2,=3"])

@@ -102,6 +102,22 @@ def test_compare_reports_errors():
         testing.compare(torch.zeros(3), torch.zeros(4, dtype=torch.float64), tol)
 
 
+@pytest.mark.parametrize("rms_atol", [0.0, 1e-3])
+def test_compare_in_chunks_gives_what_one_pass_gives(rms_atol, monkeypatch):
+    """A GPU-sized output is compared a chunk at a time: the same counts, maxima and first bad element (in the
+    output's own coordinates) as one pass, with chunks that do not divide the elements."""
+    from tritonkit.registry import Tolerance
+
+    ref = torch.randn(9, 13, dtype=torch.float64)
+    out = ref.float() * (1 + 1e-7 * torch.randn(9, 13))
+    out[2, 3], out[5, 0], out[8, 12] = out[2, 3] + 1.0, float("nan"), float("inf")
+    tol = Tolerance(atol=1e-6, rtol=1e-5, rms_atol=rms_atol)
+    whole = testing.compare(out, ref, tol)
+    monkeypatch.setattr(testing, "COMPARE_CHUNK", 7)
+    chunked = testing.compare(out, ref, tol)
+    assert chunked == whole and whole.n_bad == 3 and whole.first_bad == (2, 3)
+
+
 def test_compare_expects_infinity_where_the_exact_value_overflows_the_dtype():
     tol = registry.TOLERANCES[torch.float16]
     ref = torch.tensor([-262143.0, 70000.0, 65000.0], dtype=torch.float64)

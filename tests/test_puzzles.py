@@ -5,6 +5,7 @@ the solutions as those change (each edit asserts that its target text is still t
 from __future__ import annotations
 
 import importlib
+import re
 
 import pytest
 
@@ -87,6 +88,35 @@ def test_known_mistake_fails_with_its_diagnosis(tmp_path, number, edits, code):
     assert code in report.codes, report.codes
 
 
+_STORE = "tl.store(p_out + o_x, b_x + b_y, mask=m_x)"
+
+
+@pytest.mark.parametrize(
+    ("stored", "wrong"),
+    [("(b_x + b_y) * float('nan')", "100 of 100"), ("b_x + b_y + tl.sqrt(b_x) * 0", r"\d+ of 100")],
+    ids=["all-nan", "nan-where-x-is-negative"],
+)
+def test_a_kernel_that_stores_nan_is_told_its_values_are_wrong_not_unwritten(tmp_path, stored, wrong):
+    """The checker poisons the output with NaN, but the trace sees which elements were stored: a stored NaN is a
+    wrong value (it used to be reported as "the kernel wrote nothing")."""
+    puzzle, module = _mutant(tmp_path, 1, (_STORE, _STORE.replace("b_x + b_y", stored)))
+    report = check_puzzle(puzzle, module, cases=[{"n": 100}], seed=5)
+    assert report.codes == ["wrong-values"], report.outcomes[0].findings
+    message = report.outcomes[0].findings[0].message
+    assert re.search(rf"^{wrong} outputs are wrong", message) and ", got nan" in message
+
+
+def test_unwritten_and_nan_outputs_are_told_apart(tmp_path):
+    """Half the elements never stored, the other half stored as NaN where x < 0: each named for what it is."""
+    mask = "mask=m_x & (o_x % 2 == 0)"
+    puzzle, module = _mutant(tmp_path, 1, (_STORE, _STORE.replace("b_x + b_y", "b_x + b_y + tl.sqrt(b_x) * 0")
+                                                       .replace("mask=m_x", mask)))  # fmt: skip
+    findings = check_puzzle(puzzle, module, cases=[{"n": 100}], seed=5).outcomes[0].findings
+    assert [f.code for f in findings] == ["never-written", "wrong-values"]
+    assert findings[0].message.startswith("50 of 100 outputs were never written (first at [1], [3], [5]")
+    assert "got nan" in findings[1].message
+
+
 def test_a_launcher_that_overwrites_the_kernels_output_is_caught(tmp_path):
     puzzle, module = _mutant(
         tmp_path,
@@ -144,6 +174,7 @@ def test_cli_init_check_hint_solution(tmp_path, capsys):
     assert puzzles_main(["puzzles", "solution", "2"]) == 0
     assert "def add_relu_kernel" in capsys.readouterr().out
     assert puzzles_main(["puzzles", "hint", "14"]) == 2
+    capsys.readouterr()
     assert puzzles_main(["puzzles", "list"]) == 0
     assert "flash-attention forward" in capsys.readouterr().out
 
@@ -161,3 +192,15 @@ def test_a_returned_torch_result_of_the_wrong_dtype_is_named(tmp_path):
     report = check_puzzle(puzzle, module, cases=[{"n": 10}])
     assert report.codes[:2] == ["never-launched", "dtype-mismatch"]
     assert "torch.float64, expected torch.float32" in report.outcomes[0].findings[1].message
+
+
+@pytest.mark.parametrize("number", [0, 14, -1])
+def test_cli_check_refuses_a_puzzle_number_out_of_range(tmp_path, capsys, number):
+    """`check DIR 0` used to check all 13 puzzles (0 read as "none given")."""
+    folder = tmp_path / "mine"
+    assert puzzles_main(["puzzles", "init", str(folder)]) == 0
+    capsys.readouterr()
+    assert puzzles_main(["puzzles", "check", str(folder), str(number)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.strip() == f"there is no puzzle {number}: puzzles are numbered 1 to 13"
+    assert "Checking" not in captured.out and "Puzzle" not in captured.out

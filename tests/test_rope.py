@@ -103,6 +103,35 @@ def test_only_q_used(device):
     assert k.grad is None or k.grad.abs().max() == 0
 
 
+@pytest.mark.parametrize("needs", ["q", "k"])
+def test_outputs_require_grad_only_where_their_input_does(needs, device):
+    """With one of q and k requiring grad, only its embedding does (k_embed used to require grad when only q did),
+    and that one's gradient is still right; eager and compiled alike."""
+    q, k = _qk(device)
+    cos, sin = _tables(5, 16, device, offset=7)
+    (q if needs == "q" else k).requires_grad_()
+    leaf, index = (q, 0) if needs == "q" else (k, 1)
+    outputs = tk.ops.rope(q, k, cos, sin)
+    assert [t.requires_grad for t in outputs] == [needs == "q", needs == "k"]
+    upstream = torch.randn_like(outputs[index])
+    (grad,) = torch.autograd.grad(outputs[index], leaf, upstream)
+    exact = [t.detach().double().requires_grad_() for t in (q, k)]
+    expected = REFERENCE(*exact, cos.double(), sin.double())[index]
+    (theirs,) = torch.autograd.grad(expected, exact[index], upstream.double())
+    torch.testing.assert_close(grad, theirs.float(), rtol=1e-5, atol=1e-5)
+
+    def block(q, k):
+        embeds = tk.ops.rope(q * 1, k * 1, cos, sin)
+        assert [t.requires_grad for t in embeds] == [needs == "q", needs == "k"]
+        return embeds[index].square().sum()
+
+    torch._dynamo.reset()
+    compiled = torch.compile(block, fullgraph=True, backend="inductor" if device == "cuda" else "aot_eager")
+    (grad,) = torch.autograd.grad(compiled(q, k), leaf)
+    (eager,) = torch.autograd.grad(block(q, k), leaf)
+    torch.testing.assert_close(grad, eager, rtol=1e-5, atol=1e-5)
+
+
 def test_cos_or_sin_requiring_grad_is_refused(device):
     q, k = _qk(device)
     cos, sin = _tables(5, 16, device)

@@ -28,6 +28,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 import triton
 import triton.language as tl
@@ -137,19 +138,32 @@ def _current_program_ids() -> tuple[int, int, int]:
         ) from error
 
 
-def test_pid_conds(conds: str, pid_0: int | None = None, pid_1: int | None = None, pid_2: int | None = None):
+def _program_id(axis: int, value) -> int | None:
+    """One program id as an int: given as an int, or as one element of a list, tuple, NumPy array, torch tensor or
+    interpreter block (``tl.program_id(0)``, ``tl.full([1], pid, tl.int32)``); None stays None (not given)."""
+    if value is None or isinstance(value, int):
+        return value
+    values = np.asarray(_host_value(value), dtype=object if isinstance(value, (list, tuple)) else None).reshape(-1)
+    if values.size != 1:
+        raise ValueError(f"pid_{axis} must be one program id (an int or a block of one), got {values.size} elements")
+    return int(values[0])
+
+
+def test_pid_conds(conds: str, pid_0=None, pid_1=None, pid_2=None) -> bool:
     """Whether the program ids satisfy ``conds``: one rule per axis, comma-separated.
 
     A rule is empty (any id) or an operator among ``< > <= >= = !=`` and an integer: ``''``
-    (every program), ``'=0'`` (pid_0 is 0), ``',>=2'`` (pid_1 at least 2), ``'!=0,<=3'``. Ids not given
-    are read from the running interpreted kernel. An invalid rule raises ValueError quoting it.
+    (every program), ``'=0'`` (pid_0 is 0), ``',>=2'`` (pid_1 at least 2), ``'!=0,<=3'``. Each id is an
+    int or one element of a list, array or block (``test_pid_conds('=0,=1', [0], [1], [0])``, or
+    ``tl.program_id(0)`` inside a kernel); ids not given are read from the running interpreted kernel.
+    An invalid rule raises ValueError quoting it; a block of several ids raises ValueError naming it.
     """
     rules = _parse_conds(conds)
-    pids = (pid_0, pid_1, pid_2)
+    pids = tuple(_program_id(axis, pid) for axis, pid in enumerate((pid_0, pid_1, pid_2)))
     if any(rule is not None and pids[axis] is None for axis, rule in enumerate(rules)):
         current = _current_program_ids()
         pids = tuple(current[axis] if pid is None else pid for axis, pid in enumerate(pids))
-    return all(rule is None or _COMPARE[rule[0]](int(pids[axis]), rule[1]) for axis, rule in enumerate(rules))
+    return all(rule is None or _COMPARE[rule[0]](pids[axis], rule[1]) for axis, rule in enumerate(rules))
 
 
 test_pid_conds.__test__ = False  # a helper named test_*, not a test: keep pytest from collecting it
@@ -170,7 +184,8 @@ if interpreting():
         Under the interpreter it prints ``[pid a,b,c] text``; compiled for a GPU it is a no-op.
         """
         if test_pid_conds(conds, pid_0, pid_1, pid_2):
-            ids = _current_program_ids() if None in (pid_0, pid_1, pid_2) else (pid_0, pid_1, pid_2)
+            given = tuple(_program_id(axis, pid) for axis, pid in enumerate((pid_0, pid_1, pid_2)))
+            ids = _current_program_ids() if None in given else given
             print(f"[pid {ids[0]},{ids[1]},{ids[2]}]", _host_value(text))
 
     def breakpoint_if(conds: str = "", pid_0=None, pid_1=None, pid_2=None) -> None:

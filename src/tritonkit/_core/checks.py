@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 
 import torch
 
-from .env import interpreting
+from .env import _TRUE_WORDS, interpreting
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_INTERPRETER_DEVICES = ("cpu", "cuda")  # the interpreter reads CPU memory and copies CUDA tensors to it and back
 
 
 def _dtype_names(dtypes: Iterable[torch.dtype]) -> str:
@@ -41,7 +43,8 @@ def check_same_dtype(first: str, a: torch.Tensor, second: str, b: torch.Tensor) 
 def check_device(**tensors: torch.Tensor) -> torch.device:
     """Check that all tensors share one device on which Triton can run; return it.
 
-    Compiled Triton needs CUDA tensors; the interpreter takes CPU tensors (and copies CUDA ones).
+    Compiled Triton needs CUDA tensors; the interpreter takes CPU tensors (and copies CUDA ones). A ``meta``
+    tensor has a shape but no data, so no kernel can read it: it is refused here, by name, before any launch.
     """
     names = list(tensors)
     first = names[0]
@@ -49,7 +52,18 @@ def check_device(**tensors: torch.Tensor) -> torch.device:
     for name in names[1:]:
         if tensors[name].device != device:
             raise ValueError(f"{first} and {name} must be on the same device, got {device} and {tensors[name].device}")
-    if device.type != "cuda" and not interpreting():
+    if device.type == "meta":
+        raise ValueError(
+            f"{first} is on the meta device, which holds shapes but no data, so no kernel can run on it; "
+            "tritonkit's ops need CUDA tensors (or CPU tensors under TRITON_INTERPRET=1)"
+        )
+    if interpreting():
+        if device.type not in _INTERPRETER_DEVICES:
+            raise ValueError(
+                f"{first} is on {device}, but the Triton interpreter runs kernels on CPU tensors (and CUDA ones); "
+                "move the inputs to the CPU"
+            )
+    elif device.type != "cuda":
         raise ValueError(
             f"{first} is on {device}, but compiled Triton kernels need CUDA tensors; move the inputs to a GPU "
             "or set TRITON_INTERPRET=1 before importing tritonkit to run on the CPU through the interpreter"
@@ -71,3 +85,32 @@ def check_choice(name: str, value, choices: Iterable) -> None:
     choices = tuple(choices)
     if value not in choices:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+
+
+def overlaps_in_memory(t: torch.Tensor) -> bool:
+    """Whether two elements of ``t`` may share one address: a dimension of stride 0 and size > 1 (an expanded
+    tensor), or strides too small for the dimensions inside them (rows closer than their length).
+
+    Conservative: dimensions sorted by stride, each stride must exceed the span of the smaller ones. Every layout
+    torch's views make without overlap passes (contiguous, permuted, sliced with gaps); an interleaving that the
+    rule cannot prove free of overlap counts as overlapping.
+    """
+    span = 0  # the farthest element offset reached by the dimensions seen so far
+    for size, stride in sorted(((s, abs(st)) for s, st in zip(t.shape, t.stride(), strict=True) if s > 1),
+                               key=lambda dim: dim[1]):  # fmt: skip
+        if stride <= span:
+            return True
+        span += (size - 1) * stride
+    return False
+
+
+def debug_checks(name: str, requested: bool | None) -> bool:
+    """Whether to run the checks that synchronise with the host (reading device values, such as targets' range):
+    ``requested`` when a bool, else the environment variable ``TRITONKIT_DEBUG`` (1/true/on/yes), read per call.
+    Off by default: a host synchronisation stalls the CPU until the GPU catches up and breaks CUDA graph capture.
+    ``name`` is the argument that carried ``requested``, for the error when it is not a bool or None."""
+    if requested is None:
+        return os.environ.get("TRITONKIT_DEBUG", "0").strip().lower() in _TRUE_WORDS
+    if not isinstance(requested, bool):
+        raise TypeError(f"{name} must be a bool or None, got {type(requested).__name__}")
+    return requested

@@ -13,7 +13,9 @@ with sentinels and reports reads and writes outside them. Around the launch it
 Mistakes are named from what was observed: every program storing the same elements (offsets not
 shifted by the program id), program k starting at k * n instead of k * BLOCK, lanes past the end
 (a missing mask), outputs never written, and float32 passing where bfloat16 fails under the
-interpreter (bf16 arithmetic without a cast).
+interpreter (bf16 arithmetic without a cast). Under the interpreter "never written" means no store
+reached the element (a stored NaN is a wrong value); compiled, it means the element still holds the
+poison.
 """
 
 from __future__ import annotations
@@ -106,10 +108,29 @@ def _poison(dtype: torch.dtype):
     return float("nan") if dtype.is_floating_point else _INT_POISON
 
 
-def _unwritten(out: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
+def _unwritten(out: torch.Tensor, expected: torch.Tensor, stored: torch.Tensor | None) -> torch.Tensor:
+    """The outputs the kernel never wrote and that should differ from the poison. With the trace's ``stored`` (which
+    elements a store or atomic reached), exactly those not stored: a stored NaN is a written, wrong value. Without
+    it (compiled), those still holding the poison, which a stored NaN cannot be told apart from."""
+    poison_is_wrong = ~torch.isnan(expected) if out.dtype.is_floating_point else expected != _INT_POISON
+    if stored is not None:
+        return ~stored & poison_is_wrong
     if out.dtype.is_floating_point:
-        return torch.isnan(out) & ~torch.isnan(expected)
+        return torch.isnan(out) & poison_is_wrong
     return out == _INT_POISON
+
+
+def _stored_elements(accesses: list[Access], out_name: str | None, out: torch.Tensor) -> torch.Tensor | None:
+    """Which elements of the (contiguous) output a traced store or atomic reached, shaped like it; None without a
+    trace of the output."""
+    if out_name is None or not out.is_contiguous():
+        return None
+    stored = torch.zeros(out.numel(), dtype=torch.bool)
+    for access in accesses:
+        if access.kind in ("store", "atomic") and access.tensor == out_name:
+            offsets = access.offsets[(access.offsets >= 0) & (access.offsets < out.numel())]
+            stored[torch.from_numpy(offsets.astype(np.int64))] = True
+    return stored.view(out.shape)
 
 
 def _format_value(value: float) -> str:
@@ -209,11 +230,14 @@ def run_case(puzzle: Puzzle, module, case: dict, dtype: torch.dtype, seed: int, 
     for position, (before, tensor) in enumerate(zip(inputs_before, inputs, strict=True)):
         if not torch.equal(_bits_or_self(before), _bits_or_self(tensor)):
             findings.append(Finding("input-modified", f"input {position} was changed: the kernel wrote into it"))
+    stored = None
     if trace is not None:
         findings.extend(_trace_findings(trace.accesses, trace.out_name, launches, puzzle))
+        if result is views[-1]:  # the traced output; a tensor the launcher returned instead was not traced
+            stored = _stored_elements(trace.accesses, trace.out_name, result)
     if not bounds.ok and not any(f.code == "missing-mask" for f in findings):
         findings.append(Finding("out-of-bounds", f"the guard saw accesses outside the tensors:\n{bounds}"))
-    findings.extend(_value_findings(puzzle, case, dtype, device, result, expected, launches, outcome))
+    findings.extend(_value_findings(puzzle, case, dtype, device, result, expected, launches, outcome, stored))
     return outcome
 
 
@@ -224,14 +248,14 @@ def _bits_or_self(tensor: torch.Tensor | None) -> torch.Tensor | None:
     return tensor.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()])
 
 
-def _value_findings(puzzle, case, dtype, device, result, expected, launches, outcome) -> list[Finding]:
+def _value_findings(puzzle, case, dtype, device, result, expected, launches, outcome, stored) -> list[Finding]:
     tolerance = puzzle.tolerance_for(case, dtype, device)
     comparison = compare(result, expected, tolerance)
     outcome.max_abs_err = comparison.max_abs_err
     if comparison.ok:
         return []
     result, expected = result.detach().cpu(), expected.detach().cpu()
-    unwritten = _unwritten(result, expected)
+    unwritten = _unwritten(result, expected, stored)
     bad = ~torch.isclose(result.to(torch.float64), expected.to(torch.float64), tolerance.rtol, tolerance.atol, True)
     findings = []
     n_unwritten = int(unwritten.sum())

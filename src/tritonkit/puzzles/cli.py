@@ -103,7 +103,7 @@ def _cmd_check(args) -> int:
     if not folder.is_dir():
         print(f"{folder} is not a folder: create it with `tritonkit puzzles init {folder}`", file=sys.stderr)
         return 2
-    chosen = [_lookup(args.number)] if args.number else list(_puzzles())
+    chosen = list(_puzzles()) if args.number is None else [_lookup(args.number)]  # 0 is a number, out of range
     if None in chosen:
         return 2
     where = "compiled on the GPU" if args.device == "cuda" else "under the Triton interpreter on the CPU"
@@ -133,7 +133,7 @@ def _cmd_check(args) -> int:
         f"\n{_RULE}\n{len(passed)} passed, {len(failed)} failed"
         + (f", {len(untouched)} not started" if untouched else "")
     )
-    if passed and not failed and not args.number:
+    if passed and not failed and args.number is None:
         print("Next: the first puzzle not started, or `tritonkit learn` for the lessons.")
     return 1 if failed or not passed else 0
 

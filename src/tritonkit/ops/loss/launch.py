@@ -10,7 +10,8 @@ own upstream gradient before the d(weight) GEMM, so its backward recomputes the 
 
 Nothing here synchronises with the host: the mean divides by max(1, count of non-ignored targets) computed on the
 device. A target outside [0, vocab) that is not ignore_index is never used as an address: its row's loss and
-gradient are NaN (checking the range on the host would need a synchronisation).
+gradient are NaN. Checking the range on the host needs a synchronisation, so :func:`check_target_values` runs only
+on request (the ops' ``check_targets=True`` or ``TRITONKIT_DEBUG=1``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import math
 
 import torch
 
-from tritonkit._core.checks import check_choice, check_tensor
+from tritonkit._core.checks import check_choice, check_tensor, overlaps_in_memory
 from tritonkit._core.cublas import addmm_into_fp32
 from tritonkit._core.device import arch
 from tritonkit.ops.loss.kernels import _cross_entropy_kernel
@@ -47,6 +48,47 @@ def check_target(name: str, target, expected_shape: tuple) -> None:
     check_tensor("target", target, dtypes=TARGET_DTYPES)
     if tuple(target.shape) != expected_shape:
         raise ValueError(f"{name}: target must have shape {expected_shape}, got {tuple(target.shape)}")
+
+
+def check_inplace_logits(logits: torch.Tensor) -> None:
+    """inplace_backward=True writes the gradient over the logits: refuse logits where that would be wrong.
+
+    Only when a backward will run (grad mode on, logits requiring grad; torch.compile refuses the flag on its own).
+    Elements sharing memory (an expanded tensor, stride 0, rows closer than their length) would receive several
+    gradients in one place, the last written winning. A leaf, or a view of one, is a tensor the caller made and may
+    read again: its values would be replaced by its own gradient."""
+    if torch.compiler.is_compiling() or not needs_grad(logits):
+        return
+    why = "cross_entropy: inplace_backward=True writes the gradient over logits, but"
+    if overlaps_in_memory(logits):
+        raise ValueError(
+            f"{why} logits' elements overlap in memory (shape {tuple(logits.shape)}, strides {logits.stride()}), "
+            "so several gradients would land in one place; pass logits.contiguous() or leave inplace_backward False"
+        )
+    base = logits if logits._base is None else logits._base
+    if base.is_leaf:
+        raise ValueError(
+            f"{why} logits is a leaf tensor or a view of one (a tensor created with requires_grad=True, which the "
+            "caller may read again): its values would be replaced by their gradient. The in-place backward is for "
+            "logits a layer produced and nothing reads after the loss; leave inplace_backward False here"
+        )
+
+
+def check_target_values(name: str, target: torch.Tensor, n_classes: int, ignore_index: int) -> None:
+    """Raise ValueError if a target other than ignore_index lies outside [0, n_classes). Reads the device's values:
+    a host synchronisation, so only on request (``check_targets``, TRITONKIT_DEBUG); skipped under torch.compile,
+    where the branch on a device value would break the graph."""
+    if torch.compiler.is_compiling():
+        return
+    bad = (target != ignore_index) & ((target < 0) | (target >= n_classes))
+    if not bad.any():
+        return
+    where = bad.nonzero()[:3].tolist()
+    first = ", ".join(f"{target[tuple(i)].item()} at {tuple(i)}" for i in where)
+    raise ValueError(
+        f"{name}: target must hold class indices in [0, {n_classes}) or ignore_index={ignore_index}, got "
+        f"{int(bad.sum())} out of range (first: {first})"
+    )
 
 
 def needs_grad(t: torch.Tensor | None) -> bool:

@@ -7,11 +7,13 @@ import functools
 import torch
 
 from tritonkit._core.autograd import differentiable_op
-from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor
+from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor, debug_checks
 from tritonkit._core.layout import as_rows
 from tritonkit.ops.loss.launch import (
+    check_inplace_logits,
     check_options,
     check_target,
+    check_target_values,
     cross_entropy_bwd,
     cross_entropy_bwd_fake,
     cross_entropy_fwd,
@@ -105,6 +107,7 @@ fused_linear_cross_entropy_op = differentiable_op(
 def cross_entropy(
     logits: torch.Tensor, target: torch.Tensor, *, ignore_index: int = -100, label_smoothing: float = 0.0,
     z_loss: float = 0.0, softcap: float | None = None, reduction: str = "mean", inplace_backward: bool = False,
+    check_targets: bool | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """Cross-entropy of class-last ``logits`` (..., V) against integer ``target`` (...).
 
@@ -113,15 +116,24 @@ def cross_entropy(
     ``y = softcap * tanh(logits / softcap)`` when ``softcap`` is given, else ``y = logits``. "mean"
     divides by the number of non-ignored targets; an all-ignored batch gives 0 loss and 0 gradient
     (torch gives NaN). Returns a 0-d tensor ("mean", "sum") or target's shape ("none"), in logits'
-    dtype. logits fp32/fp16/bf16, any vocabulary size; target int64/int32. A target outside [0, V)
-    other than ``ignore_index`` makes its row's loss and gradient NaN (no host-side check: that would
-    synchronise). Differentiable in logits; the backward allocates only the gradient.
+    dtype. logits fp32/fp16/bf16, any vocabulary size; target int64/int32. Differentiable in logits;
+    the backward allocates only the gradient.
+
+    A target outside [0, V) other than ``ignore_index`` makes its row's loss and gradient NaN, and so a
+    NaN mean: by default nothing checks the range, since reading the targets on the host synchronises
+    with the GPU (a stall, and no CUDA graph capture). ``check_targets=True``, or ``check_targets=None``
+    (the default) with the environment variable ``TRITONKIT_DEBUG=1``, raises ValueError naming the
+    out-of-range values instead, at the cost of that synchronisation (eager mode only; under
+    torch.compile the check is skipped). ``check_targets=False`` never checks.
 
     ``inplace_backward=True`` (eager mode) makes the backward write the gradient over the logits'
     memory and return it, allocating nothing of their size: for logits that a layer produced and that
-    nothing reads after the loss (an LM head's output). Autograd raises if another op saved those
-    logits for its backward and runs after this one. Under torch.compile it raises ValueError: a backward
-    that overwrites its input cannot be traced, and there the compiler plans the gradient's memory.
+    nothing reads after the loss (an LM head's output). It raises ValueError for logits that require grad
+    and are a leaf or a view of one (their values, which the caller may read, would become their
+    gradient) or whose elements overlap in memory (an expanded tensor: several rows' gradients would
+    land in one). Autograd raises if another op saved those logits for its backward and runs after this
+    one. Under torch.compile it raises ValueError: a backward that overwrites its input cannot be traced,
+    and there the compiler plans the gradient's memory.
 
     Example: ``loss = tk.ops.cross_entropy(logits.view(-1, V), labels.view(-1), z_loss=1e-4)``.
     """
@@ -133,6 +145,10 @@ def cross_entropy(
         raise ValueError(f"cross_entropy: logits must be (..., V) with V >= 1 classes, got shape {tuple(logits.shape)}")
     check_target("cross_entropy", target, tuple(logits.shape[:-1]))
     check_device(logits=logits, target=target)
+    if inplace_backward:
+        check_inplace_logits(logits)
+    if debug_checks("cross_entropy: check_targets", check_targets):
+        check_target_values("cross_entropy", target, logits.shape[-1], ignore_index)
     rows, target_rows = as_rows(logits), target.reshape(-1)
     loss, _ = (cross_entropy_inplace_op if inplace_backward else cross_entropy_op)(rows, target_rows, *options)
     return loss.view(target.shape) if reduction == "none" else loss
@@ -141,16 +157,17 @@ def cross_entropy(
 def fused_linear_cross_entropy(
     hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None = None, *,
     ignore_index: int = -100, label_smoothing: float = 0.0, z_loss: float = 0.0, softcap: float | None = None,
-    reduction: str = "mean",
+    reduction: str = "mean", check_targets: bool | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """``cross_entropy(hidden @ weight.T + bias, target, ...)`` without building the logits.
 
     hidden: (..., H); weight: (V, H) (the LM head's weight, passed at call time so that a gathered
     FSDP weight, a tied embedding or any view works); bias: (V,) or None; target: hidden's leading
-    shape. hidden, weight and bias share one float dtype. Options and result as :func:`cross_entropy`
-    (the loss in hidden's dtype). Tokens are processed in chunks of at most a tenth of them, so the
-    transient logits stay within 10% of the full (tokens, V) logits; d(weight) and d(bias) are summed
-    over chunks in fp32 and cast once. The GEMMs are torch's (cuBLAS on CUDA).
+    shape. hidden, weight and bias share one float dtype. Options, ``check_targets`` (off by default:
+    it synchronises with the host) and result as :func:`cross_entropy` (the loss in hidden's dtype).
+    Tokens are processed in chunks of at most a tenth of them, so the transient logits stay within 10%
+    of the full (tokens, V) logits; d(weight) and d(bias) are summed over chunks in fp32 and cast once.
+    The GEMMs are torch's (cuBLAS on CUDA).
 
     Example: ``loss = tk.ops.fused_linear_cross_entropy(h.view(-1, H), lm_head.weight, labels.view(-1))``.
     """
@@ -172,6 +189,8 @@ def fused_linear_cross_entropy(
             raise TypeError(f"{name}: {other} must have hidden's dtype {hidden.dtype}, got {value.dtype}")
     check_target(name, target, tuple(hidden.shape[:-1]))
     check_device(hidden=hidden, weight=weight, target=target, **({"bias": bias} if bias is not None else {}))
+    if debug_checks(f"{name}: check_targets", check_targets):
+        check_target_values(name, target, weight.shape[0], ignore_index)
     rows, target_rows = hidden.reshape(-1, hidden.shape[-1]), target.reshape(-1)
     needs = (needs_grad(hidden), needs_grad(weight), needs_grad(bias))
     loss = fused_linear_cross_entropy_op(rows, weight, target_rows, bias, *options, *needs)[0]

@@ -67,12 +67,15 @@ def _rope_kernel(
     i_b = i_bt // n_tokens
     i_t = i_bt % n_tokens
     o_d = tl.arange(0, BLOCK_HALF)
-    m_d = o_d < half
     if HAS_POS:
         i_row = tl.load(p_pos + i_b * stride_pos_b + i_t * stride_pos_t).to(tl.int64)
-        m_d = m_d & (i_row >= 0) & (i_row < n_positions)
+        # A position outside the table masks every column. The mask stays a comparison of blocks: a block mask
+        # `&` a scalar condition is an int32 mask under the interpreter, which triton >= 3.9's tl.load rejects.
+        n_cols = tl.where((i_row >= 0) & (i_row < n_positions), half, 0)
     else:
         i_row = i_t
+        n_cols = half
+    m_d = o_d < n_cols
     p_cos_row = p_cos + i_b * stride_cos_b + i_row * stride_cos_t + o_d * stride_cos_d
     p_sin_row = p_sin + i_b * stride_sin_b + i_row * stride_sin_t + o_d * stride_sin_d
     b_cos1 = tl.load(p_cos_row, mask=m_d, other=float("nan")).to(tl.float32)  # [BLOCK_HALF]

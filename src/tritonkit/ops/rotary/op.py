@@ -10,10 +10,16 @@ from tritonkit.ops.rotary.launch import HEADS_DIM, check_rope_args, rope_fake, r
 
 
 def _save(ctx, inputs, outputs):
+    """Keep the tables; mark the embedding of q or k non-differentiable when that input needs no gradient, so that
+    it does not require grad (one kernel computes both, and its backward returns both gradients). Per call, hence
+    here and not in the factory's fixed ``non_differentiable`` (which rope does not use, so nothing overwrites it)."""
     q, k, cos, sin, position_ids, heads_dim, backward = inputs
     ctx.save_for_backward(cos, sin, position_ids)
     ctx.heads_dim, ctx.backward = heads_dim, backward
     ctx.q_meta, ctx.k_meta = (q.shape, q.dtype), (k.shape, k.dtype)
+    constant = [out for out, needed in zip(outputs, ctx.needs_input_grad[:2], strict=True) if not needed]
+    if constant:
+        ctx.mark_non_differentiable(*constant)
 
 
 def _zeros_if_none(grad: torch.Tensor | None, meta, like: torch.Tensor) -> torch.Tensor:
@@ -53,8 +59,9 @@ def rope(
     - cos, sin: (T, R), (1, T, R) or (B, T, R), any float dtype; or, with ``position_ids`` of shape
       (B, T) or (1, T) (int32/int64), tables (max_position, R) whose rows are gathered per token.
       Positions outside [0, max_position) give NaN rows (no host check, so no synchronisation).
-    - R must be even and at most head_dim. Differentiable in q and k; cos and sin are constants
-      (no gradient: cos or sin requiring grad raises ValueError).
+    - R must be even and at most head_dim. Differentiable in q and k (each embedding requires grad
+      only when its input does); cos and sin are constants (no gradient: cos or sin requiring grad
+      raises ValueError).
 
     Example: ``q, k = tk.ops.rope(q, k, cos, sin)`` with cos, sin from a ``LlamaRotaryEmbedding``.
     """

@@ -160,6 +160,7 @@ _BENCH = (
 register(KernelSpec(
     name="rope",
     family="rope",
+    sweep="t",
     case_type=RopeCase,
     summary="Rotary position embedding of q and k (Hugging Face rotate-half), forward and backward.",
     description="q * cos + rotate_half(q) * sin for q and k in one pass: one program per token reads its "

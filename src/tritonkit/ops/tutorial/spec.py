@@ -107,12 +107,14 @@ _BINARY_SPEC_FIELDS = dict(
     bench_cases=_VECTOR_BENCH,
     bytes_moved=_elementwise_bytes(3),
     dtypes=FLOAT_DTYPES,
+    has_backward=True,
 )
 
 register(
     KernelSpec(
         name="copy",
         family="tutorial",
+        sweep="n",
         case_type=CopyCase,
         summary="Copy a tensor, any length, any block size (including non-powers of two).",
         description="The first kernel of the guide: one program per block, a mask on the ragged last block. "
@@ -139,8 +141,10 @@ register(
         ),
         bench_cases=tuple({**case, "block_size": 1024} for case in _VECTOR_BENCH),
         bytes_moved=_elementwise_bytes(2),
+        bytes_moved_bwd=_elementwise_bytes(2),  # dy in, dx out
         flops=lambda case, dtype: 0,
         dtypes=FLOAT_DTYPES,
+        has_backward=True,
     )
 )
 
@@ -148,6 +152,7 @@ register(
     KernelSpec(
         name="add",
         family="tutorial",
+        sweep="n",
         summary="Elementwise x + y, computed in fp32.",
         description="Two loads, one store per element; the loads are cast to fp32 before the addition, "
         "which the interpreter needs for bf16 and the GPU rewards.",
@@ -156,6 +161,7 @@ register(
         fn=add,
         reference=_add_reference,
         flops=lambda case, dtype: case.n,
+        bytes_moved_bwd=_elementwise_bytes(3),  # dy in, dx and dy out
         **_BINARY_SPEC_FIELDS,
     )
 )
@@ -164,6 +170,7 @@ register(
     KernelSpec(
         name="add_relu",
         family="tutorial",
+        sweep="n",
         summary="relu(x + y) fused into one pass.",
         description="The fusion lesson: eager torch writes x + y to memory and reads it back for the relu; "
         "the kernel keeps it in registers.",
@@ -172,6 +179,7 @@ register(
         fn=add_relu,
         reference=_add_relu_reference,
         flops=lambda case, dtype: 2 * case.n,
+        bytes_moved_bwd=_elementwise_bytes(4),  # dy and the output (its mask) in, dx and dy out
         **_BINARY_SPEC_FIELDS,
     )
 )
@@ -180,6 +188,7 @@ register(
     KernelSpec(
         name="rgb_to_grey",
         family="tutorial",
+        sweep="h",
         case_type=ImageCase,
         summary="RGB (3, H, W) to greyscale (H, W) on a 2-D grid with 2-D masks; float or uint8.",
         description="grey = 0.2989 R + 0.5870 G + 0.1140 B. Float images stay in their dtype; uint8 images "
@@ -200,7 +209,9 @@ register(
         gpu_cases=({"h": 1080, "w": 1920}, {"h": 4001, "w": 3001}, {"h": 513, "w": 1025, "channels_last": True}),
         bench_cases=tuple({"h": side, "w": side} for side in (256, 512, 1024, 2048, 4096, 8192)),
         bytes_moved=lambda case, dtype: 4 * case.h * case.w * dtype.itemsize,
+        bytes_moved_bwd=lambda case, dtype: 4 * case.h * case.w * dtype.itemsize,  # d(grey) in, d(img) out
         flops=lambda case, dtype: 5 * case.h * case.w,
+        has_backward=True,  # float images; uint8 ones carry no gradient
         dtypes=(*FLOAT_DTYPES, torch.uint8),
     )
 )
@@ -222,10 +233,14 @@ def _matmul_inputs(case: MatmulCase, device, dtype, generator):
 
 
 def _matmul_tolerance(case, dtype):
-    # Each output sums K products of unit-variance inputs, so its magnitude and the fp32
-    # accumulation error both grow like sqrt(K); the output rounding is covered by rtol.
+    # The output sums K products of unit-variance inputs, dA = dC B^T sums N, dB = A^T dC sums M: one
+    # tolerance covers all three, so it follows the longest sum L. A sum's size grows like sqrt(L) and its
+    # fp32 accumulation error like eps32 * sqrt(L) * rms(result) (rms_atol, a few times that for the tail);
+    # the rounding of the output to its dtype is covered by rtol.
+    longest = max(case.m, case.n, case.k, 1)
     base = TOLERANCES[dtype]
-    return Tolerance(atol=base.atol * math.sqrt(max(case.k, 1)), rtol=base.rtol)
+    accumulation = 4 * torch.finfo(torch.float32).eps * math.sqrt(longest)
+    return Tolerance(atol=base.atol * math.sqrt(longest), rtol=base.rtol, rms_atol=accumulation)
 
 
 _MATMUL_TESTS = (
@@ -263,6 +278,7 @@ for _variant in MATMUL_VARIANTS:
         KernelSpec(
             name=_name,
             family="tutorial",
+            sweep="m",
             case_type=MatmulCase,
             summary=f"Matrix product a @ b, {_variant} variant; fp32 accumulation.",
             description=_VARIANT_TEXT[_variant],
@@ -276,8 +292,13 @@ for _variant in MATMUL_VARIANTS:
             gpu_cases=_MATMUL_GPU,
             bench_cases=_MATMUL_BENCH,
             bytes_moved=lambda case, dtype: (case.m * case.k + case.k * case.n + case.m * case.n) * dtype.itemsize,
+            bytes_moved_bwd=lambda case, dtype: (
+                2 * (case.m * case.k + case.k * case.n + case.m * case.n) * dtype.itemsize
+            ),  # dC, A and B in; dA and dB out (dC read by both products)
             flops=lambda case, dtype: 2 * case.m * case.n * case.k,
+            flops_bwd=lambda case, dtype: 4 * case.m * case.n * case.k,  # dA = dC B^T and dB = A^T dC
             dtypes=FLOAT_DTYPES,
+            has_backward=True,
             tolerance=_matmul_tolerance,
         )
     )

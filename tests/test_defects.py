@@ -1,0 +1,46 @@
+"""Checks across every public op, from reported defects: inputs on a device no kernel can run on are refused by the
+shared device check, naming the argument, instead of failing inside torch or Triton."""
+
+import inspect
+import re
+
+import pytest
+import torch
+
+import tritonkit as tk
+from tritonkit import catalog
+from tritonkit._core.checks import check_device
+
+
+def _meta_inputs(name: str):
+    """Valid arguments for ``tk.ops.<name>`` with every tensor on the meta device: the op's spec draws them (on the
+    CPU, from its first test case whose tensors are all non-empty) and they move to meta."""
+    spec = catalog.get(name)
+    for case in spec.test_cases:
+        inputs = spec.make_inputs(spec.parse_case(case), torch.device("cpu"), spec.dtypes[0], torch.Generator())
+        tensors = [value for _, value in inputs.named() if isinstance(value, torch.Tensor)]
+        if all(t.numel() for t in tensors):
+            break
+
+    def meta(value):
+        return value.to("meta") if isinstance(value, torch.Tensor) else value
+
+    return [meta(a) for a in inputs.args], {key: meta(value) for key, value in inputs.kwargs.items()}
+
+
+@pytest.mark.parametrize("name", tk.ops.__all__)
+def test_every_public_op_refuses_meta_inputs_naming_the_argument(name):
+    op = getattr(tk.ops, name)
+    args, kwargs = _meta_inputs(name)
+    with pytest.raises(ValueError, match=r"(\w+) is on the meta device, which holds shapes but no data") as raised:
+        op(*args, **kwargs)
+    argument = re.match(r"(?:\w+: )?(\w+) is on the meta device", str(raised.value)).group(1)
+    assert argument in inspect.signature(op).parameters, str(raised.value)
+
+
+def test_the_device_check_names_the_argument_and_the_device():
+    with pytest.raises(ValueError, match=r"^x is on the meta device, which holds shapes but no data, so no kernel"):
+        check_device(x=torch.ones(2, device="meta"))
+    with pytest.raises(ValueError, match=r"^x and y must be on the same device, got cpu and meta"):
+        check_device(x=torch.ones(2), y=torch.ones(2, device="meta"))
+    assert check_device(x=torch.ones(2), y=torch.ones(2)) == torch.device("cpu")  # the interpreter runs on the CPU
