@@ -15,7 +15,17 @@ from tritonkit.cli import main
 from tritonkit.index import catalog as catalog_module
 from tritonkit.index import measured, render, verify
 from tritonkit.index.schema import GITHUB_PERMALINK, Entry
-from tritonkit.index.search import EXACT_NAME, NAME_CONTAINS_QUERY, NAME_CONTAINS_WORD, TAG, TEXT_WORD, score, search
+from tritonkit.index.search import (
+    EXACT_NAME,
+    NAME_CONTAINS_QUERY,
+    NAME_CONTAINS_WORD,
+    TAG,
+    TEXT_WORD,
+    WEIGHTS,
+    ranking_record,
+    score,
+    search,
+)
 from tritonkit.index.writer import to_toml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -227,10 +237,12 @@ def test_cli_show_external_and_ours(tmp_path, capsys):
     assert "licence:      BSD-3-Clause" in out and "triton_splitk.FwOp" in out and "usage:" in out
     assert main(["index", "show", "rms_norm"]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"measured:\s+\d", out) and "backward:     yes" in out and "limits:" in out
-    # an installed package has no benchmarks/results: it says so instead of failing
+    assert re.search(r"measured:\s+fwd \d", out) and "backward:     yes" in out and "limits:" in out
+    assert re.search(r"\n    fwd +rows16384-n16384-biasFalse +bfloat16 +\d", out)  # the table, a row per mode
+    assert re.search(r"\n    fwd\+bwd +rows", out) and "liger-kernel ms" in out
+    # a results folder with nothing in it: the kernel says so instead of failing
     assert main(["index", "--results", str(tmp_path / "none"), "show", "rms_norm"]) == 0
-    assert "no measurement shipped" in capsys.readouterr().out
+    assert f"measured:     {measured.NO_MEASUREMENT}" in capsys.readouterr().out
     assert main(["index", "show", "no-such-entry"]) == 2
 
 
@@ -307,6 +319,15 @@ def test_add_prompts_for_what_is_missing_on_a_terminal(tmp_path, wanted_file, mo
 def test_render_markdown_lists_everything_grouped_by_tag():
     catalog = catalog_module.load()
     text = render.render_markdown(catalog, our_prefix="../")
+    # our kernels' compact table: a row per measured mode, tritonkit against the three baselines
+    assert (
+        "| kernel | mode | case | dtype | tritonkit ms | torch eager ms | torch.compile ms | liger-kernel ms |" in text
+    )
+    for mode in ("fwd", "bwd", "fwd+bwd"):
+        assert re.search(rf"\| rms_norm \| {re.escape(mode)} \| rows\d+-n\d+-biasFalse \| bfloat16 \| [\d.]+ \|", text)
+    flce = re.search(r"\| fused_linear_cross_entropy \| fwd\+bwd \|.*", text).group(0)
+    assert "TFLOP/s" not in flce and "| - | eager |" in flce  # no cost model in that run: "-", never 0 TFLOP/s
+    assert not re.search(r"[ |]0 TFLOP/s|\(0%", text)
     for entry in catalog.entries:
         assert f"| [{entry.name}](" in text  # the overview table has every entry
     assert "### attention" in text and "## Wanted" in text
@@ -332,11 +353,19 @@ def test_render_html_writes_a_page_per_entry_and_copies_plots(tmp_path):
     assert {p.name for p in written} >= {"index.html", "wanted.html", "app.js", "style.css"}
     index = (tmp_path / "index.html").read_text()
     data = json.loads(re.search(r'id="catalog-data">(.*?)</script>', index, re.S).group(1))
-    assert [record["name"] for record in data] == [e.name for e in catalog.entries]
-    page = (tmp_path / "entries" / "rms_norm.html").read_text()
-    assert '<pre><code id="usage">' in page and "Measured" in page
-    plots = re.findall(r'src="\.\./plots/([^"]+)"', page)
-    assert plots and all((tmp_path / "plots" / name).stat().st_size > 0 for name in plots)
+    assert data["weights"] == WEIGHTS  # the site ranks with the CLI's weights and records
+    assert data["entries"] == [ranking_record(e) for e in catalog.entries]
+    for entry in catalog.entries:
+        if entry.ours and entry.measurement:
+            page = (tmp_path / "entries" / f"{entry.name}.html").read_text()
+            assert '<pre><code id="usage">' in page and '<table id="measured"' in page
+            modes = re.findall(r'<tr data-mode="([^"]+)">', page)
+            assert modes == [row.mode for row in entry.measurement.rows] and 1 <= len(modes) <= 3
+            plots = re.findall(r'src="\.\./plots/([^"]+)"', page)
+            assert len(plots) <= measured.MAX_PLOTS
+            assert all((tmp_path / "plots" / name).stat().st_size > 0 for name in plots)
+    rms = (tmp_path / "entries" / "rms_norm.html").read_text()
+    assert len(re.findall(r'src="\.\./plots/', rms)) == 3  # fwd, bwd and fwd+bwd: one plot each, not 59
     assert "http" not in (tmp_path / "app.js").read_text()  # nothing fetched from the network
 
 
@@ -404,30 +433,149 @@ def test_every_registered_kernel_is_an_entry():
         assert (REPO / entry.link).is_file()
 
 
-def _run(device_dir: Path, stem: str, date: str, rows: list[dict]) -> None:
+def _run(device_dir: Path, stem: str, date: str, rows: list[dict], **meta) -> None:
     device_dir.mkdir(parents=True, exist_ok=True)
-    (device_dir / f"{stem}.json").write_text(json.dumps({"meta": {"device": "GPU X", "date": date}, "results": rows}))
+    record = {"meta": {"device": "GPU X", "date": date, "sizes": "sweep", **meta}, "results": rows}
+    (device_dir / f"{stem}.json").write_text(json.dumps(record))
 
 
-def _row(case, dtype="bfloat16", mode="fwd", provider="tritonkit", ms=1.0):
-    return {"spec": "add", "case": case, "case_id": f"n{case['n']}", "dtype": dtype, "mode": mode,
-            "provider": provider, "ms": ms, "gbps": 100.0 / ms, "tflops": None, "unit": "GB/s",
-            "percent_of_ceiling": 50.0, "speedup_vs_best_baseline": 1.25}  # fmt: skip
+def _row(case, dtype="bfloat16", mode="fwd", provider="tritonkit", ms=1.0, spec="add", **fields):
+    row = {"spec": spec, "case": case, "case_id": "-".join(f"{k}{v}" for k, v in case.items()), "dtype": dtype,
+           "mode": mode, "provider": provider, "ms": ms, "gbps": 100.0 / ms, "tflops": None, "unit": "GB/s",
+           "percent_of_ceiling": 50.0}  # fmt: skip
+    return {**row, **fields}
 
 
-def test_latest_measurement_is_newest_forward_bf16_largest(tmp_path):
+def _peers(case, ms, **fields):
+    """tritonkit and the three baselines on one case: ``ms`` in that order (None: not timed)."""
+    names = ("tritonkit", "torch", "torch.compile", "liger")
+    return [_row(case, provider=name, ms=t, **fields) for name, t in zip(names, ms, strict=True) if t is not None]
+
+
+def _summary(results: Path, kernels=None) -> dict:
+    return measured.summarize(results, kernels or {"add": "n", "rms_norm": "n"})
+
+
+def test_the_latest_run_of_each_mode_with_its_baselines(tmp_path):
     device = tmp_path / "gpu-x"
-    _run(device, "2026-01-01-old", "2026-01-01", [_row({"n": 10**9}, ms=9.0)])
-    _run(device, "2026-02-01-new", "2026-02-01", [
-        _row({"n": 1024}, ms=0.5), _row({"n": 2**20}, ms=2.0), _row({"n": 2**20}, dtype="float32", ms=3.0),
-        _row({"n": 2**20}, mode="bwd", ms=4.0), _row({"n": 2**20}, provider="torch", ms=5.0),
-    ])  # fmt: skip
-    (device / "2026-02-01-new-add-bfloat16-fwd.png").write_bytes(b"png")
-    (device / "2026-02-01-new-add_relu-bfloat16-fwd.png").write_bytes(b"png")  # another kernel's plot
-    m = measured.latest("add", tmp_path)
-    assert (m.date, m.case_id, m.dtype, m.mode, m.ms) == ("2026-02-01", "n1048576", "bfloat16", "fwd", 2.0)
-    assert [p.name for p in m.plots] == ["2026-02-01-new-add-bfloat16-fwd.png"]
-    assert (
-        m.line() == "2 ms, 50 GB/s (50% of ceiling), 1.25x best baseline [n1048576, bfloat16, fwd, GPU X, 2026-02-01]"
+    case = {"n": 2**20}
+    _run(device, "2026-01-01-old", "2026-01-01", _peers({"n": 10**9}, (9.0, 9.5, 9.9, None)))
+    _run(device, "2026-02-01-early", "2026-02-01", _peers(case, (3.0, 4.0, 5.0, None)),
+         committed="2026-02-01T08:00:00+00:00")  # fmt: skip
+    _run(device, "2026-02-01-late", "2026-02-01",
+         _peers({"n": 1024}, (0.5, 0.6, 0.7, None)) + _peers(case, (2.0, 4.0, 3.0, None))
+         + _peers(case, (3.0, 1.0, None, None), dtype="float32"), time="2026-02-01T17:00:00+00:00")  # fmt: skip
+    _run(device, "2026-02-01-alone", "2026-02-01", [_row(case, ms=1.5)], time="2026-02-01T23:00:00+00:00")
+    _run(device, "2026-02-01-picked", "2026-02-01", _peers(case, (1.0, 2.0, None, None)),
+         time="2026-02-01T23:30:00+00:00", sizes="given cases")  # fmt: skip
+    (row,) = _summary(tmp_path)["kernels"]["add"]
+    m = measured.ModeRow(**row)
+    # newest date; a run with baselines before one without; the spec's own cases before given ones; then later
+    assert (m.source, m.mode, m.case_id, m.dtype, m.date) == ("gpu-x/2026-02-01-late.json", "fwd", "n1048576",
+                                                              "bfloat16", "2026-02-01")  # fmt: skip
+    assert m.ms == {"tritonkit": 2.0, "torch": 4.0, "torch.compile": 3.0, "liger": None}
+    assert (m.best_baseline, m.speedup) == ("torch.compile", 1.5)
+    assert m.cells() == ["fwd", "n1048576", "bfloat16", "2", "4", "3", "-", "1.50x torch.compile", "50 GB/s (50%)",
+                         "eager", "GPU X", "2026-02-01"]  # fmt: skip
+    assert m.plot is None  # no PNG in the folder
+
+
+def test_a_run_without_baselines_still_counts_when_it_is_all_there_is(tmp_path):
+    _run(tmp_path / "gpu-x", "2026-02-01-alone", "2026-02-01", [_row({"n": 4096}, ms=1.5)])
+    kernel = measured.for_kernel(_summary(tmp_path), "add", None)
+    (row,) = kernel.rows
+    assert (row.speedup, row.cells()[4:8]) == (None, ["-", "-", "-", "-"])
+    assert kernel.line() == "fwd 1.5 ms [GPU X, 2026-02-01]"  # no speed-up claimed
+
+
+def test_modes_plots_and_a_missing_cost_model(tmp_path):
+    device = tmp_path / "gpu-x"
+    big = {"rows": 16384, "n": 4096, "bias": False}
+    small = {"rows": 16384, "n": 1024, "bias": False}
+    for mode in ("fwd", "bwd", "fwd+bwd", "fwd-train"):
+        stem = f"2026-02-01-norm-{mode.replace('+', '-')}"
+        rows = [*_peers(small, (1.0, 2.0, 1.5, 1.2), spec="rms_norm", mode=mode),
+                *_peers(big, (2.0, 4.0, 3.0, 2.5), spec="rms_norm", mode=mode)]  # fmt: skip
+        if mode == "bwd":  # written before the unit rule: a mode without a cost model said 0.0 TFLOP/s
+            rows = [{**r, "unit": "TFLOP/s", "tflops": 0.0, "percent_of_ceiling": 0.0} for r in rows]
+        _run(device, stem, "2026-02-01", rows, cuda_graph=True)
+        (device / f"{stem}-rms_norm-bfloat16-{mode.replace('+', '-')}.png").write_bytes(b"png")
+    (device / "2026-02-01-norm-fwd-add-bfloat16-fwd.png").write_bytes(b"png")  # another kernel's plot
+    summary = _summary(tmp_path)
+    rows = [measured.ModeRow(**row) for row in summary["kernels"]["rms_norm"]]
+    assert [r.mode for r in rows] == ["fwd", "bwd", "fwd+bwd"]  # the training forward is not a row
+    assert {r.case_id for r in rows} == {"rows16384-n4096-biasFalse"} and {r.speedup for r in rows} == {1.25}
+    assert rows[1].rate is None and rows[1].cells()[8] == "-"  # no "0 TFLOP/s (0% of ceiling)"
+    # a plot per mode from the run shown; none for the mode without a rate (nothing to put on y)
+    assert [r.plot for r in rows] == ["gpu-x/2026-02-01-norm-fwd-rms_norm-bfloat16-fwd.png", None,
+                                      "gpu-x/2026-02-01-norm-fwd-bwd-rms_norm-bfloat16-fwd-bwd.png"]  # fmt: skip
+    kernel = measured.for_kernel(summary, "rms_norm", tmp_path)
+    assert [p.name for p in kernel.plots] == [Path(r.plot).name for r in rows if r.plot]
+    assert kernel.line() == ("fwd 2 ms, 1.25x; bwd 2 ms, 1.25x; fwd+bwd 2 ms, 1.25x against the best baseline "
+                             "[GPU X, 2026-02-01]")  # fmt: skip
+    assert measured.for_kernel(summary, "rms_norm", None).plots == ()  # an installed package: numbers, no plots
+    assert measured.for_kernel(summary, "add", tmp_path) is None
+    assert _summary(tmp_path / "nowhere") == {"results": "benchmarks/results", "kernels": {}}
+
+
+def test_the_shipped_summary_is_up_to_date_with_the_results():
+    specs = catalog_module.registry_specs()
+    fresh = measured.summary_text(measured.summarize(REPO / "benchmarks" / "results", measured.axes_of(specs)))
+    assert measured.SUMMARY_FILE.read_text() == fresh, (
+        "src/tritonkit/index/measured.json is stale: run `tritonkit index measured`"
     )
-    assert measured.latest("add", None) is None and measured.latest("copy", tmp_path) is None
+    assert main(["index", "measured", "--check"]) == 0
+    kernels = json.loads(fresh)["kernels"]
+    assert {"rms_norm", "layer_norm", "softmax", "cross_entropy", "rope", "swiglu"} <= set(kernels)
+    assert {row["mode"] for row in kernels["rms_norm"]} == {"fwd", "bwd", "fwd+bwd"}
+
+
+def test_measured_command_writes_and_checks(tmp_path, capsys):
+    out = tmp_path / "measured.json"
+    assert main(["index", "measured", "--out", str(out), "--check"]) == 1
+    assert "stale" in capsys.readouterr().err
+    assert main(["index", "measured", "--out", str(out)]) == 0
+    assert out.read_text() == measured.SUMMARY_FILE.read_text()
+    assert main(["index", "--results", str(tmp_path / "none"), "measured", "--out", str(out)]) == 2
+
+
+def test_without_a_results_folder_the_shipped_summary_is_read(monkeypatch, capsys):
+    monkeypatch.setattr(measured, "default_results_dir", lambda: None)  # as in an installed wheel
+    entry = catalog_module.load().get("rms_norm")
+    assert [row.mode for row in entry.measurement.rows] == ["fwd", "bwd", "fwd+bwd"]
+    assert entry.measurement.plots == ()
+    shipped = measured.for_kernel(measured.shipped_summary(), "rms_norm", None)
+    assert entry.measurement == shipped
+    assert main(["index", "show", "rms_norm"]) == 0
+    assert measured.NO_MEASUREMENT not in capsys.readouterr().out
+
+
+def test_an_installed_wheel_ships_the_measured_numbers(tmp_path):
+    """Build the wheel as pip would, unpack it away from the checkout, and read a kernel's measurements there."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import zipfile
+
+    source = tmp_path / "source"
+    shutil.copytree(REPO / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "--no-build-isolation",
+                            "-q", "-w", str(tmp_path / "dist")], capture_output=True, text=True)  # fmt: skip
+    assert build.returncode == 0, build.stderr
+    (wheel,) = (tmp_path / "dist").glob("tritonkit-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        assert "tritonkit/index/measured.json" in archive.namelist()
+        archive.extractall(tmp_path / "site")
+    script = ("import tritonkit, json\n"
+              "from tritonkit.index import catalog, measured\n"
+              "line = catalog.load().get('rms_norm').measurement.line()\n"
+              "print(json.dumps([tritonkit.__file__, str(measured.default_results_dir()), line]))")  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    where, results, line = json.loads(run.stdout.splitlines()[-1])
+    assert where.startswith(str(tmp_path / "site")) and results == "None"
+    assert line.startswith("fwd ") and "bwd" in line and "NVIDIA H200" in line

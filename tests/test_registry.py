@@ -22,6 +22,13 @@ def test_every_spec_is_complete():
     assert problems == {}
 
 
+def test_every_spec_names_the_axis_its_bench_cases_sweep():
+    """Plots draw one line per provider along this axis, for each fixed setting of the other keys."""
+    for spec in catalog.all_specs():
+        values = {case[spec.sweep] for case in spec.bench_cases}
+        assert len(values) >= 2, f"{spec.name}: sweep {spec.sweep!r} takes {values} over its bench cases"
+
+
 def test_public_ops_are_all_registered():
     import tritonkit.ops as ops
 

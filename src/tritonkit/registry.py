@@ -190,7 +190,7 @@ class KernelSpec:
     tags: tuple[str, ...] = ()
     limits: str = ""
     notes: str = ""
-    min_triton: str = "3.2"
+    min_triton: str = "3.6"  # the oldest Triton the package allows (pyproject.toml)
     status: str = "stable"
     has_backward: bool = False
     tolerance: Callable[[Case, torch.dtype], Tolerance | None] | None = None
@@ -201,6 +201,9 @@ class KernelSpec:
     # Peer implementations for benchmarks: peer name (a key of tritonkit.bench.providers.PEERS) ->
     # a factory that imports the peer and returns a callable taking this spec's arguments.
     peers: Mapping[str, Callable[[], Callable]] = field(default_factory=dict)
+    # The swept axis: the case key that varies across the bench cases ("n" for the norms, "shape" for the
+    # activations). Benchmark plots put it on x, one line per provider for each setting of the other keys.
+    sweep: str = ""
 
     def __post_init__(self) -> None:
         for group in ("test_cases", "gpu_cases", "bench_cases"):

@@ -47,9 +47,9 @@ class Ceilings:
 @dataclass(frozen=True)
 class Throughput:
     gbps: float
-    tflops: float
+    tflops: float | None  # None: no arithmetic model for the mode (a backward without ``flops_bwd``)
     unit: str
-    percent: float | None
+    percent: float | None  # of the ceiling in ``unit``; None without a ceiling or a value in that unit
 
 
 def _for_mode(spec: KernelSpec, forward_model, backward_model, case: Mapping, dtype: torch.dtype,
@@ -81,19 +81,19 @@ def throughput(
     spec: KernelSpec, case: Mapping, dtype: torch.dtype, ms: float, ceilings: Ceilings | None, mode: str = "fwd"
 ) -> Throughput | None:
     """GB/s, TFLOP/s and % of ceiling; None when the mode has no cost model. TFLOP/s of bwd and fwd+bwd
-    runs need the spec's ``flops_bwd`` (0 without it)."""
+    runs need the spec's ``flops_bwd`` (None without it, and then no % for a compute-bound kernel)."""
     n_bytes = bytes_for_mode(spec, case, dtype, mode)
     if n_bytes is None:
         return None
     gbps = gigabytes_per_second(n_bytes, ms)
     n_flops = flops_for_mode(spec, case, dtype, mode)
-    tflops = teraflops_per_second(n_flops, ms) if n_flops is not None else 0.0
+    tflops = teraflops_per_second(n_flops, ms) if n_flops is not None else None
     if ceilings is not None:
         unit, ceiling = ceilings.for_spec(spec, dtype)
     else:
         unit, ceiling = ("TFLOP/s" if is_compute_bound(spec) else "GB/s"), None
     value = tflops if unit == "TFLOP/s" else gbps
-    return Throughput(gbps, tflops, unit, percent_of(value, ceiling))
+    return Throughput(gbps, tflops, unit, None if value is None else percent_of(value, ceiling))
 
 
 def speedup(best_baseline_ms: float | None, ms: float) -> float | None:

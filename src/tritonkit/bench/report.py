@@ -1,12 +1,19 @@
-"""Benchmark reports: a terminal table, and JSON, markdown and one PNG plot per sweep under ``--out``."""
+"""Benchmark reports: a terminal table, and JSON, markdown and PNG plots (:mod:`.plots`) under ``--out``.
+
+A row shows its rate in its own unit only: GB/s and % of the bandwidth for a memory-bound kernel, TFLOP/s and %
+of the matmul ceiling for a compute-bound one; a mode without a cost model shows "-" in those cells.
+"""
 
 from __future__ import annotations
 
+import datetime
 import json
-from collections.abc import Sequence
+import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tritonkit._core.text import format_table
+from tritonkit.bench import plots
 from tritonkit.bench.cost import Ceilings
 from tritonkit.bench.harness import GRAPH_REPLAY_MS, Measurement
 
@@ -30,13 +37,24 @@ def _fmt(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+def rate_cells(r: Measurement) -> tuple[str, str, str]:
+    """(GB/s, TFLOP/s, % ceiling) cells: the row's unit only; "-" without a cost model for its mode (results
+    written before this rule carry 0.0 there, read as none)."""
+    value = r.tflops if r.unit == "TFLOP/s" else r.gbps
+    if value is None or value <= 0:
+        return "-", "-", "-"
+    percent = "-" if r.percent_of_ceiling is None else f"{r.percent_of_ceiling:.1f}% {r.unit}"
+    if r.unit == "TFLOP/s":
+        return "-", f"{value:.2f}", percent
+    return f"{value:.1f}", "-", percent
+
+
 def rows_for_table(results: Sequence[Measurement]) -> list[list[str]]:
     rows = []
     for r in results:
         if r.skipped:
             rows.append([r.spec, r.case_id, r.dtype, r.mode, r.provider] + ["-"] * 6 + [f"skipped: {r.skipped}"])
             continue
-        percent = "-" if r.percent_of_ceiling is None else f"{r.percent_of_ceiling:.1f}% {r.unit}"
         rows.append(
             [
                 r.spec,
@@ -45,9 +63,7 @@ def rows_for_table(results: Sequence[Measurement]) -> list[list[str]]:
                 r.mode,
                 r.provider,
                 _fmt(r.ms, ".4f"),
-                _fmt(r.gbps, ".1f"),
-                _fmt(r.tflops, ".2f"),
-                percent,
+                *rate_cells(r),
                 _fmt(r.speedup_vs_best_baseline, ".2f") + ("x" if r.ms else ""),
                 _fmt(r.peak_mib, ".1f"),
                 "" if r.input_sets == 1 else f"{r.input_sets} input sets",
@@ -76,15 +92,23 @@ def ceilings_line(ceilings: Ceilings | None) -> str:
     )
 
 
-def write_json(path: Path, results: Sequence[Measurement], meta: dict) -> Path:
-    path.write_text(json.dumps({"meta": meta, "results": [r.to_dict() for r in results]}, indent=2) + "\n")
+def ceilings_record(ceilings: Ceilings | None) -> dict | None:
+    if ceilings is None:
+        return None
+    return {"device": ceilings.device, "bandwidth_gbps": ceilings.bandwidth_gbps,
+            "matmul_tflops": dict(ceilings.matmul_tflops)}  # fmt: skip
+
+
+def write_json(path: Path, results: Sequence[Measurement], meta: dict, ceilings: Ceilings | None = None) -> Path:
+    """Every row and the run's metadata, with the ceilings the percentages were taken against (what a plot needs
+    to be drawn again from this file alone: ``benchmarks/replot.py``)."""
+    record = {"meta": meta, "ceilings": ceilings_record(ceilings), "results": [r.to_dict() for r in results]}
+    path.write_text(json.dumps(record, indent=2) + "\n")
     return path
 
 
-def write_markdown(
-    path: Path, results: Sequence[Measurement], meta: dict, ceilings: Ceilings | None, plots: Sequence[Path] = ()
-) -> Path:
-    lines = [
+def markdown_header(meta: dict, ceilings: Ceilings | None) -> list[str]:
+    return [
         f"# Benchmark: {meta.get('what', '')}",
         "",
         f"Device: {meta.get('device', '?')}; torch {meta.get('torch', '?')}, triton {meta.get('triton', '?')}; "
@@ -96,68 +120,76 @@ def write_markdown(
         "",
         f"Command: `{meta.get('command', '')}`",
         "",
-        markdown_table(results),
     ]
-    if plots:
-        lines += ["", "## Plots", ""] + [f"![{plot.stem}]({plot.name})" for plot in plots]
-    path.write_text("\n".join(lines) + "\n")
+
+
+def markdown_body(results: Sequence[Measurement], plot_names: Sequence[str] = (), skipped: str | None = None) -> str:
+    """The table, then the plots (or why there are none)."""
+    lines = [markdown_table(results)]
+    if plot_names:
+        lines += ["", "## Plots", ""] + [f"![{Path(name).stem}]({name})" for name in plot_names]
+    elif skipped:
+        lines += ["", f"Plots skipped: {skipped}."]
+    return "\n".join(lines) + "\n"
+
+
+def write_markdown(
+    path: Path,
+    results: Sequence[Measurement],
+    meta: dict,
+    ceilings: Ceilings | None,
+    plot_names: Sequence[str] = (),
+    skipped: str | None = None,
+) -> Path:
+    path.write_text("\n".join(markdown_header(meta, ceilings)) + "\n" + markdown_body(results, plot_names, skipped))
     return path
 
 
-def _sweep_x(case: dict) -> tuple[str, float]:
-    """The x value of a case in a plot: its first numeric parameter (n, h, m, ...)."""
-    for key, value in case.items():
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return key, float(value)
-    return "case", 0.0
+def _axis_for(kernel: str) -> str | None:
+    """A registered kernel's swept axis (None for a kernel the registry no longer has: plots infer one)."""
+    from tritonkit import catalog
+
+    try:
+        return catalog.get(kernel).sweep or None
+    except KeyError:
+        return None
 
 
-def write_plots(directory: Path, stem: str, results: Sequence[Measurement], ceilings: Ceilings | None) -> list[Path]:
-    """One PNG per sweep (kernel x dtype x mode with two or more timed cases and a cost model): size on x, the kernel's
-    unit on y, a line per provider, the device ceiling dashed."""
-    import matplotlib
+def _as_rows(results: Sequence[Measurement | Mapping]) -> list[Mapping]:
+    return [r.to_dict() if isinstance(r, Measurement) else r for r in results]
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    sweeps: dict[tuple[str, str, str], list[Measurement]] = {}
-    for r in results:
-        if r.ms is not None and r.gbps is not None:
-            sweeps.setdefault((r.spec, r.dtype, r.mode), []).append(r)
-    paths = []
-    for (spec, dtype, mode), rows in sweeps.items():
-        if len({r.case_id for r in rows}) < 2:
-            continue
-        unit = rows[0].unit
-        figure, axes = plt.subplots(figsize=(7, 4.5))
-        for provider in dict.fromkeys(r.provider for r in rows):
-            points = sorted(
-                (_sweep_x(r.case)[1], r.tflops if unit == "TFLOP/s" else r.gbps) for r in rows if r.provider == provider
-            )
-            axes.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=provider)
-        if ceilings is not None:
-            ceiling = ceilings.matmul_tflops.get(dtype) if unit == "TFLOP/s" else ceilings.bandwidth_gbps
-            if ceiling:
-                axes.axhline(ceiling, linestyle="--", color="grey", label=f"device ceiling {ceiling:.0f} {unit}")
-        axes.set_xscale("log", base=2)
-        axes.set_xlabel(_sweep_x(rows[0].case)[0])
-        axes.set_ylabel(unit)
-        axes.set_title(f"{spec} {dtype} {mode}" + (f" on {ceilings.device}" if ceilings else ""))
-        axes.grid(True, alpha=0.3)
-        axes.legend()
-        path = directory / f"{stem}-{spec}-{dtype}-{mode.replace('+', '-')}.png"
-        figure.tight_layout()
-        figure.savefig(path, dpi=110)
-        plt.close(figure)
-        paths.append(path)
-    return paths
+def planned_plots(stem: str, results: Sequence[Measurement | Mapping]) -> list[tuple[str, plots.PlotGroup]]:
+    """(file name, group) of every plot the results make (see :mod:`tritonkit.bench.plots`), before drawing."""
+    return [(group.filename(stem), group) for group in plots.plot_groups(_as_rows(results), _axis_for)]
+
+
+def write_plots(
+    directory: Path, stem: str, results: Sequence[Measurement | Mapping], ceilings: Ceilings | None
+) -> list[Path]:
+    """One PNG per plot group: the swept axis on x, the kernel's unit on y, a line per provider, the device ceiling
+    dashed. Needs matplotlib."""
+    return [plots.draw(group, directory / name, ceilings) for name, group in planned_plots(stem, results)]
 
 
 def write_all(
     directory: Path, stem: str, results: Sequence[Measurement], meta: dict, ceilings: Ceilings | None
 ) -> list[Path]:
+    """JSON, then markdown, then the plots, so that a run keeps its numbers whatever happens to the drawing.
+    Without matplotlib the plots are skipped, and the markdown and stderr say so. The JSON's meta gains the time it
+    was written (``time``, UTC), which orders the runs of one day (the index shows the latest)."""
     directory.mkdir(parents=True, exist_ok=True)
-    plots = write_plots(directory, stem, results, ceilings)
-    json_path = write_json(directory / f"{stem}.json", results, meta)
-    md_path = write_markdown(directory / f"{stem}.md", results, meta, ceilings, plots)
-    return [json_path, md_path, *plots]
+    meta = {
+        **meta,
+        "time": meta.get("time") or datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    json_path = write_json(directory / f"{stem}.json", results, meta, ceilings)
+    planned = planned_plots(stem, results)
+    skipped = plots.matplotlib_missing() if planned else None
+    names = [] if skipped else [name for name, _ in planned]
+    md_path = write_markdown(directory / f"{stem}.md", results, meta, ceilings, names, skipped)
+    if skipped:
+        print(f"plots skipped: {skipped}; wrote the JSON and markdown only", file=sys.stderr)
+        return [json_path, md_path]
+    drawn = [plots.draw(group, directory / name, ceilings) for name, group in planned]
+    return [json_path, md_path, *drawn]

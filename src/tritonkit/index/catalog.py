@@ -53,7 +53,8 @@ class Catalog:
         return dict(sorted(counts.items()))
 
 
-def _registry_specs():
+def registry_specs():
+    """Every registered kernel spec (importing the families)."""
     from tritonkit import catalog
 
     return catalog.all_specs()
@@ -62,7 +63,7 @@ def _registry_specs():
 def known_tags() -> set[str]:
     """The vocabulary: :data:`schema.TAGS` plus every tag and family our registered kernels use."""
     tags = set(TAGS)
-    for spec in _registry_specs():
+    for spec in registry_specs():
         tags.update(spec.tags)
         tags.add(spec.family)
     return tags
@@ -124,10 +125,13 @@ def _dtype_name(dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def our_entries(results_dir: Path | None) -> list[Entry]:
-    """One entry per registered kernel, with its latest measured benchmark when ``results_dir`` has one."""
+def our_entries(results_dir: Path | str | None) -> list[Entry]:
+    """One entry per registered kernel, with its measured rows (:func:`tritonkit.index.measured.loader`:
+    ``results_dir`` "default" reads the checkout's results, else the summary shipped in the package)."""
     entries = []
-    for spec in _registry_specs():
+    specs = registry_specs()
+    measurements = measured.loader(results_dir, specs)
+    for spec in specs:
         tags = tuple(dict.fromkeys((spec.family, *spec.tags, *(("backward",) if spec.has_backward else ()))))
         entries.append(
             Entry(
@@ -139,7 +143,7 @@ def our_entries(results_dir: Path | None) -> list[Entry]:
                 tags=tags,
                 description=" ".join(part for part in (spec.summary, spec.description) if part),
                 usage=spec.usage.strip("\n"),
-                triton=f">={spec.min_triton}; tested with 3.6",
+                triton=f">={spec.min_triton}; tested with 3.6 to 3.9",
                 backward=spec.has_backward,
                 dtypes=tuple(_dtype_name(d) for d in spec.dtypes),
                 notes=spec.notes,
@@ -148,7 +152,7 @@ def our_entries(results_dir: Path | None) -> list[Entry]:
                 source="tritonkit",
                 status=spec.status,
                 limits=spec.limits,
-                measurement=measured.latest(spec.name, results_dir),
+                measurement=measurements(spec.name),
             )
         )
     return entries
@@ -172,9 +176,9 @@ def load(
     results_dir: Path | str | None = "default",
     include_ours: bool = True,
 ) -> Catalog:
-    """The whole catalog and every problem found while loading it (empty when valid)."""
-    if results_dir == "default":
-        results_dir = measured.default_results_dir()
+    """The whole catalog and every problem found while loading it (empty when valid). ``results_dir``: where our
+    kernels' measurements come from ("default": the checkout's benchmarks/results, or the shipped summary in an
+    installed package; None: nowhere)."""
     tags = known_tags()
     external, problems = load_external(entries_dir, tags)
     wanted, wanted_problems = load_wanted(wanted_file, tags) if wanted_file.exists() else ([], [])

@@ -1,4 +1,5 @@
-"""``tritonkit index ...``: search, show, tags, wanted, validate, verify, add and render the catalog.
+"""``tritonkit index ...``: search, show, tags, wanted, validate, verify, add and render the catalog, and write the
+measured summary that ships in the package (``measured``).
 
 The main CLI adds this with :func:`add_parser`; every command reads the catalog through
 :func:`tritonkit.index.catalog.load` (``--entries``, ``--wanted`` and ``--results`` point it elsewhere).
@@ -7,6 +8,7 @@ The main CLI adds this with :func:`add_parser`; every command reads the catalog 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import textwrap
@@ -21,7 +23,7 @@ _SHOW_WIDTH = 88
 
 
 def _load(args) -> catalog_module.Catalog:
-    results = Path(args.results) if args.results else measured.default_results_dir()
+    results = Path(args.results) if args.results else "default"
     return catalog_module.load(Path(args.entries), Path(args.wanted), results_dir=results)
 
 
@@ -63,6 +65,9 @@ def _cmd_show(args) -> int:
         fields.append(("measured", entry.measurement.line() if entry.measurement else measured.NO_MEASUREMENT))
     fields += [("checked", entry.checked), ("notes", entry.notes or "-")]
     print(format_fields(fields, width=_SHOW_WIDTH))
+    if entry.measurement:
+        print("measured against the baselines (ms):")
+        print(textwrap.indent(format_table(measured.TABLE_HEADERS, entry.measurement.table()), "    "))
     print("usage:")
     print(textwrap.indent(entry.usage, "    "))
     return 0
@@ -198,6 +203,27 @@ def _cmd_render(args) -> int:
     return 0
 
 
+def _cmd_measured(args) -> int:
+    """Write (or with --check compare) the summary of benchmarks/results that ships in the package."""
+    results = Path(args.results) if args.results else measured.default_results_dir()
+    if results is None or not results.is_dir():
+        print("no benchmarks/results here: run this in a source checkout, or pass --results DIR", file=sys.stderr)
+        return 2
+    specs = catalog_module.registry_specs()
+    text = measured.summary_text(measured.summarize(results, measured.axes_of(specs)))
+    out = Path(args.out)
+    if args.check:
+        if out.exists() and out.read_text() == text:
+            print(f"{out} is up to date with {results}")
+            return 0
+        print(f"{out} is stale: run `tritonkit index measured`", file=sys.stderr)
+        return 1
+    out.write_text(text)
+    kernels = len(json.loads(text)["kernels"])
+    print(f"wrote {out}: {kernels} kernels measured, from {results}")
+    return 0
+
+
 def add_parser(sub) -> None:
     """Add ``index`` and its commands to the main CLI's subparsers."""
     index = sub.add_parser(
@@ -239,6 +265,11 @@ def add_parser(sub) -> None:
     p.add_argument("--notes", help="notes")
     p.add_argument("--package", help="the pip package that ships it")
     p.set_defaults(run=_cmd_add)
+
+    p = commands.add_parser("measured", help="write the summary of benchmarks/results that ships in the package")
+    p.add_argument("--out", default=str(measured.SUMMARY_FILE), help="where to write it (default: the package's)")
+    p.add_argument("--check", action="store_true", help="only say whether the file is up to date (exit 1 if not)")
+    p.set_defaults(run=_cmd_measured)
 
     p = commands.add_parser("render", help="Markdown list grouped by tag, or a static HTML site")
     p.add_argument("--format", choices=("md", "html"), default="md")

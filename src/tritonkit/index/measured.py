@@ -1,51 +1,114 @@
-"""The latest measured benchmark of one of our kernels, read from ``benchmarks/results/<device>/*.json``.
+"""What our kernels measured, for the index: per kernel a row for each of fwd, bwd and fwd+bwd, tritonkit against
+torch eager, torch.compile and liger-kernel (ms, and the speed-up over the fastest of them), with device and date.
 
-The results live in the repository, not in the wheel: an installed package has none, and then the index says
-"no measurement shipped" instead of failing. The headline is the newest run's forward pass, preferring
-bfloat16, at the largest case (the one furthest from launch-bound sizes).
+One summary, two sources. In a source checkout it is built afresh from ``benchmarks/results/<device>/*.json``
+(:func:`summarize`); an installed wheel has no such folder, and reads ``measured.json`` beside this module, which
+``tritonkit index measured`` writes from those files and a test keeps equal to them. Plots live only in the results
+folder: without it, an entry has its numbers but no plots.
+
+Which run and case a row shows: among the runs that time tritonkit on the kernel in that mode, those that time a
+baseline beside it at their headline case (when any does); of those the newest by date; then bfloat16; then runs
+over the spec's bench cases (``--sizes default`` or ``sweep``) before ``small`` runs, before hand-picked
+``--case`` ones; then the latest in the day (the run's ``time``, or for older files the ``committed`` time that
+``benchmarks/replot.py --stamp`` recorded); then the most baselines timed; then the larger headline case
+(elements); then CUDA-graph timing (device time, no host launch cost) before eager; then the later file name.
+Inside a run, the headline case is bfloat16 where there is one, with the most baselines timed, then the largest,
+then the first.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-NO_MEASUREMENT = "no measurement shipped"
-_PREFERRED_MODE = "fwd"
-_PREFERRED_DTYPE = "bfloat16"
+from tritonkit.bench.plots import plot_groups
+
+MODES = ("fwd", "bwd", "fwd+bwd")
+BASELINES = ("torch", "torch.compile", "liger")
+BASELINE_NAMES = {"torch": "torch eager", "torch.compile": "torch.compile", "liger": "liger-kernel"}
+PREFERRED_DTYPE = "bfloat16"
+# `tritonkit bench --sizes`: the spec's larger bench cases or all of them, before its two smallest (launch-bound),
+# before hand-picked --case ones ("given cases").
+SIZES_RANK = {"default": 2, "sweep": 2, "small": 1}
+MAX_PLOTS = 3
+NO_MEASUREMENT = "not measured yet"
+SUMMARY_FILE = Path(__file__).resolve().parent / "measured.json"
+TABLE_HEADERS = ["mode", "case", "dtype", "tritonkit ms", "torch eager ms", "torch.compile ms", "liger-kernel ms",
+                 "speed-up", "tritonkit rate", "timing", "device", "date"]  # fmt: skip
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
 
 
 @dataclass(frozen=True)
-class Measurement:
-    """tritonkit's own row of one benchmark case, with the plots of the same run."""
+class ModeRow:
+    """tritonkit and the baselines on one case of one run, in one mode."""
 
-    device: str
-    date: str
+    mode: str
     case_id: str
     dtype: str
-    mode: str
-    ms: float
+    device: str
+    date: str
+    cuda_graph: bool
+    source: str  # the run's JSON, relative to the results folder
+    ms: dict  # provider -> median ms (None: not timed in that run)
     unit: str
-    rate: float | None  # in ``unit`` (GB/s or TFLOP/s)
+    rate: float | None  # tritonkit's, in ``unit``; None where the mode has no cost model
     percent_of_ceiling: float | None
-    speedup_vs_best_baseline: float | None
-    source: Path
+    plot: str | None = None  # the run's plot holding this case, relative to the results folder
+
+    @property
+    def best_baseline(self) -> str | None:
+        timed = [name for name in BASELINES if self.ms.get(name) is not None]
+        return min(timed, key=lambda name: self.ms[name]) if timed else None
+
+    @property
+    def speedup(self) -> float | None:
+        """The fastest baseline's time over ours: above 1 is faster than every baseline."""
+        best = self.best_baseline
+        return None if best is None else self.ms[best] / self.ms["tritonkit"]
+
+    def rate_text(self) -> str:
+        if self.rate is None:
+            return "-"
+        text = f"{self.rate:.0f} {self.unit}" if self.rate >= 10 else f"{self.rate:.3g} {self.unit}"
+        return text + (f" ({self.percent_of_ceiling:.0f}%)" if self.percent_of_ceiling is not None else "")
+
+    def cells(self) -> list[str]:
+        speedup = "-" if self.speedup is None else f"{self.speedup:.2f}x {BASELINE_NAMES[self.best_baseline]}"
+        return [self.mode, self.case_id, self.dtype, _ms(self.ms.get("tritonkit")),
+                *(_ms(self.ms.get(name)) for name in BASELINES), speedup, self.rate_text(),
+                "CUDA graph" if self.cuda_graph else "eager", self.device, self.date]  # fmt: skip
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class KernelMeasurements:
+    """A kernel's rows (fwd, bwd, fwd+bwd, those measured) and up to MAX_PLOTS plots found on this machine."""
+
+    kernel: str
+    rows: tuple[ModeRow, ...]
     plots: tuple[Path, ...] = field(default_factory=tuple)
 
     def line(self) -> str:
-        """One line for listings: '0.0704 ms, 3617 GB/s (86% of ceiling), 1.10x best baseline'."""
-        parts = [f"{self.ms:.4g} ms"]
-        if self.rate is not None:
-            rate = f"{self.rate:.0f} {self.unit}" if self.rate >= 10 else f"{self.rate:.3g} {self.unit}"
-            if self.percent_of_ceiling is not None:
-                rate += f" ({self.percent_of_ceiling:.0f}% of ceiling)"
-            parts.append(rate)
-        if self.speedup_vs_best_baseline is not None:
-            parts.append(f"{self.speedup_vs_best_baseline:.2f}x best baseline")
-        where = f"{self.case_id}, {self.dtype}, {self.mode}, {self.device}, {self.date}"
-        return ", ".join(parts) + f" [{where}]"
+        """One line for listings: 'fwd 0.07 ms, 1.10x; bwd 0.16 ms, 1.37x against the best baseline [GPU, date]'."""
+        parts = []
+        for row in self.rows:
+            part = f"{row.mode} {_ms(row.ms['tritonkit'])} ms"
+            parts.append(part + ("" if row.speedup is None else f", {row.speedup:.2f}x"))
+        where = ", ".join(dict.fromkeys(f"{row.device}, {row.date}" for row in self.rows))
+        against = " against the best baseline" if any(row.speedup is not None for row in self.rows) else ""
+        return "; ".join(parts) + f"{against} [{where}]"
+
+    def table(self) -> list[list[str]]:
+        return [row.cells() for row in self.rows]
 
 
 def default_results_dir() -> Path | None:
@@ -57,65 +120,153 @@ def default_results_dir() -> Path | None:
     return candidate if candidate.is_dir() else None
 
 
-def _case_size(case: dict) -> float:
-    """The product of a case's numeric parameters: bigger means further from launch-bound."""
-    numbers = [v for v in case.values() if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    return math.prod(numbers) if numbers else 0.0
+def _elements(case: Mapping) -> float:
+    """A case's size: the product of its numbers and of its shapes' sides (flags left out)."""
+    size = 1.0
+    for value in case.values():
+        if isinstance(value, (list, tuple)):
+            size *= math.prod(v for v in value if isinstance(v, (int, float)) and not isinstance(v, bool))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            size *= value
+    return size
 
 
 def _runs(results_dir: Path):
-    """(device folder, json path, meta, rows) for every benchmark run (calibration files excluded)."""
+    """(path, meta, rows) of every benchmark run (calibrations and other records skipped)."""
     for path in sorted(results_dir.glob("*/*.json")):
         try:
             record = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError):
             continue
-        if not isinstance(record, dict) or "results" not in record:
+        rows = record.get("results") if isinstance(record, dict) else None
+        if isinstance(record.get("meta"), dict) and isinstance(rows, list):
+            yield path, record["meta"], [row for row in rows if isinstance(row, dict) and "spec" in row]
+
+
+def _timed(rows, kernel: str, mode: str) -> dict[tuple[str, str], dict[str, dict]]:
+    """(case_id, dtype) -> provider -> row, for the timed rows of one kernel and mode."""
+    cases: dict[tuple[str, str], dict[str, dict]] = {}
+    for row in rows:
+        if row.get("spec") == kernel and row.get("mode") == mode and row.get("ms") is not None:
+            cases.setdefault((row.get("case_id", ""), row.get("dtype", "")), {})[row.get("provider")] = row
+    return cases
+
+
+def _headline(cases: dict[tuple[str, str], dict[str, dict]]):
+    """The run's case to show: bfloat16, the most baselines, the largest, the first; with its sort key."""
+    best = None
+    for index, ((case_id, dtype), providers) in enumerate(cases.items()):
+        if "tritonkit" not in providers:
             continue
-        yield path, record.get("meta", {}), record["results"]
+        baselines = sum(name in providers for name in BASELINES)
+        key = (dtype == PREFERRED_DTYPE, baselines, _elements(providers["tritonkit"].get("case", {})), -index)
+        if best is None or key > best[0]:
+            best = (key, case_id, dtype, providers)
+    return best
 
 
-def latest(kernel: str, results_dir: Path | None) -> Measurement | None:
-    """The headline measurement of ``kernel``, or None when there is none."""
-    if results_dir is None:
-        return None
-    best_key, best = None, None
-    for path, meta, rows in _runs(results_dir):
-        for row in rows:
-            if row.get("spec") != kernel or row.get("provider") != "tritonkit" or row.get("ms") is None:
-                continue
-            key = (
-                meta.get("date", ""),
-                row.get("mode") == _PREFERRED_MODE,
-                row.get("dtype") == _PREFERRED_DTYPE,
-                _case_size(row.get("case", {})),
-                not meta.get("cuda_graph", False),
-            )
-            if best_key is None or key > best_key:
-                best_key, best = key, (path, meta, row)
+def _rate(row: dict) -> float | None:
+    value = row.get("tflops") if row.get("unit") == "TFLOP/s" else row.get("gbps")
+    return value if value is not None and value > 0 else None  # results before the rule wrote 0.0: no model
+
+
+def _stamp(meta: dict) -> str:
+    """When the run was written (``time``) or, for older files, last committed (``committed``), in UTC; or ""."""
+    for key in ("time", "committed"):
+        try:
+            moment = datetime.datetime.fromisoformat(meta[key])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if moment.tzinfo is not None:
+            moment = moment.astimezone(datetime.timezone.utc)
+        return moment.isoformat()
+    return ""
+
+
+def _pick(runs, kernel: str, mode: str, axis_for: Callable[[str], str | None], results_dir: Path) -> ModeRow | None:
+    best = None
+    for path, meta, rows in runs:
+        headline = _headline(_timed(rows, kernel, mode))
+        if headline is None:
+            continue
+        (is_bf16, baselines, size, _), case_id, dtype, providers = headline
+        sizes = SIZES_RANK.get(meta.get("sizes"), 0)
+        stamp = _stamp(meta)
+        key = (baselines > 0, meta.get("date", ""), is_bf16, sizes, stamp, baselines, size,
+               bool(meta.get("cuda_graph")), path.name)  # fmt: skip
+        if best is None or key > best[0]:
+            best = (key, path, meta, rows, case_id, dtype, providers)
     if best is None:
         return None
-    path, meta, row = best
-    unit = row.get("unit", "GB/s")
-    return Measurement(
+    _, path, meta, rows, case_id, dtype, providers = best
+    ours = providers["tritonkit"]
+    plot = None
+    for group in plot_groups(rows, axis_for):
+        if (group.spec, group.dtype, group.mode) == (kernel, dtype, mode) and case_id in group.case_ids():
+            candidate = path.parent / group.filename(path.stem)
+            plot = candidate.relative_to(results_dir).as_posix() if candidate.exists() else None
+    rate = _rate(ours)
+    return ModeRow(
+        mode=mode,
+        case_id=case_id,
+        dtype=dtype,
         device=meta.get("device", path.parent.name),
         date=meta.get("date", ""),
-        case_id=row.get("case_id", ""),
-        dtype=row.get("dtype", ""),
-        mode=row.get("mode", ""),
-        ms=row["ms"],
-        unit=unit,
-        rate=row.get("tflops") if unit == "TFLOP/s" else row.get("gbps"),
-        percent_of_ceiling=row.get("percent_of_ceiling"),
-        speedup_vs_best_baseline=row.get("speedup_vs_best_baseline"),
-        source=path,
-        plots=_plots(kernel, path.parent, meta.get("date", "")),
+        cuda_graph=bool(meta.get("cuda_graph")),
+        source=path.relative_to(results_dir).as_posix(),
+        ms={name: providers[name]["ms"] if name in providers else None for name in ("tritonkit", *BASELINES)},
+        unit=ours.get("unit", "GB/s"),
+        rate=rate,
+        percent_of_ceiling=ours.get("percent_of_ceiling") if rate is not None else None,
+        plot=plot,
     )
 
 
-def _plots(kernel: str, device_dir: Path, date: str) -> tuple[Path, ...]:
-    """The PNG plots of ``kernel`` from runs of ``date`` (report.write_plots names them <stem>-<kernel>-...)."""
+def summarize(results_dir: Path, kernels: Mapping[str, str]) -> dict:
+    """The summary of ``results_dir`` for ``kernels`` (name -> swept axis): what measured.json holds."""
+    runs = list(_runs(results_dir)) if results_dir.is_dir() else []
+    summary = {}
+    for kernel in sorted(kernels):
+        rows = [_pick(runs, kernel, mode, kernels.get, results_dir) for mode in MODES]
+        if any(rows):
+            summary[kernel] = [row.to_dict() for row in rows if row is not None]
+    return {"results": "benchmarks/results", "kernels": summary}
+
+
+def summary_text(summary: dict) -> str:
+    return json.dumps(summary, indent=1, sort_keys=False) + "\n"
+
+
+def shipped_summary(path: Path = SUMMARY_FILE) -> dict:
+    """The summary shipped in the package ({} kernels when the file is missing)."""
+    return json.loads(path.read_text()) if path.exists() else {"kernels": {}}
+
+
+def for_kernel(summary: dict, kernel: str, results_dir: Path | None) -> KernelMeasurements | None:
+    """A kernel's measurements from a summary, with the plots that exist under ``results_dir`` (none without it)."""
+    rows = tuple(ModeRow(**row) for row in summary.get("kernels", {}).get(kernel, ()))
+    if not rows:
+        return None
     plots = []
-    for json_path in sorted(device_dir.glob(f"{date}-*.json")):
-        plots += sorted(device_dir.glob(f"{json_path.stem}-{kernel}-*.png"))
-    return tuple(plots)
+    if results_dir is not None:
+        plots = [results_dir / row.plot for row in rows if row.plot and (results_dir / row.plot).is_file()]
+    return KernelMeasurements(kernel, rows, tuple(dict.fromkeys(plots))[:MAX_PLOTS])
+
+
+def axes_of(specs) -> dict[str, str]:
+    """Kernel name -> swept axis, for :func:`summarize`."""
+    return {spec.name: spec.sweep for spec in specs}
+
+
+def loader(results_dir: Path | str | None, specs) -> Callable[[str], KernelMeasurements | None]:
+    """Measurements by kernel: from ``results_dir`` ("default": the checkout's results folder, else the shipped
+    summary; None: none at all)."""
+    if results_dir is None:
+        return lambda kernel: None
+    if results_dir == "default":
+        results_dir = default_results_dir()
+        summary = shipped_summary() if results_dir is None else summarize(results_dir, axes_of(specs))
+    else:
+        results_dir = Path(results_dir)
+        summary = summarize(results_dir, axes_of(specs))
+    return lambda kernel: for_kernel(summary, kernel, results_dir)

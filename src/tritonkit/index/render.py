@@ -1,8 +1,9 @@
 """Renderers: a README-style Markdown list grouped by tag, and a static site that works from ``file://``.
 
-The site is plain files: ``index.html`` (the list, a search box and tag filters; the catalog is embedded as
-JSON and filtered by ``app.js``, no network, no server), one page per entry under ``entries/`` with its usage
-and, for our kernels, the latest measurement and its plots (copied into ``plots/``), and ``wanted.html``.
+The site is plain files: ``index.html`` (the list, a search box and tag filters; the catalog's ranking records are
+embedded as JSON and ranked by ``app.js`` with the CLI's rule, no network, no server), one page per entry under
+``entries/`` with its usage and, for our kernels, the measured table (fwd, bwd, fwd+bwd against the baselines) and
+up to three plots (copied into ``plots/``), and ``wanted.html``.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import json
 import shutil
 from pathlib import Path
 
+from tritonkit.index import search
 from tritonkit.index.catalog import Catalog
-from tritonkit.index.measured import NO_MEASUREMENT
+from tritonkit.index.measured import NO_MEASUREMENT, TABLE_HEADERS
 from tritonkit.index.schema import TAGS, Entry, Wanted
 
 SITE_ASSETS = Path(__file__).resolve().parent / "site"
@@ -52,6 +54,29 @@ def _md_entry_line(entry: Entry, our_prefix: str) -> str:
     return line
 
 
+def _md_measured(catalog: Catalog) -> list[str]:
+    """Our kernels' measured rows in one table: tritonkit against the baselines, by mode."""
+    ours = [e for e in catalog.entries if e.ours]
+    measured = [e for e in ours if e.measurement]
+    lines = [
+        "## Our kernels, measured",
+        "",
+        "Per kernel, the latest committed benchmark of each mode (`benchmarks/results/`): median ms of tritonkit and "
+        "of torch eager, torch.compile and liger-kernel in the same run, and the speed-up over the fastest of them "
+        "(above 1 is faster).",
+        "",
+        "| kernel | " + " | ".join(TABLE_HEADERS) + " |",
+        "|" + "---|" * (len(TABLE_HEADERS) + 1),
+    ]
+    for entry in measured:
+        for cells in entry.measurement.table():
+            lines.append(f"| {entry.name} | " + " | ".join(_md_escape(cell) for cell in cells) + " |")
+    missing = [e.name for e in ours if not e.measurement]
+    if missing:
+        lines += ["", f"{NO_MEASUREMENT.capitalize()}: {', '.join(missing)}."]
+    return lines
+
+
 def render_markdown(catalog: Catalog, our_prefix: str = "") -> str:
     """The catalog as Markdown: an overview table of every entry, then lists by tag, then the wanted kernels.
 
@@ -78,6 +103,7 @@ def render_markdown(catalog: Catalog, our_prefix: str = "") -> str:
             f"{_md_escape('tritonkit' if entry.ours else entry.author)} | {entry.license} | "
             f"{_md_escape(entry.triton)} | {_yes_no(entry.backward)} |"
         )
+    lines += ["", *_md_measured(catalog)]
     lines += ["", "## By tag", ""]
     for tag in _tags_in_use(catalog):
         lines += [f"### {tag}", "", f"_{TAGS.get(tag, 'a family of our kernels')}_", ""]
@@ -102,15 +128,11 @@ def _page(title: str, body: str, depth: int = 0) -> str:
     )
 
 
-def page_search_text(entry: Entry) -> str:
-    """What the page's search box matches typed words against (lowercase)."""
-    return " ".join((entry.name, *entry.tags, entry.description, entry.author, *entry.dtypes)).lower()
-
-
 def _catalog_json(catalog: Catalog) -> str:
-    records = [{"name": e.name, "tags": list(e.tags), "text": page_search_text(e)} for e in catalog.entries]
+    """The search's data: the ranking weights and each entry's ranking record (tritonkit.index.search)."""
+    data = {"weights": search.WEIGHTS, "entries": [search.ranking_record(e) for e in catalog.entries]}
     # "</" would end the <script> element early; JSON allows the escaped slash.
-    return json.dumps(records, indent=None).replace("</", "<\\/")
+    return json.dumps(data, indent=None).replace("</", "<\\/")
 
 
 def _index_page(catalog: Catalog) -> str:
@@ -126,7 +148,7 @@ def _index_page(catalog: Catalog) -> str:
         badge = '<span class="badge ours">tritonkit</span>' if e.ours else '<span class="badge">external</span>'
         tags = " ".join(f'<span class="chip">{html.escape(t)}</span>' for t in e.tags)
         items.append(
-            f'<li class="entry" data-name="{html.escape(e.name)}">'
+            f'<li class="entry" data-name="{html.escape(e.name.lower())}">'
             f'<a href="entries/{html.escape(e.name)}.html">{html.escape(e.name)}</a> {badge} '
             f'<span class="summary">{html.escape(e.summary())}</span> <span class="chips">{tags}</span></li>'
         )
@@ -166,9 +188,7 @@ def _entry_page(entry: Entry, plot_names: list[str]) -> str:
     table = "\n".join(f"<tr><th>{key}</th><td>{value}</td></tr>" for key, value in rows)
     measured = ""
     if entry.ours:
-        line = entry.measurement.line() if entry.measurement else NO_MEASUREMENT
-        images = "\n".join(f'<img src="../plots/{html.escape(n)}" alt="{html.escape(n)}">' for n in plot_names)
-        measured = f'<h2>Measured</h2>\n<p id="measured">{html.escape(line)}</p>\n{images}'
+        measured = "<h2>Measured</h2>\n" + _measured_html(entry, plot_names)
     body = f"""<nav><a href="../index.html">&larr; all kernels</a></nav>
 <h1>{html.escape(entry.name)}</h1>
 <p class="description">{html.escape(entry.description)}</p>
@@ -179,6 +199,23 @@ def _entry_page(entry: Entry, plot_names: list[str]) -> str:
 <pre><code id="usage">{html.escape(entry.usage)}</code></pre>
 {measured}"""
     return _page(entry.name, body, depth=1)
+
+
+def _measured_html(entry: Entry, plot_names: list[str]) -> str:
+    """The measured table (a row per mode) and the plots, or why there are none."""
+    if entry.measurement is None:
+        return f'<p id="measured">{html.escape(NO_MEASUREMENT)}</p>'
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in TABLE_HEADERS)
+    rows = "\n".join(
+        f'<tr data-mode="{html.escape(cells[0])}">' + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>"
+        for cells in entry.measurement.table()
+    )
+    note = ("<p>Median ms in the same run; speed-up: the fastest baseline's time over tritonkit's (above 1 is "
+            "faster). Timing: CUDA-graph replays (device time) or eager calls.</p>")  # fmt: skip
+    images = "\n".join(f'<img src="../plots/{html.escape(n)}" alt="{html.escape(n)}">' for n in plot_names)
+    if not plot_names:
+        images = "<p>No plots here: they are in the repository's <code>benchmarks/results/</code>.</p>"
+    return f'<table id="measured" class="measured">\n<tr>{head}</tr>\n{rows}\n</table>\n{note}\n{images}'
 
 
 def _wanted_page(wanted: tuple[Wanted, ...]) -> str:

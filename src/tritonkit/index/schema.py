@@ -112,7 +112,7 @@ class Entry:
     source: str = "external"  # "external" or "tritonkit"
     verify: Verify | None = None
     path: str = ""  # the file it came from (empty for our registry entries)
-    # Our kernels only: status, limits and the latest measured benchmark (tritonkit.index.measured).
+    # Our kernels only: status, limits and what they measured (tritonkit.index.measured.KernelMeasurements).
     status: str = ""
     limits: str = ""
     measurement: Any = None

@@ -95,6 +95,7 @@ for _name, _fn, _ref, _modes, _summary, _usage, _inputs, _bytes in _ACTIVATIONS:
     register(KernelSpec(
         name=_name,
         family="activation",
+        sweep="shape",
         case_type=ActivationCase,
         summary=_summary,
         description="One pass in fp32 through the shared elementwise launcher; the backward recomputes f'(x).",

@@ -135,6 +135,7 @@ register(
     KernelSpec(
         name="lora_linear",
         family="lora",
+        sweep="m",
         case_type=LoraCase,
         summary="Linear layer with a LoRA adapter, x W^T + scale (x A^T) B^T + bias, fused; forward and backward.",
         description=f"Up to {FUSED_MAX_TOKENS} tokens, one Triton GEMM accumulates x W^T and x A^T from the "

@@ -190,6 +190,7 @@ for _name, _fn, _reference_fn, _inputs, _tests, _bench, _liger in (
     register(KernelSpec(
         name=_name,
         family="norm",
+        sweep="n",
         case_type=NormCase,
         summary=f"Fused residual add + {'RMSNorm' if _name == 'rms_norm' else 'LayerNorm'}, forward and backward.",
         description="h = x + residual, y = normalize(h) * (offset + weight) + bias, with prenorm returning h "

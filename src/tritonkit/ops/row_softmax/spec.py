@@ -92,6 +92,7 @@ for _name, _fn, _ref, _tolerance in (
     register(KernelSpec(
         name=_name,
         family="softmax",
+        sweep="n",
         case_type=SoftmaxCase,
         summary=f"{'Log-softmax' if _name == 'log_softmax' else 'Softmax'} along any dimension, forward and backward.",
         description="Rows up to 32768 in registers; longer rows split across programs, which combine their "
