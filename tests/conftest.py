@@ -26,6 +26,10 @@ def pytest_configure(config):
             raise pytest.UsageError("`pytest -m gpu` tests compiled kernels: unset TRITON_INTERPRET")
     else:
         os.environ["TRITON_INTERPRET"] = "1"
+        from tritonkit._core.env import interpreter_problem
+
+        if problem := interpreter_problem():
+            raise pytest.UsageError(problem)
 
 
 @pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])

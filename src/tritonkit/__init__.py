@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+# The one version source: pyproject.toml reads it ([tool.setuptools.dynamic]), without importing tritonkit.
 __version__ = "0.1.0"
 
 _SUBMODULES = ("ops", "nn", "debug", "testing", "registry", "catalog")

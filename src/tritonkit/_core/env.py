@@ -31,3 +31,24 @@ def enable_interpreter_if_no_gpu() -> bool:
     if not interpreting() and not cuda_available():
         os.environ["TRITON_INTERPRET"] = "1"
     return interpreting()
+
+
+def interpreter_problem() -> str | None:
+    """Why Triton's interpreter cannot run with the installed packages, or None. Triton 3.6's interpreter turns a
+    loop bound into an int with int() on a one-element array, which NumPy 2.4 made an error (Triton 3.7 fixed it):
+    every interpreted kernel with a runtime loop bound would fail (docs/interpreter.md, "Versions")."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def release(package: str) -> tuple[int, ...]:
+        try:
+            return tuple(int(part) for part in version(package).split(".")[:2])
+        except (PackageNotFoundError, ValueError):
+            return ()
+
+    triton, numpy = release("triton"), release("numpy")
+    if triton and numpy and triton < (3, 7) and numpy >= (2, 4):
+        return (
+            f"Triton {version('triton')}'s interpreter does not run with NumPy {version('numpy')}: install "
+            "numpy<2.4 (pip install 'numpy<2.4', or tritonkit's learn or test extra) or triton 3.7 or newer"
+        )
+    return None
