@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
-from tritonkit._core.env import enable_interpreter_if_no_gpu
+from tritonkit._core.env import enable_interpreter_if_no_gpu, interpreter_problem
 from tritonkit._core.text import format_fields, format_table, parse_case_tokens
 from tritonkit.bench import MODES, SIZES
 
@@ -21,6 +22,10 @@ def _cmd_list(args) -> int:
     from tritonkit import catalog
 
     specs = catalog.select(tag=args.tag)
+    if not specs:
+        tags = sorted({tag for spec in catalog.all_specs() for tag in (spec.family, *spec.tags)})
+        print(f"no kernel is tagged {args.tag!r} or of that family; tags: {', '.join(tags)}", file=sys.stderr)
+        return 2
     rows = [[s.name, s.family, ",".join(s.tags), "yes" if s.has_backward else "no", s.status] for s in specs]
     print(format_table(["name", "family", "tags", "backward", "status"], rows))
     return 0
@@ -81,16 +86,13 @@ def _given_cases(args, specs) -> list | None:
 
 
 def _cmd_check(args) -> int:
+    # Before any kernel module is imported: autotuned kernels read their config list when they are defined.
+    os.environ.setdefault("TRITONKIT_AUTOTUNE", "quick")
     import torch
 
-    from tritonkit import catalog, testing
+    from tritonkit import catalog, check
 
     on_gpu = torch.cuda.is_available() and not _interpreting()
-    device = "cuda" if on_gpu else "cpu"
-    if on_gpu:
-        print(f"Checking compiled kernels on {torch.cuda.get_device_name()} with GPU-sized cases.")
-    else:
-        print("No CUDA GPU in use: running through the Triton interpreter (TRITON_INTERPRET=1) with small cases.")
     try:
         specs = catalog.select(args.names, tag=args.tag)
         given = _given_cases(args, specs)
@@ -100,36 +102,32 @@ def _cmd_check(args) -> int:
     except ValueError as error:
         print(error, file=sys.stderr)
         return 2
-    rows, failures, details = [], 0, []
-    for spec in specs:
-        dtypes = [d for d in spec.dtypes if args.dtype is None or _dtype_name(d) == args.dtype]
-        cases = [spec.parse_case(case) for case in given] if given else spec.gpu_cases if on_gpu else spec.test_cases
-        # Kernels with a backward are checked twice: the forward, then every gradient as well.
-        grad_modes = (None, "random") if spec.has_backward else (None,)
-        for dtype, case, grad_mode in ((d, c, g) for d in dtypes for c in cases for g in grad_modes):
-            label = spec.case_id(case) + (" +grad" if grad_mode else "")
-            if on_gpu:
-                torch.cuda.empty_cache()  # GPU-sized cases: keep no cache of the last case's blocks
-            try:
-                result = testing.run_case(spec, case, dtype, device, seed=args.seed, grad_mode=grad_mode)
-            except Exception as error:  # a crash is a failure of that case, reported, not hidden
-                failures += 1
-                rows.append([spec.name, label, _dtype_name(dtype), "-", "-", "FAIL"])
-                details.append(f"{spec.name} [{label}, {dtype}] raised {error!r}")
-                continue
-            failures += not result.ok
-            rows.append([spec.name, label, _dtype_name(dtype), f"{result.max_abs_err:.2e}",
-                         f"{result.max_rel_err:.2e}", "pass" if result.ok else "FAIL"])  # fmt: skip
-            if not result.ok:
-                details.append(result.explain())
-    print(format_table(["kernel", "case", "dtype", "max abs err", "max rel err", "result"], rows))
-    for detail in details:
-        print(detail)
-    if not rows:
-        print("nothing to check: no kernel matches the selection", file=sys.stderr)
+    if not specs:
+        print(f"nothing to check: no kernel is tagged {args.tag!r} or of that family", file=sys.stderr)
         return 2
-    print(f"{len(rows) - failures} passed, {failures} failed")
-    return 1 if failures else 0
+    if args.dtype is not None:
+        takes = [spec for spec in specs if args.dtype in (_dtype_name(d) for d in spec.dtypes)]
+        if not takes:
+            dtypes = ", ".join(f"{s.name}: {', '.join(_dtype_name(d) for d in s.dtypes)}" for s in specs)
+            print(f"--dtype {args.dtype}: no selected kernel takes it ({dtypes})", file=sys.stderr)
+            return 2
+        specs = takes
+    device = "cuda" if on_gpu else "cpu"
+    if on_gpu:
+        print(f"Checking compiled kernels on {torch.cuda.get_device_name()} with GPU-sized cases.")
+    else:
+        print("No CUDA GPU in use: running through the Triton interpreter (TRITON_INTERPRET=1) with small cases.")
+    dtypes = lambda spec: tuple(_dtype_name(d) for d in spec.dtypes if args.dtype in (None, _dtype_name(d)))  # noqa: E731
+    # One job per kernel and dtype, so that a slow kernel spreads over the workers; the compute-bound ones (GEMMs
+    # that autotune and compile several tiles per shape), fp32 first as the slowest to compile, start first so that
+    # none of them is left running alone at the end.
+    jobs = [check.Job(spec.name, (dtype,), tuple(given) if given else None, args.seed, device, args.verbose)
+            for spec in specs for dtype in dtypes(spec)]  # fmt: skip
+    jobs.sort(key=lambda job: ("compute-bound" not in catalog.get(job.name).tags, job.dtypes != ("float32",)))
+    workers = args.jobs or (min(check.MAX_JOBS, os.cpu_count() or 1, len(jobs)) if on_gpu else 1)
+    passed, failed = check.run(jobs, {spec.name: spec.family for spec in specs}, workers)
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
 
 
 def _bench_cases(args) -> list | None:
@@ -149,8 +147,13 @@ def _cmd_bench(args) -> int:
 
     import torch
 
-    try:  # bad options are reported before the device is looked at
+    try:  # bad options and unknown kernels are reported before the device is looked at
         cases = _bench_cases(args)
+        if args.names != ["calibrate"]:
+            from tritonkit import catalog
+
+            if not catalog.select(args.names, tag=args.tag):
+                raise ValueError(f"nothing to benchmark: no kernel is tagged {args.tag!r} or of that family")
     except ValueError as error:
         print(error, file=sys.stderr)
         return 2
@@ -272,6 +275,13 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--dtype", choices=_DTYPE_NAMES, help="only this dtype")
     check.add_argument("--seed", type=int, help="seed for the random inputs (default: a fresh one per case)")
     check.add_argument(
+        "--jobs",
+        type=int,
+        help="checks run at once in worker processes, one kernel in one dtype each (default: up to 12 on a GPU, "
+        "where compiling takes a CPU core each; 1 under the interpreter)",
+    )
+    check.add_argument("-v", "--verbose", action="store_true", help="show the interpreter's numpy warnings too")
+    check.add_argument(
         "--case",
         action="append",
         nargs="+",
@@ -332,7 +342,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # Before any kernel module is imported: Triton picks interpreted or compiled at @triton.jit time.
-    enable_interpreter_if_no_gpu()
+    if enable_interpreter_if_no_gpu() and (problem := interpreter_problem()):
+        print(problem, file=sys.stderr)
+        return 2
     return args.run(args)
 
 

@@ -102,40 +102,61 @@ class Comparison:
         return self.n_bad == 0
 
 
+COMPARE_CHUNK = 1 << 24  # elements compared at a time: a few float64 temporaries of 128 MB, not of the whole output
+
+
 def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance) -> Comparison:
     """Compare ``out`` with a higher-precision ``ref`` elementwise.
 
     NaN in ``out`` passes only where ``ref`` is NaN too, infinities only where ``ref`` has the same one
     or overflows ``out``'s dtype in that direction.
     The relative error is reported over elements whose reference is not tiny (|ref| above the absolute
-    tolerance, ``rms_atol`` included).
+    tolerance, ``rms_atol`` included). Works through the elements COMPARE_CHUNK at a time, on the reference's
+    device (on a GPU many times faster than on the host), so that a GPU-sized output needs no full-size temporaries.
     """
     if out.shape != ref.shape:
         raise AssertionError(f"output shape {tuple(out.shape)} differs from the reference's {tuple(ref.shape)}")
-    # On the reference's device: on a GPU this is many times faster than on the host (a 16M-element
-    # comparison took seconds there).
-    out64 = out.detach().to(device=ref.device, dtype=torch.float64)
-    ref64 = ref.detach().to(dtype=torch.float64)
-    if out.dtype.is_floating_point and out.dtype != torch.float64:
-        # An exact value beyond the output dtype's range rounds to infinity: that is the right answer
-        # (seen: a float16 log_softmax gradient of 1 - 262144 * p over a 262144-wide row).
-        overflow = ref64.abs() > torch.finfo(out.dtype).max
-        ref64 = torch.where(overflow, ref64.sign() * math.inf, ref64)
-    if out64.numel() == 0:
+    if out.numel() == 0:
         return Comparison(0.0, 0.0, 0, 0, None)
-    both_finite = torch.isfinite(out64) & torch.isfinite(ref64)
+    flat_out, flat_ref = out.detach().reshape(-1), ref.detach().reshape(-1)
+    chunks = range(0, flat_out.numel(), COMPARE_CHUNK)
+
+    def pair(start):
+        out64 = flat_out[start : start + COMPARE_CHUNK].to(device=ref.device, dtype=torch.float64)
+        ref64 = flat_ref[start : start + COMPARE_CHUNK].to(dtype=torch.float64)
+        if out.dtype.is_floating_point and out.dtype != torch.float64:
+            # An exact value beyond the output dtype's range rounds to infinity: that is the right answer
+            # (seen: a float16 log_softmax gradient of 1 - 262144 * p over a 262144-wide row).
+            overflow = ref64.abs() > torch.finfo(out.dtype).max
+            ref64 = torch.where(overflow, ref64.sign() * math.inf, ref64)
+        return out64, ref64, torch.isfinite(out64) & torch.isfinite(ref64)
+
     atol = tol.atol
-    if tol.rms_atol and bool(both_finite.any()):
-        atol += tol.rms_atol * float(ref64[both_finite].square().mean().sqrt())
-    close = torch.isclose(out64, ref64, rtol=tol.rtol, atol=atol, equal_nan=True)
-    abs_err = torch.where(both_finite, (out64 - ref64).abs(), torch.zeros_like(out64))
-    abs_err = torch.where(close | both_finite, abs_err, torch.full_like(abs_err, math.inf))
-    significant = both_finite & (ref64.abs() > atol)
-    rel_err = torch.where(significant, abs_err / ref64.abs().clamp_min(1e-300), torch.zeros_like(abs_err))
-    bad = ~close
-    n_bad = int(bad.sum())
-    first_bad = tuple(bad.nonzero()[0].tolist()) if n_bad else None
-    return Comparison(float(abs_err.max()), float(rel_err.max()), n_bad, out64.numel(), first_bad)
+    if tol.rms_atol:
+        square_sum, finite = 0.0, 0
+        for start in chunks:
+            _, ref64, both_finite = pair(start)
+            square_sum += float(ref64[both_finite].square().sum())
+            finite += int(both_finite.sum())
+        if finite:
+            atol += tol.rms_atol * math.sqrt(square_sum / finite)
+    max_abs = max_rel = 0.0
+    n_bad, first_bad = 0, None
+    for start in chunks:
+        out64, ref64, both_finite = pair(start)
+        close = torch.isclose(out64, ref64, rtol=tol.rtol, atol=atol, equal_nan=True)
+        abs_err = torch.where(both_finite, (out64 - ref64).abs(), torch.zeros_like(out64))
+        abs_err = torch.where(close | both_finite, abs_err, torch.full_like(abs_err, math.inf))
+        significant = both_finite & (ref64.abs() > atol)
+        rel_err = torch.where(significant, abs_err / ref64.abs().clamp_min(1e-300), torch.zeros_like(abs_err))
+        bad = ~close
+        chunk_bad = int(bad.sum())
+        if chunk_bad and first_bad is None:
+            flat_index = start + int(bad.nonzero()[0])
+            first_bad = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat_index), out.shape))
+        n_bad += chunk_bad
+        max_abs, max_rel = max(max_abs, float(abs_err.max())), max(max_rel, float(rel_err.max()))
+    return Comparison(max_abs, max_rel, n_bad, out.numel(), first_bad)
 
 
 @dataclass(frozen=True)
@@ -231,7 +252,8 @@ def run_case(
     seed = fresh_seed() if seed is None else seed
     generator = torch.Generator(device=device).manual_seed(seed)
     inputs: Inputs = spec.make_inputs(case, device, dtype, generator)
-    backward = grad_mode is not None and spec.has_backward
+    # A case whose inputs carry no gradient (a uint8 image) checks the forward alone.
+    backward = grad_mode is not None and spec.has_backward and bool(inputs.trainable())
     if grad_mode is not None and grad_mode not in GRAD_MODES:
         raise ValueError(f"grad_mode must be one of {GRAD_MODES}, got {grad_mode!r}")
     ours = _with_grad(inputs, upcast_to_float64=False) if backward else inputs
