@@ -268,11 +268,14 @@ def run_case(
     tol = spec.tolerance_for(case, dtype)
     comparisons = [compare(out, ref, tol) for out, ref in zip(outputs, references, strict=True)]
     if backward:
-        # The reference gets exactly the upstream gradient the kernel got, rounded to the output dtype.
-        upstream = [g.to(o.dtype) for g, o in zip(_upstream(outputs, grad_mode, generator), outputs, strict=True)]
+        # The reference gets exactly the upstream gradient the kernel got, rounded to the output dtype. Outputs
+        # that carry no gradient (a statistic such as a log-sum-exp) get none, on both sides.
+        carried = [i for i, out in enumerate(outputs) if out.requires_grad]
+        mine, exact = [outputs[i] for i in carried], [references[i] for i in carried]
+        upstream = [g.to(o.dtype) for g, o in zip(_upstream(mine, grad_mode, generator), mine, strict=True)]
         with poisoned_allocations():
-            torch.autograd.backward(outputs, upstream)
-        torch.autograd.backward(references, [g.to(torch.float64) for g in upstream])
+            torch.autograd.backward(mine, upstream)
+        torch.autograd.backward(exact, [g.to(torch.float64) for g in upstream])
         for (name, mine), (_, exact) in zip(_grad_leaves(ours), _grad_leaves(theirs), strict=True):
             if exact.grad is None:
                 continue  # the reference does not depend on this input (an unused optional)

@@ -5,6 +5,7 @@ A package never carries the name of a public op, which would shadow it here.
 """
 
 from tritonkit.ops.activation.op import geglu, gelu, silu, swiglu
+from tritonkit.ops.flash_attention.op import attention, attention_varlen
 from tritonkit.ops.lora.op import lora_linear
 from tritonkit.ops.loss.op import cross_entropy, fused_linear_cross_entropy
 from tritonkit.ops.norm.op import layer_norm, rms_norm
@@ -15,6 +16,8 @@ from tritonkit.ops.tutorial.op import add, add_relu, copy, matmul, rgb_to_grey
 __all__ = [
     "add",
     "add_relu",
+    "attention",
+    "attention_varlen",
     "copy",
     "cross_entropy",
     "fused_linear_cross_entropy",
