@@ -480,6 +480,38 @@ def test_the_latest_run_of_each_mode_with_its_baselines(tmp_path):
     assert m.plot is None  # no PNG in the folder
 
 
+def test_other_peers_get_columns_of_their_own(tmp_path):
+    """A kernel compared with other libraries (attention: SDPA, FlexAttention) shows them after the standard three
+    columns, they count as baselines, and the catalog's markdown gives such kernels a table of their own."""
+    device = tmp_path / "gpu-x"
+    case = {"b": 4, "hq": 32, "hk": 32, "sq": 4096, "sk": 4096, "d": 128}
+    attention = [_row(case, spec="attention", provider=name, ms=ms, mode=mode)
+                 for mode in ("fwd", "fwd+bwd")
+                 for name, ms in (("tritonkit", 1.0), ("sdpa-flash", 1.2), ("sdpa-cudnn", 0.9), ("flex", 1.6))
+                 if (mode, name) != ("fwd+bwd", "sdpa-cudnn")]  # fmt: skip
+    _run(device, "2026-02-01-attention", "2026-02-01", attention, cuda_graph=True)
+    _run(device, "2026-02-01-add", "2026-02-01", _peers({"n": 2**20}, (2.0, 4.0, 3.0, None)))
+    summary = measured.summarize(tmp_path, {"attention": "sq", "add": "n"})
+    kernel = measured.for_kernel(summary, "attention", None)
+    assert kernel.peers == ["sdpa-flash", "sdpa-cudnn", "flex"]
+    headers = kernel.headers()
+    assert headers[3:10] == ["tritonkit ms", "torch eager ms", "torch.compile ms", "liger-kernel ms", "SDPA flash ms",
+                             "SDPA cuDNN ms", "FlexAttention ms"]  # fmt: skip
+    fwd, both = kernel.table()
+    assert len(fwd) == len(both) == len(headers)
+    assert fwd[3:11] == ["1", "-", "-", "-", "1.2", "0.9", "1.6", "0.90x SDPA cuDNN"]
+    assert both[3:11] == ["1", "-", "-", "-", "1.2", "-", "1.6", "1.20x SDPA flash"]  # cuDNN not timed there
+    add = measured.for_kernel(summary, "add", None)
+    assert add.peers == [] and add.headers() == measured.TABLE_HEADERS and len(add.table()[0]) == len(headers) - 3
+    assert summary["kernels"]["add"][0]["ms"] == {"tritonkit": 2.0, "torch": 4.0, "torch.compile": 3.0, "liger": None}
+
+    text = render.render_markdown(catalog_module.load(results_dir=tmp_path))
+    standard, with_peers = ("| kernel | " + " | ".join(columns) + " |" for columns in (measured.TABLE_HEADERS, headers))
+    assert text.count(standard) == 1 and text.count(with_peers) == 1
+    assert text.index(standard) < text.index("| add | fwd |") < text.index(with_peers) < text.index("| attention |")
+    assert re.search(r"\| attention \| fwd\+bwd \| b4-hq32.* \| 1 \| - \| - \| - \| 1\.2 \| - \| 1\.6 \| 1\.20x", text)
+
+
 def test_a_run_without_baselines_still_counts_when_it_is_all_there_is(tmp_path):
     _run(tmp_path / "gpu-x", "2026-02-01-alone", "2026-02-01", [_row({"n": 4096}, ms=1.5)])
     kernel = measured.for_kernel(_summary(tmp_path), "add", None)

@@ -12,7 +12,7 @@ import torch
 
 from tritonkit.bench import MODES, SIZES  # noqa: F401 - re-exported for callers of the harness
 from tritonkit.bench.cost import Ceilings, speedup, throughput
-from tritonkit.bench.providers import Provider, select_providers
+from tritonkit.bench.providers import COMPILED, Provider, select_providers
 from tritonkit.registry import Case, Inputs, KernelSpec
 from tritonkit.testing import fresh_seed
 
@@ -206,7 +206,7 @@ def measure_case(
         if mode != "fwd" and not spec.has_backward:  # fwd-train too: without a backward it would time fwd again
             row.skipped = f"{spec.name} has no backward pass"
             continue
-        if provider.name == "torch.compile":
+        if provider.name in COMPILED:
             torch._dynamo.reset()  # a fresh compile per case: no recompile limit, no stale guards
         try:
             first = spec.make_inputs(case, device, dtype, torch.Generator(device).manual_seed(fresh_seed()))

@@ -25,7 +25,12 @@ STYLES = {
     "torch": {"color": "C1", "marker": "s", "linestyle": "--", "linewidth": 1.5, "zorder": 3},
     "torch.compile": {"color": "C2", "marker": "^", "linestyle": "-.", "linewidth": 1.5, "zorder": 4},
     "liger": {"color": "C3", "marker": "D", "linestyle": ":", "linewidth": 1.8, "zorder": 3},
+    "sdpa-flash": {"color": "C4", "marker": "P", "linestyle": "--", "linewidth": 1.5, "zorder": 3},
+    "sdpa-cudnn": {"color": "C5", "marker": "X", "linestyle": "-.", "linewidth": 1.5, "zorder": 3},
+    "flex": {"color": "C6", "marker": "v", "linestyle": ":", "linewidth": 1.8, "zorder": 3},
 }
+# A provider without a style of its own (a new peer): still drawn, in a colour no named provider uses.
+FALLBACK_STYLE = {"color": "C7", "marker": "h", "linestyle": "-", "linewidth": 1.5, "zorder": 3}
 TOP_MARGIN = 1.06  # room above the highest line (point or ceiling), so that neither sits on the axes' frame
 # A ceiling more than this many times the highest point is named in the legend, not drawn: a dashed line far
 # above launch-bound points would flatten them against the x axis.
@@ -206,7 +211,7 @@ def draw(group: PlotGroup, path: Path, ceilings=None) -> Path:
     for provider in group.providers():
         points = group.points(provider)
         highest = max(highest, *(y for _, y in points))
-        style = STYLES.get(provider, {"marker": "v", "linestyle": "-", "linewidth": 1.5, "zorder": 3})
+        style = STYLES.get(provider, FALLBACK_STYLE)
         axes.plot([x for x, _ in points], [y for _, y in points], label=provider, markersize=6, **style)
     top = highest
     if ceilings is not None:

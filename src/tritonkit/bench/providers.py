@@ -13,10 +13,17 @@ BASE_PROVIDERS = ("tritonkit", "torch", "torch.compile")
 
 
 # Peer libraries by name: the module that must import for the peer to run. Each spec maps the peers
-# it can be compared with to a factory for the peer's version of its op (next to the op's code).
+# it can be compared with to a factory for the peer's version of its op (next to the op's code, or in
+# tritonkit.bench.attention_peers for torch's own attention backends, which no family may import from another).
 PEERS: dict[str, str] = {
     "liger": "liger_kernel",
+    "sdpa-flash": "torch",  # scaled_dot_product_attention, FlashAttention-2 backend forced
+    "sdpa-cudnn": "torch",  # scaled_dot_product_attention, cuDNN backend forced
+    "flex": "torch",  # FlexAttention, compiled
 }
+# Providers that run through torch.compile: the harness resets dynamo before each case, so that no recompile limit
+# silently falls back to eager (for FlexAttention, a kernel that forms every score).
+COMPILED = ("torch.compile", "flex")
 
 
 @dataclass(frozen=True)
@@ -49,8 +56,8 @@ def _compiled(reference: Callable) -> Callable:
 def select_providers(spec: KernelSpec, wanted: Sequence[str] | None = None) -> list[Provider]:
     """The providers of ``spec``, in a fixed order, filtered by ``wanted`` (all when None).
 
-    Unknown names in ``wanted`` raise ValueError. Peers that are not installed, or that lack this op,
-    come back with ``fn=None`` and the reason.
+    Unknown names in ``wanted`` raise ValueError. Peers that are not installed, that lack this op, or whose
+    factory fails come back with ``fn=None`` and the reason.
     """
     known = (*BASE_PROVIDERS, *spec.peers)
     if wanted:
@@ -71,7 +78,10 @@ def select_providers(spec: KernelSpec, wanted: Sequence[str] | None = None) -> l
         elif not _module_available(PEERS[name]):
             providers.append(Provider(name, None, f"{PEERS[name]} is not installed"))
         else:
-            providers.append(Provider(name, spec.peers[name]()))
+            try:
+                providers.append(Provider(name, spec.peers[name]()))
+            except Exception as error:  # a peer this torch lacks (no FlexAttention) is reported, not fatal
+                providers.append(Provider(name, None, f"could not be set up: {type(error).__name__}: {error}"))
     if wanted:
         for name in wanted:
             if name not in known:

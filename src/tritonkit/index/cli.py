@@ -67,7 +67,7 @@ def _cmd_show(args) -> int:
     print(format_fields(fields, width=_SHOW_WIDTH))
     if entry.measurement:
         print("measured against the baselines (ms):")
-        print(textwrap.indent(format_table(measured.TABLE_HEADERS, entry.measurement.table()), "    "))
+        print(textwrap.indent(format_table(entry.measurement.headers(), entry.measurement.table()), "    "))
     print("usage:")
     print(textwrap.indent(entry.usage, "    "))
     return 0

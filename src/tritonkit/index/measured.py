@@ -1,5 +1,7 @@
 """What our kernels measured, for the index: per kernel a row for each of fwd, bwd and fwd+bwd, tritonkit against
-torch eager, torch.compile and liger-kernel (ms, and the speed-up over the fastest of them), with device and date.
+torch eager, torch.compile and liger-kernel, and against any other peer timed beside it (attention: SDPA's flash and
+cuDNN backends, FlexAttention), in ms, with the speed-up over the fastest of them, the device and the date. Every
+kernel's table has the three standard columns; a kernel with other peers has a column for each of them after those.
 
 One summary, two sources. In a source checkout it is built afresh from ``benchmarks/results/<device>/*.json``
 (:func:`summarize`); an installed wheel has no such folder, and reads ``measured.json`` beside this module, which
@@ -13,7 +15,7 @@ over the spec's bench cases (``--sizes default`` or ``sweep``) before ``small`` 
 ``benchmarks/replot.py --stamp`` recorded); then the most baselines timed; then the larger headline case
 (elements); then CUDA-graph timing (device time, no host launch cost) before eager; then the later file name.
 Inside a run, the headline case is bfloat16 where there is one, with the most baselines timed, then the largest,
-then the first.
+then the first. A baseline is any provider but tritonkit: the standard three and the other peers alike.
 """
 
 from __future__ import annotations
@@ -21,15 +23,16 @@ from __future__ import annotations
 import datetime
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tritonkit.bench.plots import plot_groups
 
 MODES = ("fwd", "bwd", "fwd+bwd")
-BASELINES = ("torch", "torch.compile", "liger")
-BASELINE_NAMES = {"torch": "torch eager", "torch.compile": "torch.compile", "liger": "liger-kernel"}
+BASELINES = ("torch", "torch.compile", "liger")  # the columns every kernel's table has
+BASELINE_NAMES = {"torch": "torch eager", "torch.compile": "torch.compile", "liger": "liger-kernel",
+                  "sdpa-flash": "SDPA flash", "sdpa-cudnn": "SDPA cuDNN", "flex": "FlexAttention"}  # fmt: skip
 PREFERRED_DTYPE = "bfloat16"
 # `tritonkit bench --sizes`: the spec's larger bench cases or all of them, before its two smallest (launch-bound),
 # before hand-picked --case ones ("given cases").
@@ -45,6 +48,17 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
 
 
+def baseline_name(provider: str) -> str:
+    """How tables name a provider: its library's name, or the provider's own for a peer without one here."""
+    return BASELINE_NAMES.get(provider, provider)
+
+
+def table_headers(peers: Sequence[str] = ()) -> list[str]:
+    """TABLE_HEADERS with a column for each other peer after the standard baselines' columns."""
+    at = TABLE_HEADERS.index("speed-up")
+    return [*TABLE_HEADERS[:at], *(f"{baseline_name(name)} ms" for name in peers), *TABLE_HEADERS[at:]]
+
+
 @dataclass(frozen=True)
 class ModeRow:
     """tritonkit and the baselines on one case of one run, in one mode."""
@@ -56,15 +70,20 @@ class ModeRow:
     date: str
     cuda_graph: bool
     source: str  # the run's JSON, relative to the results folder
-    ms: dict  # provider -> median ms (None: not timed in that run)
+    ms: dict  # provider -> median ms: the standard baselines always (None: not timed), other peers when timed
     unit: str
     rate: float | None  # tritonkit's, in ``unit``; None where the mode has no cost model
     percent_of_ceiling: float | None
     plot: str | None = None  # the run's plot holding this case, relative to the results folder
 
     @property
+    def peers(self) -> list[str]:
+        """The providers timed beside tritonkit other than the standard baselines, in the run's order."""
+        return [name for name in self.ms if name not in ("tritonkit", *BASELINES)]
+
+    @property
     def best_baseline(self) -> str | None:
-        timed = [name for name in BASELINES if self.ms.get(name) is not None]
+        timed = [name for name in (*BASELINES, *self.peers) if self.ms.get(name) is not None]
         return min(timed, key=lambda name: self.ms[name]) if timed else None
 
     @property
@@ -79,10 +98,12 @@ class ModeRow:
         text = f"{self.rate:.0f} {self.unit}" if self.rate >= 10 else f"{self.rate:.3g} {self.unit}"
         return text + (f" ({self.percent_of_ceiling:.0f}%)" if self.percent_of_ceiling is not None else "")
 
-    def cells(self) -> list[str]:
-        speedup = "-" if self.speedup is None else f"{self.speedup:.2f}x {BASELINE_NAMES[self.best_baseline]}"
+    def cells(self, peers: Sequence[str] | None = None) -> list[str]:
+        """The row under :func:`table_headers` of ``peers`` (default: this row's own other peers)."""
+        peers = self.peers if peers is None else peers
+        speedup = "-" if self.speedup is None else f"{self.speedup:.2f}x {baseline_name(self.best_baseline)}"
         return [self.mode, self.case_id, self.dtype, _ms(self.ms.get("tritonkit")),
-                *(_ms(self.ms.get(name)) for name in BASELINES), speedup, self.rate_text(),
+                *(_ms(self.ms.get(name)) for name in (*BASELINES, *peers)), speedup, self.rate_text(),
                 "CUDA graph" if self.cuda_graph else "eager", self.device, self.date]  # fmt: skip
 
     def to_dict(self) -> dict:
@@ -107,8 +128,17 @@ class KernelMeasurements:
         against = " against the best baseline" if any(row.speedup is not None for row in self.rows) else ""
         return "; ".join(parts) + f"{against} [{where}]"
 
+    @property
+    def peers(self) -> list[str]:
+        """The other peers any of the kernel's rows timed: a column each in its table."""
+        return list(dict.fromkeys(name for row in self.rows for name in row.peers))
+
+    def headers(self) -> list[str]:
+        return table_headers(self.peers)
+
     def table(self) -> list[list[str]]:
-        return [row.cells() for row in self.rows]
+        """A row per mode under :meth:`headers` ("-" where a mode's run did not time a peer)."""
+        return [row.cells(self.peers) for row in self.rows]
 
 
 def default_results_dir() -> Path | None:
@@ -158,7 +188,7 @@ def _headline(cases: dict[tuple[str, str], dict[str, dict]]):
     for index, ((case_id, dtype), providers) in enumerate(cases.items()):
         if "tritonkit" not in providers:
             continue
-        baselines = sum(name in providers for name in BASELINES)
+        baselines = sum(name != "tritonkit" for name in providers)
         key = (dtype == PREFERRED_DTYPE, baselines, _elements(providers["tritonkit"].get("case", {})), -index)
         if best is None or key > best[0]:
             best = (key, case_id, dtype, providers)
@@ -206,6 +236,9 @@ def _pick(runs, kernel: str, mode: str, axis_for: Callable[[str], str | None], r
             candidate = path.parent / group.filename(path.stem)
             plot = candidate.relative_to(results_dir).as_posix() if candidate.exists() else None
     rate = _rate(ours)
+    standard = ("tritonkit", *BASELINES)
+    ms = {name: providers[name]["ms"] if name in providers else None for name in standard}
+    ms.update((name, row["ms"]) for name, row in providers.items() if name not in standard)  # other peers: if timed
     return ModeRow(
         mode=mode,
         case_id=case_id,
@@ -214,7 +247,7 @@ def _pick(runs, kernel: str, mode: str, axis_for: Callable[[str], str | None], r
         date=meta.get("date", ""),
         cuda_graph=bool(meta.get("cuda_graph")),
         source=path.relative_to(results_dir).as_posix(),
-        ms={name: providers[name]["ms"] if name in providers else None for name in ("tritonkit", *BASELINES)},
+        ms=ms,
         unit=ours.get("unit", "GB/s"),
         rate=rate,
         percent_of_ceiling=ours.get("percent_of_ceiling") if rate is not None else None,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tritonkit.index import search
 from tritonkit.index.catalog import Catalog
-from tritonkit.index.measured import NO_MEASUREMENT, TABLE_HEADERS
+from tritonkit.index.measured import NO_MEASUREMENT
 from tritonkit.index.schema import TAGS, Entry, Wanted
 
 SITE_ASSETS = Path(__file__).resolve().parent / "site"
@@ -55,22 +55,25 @@ def _md_entry_line(entry: Entry, our_prefix: str) -> str:
 
 
 def _md_measured(catalog: Catalog) -> list[str]:
-    """Our kernels' measured rows in one table: tritonkit against the baselines, by mode."""
+    """Our kernels' measured rows: tritonkit against the baselines, by mode; one table for the kernels with the
+    standard baselines' columns, then one for each set of other peers (attention's)."""
     ours = [e for e in catalog.entries if e.ours]
-    measured = [e for e in ours if e.measurement]
+    by_columns: dict[tuple[str, ...], list[Entry]] = {}
+    for entry in (e for e in ours if e.measurement):
+        by_columns.setdefault(tuple(entry.measurement.headers()), []).append(entry)
     lines = [
         "## Our kernels, measured",
         "",
         "Per kernel, the latest committed benchmark of each mode (`benchmarks/results/`): median ms of tritonkit and "
         "of torch eager, torch.compile and liger-kernel in the same run, and the speed-up over the fastest of them "
-        "(above 1 is faster).",
-        "",
-        "| kernel | " + " | ".join(TABLE_HEADERS) + " |",
-        "|" + "---|" * (len(TABLE_HEADERS) + 1),
+        "(above 1 is faster). Kernels compared with other libraries as well have a table of their own with a column "
+        "for each.",
     ]
-    for entry in measured:
-        for cells in entry.measurement.table():
-            lines.append(f"| {entry.name} | " + " | ".join(_md_escape(cell) for cell in cells) + " |")
+    for headers, entries in by_columns.items():
+        lines += ["", "| kernel | " + " | ".join(headers) + " |", "|" + "---|" * (len(headers) + 1)]
+        for entry in entries:
+            for cells in entry.measurement.table():
+                lines.append(f"| {entry.name} | " + " | ".join(_md_escape(cell) for cell in cells) + " |")
     missing = [e.name for e in ours if not e.measurement]
     if missing:
         lines += ["", f"{NO_MEASUREMENT.capitalize()}: {', '.join(missing)}."]
@@ -205,7 +208,7 @@ def _measured_html(entry: Entry, plot_names: list[str]) -> str:
     """The measured table (a row per mode) and the plots, or why there are none."""
     if entry.measurement is None:
         return f'<p id="measured">{html.escape(NO_MEASUREMENT)}</p>'
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in TABLE_HEADERS)
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in entry.measurement.headers())
     rows = "\n".join(
         f'<tr data-mode="{html.escape(cells[0])}">' + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>"
         for cells in entry.measurement.table()
