@@ -2,13 +2,14 @@
 
     from tritonkit.integrations import transformers as tk_hf
     model = AutoModelForCausalLM.from_config(config)
-    tk_hf.apply(model)      # RMSNorm, RoPE, SwiGLU/GeGLU and the loss now run on tritonkit kernels
+    tk_hf.apply(model)      # RMSNorm, RoPE, attention, SwiGLU/GeGLU and the loss now run on tritonkit kernels
     tk_hf.revert(model)     # the model's own code again
 
 Only the instance passed in changes: each patched module gets its own ``forward`` in its ``__dict__``
 (and the model its own ``loss_function``), so other models in the process, the transformers classes and
 torch itself are untouched. That is the difference from patching module-level functions, which changes
-every model of the type in the process, including ones built later.
+every model of the type in the process, including ones built later. The one exception is the attention
+implementation, a setting of the model's config: models built from one config object share it.
 
 What each switch replaces, per family (Llama, Mistral, Qwen2, Qwen3, Gemma):
 
@@ -16,6 +17,9 @@ What each switch replaces, per family (Llama, Mistral, Qwen2, Qwen3, Gemma):
   Gemma's ``x * (1 + weight)`` through ``offset=1``.
 - ``rope``: every ``<Family>Attention`` with the same attention computed around ``tk.ops.rope``, which
   rotates q and k in the projections' own (batch, token, head, dim) layout.
+- ``attention``: the model's attention implementation becomes ``"tritonkit"`` (``tk.ops.attention``, padded and
+  packed batches through ``tk.ops.attention_varlen``; see ``transformers_attention``), registered with
+  transformers' attention interface by :func:`register_attention`; revert() restores the previous one.
 - ``swiglu``: every ``<Family>MLP`` with ``tk.ops.swiglu`` (SiLU) or ``tk.ops.geglu`` (GELU), chosen from
   ``config.hidden_act``.
 - ``cross_entropy``: the model's causal-LM loss with ``tk.ops.cross_entropy`` on the logits.
@@ -39,8 +43,18 @@ import torch
 import torch.nn.functional as F
 
 from tritonkit import ops
+from tritonkit.integrations import transformers_attention
+from tritonkit.integrations.transformers_attention import ATTENTION_IMPLEMENTATION
 
-__all__ = ["SUPPORTED_MODEL_TYPES", "SUPPORTED_TRANSFORMERS", "apply", "is_patched", "revert"]
+__all__ = [
+    "ATTENTION_IMPLEMENTATION",
+    "SUPPORTED_MODEL_TYPES",
+    "SUPPORTED_TRANSFORMERS",
+    "apply",
+    "is_patched",
+    "register_attention",
+    "revert",
+]
 
 # [lowest, highest) transformers version whose modeling code the patched forwards mirror.
 SUPPORTED_TRANSFORMERS = ("5.0", "6.0")
@@ -112,7 +126,9 @@ def _mlp_forward(gated):
 def _attention_forward(family: _Family, modeling: types.ModuleType):
     """The family's attention with q and k rotated by tk.ops.rope before the transpose to (b, h, t, d)."""
 
-    def forward(self, hidden_states, position_embeddings=None, attention_mask=None, past_key_values=None, **kwargs):
+    def forward(self, hidden_states, position_embeddings=None, attention_mask=None, cache=None, past_key_values=None,
+                **kwargs):  # fmt: skip
+        cache = cache if cache is not None else past_key_values  # transformers 5.x renamed past_key_values to cache
         if position_embeddings is None:
             raise ValueError(f"{type(self).__name__}: tritonkit's rope needs position_embeddings (cos, sin)")
         input_shape = hidden_states.shape[:-1]
@@ -125,8 +141,8 @@ def _attention_forward(family: _Family, modeling: types.ModuleType):
         cos, sin = position_embeddings
         query, key = ops.rope(query, key, cos, sin, layout="bthd")
         query, key = query.transpose(1, 2), key.transpose(1, 2)
-        if past_key_values is not None:
-            key, value = past_key_values.update(key, value, self.layer_idx)
+        if cache is not None:
+            key, value = cache.update(key, value, self.layer_idx)
         attention = modeling.ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, modeling.eager_attention_forward
         )
@@ -175,20 +191,28 @@ def _causal_lm_loss(logits, labels, vocab_size, num_items_in_batch=None, ignore_
     return _mean_or_per_item(loss, num_items_in_batch)
 
 
+def _cache_name(output_type) -> str:
+    """What the model's forward and outputs call the KV cache: transformers 5.x renamed past_key_values to cache."""
+    return "cache" if "cache" in output_type.__dataclass_fields__ else "past_key_values"
+
+
 def _causal_lm_forward(original_forward, output_type):
     """The model's forward, with the head and the loss fused when training with labels."""
+    cache_name = _cache_name(output_type)
 
-    def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None,
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, cache=None,
                 inputs_embeds=None, labels=None, use_cache=None, logits_to_keep=0, **kwargs):  # fmt: skip
+        if cache is not None:  # by position or by name: handed on under the name this version's forward takes
+            kwargs[cache_name] = cache
         if labels is None or not self.training:
             return original_forward(
                 input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                past_key_values=past_key_values, inputs_embeds=inputs_embeds, labels=labels,
-                use_cache=use_cache, logits_to_keep=logits_to_keep, **kwargs,
+                inputs_embeds=inputs_embeds, labels=labels, use_cache=use_cache, logits_to_keep=logits_to_keep,
+                **kwargs,
             )  # fmt: skip
         outputs = self.model(
             input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-            past_key_values=past_key_values, inputs_embeds=inputs_embeds, use_cache=use_cache, **kwargs,
+            inputs_embeds=inputs_embeds, use_cache=use_cache, **kwargs,
         )  # fmt: skip
         hidden = outputs.last_hidden_state
         ignore_index = kwargs.get("ignore_index", -100)
@@ -204,9 +228,9 @@ def _causal_lm_forward(original_forward, output_type):
         return output_type(
             loss=_mean_or_per_item(loss, kwargs.get("num_items_in_batch")),
             logits=None,
-            past_key_values=outputs.past_key_values,
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
+            **{cache_name: getattr(outputs, cache_name)},
         )
 
     return forward
@@ -254,23 +278,58 @@ def _modules_named(model, class_name):
 
 
 def _set(record, owner, name, value):
-    """Put ``value`` in ``owner.__dict__[name]``, remembering what was there for revert()."""
-    record.append((owner, name, owner.__dict__.get(name, _MISSING)))
+    """Put ``value`` in ``owner.__dict__[name]``, remembering in ``record`` how to undo it."""
+    previous = owner.__dict__.get(name, _MISSING)
+
+    def undo():
+        if previous is _MISSING:
+            del owner.__dict__[name]
+        else:
+            owner.__dict__[name] = previous
+
+    record.append(undo)
     owner.__dict__[name] = value
+
+
+def _undo(record) -> None:
+    for undo in reversed(record):
+        undo()
+
+
+def register_attention() -> str:
+    """Make ``"tritonkit"`` a valid ``attn_implementation`` in this process (for any model whose attention calls
+    transformers' attention interface), e.g. for ``from_pretrained(..., attn_implementation="tritonkit")``.
+    :func:`apply` calls it. Registering again is harmless; returns the name."""
+    _check_transformers()
+    return transformers_attention.register()
+
+
+def _use_tritonkit_attention(model, record) -> None:
+    """Switch ``model``'s attention implementation to tritonkit's, remembering the previous one for revert()."""
+    previous = model.config._attn_implementation
+    model.set_attn_implementation(register_attention())
+    if model.config._attn_implementation != ATTENTION_IMPLEMENTATION:  # transformers only warns when it cannot
+        model.set_attn_implementation(previous)
+        raise ValueError(
+            f"tritonkit: attention=True, but {type(model).__name__} kept attn_implementation="
+            f"{model.config._attn_implementation!r} (it does not take a registered attention function)"
+        )
+    record.append(lambda: model.set_attn_implementation(previous))
 
 
 def is_patched(model) -> bool:
     return _PATCHES in model.__dict__
 
 
-def apply(model, *, rms_norm=True, rope=True, swiglu=True, cross_entropy=True, fused_linear_cross_entropy=True):
+def apply(model, *, rms_norm=True, rope=True, attention=True, swiglu=True, cross_entropy=True,
+          fused_linear_cross_entropy=True):  # fmt: skip
     """Patch ``model`` (and only it) to run on tritonkit kernels. Returns how many modules each switch
-    patched, e.g. ``{"rms_norm": 9, "rope": 2, "swiglu": 2, "cross_entropy": 1, ...}``.
+    patched, e.g. ``{"rms_norm": 9, "rope": 2, "attention": 2, "swiglu": 2, "cross_entropy": 1, ...}``.
 
     Raises ValueError for an unsupported model type, a model already patched, or a switch that finds
     nothing to patch where its family has that piece (the model's structure is not the expected one);
     RuntimeError for an unsupported transformers version. Loss switches are skipped (count 0) on a
-    model without a language-model head, such as ``LlamaModel``.
+    model without a language-model head, such as ``LlamaModel``. A failing switch leaves the model as it was.
     """
     _check_transformers()
     family = _family_of(model)
@@ -280,26 +339,36 @@ def apply(model, *, rms_norm=True, rope=True, swiglu=True, cross_entropy=True, f
     record: list = []
     counts = {}
 
-    def patch_modules(switch, class_name, forward):
+    def modules_named(switch, class_name):
         modules = _modules_named(model, class_name)
         if not modules:
             raise ValueError(f"tritonkit: {switch}=True, but the model has no {class_name} module to patch")
-        for module in modules:
-            _set(record, module, "forward", types.MethodType(forward, module))
         counts[switch] = len(modules)
+        return modules
 
-    if rms_norm:
-        patch_modules("rms_norm", f"{family.prefix}RMSNorm", _rms_norm_forward(family))
-    if rope:
-        patch_modules("rope", f"{family.prefix}Attention", _attention_forward(family, modeling))
-    if swiglu:
-        hidden_act = model.config.hidden_act
-        if hidden_act not in _GATED:
-            raise ValueError(
-                f"tritonkit: swiglu=True, but config.hidden_act={hidden_act!r} has no fused kernel; "
-                f"supported: {', '.join(_GATED)}"
-            )
-        patch_modules("swiglu", f"{family.prefix}MLP", _mlp_forward(_GATED[hidden_act]))
+    def patch_modules(switch, class_name, forward):
+        for module in modules_named(switch, class_name):
+            _set(record, module, "forward", types.MethodType(forward, module))
+
+    try:
+        if rms_norm:
+            patch_modules("rms_norm", f"{family.prefix}RMSNorm", _rms_norm_forward(family))
+        if rope:
+            patch_modules("rope", f"{family.prefix}Attention", _attention_forward(family, modeling))
+        if attention:
+            modules_named("attention", f"{family.prefix}Attention")
+            _use_tritonkit_attention(model, record)
+        if swiglu:
+            hidden_act = model.config.hidden_act
+            if hidden_act not in _GATED:
+                raise ValueError(
+                    f"tritonkit: swiglu=True, but config.hidden_act={hidden_act!r} has no fused kernel; "
+                    f"supported: {', '.join(_GATED)}"
+                )
+            patch_modules("swiglu", f"{family.prefix}MLP", _mlp_forward(_GATED[hidden_act]))
+    except BaseException:
+        _undo(record)
+        raise
 
     has_head = hasattr(model, "lm_head") and hasattr(model, "model")
     counts["cross_entropy"] = counts["fused_linear_cross_entropy"] = 0
@@ -315,11 +384,8 @@ def apply(model, *, rms_norm=True, rope=True, swiglu=True, cross_entropy=True, f
 
 
 def revert(model) -> None:
-    """Undo :func:`apply` on ``model``: every patched module gets back exactly what it had."""
+    """Undo :func:`apply` on ``model``: every patched module gets back exactly what it had, and the model its
+    previous attention implementation."""
     if not is_patched(model):
         raise ValueError(f"tritonkit: this {type(model).__name__} is not patched by tritonkit")
-    for owner, name, previous in reversed(model.__dict__.pop(_PATCHES)):
-        if previous is _MISSING:
-            del owner.__dict__[name]
-        else:
-            owner.__dict__[name] = previous
+    _undo(model.__dict__.pop(_PATCHES))
