@@ -15,8 +15,8 @@ from tritonkit.learn import lessons, run_lesson
 LESSONS = lessons()
 
 
-def test_six_lessons_in_order():
-    assert [number for number, _ in LESSONS] == list(range(1, 7))
+def test_seven_lessons_in_order():
+    assert [number for number, _ in LESSONS] == list(range(1, 8))
 
 
 @pytest.mark.parametrize("number", [n for n, _ in LESSONS], ids=[name.rsplit(".", 1)[1] for _, name in LESSONS])
@@ -31,13 +31,18 @@ def test_lesson_runs(number, tmp_path, capsys):
         assert "0  2  4  6" in printed  # grouped order: GROUP_SIZE tile-rows walked column by column
     if number == 6:
         assert "b_peak" in printed  # the breakpoint hook printed the kernel's locals
+    if number == 7:  # each of the four steps checked against torch, and the causal kernel's skipped blocks
+        assert printed.count("max abs error") == 4
+        assert "key blocks visited by query blocks 0..6: [1, 2, 3, 4, 5, 6, 7]" in printed
 
 
 def test_cli_lists_and_prints_source(capsys):
     from tritonkit.cli import main
 
     assert main(["learn"]) == 0
-    assert "6. Debugging inside a kernel with breakpoint_if." in capsys.readouterr().out
+    listing = capsys.readouterr().out
+    assert "6. Debugging inside a kernel with breakpoint_if." in listing
+    assert "7. Flash attention forward, built in four steps." in listing
     assert main(["learn", "2", "--source"]) == 0
     assert "def which_program_kernel" in capsys.readouterr().out
     assert main(["learn", "9"]) == 2

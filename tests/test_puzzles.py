@@ -8,6 +8,7 @@ import importlib
 import re
 
 import pytest
+import torch
 
 from tritonkit.puzzles import all_puzzles, get
 from tritonkit.puzzles.checker import check_puzzle, load_file
@@ -86,6 +87,72 @@ def test_known_mistake_fails_with_its_diagnosis(tmp_path, number, edits, code):
     report = check_puzzle(puzzle, module)
     assert not report.ok
     assert code in report.codes, report.codes
+
+
+# Puzzle 13's classic mistakes, each named by the checker from the learner's output on designed inputs.
+_NO_MAX = [("b_p = tl.exp(b_s - m_new[:, None])", "b_p = tl.exp(b_s)"),
+           ("alpha = tl.exp(m_i - m_new)", "alpha = tl.exp(m_new - m_new)")]  # fmt: skip
+_NO_RESCALE_L = ("l_i = l_i * alpha + ", "l_i = l_i + ")
+_NO_RESCALE_ACC = ("b_acc = b_acc * alpha[:, None] + ", "b_acc = b_acc + ")
+_CAUSAL_MASK = "m_keys = m_keys & (o_n[None, :] <= o_m[:, None])"
+_CAUSAL_END = "end = tl.minimum(seq_len, (i_m + 1) * BLOCK_M)"
+
+
+@pytest.mark.parametrize(
+    ("edits", "code", "phrase"),
+    [
+        (_NO_MAX, "no-max-subtraction", "subtract the running maximum before exp"),
+        ([_NO_RESCALE_L], "no-rescale-sum", "the running sum l is not rescaled"),
+        ([_NO_RESCALE_ACC], "no-rescale-acc", "the accumulator acc is not rescaled"),
+        ([_NO_RESCALE_L, _NO_RESCALE_ACC], "no-rescale-sum-and-acc", "neither the running sum l nor the accumulator"),
+        ([("        m_i = m_new\n", "")], "max-not-updated", "the running maximum is never updated"),
+        ([(_CAUSAL_MASK, _CAUSAL_MASK.replace("<=", "<"))], "causal-diagonal-excluded", "leaves out the diagonal"),
+        ([(_CAUSAL_MASK, _CAUSAL_MASK.replace("o_m[:, None]", "o_m[:, None] + 1"))], "causal-one-key-too-many",
+         "one key too many"),
+        ([(_CAUSAL_MASK, "m_keys = m_keys")], "causal-diagonal-block-unmasked", "that block is not masked"),
+        ([(_CAUSAL_END, "end = seq_len"),
+          (_CAUSAL_MASK, _CAUSAL_MASK.replace("(o_n[None, :] <= o_m[:, None])",
+                                              "((o_n[None, :] <= o_m[:, None]) | (start != i_m * BLOCK_M))"))],
+         "causal-later-blocks-attended", "key blocks after the diagonal block are attended"),
+        ([(_CAUSAL_END, _CAUSAL_END.replace("(i_m + 1)", "i_m"))], "causal-diagonal-block-skipped",
+         "stops before the diagonal block"),
+        ([("    if CAUSAL:  # keys", "    if False:  # keys"), ("        if CAUSAL:\n", "        if False:\n")],
+         "causal-ignored", "causal=True changed nothing"),
+    ],
+    ids=["no-max-subtraction", "no-rescale-sum", "no-rescale-acc", "no-rescale-either", "max-not-updated",
+         "causal-diagonal-excluded", "causal-one-key-too-many", "causal-diagonal-unmasked", "causal-later-blocks",
+         "causal-diagonal-block-skipped", "causal-ignored"],
+)  # fmt: skip
+def test_flash_attention_mistakes_are_named(tmp_path, edits, code, phrase):
+    """The checker runs the failing kernel on inputs designed for each mistake and names the one whose output it
+    matches: one named mistake, then the wrong values it saw."""
+    puzzle, module = _mutant(tmp_path, 13, *edits)
+    report = check_puzzle(puzzle, module)
+    failing = next(o for o in report.outcomes if not o.ok)
+    assert failing.codes == [code, "wrong-values"], (failing.label(), failing.findings)
+    assert phrase in failing.findings[0].message
+    if code == "no-max-subtraction":  # the scores that overflow come from the case with large scores
+        assert failing.case.get("q_scale", 1) > 1
+    if code.startswith("causal"):  # every non-causal case passed first
+        assert failing.case.get("causal") and all(o.ok for o in report.outcomes if not o.case.get("causal"))
+
+
+def test_flash_attention_mistakes_are_not_named_for_other_errors(tmp_path):
+    """A wrong value with no classic mistake behind it (the scale left out) gets no mistake's name."""
+    puzzle, module = _mutant(tmp_path, 13, ("tl.trans(b_k)) * scale", "tl.trans(b_k))"))
+    assert check_puzzle(puzzle, module).codes == ["wrong-values"]
+
+
+def test_a_flash_attention_launcher_from_before_the_causal_cases_still_passes_the_others(tmp_path):
+    """A solution written without the causal flag passes every non-causal case and fails the causal ones on the
+    launcher's missing parameter, by name."""
+    puzzle, module = _mutant(
+        tmp_path, 13, (", causal: bool = False) -> None:", ") -> None:"), ("CAUSAL=causal", "CAUSAL=False")
+    )
+    report = check_puzzle(puzzle, module, dtypes=[torch.float32])
+    assert [o.ok for o in report.outcomes] == [not case.get("causal") for case in puzzle.cases[: len(report.outcomes)]]
+    (finding,) = report.outcomes[-1].findings
+    assert finding.code == "exception" and "unexpected keyword argument 'causal'" in finding.message
 
 
 _STORE = "tl.store(p_out + o_x, b_x + b_y, mask=m_x)"

@@ -30,6 +30,35 @@ TODO_BODY = "    # TODO: write the kernel (`tritonkit puzzles hint {number}` whe
 
 
 @dataclass(frozen=True)
+class Mistake:
+    """A classic mistake, recognised by its output: ``reference(*inputs, case=case, launch=args)`` computes, from
+    float64 copies of the inputs, what a kernel making the mistake outputs (``launch``: the learner's kernel
+    arguments by name, for mistakes whose effect depends on the block sizes). ``message`` names the mistake and the
+    fix; ``code`` is stable (tests match it)."""
+
+    code: str
+    message: str
+    reference: Callable
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Inputs designed so that a puzzle's mistakes show, each as an output far from the right one and from the other
+    mistakes' outputs. After a case fails on its values alone, the checker runs the learner's launcher on every probe
+    that ``applies`` to the failing case and names the mistake whose output the learner's matches.
+
+    ``make_inputs(case, dtype, device, generator)`` as :attr:`Puzzle.make_inputs`, for ``case``; ``description``
+    says what is special about the inputs, for the message.
+    """
+
+    case: dict
+    make_inputs: Callable
+    description: str
+    mistakes: Sequence[Mistake]
+    applies: Callable[[dict], bool] = lambda case: True
+
+
+@dataclass(frozen=True)
 class Puzzle:
     """One puzzle: the learner writes ``kernel`` and the checker calls ``launcher``.
 
@@ -39,8 +68,10 @@ class Puzzle:
     fills with poison, and passes as the launcher's last argument. ``cases`` are small shapes for
     the interpreter (some not multiples of the block sizes), ``gpu_cases`` larger ones for the
     compiled run. ``block_arg`` names the constexpr that program k's offsets should be shifted by
-    (k * BLOCK) in 1-D puzzles, for the diagnosis of ``pid * n``. ``hints`` go from a nudge to
-    nearly the answer.
+    (k * BLOCK) in 1-D puzzles, for the diagnosis of ``pid * n``. ``launcher_kwargs(case)`` are keyword
+    arguments for the launcher beyond the tensors (a flag such as ``causal=True``); a case that needs none
+    passes none, so a launcher written before the flag existed still runs the cases without it. ``probes``
+    name the puzzle's classic mistakes (:class:`Probe`). ``hints`` go from a nudge to nearly the answer.
     """
 
     title: str
@@ -57,6 +88,8 @@ class Puzzle:
     block_arg: str | None = None
     reference_takes_case: bool = False  # reference(*inputs, case=case) when the inputs do not say it all
     tolerance: Callable | None = None  # (case, dtype, device) -> Tolerance, else the table's entry
+    launcher_kwargs: Callable[[dict], dict] = lambda case: {}
+    probes: Sequence[Probe] = ()
     number: int = 0
     slug: str = ""
     module: str = ""

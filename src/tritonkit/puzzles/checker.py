@@ -16,11 +16,17 @@ shifted by the program id), program k starting at k * n instead of k * BLOCK, la
 interpreter (bf16 arithmetic without a cast). Under the interpreter "never written" means no store
 reached the element (a stored NaN is a wrong value); compiled, it means the element still holds the
 poison.
+
+A puzzle may also name its classic mistakes (:class:`~tritonkit.puzzles._base.Probe`): when a case fails on its
+values alone, the learner's kernel runs again on inputs designed to make each mistake show, and its output is
+compared with what a kernel making each mistake would output; the one it matches is named (flash attention: no
+maximum subtracted before exp, a running sum or accumulator not rescaled, a causal mask off by one).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import math
 import sys
 import traceback
 from collections import defaultdict
@@ -34,7 +40,7 @@ from tritonkit._core.env import interpreting
 from tritonkit.debug import guard_bounds
 from tritonkit.puzzles._base import Puzzle
 from tritonkit.puzzles.trace import Access, Launch, LaunchRecorder, MemoryTrace, WildAccessError
-from tritonkit.testing import compare, fresh_seed
+from tritonkit.testing import compare, fresh_seed, upcast
 
 _INT_POISON = -(2**31) + 7  # an integer output the kernel never wrote keeps this value
 _SHOW_POSITIONS = 5
@@ -176,12 +182,13 @@ def run_case(puzzle: Puzzle, module, case: dict, dtype: torch.dtype, seed: int, 
     trace = MemoryTrace() if MemoryTrace.available() else None
     recorder = LaunchRecorder(module, puzzle.kernel, trace)
     runs = []
+    kwargs = puzzle.launcher_kwargs(case)
 
     def launch(*views):
         recorder.launches, recorder.out, recorder.after_last_launch = [], views[-1], None
         if trace is not None:
             trace.enabled = not runs  # the first run (NaN padding) is traced; the second only guarded
-        returned = launcher(*views)
+        returned = launcher(*views, **kwargs)
         runs.append((views, returned, list(recorder.launches), recorder.after_last_launch))
         return returned
 
@@ -237,7 +244,10 @@ def run_case(puzzle: Puzzle, module, case: dict, dtype: torch.dtype, seed: int, 
             stored = _stored_elements(trace.accesses, trace.out_name, result)
     if not bounds.ok and not any(f.code == "missing-mask" for f in findings):
         findings.append(Finding("out-of-bounds", f"the guard saw accesses outside the tensors:\n{bounds}"))
-    findings.extend(_value_findings(puzzle, case, dtype, device, result, expected, launches, outcome, stored))
+    values = _value_findings(puzzle, case, dtype, device, result, expected, launches, outcome, stored)
+    if not findings and any(f.code == "wrong-values" for f in values):  # in bounds, launched, only values wrong
+        findings.extend(_named_mistakes(puzzle, module, case, dtype, seed, device))
+    findings.extend(values)
     return outcome
 
 
@@ -310,6 +320,91 @@ def _first_block_only(result, unwritten, bad, launches, puzzle) -> list[Finding]
             )
         ]
     return []
+
+
+# --------------------------------------------------------------------------------------------------
+# Classic mistakes, named by running the learner's kernel on designed inputs
+# --------------------------------------------------------------------------------------------------
+# A mistake is named when the learner's output equals its output at this share of the elements it changes, and of
+# all elements (elsewhere the mistake's output is the right one): not all, as a kernel's loop bounds can hide a
+# mask's mistake from a few rows (a key past the last block the loop visits).
+_MATCH = 0.75
+
+
+def _named_mistakes(puzzle: Puzzle, module, case: dict, dtype: torch.dtype, seed: int, device: str) -> list[Finding]:
+    """For each probe that applies to the failing case: run the learner's launcher on the probe's inputs and, when
+    its output is wrong there, name the mistake whose output it matches best (if one matches well enough)."""
+    findings = []
+    for probe in puzzle.probes:
+        if not probe.applies(case):
+            continue
+        generator = torch.Generator(device=device).manual_seed(seed)
+        inputs = tuple(probe.make_inputs(probe.case, dtype, device, generator))
+        ran = _run_probe(puzzle, module, probe.case, dtype, device, inputs)
+        if ran is None:
+            continue
+        result, launch_args = ran
+        expected = puzzle.expected(probe.case, inputs)
+        tolerance = puzzle.tolerance_for(probe.case, dtype, device)
+        if result.shape != expected.shape or compare(result, expected, tolerance).ok:
+            continue
+        best = None
+        for mistake in probe.mistakes:
+            variant = mistake.reference(*upcast(inputs), case=probe.case, launch=launch_args)
+            share, overall = _shared_share(result, expected, variant, tolerance)
+            if share >= _MATCH and overall >= _MATCH and (best is None or share > best[0]):
+                best = (share, mistake)
+        if best is not None:
+            share, mistake = best
+            findings.append(
+                Finding(
+                    mistake.code,
+                    f"{mistake.message} (seen on {probe.description}: your output matches that mistake's at "
+                    f"{share:.0%} of the outputs it changes)",
+                )
+            )
+    return findings
+
+
+def _run_probe(puzzle: Puzzle, module, case: dict, dtype, device, inputs) -> tuple[torch.Tensor, dict] | None:
+    """The learner's output on a probe's inputs and its kernel's arguments; None when the launcher raised or never
+    launched (the failing case already reports what broke: a probe only names a mistake)."""
+    out = torch.full(
+        puzzle.out_shape(case), _poison(puzzle.out_dtype(dtype)), dtype=puzzle.out_dtype(dtype), device=device
+    )
+    trace = MemoryTrace() if MemoryTrace.available() else None
+    recorder = LaunchRecorder(module, puzzle.kernel, trace)
+    try:
+        with recorder:
+            if trace is None:
+                returned = getattr(module, puzzle.launcher)(*inputs, out, **puzzle.launcher_kwargs(case))
+            else:
+                # Not recorded, but an access far outside every tensor is still stopped before it crashes.
+                trace.enabled = False
+                with trace:
+                    returned = getattr(module, puzzle.launcher)(*inputs, out, **puzzle.launcher_kwargs(case))
+    except Exception:
+        return None
+    if not recorder.launches:
+        return None
+    return (returned if isinstance(returned, torch.Tensor) else out), recorder.launches[0].args
+
+
+def _shared_share(result: torch.Tensor, expected: torch.Tensor, variant: torch.Tensor, tolerance) -> tuple:
+    """How often ``result`` equals ``variant`` (a mistake's output) within the tolerance: the share of the elements
+    where ``variant`` differs from ``expected``, and of all elements. Infinities and NaN count as one value: a
+    softmax that overflows gives inf or NaN depending on the signs it meets."""
+
+    def canonical(tensor):
+        tensor = tensor.detach().to("cpu", torch.float64)
+        return torch.where(torch.isfinite(tensor), tensor, math.nan)
+
+    result, expected, variant = canonical(result), canonical(expected), canonical(variant)
+    changed = ~torch.isclose(variant, expected, tolerance.rtol, tolerance.atol, equal_nan=True)
+    if not changed.any():
+        return 0.0, 0.0
+    same = torch.isclose(result, variant, tolerance.rtol, tolerance.atol, equal_nan=True)
+    return float(same[changed].double().mean()), float(same.double().mean())
 
 
 # --------------------------------------------------------------------------------------------------
