@@ -48,7 +48,7 @@ class Recorder:
                 value = kwargs[param.name]
             elif value is None and param.has_default:
                 value = param.default
-            if param.is_constexpr:
+            if param.is_constexpr or value is None:  # Triton specialises a None argument as a constexpr
                 constexprs[param.name] = value
                 signature[param.name] = "constexpr"
             else:
@@ -100,7 +100,7 @@ def _launch_puzzles() -> None:
             for case in puzzle.cases:
                 inputs = puzzle.make_inputs(case, dtype, "cpu", torch.Generator().manual_seed(0))
                 out = torch.empty(puzzle.out_shape(case), dtype=puzzle.out_dtype(dtype))
-                getattr(module, puzzle.launcher)(*inputs, out)
+                getattr(module, puzzle.launcher)(*inputs, out, **puzzle.launcher_kwargs(case))
 
 
 def _library_kernels() -> set[str]:

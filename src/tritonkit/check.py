@@ -1,11 +1,11 @@
 """`tritonkit check`: every selected kernel's cases against their float64 references, printed as they finish.
 
-On a GPU the checks run in several worker processes at once (``jobs``, one per kernel and dtype): compiling the kernels
-is the most of the time and takes a CPU core each, while the GPU has room for several checks. A case that runs out of
-GPU memory beside the others' is run again at the end, alone on the GPU, so that the check fits the device's memory.
-Each worker prints nothing; the rows of a job appear when it is done, then how long each family took and the slowest
-jobs. Under the interpreter (one process by default) each row appears as its case finishes. The interpreter's numpy
-warnings (the -inf arithmetic masked rows do on purpose) stay out of the output unless ``verbose``.
+On a GPU the checks run in several worker processes at once (``jobs``, one per kernel, dtype and case): compiling the
+kernels is the most of the time and takes a CPU core each, while the GPU has room for several checks. A case that runs
+out of GPU memory beside the others' is run again at the end, alone on the GPU, so that the check fits the device's
+memory. Each worker prints nothing; the rows of a job appear when it is done, then how long each family took and the
+slowest jobs. Under the interpreter (one process by default) each row appears as its case finishes. The interpreter's
+numpy warnings (the -inf arithmetic masked rows do on purpose) stay out of the output unless ``verbose``.
 """
 
 from __future__ import annotations
@@ -74,6 +74,16 @@ def labels(spec, job: Job) -> list[tuple[str, object, str | None]]:
     # Kernels with a backward are checked twice: the forward, then every gradient as well.
     grad_modes = (None, "random") if spec.has_backward else (None,)
     return [(spec.case_id(case) + (" +grad" if mode else ""), case, mode) for case in cases for mode in grad_modes]
+
+
+def case_labels(job: Job) -> list[tuple[str, ...]]:
+    """The labels of a job's rows grouped by case (a case's forward row and its gradient row together)."""
+    from tritonkit import catalog
+
+    groups: dict[str, list[str]] = {}
+    for label, _, mode in labels(catalog.get(job.name), job):
+        groups.setdefault(label.removesuffix(" +grad") if mode else label, []).append(label)
+    return [tuple(group) for group in groups.values()]
 
 
 def check_kernel(job: Job, emit=None, defer_out_of_memory=False) -> tuple[list[Row], float, tuple[str, ...]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -33,7 +34,6 @@ def _cmd_list(args) -> int:
 
 def _case_keys(case_type) -> str:
     """A case type's keys as `show` lists them: required ones bare, the others with their default."""
-    import dataclasses
 
     keys = []
     for f in dataclasses.fields(case_type):
@@ -118,11 +118,14 @@ def _cmd_check(args) -> int:
     else:
         print("No CUDA GPU in use: running through the Triton interpreter (TRITON_INTERPRET=1) with small cases.")
     dtypes = lambda spec: tuple(_dtype_name(d) for d in spec.dtypes if args.dtype in (None, _dtype_name(d)))  # noqa: E731
-    # One job per kernel and dtype, so that a slow kernel spreads over the workers; the compute-bound ones (GEMMs
-    # that autotune and compile several tiles per shape), fp32 first as the slowest to compile, start first so that
-    # none of them is left running alone at the end.
+    # On a GPU one job per kernel, dtype and case (its forward and gradient rows), so that a slow kernel spreads over
+    # the workers; the compute-bound ones (GEMMs that autotune, attention's many kernel variants), fp32 first as the
+    # slowest to compile, start first so that none of them is left running alone at the end. Under the interpreter
+    # one job per kernel and dtype.
     jobs = [check.Job(spec.name, (dtype,), tuple(given) if given else None, args.seed, device, args.verbose)
             for spec in specs for dtype in dtypes(spec)]  # fmt: skip
+    if on_gpu:
+        jobs = [dataclasses.replace(job, only=labels) for job in jobs for labels in check.case_labels(job)]
     jobs.sort(key=lambda job: ("compute-bound" not in catalog.get(job.name).tags, job.dtypes != ("float32",)))
     workers = args.jobs or (min(check.MAX_JOBS, os.cpu_count() or 1, len(jobs)) if on_gpu else 1)
     passed, failed = check.run(jobs, {spec.name: spec.family for spec in specs}, workers)

@@ -3,9 +3,9 @@
 Three kernels read a plan: the forward (query rows per program x keys per step), dK/dV (keys per program x query rows
 per step) and dQ (query rows per program x keys per step). A head dim is padded to a power of two of at least 16
 (tl.dot's smallest K), and the plan is looked up by that padded width. fp32 (for checking, not speed) halves the
-row tiles: its tiles take twice the registers and shared memory.
+row tiles and keeps at most two stages: its tiles take twice the registers and shared memory.
 
-Hopper (sm90): d128 measured on the H100, the other widths following it until measured (docs/kernels/attention.md).
+Hopper (sm90): measured on the H100 at d64, d128 and d256 (docs/kernels/attention.md).
 A GPU never measured (FALLBACK) takes 64-row tiles with 4 warps and two stages, which fit the 99 KB of shared memory
 of sm86/sm89 and the 164 KB of sm80 at every head dim.
 """
@@ -30,28 +30,31 @@ class AttentionPlan:
     dq: Tiles
 
 
-# Padded head dim -> plan, on sm90. d128 was swept on the H100 (benchmarks/attention_configs.py); the narrower
-# widths take its tiles, and d256 halves the rows to keep its q, k and v tiles within the registers.
-_SM90_D128 = AttentionPlan(Tiles(128, 64, 8, 4), Tiles(64, 128, 8, 3), Tiles(128, 64, 8, 3))
+# Padded head dim -> plan, on sm90, each width swept on the H100 (benchmarks/attention_configs.py): d128 at B4 H32
+# N4096, d64 at B2 H16 N8192 (the narrower widths follow it), d256 at B2 H16 N4096 causal, where only 64-row tiles
+# with 4 warps fit the shared memory in the forward.
+_SM90_D64 = AttentionPlan(Tiles(128, 64, 4, 3), Tiles(32, 128, 4, 3), Tiles(64, 64, 4, 3))
 SM90 = {
-    16: _SM90_D128,
-    32: _SM90_D128,
-    64: _SM90_D128,
-    128: _SM90_D128,
-    256: AttentionPlan(Tiles(64, 64, 8, 2), Tiles(32, 64, 8, 2), Tiles(64, 32, 8, 2)),
+    16: _SM90_D64,
+    32: _SM90_D64,
+    64: _SM90_D64,
+    128: AttentionPlan(Tiles(128, 64, 8, 4), Tiles(64, 128, 8, 3), Tiles(128, 64, 8, 3)),
+    256: AttentionPlan(Tiles(64, 64, 4, 3), Tiles(32, 64, 8, 2), Tiles(64, 32, 4, 3)),
 }
 MEASURED = {"sm90": SM90}
 FALLBACK = {width: AttentionPlan(Tiles(64, 64, 4, 2), Tiles(32, 64, 4, 2), Tiles(64, 32, 4, 2)) for width in SM90}
 
 
-def _halve_rows(tiles: Tiles) -> Tiles:
-    return replace(tiles, block_m=max(16, tiles.block_m // 2))
+def _fp32(tiles: Tiles, rows: str) -> Tiles:
+    """Half the rows (``rows``: the field that holds them) and at most two stages: fp32 tiles take twice the bytes,
+    and the q (or k and v) tile that stays resident beside the pipeline's buffers took the H100's fp32 d128 forward
+    past its 227 KB of shared memory at three stages."""
+    return replace(tiles, **{rows: max(16, getattr(tiles, rows) // 2)}, stages=min(tiles.stages, 2))
 
 
 def attention_plan(arch: str, block_d: int, itemsize: int) -> AttentionPlan:
     """The plan for a padded head dim ``block_d`` (16 to 256) of ``itemsize``-byte elements."""
     plan = MEASURED.get(arch, FALLBACK)[block_d]
     if itemsize == 4:
-        plan = AttentionPlan(_halve_rows(plan.forward), replace(plan.dkdv, block_n=max(16, plan.dkdv.block_n // 2)),
-                             _halve_rows(plan.dq))  # fmt: skip
+        plan = AttentionPlan(_fp32(plan.forward, "block_m"), _fp32(plan.dkdv, "block_n"), _fp32(plan.dq, "block_m"))
     return plan

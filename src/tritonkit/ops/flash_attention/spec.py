@@ -210,10 +210,12 @@ def _varlen_bytes(case, dtype, backward=False):
 
 def _tolerance(case, dtype):
     """Outputs are weighted means of v: the table's bounds. Gradients are sums over keys (dQ) or queries (dK, dV) of
-    products whose 16-bit rounding (P and dS are rounded to the input dtype for the tensor cores, as every flash
-    attention does) does not cancel: an absolute term of a few of the dtype's ulps of the result's rms."""
+    products whose 16-bit rounding (P and dS are rounded to the input dtype for the tensor cores, and D = rowsum(dO O)
+    reads the rounded O, as every flash attention does) adds an error of about one ulp of the result's rms per
+    element, random in sign: an absolute term of 32 ulps of the rms covers the tail of tens of millions of elements
+    (measured on the H100: 1 or 2 of 16.7 million gradient elements beyond 8 ulps, within 16)."""
     base = TOLERANCES[dtype]
-    ulps = {torch.float32: 2.0**-20, torch.float16: 2.0**-8, torch.bfloat16: 2.0**-5}[dtype]
+    ulps = {torch.float32: 2.0**-20, torch.float16: 2.0**-6, torch.bfloat16: 2.0**-3}[dtype]
     return Tolerance(atol=base.atol, rtol=base.rtol, rms_atol=ulps)
 
 
