@@ -84,6 +84,14 @@ def _runs(lo, hi, full_from, full_to, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def _run_span(run: tl.constexpr, first_full, last_full, n_blocks):
+    """Blocks [begin, end) of run 0 (masked, before the whole ones), 1 (whole, no mask) or 2 (masked, after)."""
+    begin = first_full if run == 1 else (last_full if run == 2 else 0)
+    end = first_full if run == 0 else (last_full if run == 1 else n_blocks)
+    return begin, end
+
+
+@triton.jit
 def _key_runs(m_lo, shift, left, right, seqlen_k, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """For query rows [m_lo, m_lo + BLOCK_M): the first key lo, the number of key blocks, and the run of blocks
     every row sees whole. Rows past the sequence's end count as rows; their results are never stored."""
@@ -184,18 +192,12 @@ def _attention_fwd_kernel(
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    for i_n in range(0, first_full):
-        acc, m_i, l_i = _fwd_block(acc, m_i, l_i, b_q, p_k, p_v, lo + i_n * BLOCK_N, o_m, o_n, o_d, shift, left,
-                                   right, seqlen_q, seqlen_k, head_dim, stride_k_s, stride_v_s, qk_scale, softcap_log2,
-                                   True, SOFTCAP, EVEN_D, DOT_PRECISION, UPCAST)  # fmt: skip
-    for i_n in range(first_full, last_full):
-        acc, m_i, l_i = _fwd_block(acc, m_i, l_i, b_q, p_k, p_v, lo + i_n * BLOCK_N, o_m, o_n, o_d, shift, left,
-                                   right, seqlen_q, seqlen_k, head_dim, stride_k_s, stride_v_s, qk_scale, softcap_log2,
-                                   False, SOFTCAP, EVEN_D, DOT_PRECISION, UPCAST)  # fmt: skip
-    for i_n in range(last_full, n_blocks):
-        acc, m_i, l_i = _fwd_block(acc, m_i, l_i, b_q, p_k, p_v, lo + i_n * BLOCK_N, o_m, o_n, o_d, shift, left,
-                                   right, seqlen_q, seqlen_k, head_dim, stride_k_s, stride_v_s, qk_scale, softcap_log2,
-                                   True, SOFTCAP, EVEN_D, DOT_PRECISION, UPCAST)  # fmt: skip
+    for run in tl.static_range(3):  # masked blocks, whole blocks (no mask), masked blocks
+        begin, end = _run_span(run, first_full, last_full, n_blocks)
+        for i_n in range(begin, end):
+            acc, m_i, l_i = _fwd_block(acc, m_i, l_i, b_q, p_k, p_v, lo + i_n * BLOCK_N, o_m, o_n, o_d, shift,
+                                       left, right, seqlen_q, seqlen_k, head_dim, stride_k_s, stride_v_s, qk_scale,
+                                       softcap_log2, run != 1, SOFTCAP, EVEN_D, DOT_PRECISION, UPCAST)  # fmt: skip
     seen = l_i > 0.0
     l_safe = tl.where(seen, l_i, 1.0)
     b_o = acc / l_safe[:, None]
@@ -298,21 +300,13 @@ def _attention_bwd_dkdv_kernel(
         p_do_h = p_do + i_b64 * stride_do_b + i_h64 * stride_do_h + q_start * stride_do_s
         p_lse_h = p_lse + i_b64 * stride_lse_b + i_h64 * stride_lse_h + q_start
         p_delta_h = p_delta + i_b64 * stride_lse_b + i_h64 * stride_lse_h + q_start
-        for i_m in range(0, first_full):
-            dk, dv = _dkdv_block(dk, dv, b_k, b_v, p_q_h, p_do_h, p_lse_h, p_delta_h, lo + i_m * BLOCK_M, o_m, o_n,
-                                 o_d, shift, left, right, seqlen_q, seqlen_k, head_dim, stride_q_s, stride_do_s,
-                                 qk_scale, softcap_log2, ds_scale, True, SOFTCAP, EVEN_D, DOT_PRECISION,
-                                 UPCAST)  # fmt: skip
-        for i_m in range(first_full, last_full):
-            dk, dv = _dkdv_block(dk, dv, b_k, b_v, p_q_h, p_do_h, p_lse_h, p_delta_h, lo + i_m * BLOCK_M, o_m, o_n,
-                                 o_d, shift, left, right, seqlen_q, seqlen_k, head_dim, stride_q_s, stride_do_s,
-                                 qk_scale, softcap_log2, ds_scale, False, SOFTCAP, EVEN_D, DOT_PRECISION,
-                                 UPCAST)  # fmt: skip
-        for i_m in range(last_full, n_blocks):
-            dk, dv = _dkdv_block(dk, dv, b_k, b_v, p_q_h, p_do_h, p_lse_h, p_delta_h, lo + i_m * BLOCK_M, o_m, o_n,
-                                 o_d, shift, left, right, seqlen_q, seqlen_k, head_dim, stride_q_s, stride_do_s,
-                                 qk_scale, softcap_log2, ds_scale, True, SOFTCAP, EVEN_D, DOT_PRECISION,
-                                 UPCAST)  # fmt: skip
+        for run in tl.static_range(3):  # masked blocks, whole blocks (no mask), masked blocks
+            begin, end = _run_span(run, first_full, last_full, n_blocks)
+            for i_m in range(begin, end):
+                dk, dv = _dkdv_block(dk, dv, b_k, b_v, p_q_h, p_do_h, p_lse_h, p_delta_h, lo + i_m * BLOCK_M, o_m, o_n,
+                                     o_d, shift, left, right, seqlen_q, seqlen_k, head_dim, stride_q_s, stride_do_s,
+                                     qk_scale, softcap_log2, ds_scale, run != 1, SOFTCAP, EVEN_D, DOT_PRECISION,
+                                     UPCAST)  # fmt: skip
     p_dk += i_b64 * stride_dk_b + i_hk64 * stride_dk_h + (k_start + n_lo) * stride_dk_s
     p_dv += i_b64 * stride_dv_b + i_hk64 * stride_dv_h + (k_start + n_lo) * stride_dv_s
     m_kv = (o_n[:, None] < seqlen_k) & (o_d[None, :] < head_dim)
@@ -376,18 +370,12 @@ def _attention_bwd_dq_kernel(
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     shift = seqlen_k - seqlen_q
     lo, n_blocks, first_full, last_full = _key_runs(m_lo, shift, left, right, seqlen_k, BLOCK_M, BLOCK_N)
-    for i_n in range(0, first_full):
-        dq = _dq_block(dq, b_q, b_do, lse_log2, b_delta, p_k, p_v, lo + i_n * BLOCK_N, o_m, o_n, o_d, shift, left,
-                       right, seqlen_q, seqlen_k, head_dim, stride_k_s, stride_v_s, qk_scale, softcap_log2, ds_scale,
-                       True, SOFTCAP, EVEN_D, DOT_PRECISION, UPCAST)  # fmt: skip
-    for i_n in range(first_full, last_full):
-        dq = _dq_block(dq, b_q, b_do, lse_log2, b_delta, p_k, p_v, lo + i_n * BLOCK_N, o_m, o_n, o_d, shift, left,
-                       right, seqlen_q, seqlen_k, head_dim, stride_k_s, stride_v_s, qk_scale, softcap_log2, ds_scale,
-                       False, SOFTCAP, EVEN_D, DOT_PRECISION, UPCAST)  # fmt: skip
-    for i_n in range(last_full, n_blocks):
-        dq = _dq_block(dq, b_q, b_do, lse_log2, b_delta, p_k, p_v, lo + i_n * BLOCK_N, o_m, o_n, o_d, shift, left,
-                       right, seqlen_q, seqlen_k, head_dim, stride_k_s, stride_v_s, qk_scale, softcap_log2, ds_scale,
-                       True, SOFTCAP, EVEN_D, DOT_PRECISION, UPCAST)  # fmt: skip
+    for run in tl.static_range(3):  # masked blocks, whole blocks (no mask), masked blocks
+        begin, end = _run_span(run, first_full, last_full, n_blocks)
+        for i_n in range(begin, end):
+            dq = _dq_block(dq, b_q, b_do, lse_log2, b_delta, p_k, p_v, lo + i_n * BLOCK_N, o_m, o_n, o_d, shift,
+                           left, right, seqlen_q, seqlen_k, head_dim, stride_k_s, stride_v_s, qk_scale, softcap_log2,
+                           ds_scale, run != 1, SOFTCAP, EVEN_D, DOT_PRECISION, UPCAST)  # fmt: skip
     p_dq += i_b64 * stride_dq_b + i_h64 * stride_dq_h + (q_start + m_lo) * stride_dq_s
     m_q = (o_m[:, None] < seqlen_q) & (o_d[None, :] < head_dim)
     tl.store(p_dq + o_r[:, None] * stride_dq_s + o_d[None, :], dq.to(p_dq.dtype.element_ty), mask=m_q)

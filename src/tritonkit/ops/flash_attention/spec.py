@@ -151,7 +151,7 @@ def _cu_seqlens(lengths, device) -> torch.Tensor:
 
 def _varlen_inputs(case, device, dtype, generator):
     lens_q = tuple(case.lens_q)
-    lens_k = tuple(case.lens_k) if case.lens_k is not None else lens_q
+    lens_k = tuple(_lens_k(case))
     q = _randn((sum(lens_q), case.hq, case.d), device, dtype, generator)
     k = _randn((sum(lens_k), case.hk, case.d), device, dtype, generator)
     v = _randn((sum(lens_k), case.hk, case.d), device, dtype, generator)
@@ -186,26 +186,30 @@ def _attention_flops_bwd(case, dtype):
     return 2.5 * _attention_flops(case, dtype)
 
 
-def _attention_bytes(case, dtype, backward=False):
+def _io_bytes(q_rows: int, k_rows: int, case, dtype, backward: bool) -> int:
     """q and o (and in the backward dO, dQ) per query row, k and v (and dK, dV) per key row, the fp32 lse (and
     delta)."""
-    per_q, per_k = case.b * case.hq * case.sq * case.d, case.b * case.hk * case.sk * case.d
-    stats = 4 * case.b * case.hq * case.sq
+    per_q, per_k = q_rows * case.hq * case.d, k_rows * case.hk * case.d
     factor = 2 if backward else 1
-    return factor * ((2 * per_q + 2 * per_k) * dtype.itemsize + stats)
+    return factor * ((2 * per_q + 2 * per_k) * dtype.itemsize + 4 * q_rows * case.hq)
+
+
+def _attention_bytes(case, dtype, backward=False):
+    return _io_bytes(case.b * case.sq, case.b * case.sk, case, dtype, backward)
+
+
+def _lens_k(case) -> tuple:
+    return case.lens_k if case.lens_k is not None else case.lens_q
 
 
 def _varlen_flops(case, dtype):
-    lens_k = case.lens_k if case.lens_k is not None else case.lens_q
-    pairs = sum(_pairs(sq, sk, case.causal, case.left, case.right) for sq, sk in zip(case.lens_q, lens_k, strict=True))
+    pairs = sum(_pairs(sq, sk, case.causal, case.left, case.right) for sq, sk in zip(case.lens_q, _lens_k(case),
+                                                                                       strict=True))  # fmt: skip
     return 4 * case.hq * case.d * pairs
 
 
 def _varlen_bytes(case, dtype, backward=False):
-    lens_k = case.lens_k if case.lens_k is not None else case.lens_q
-    per_q, per_k = sum(case.lens_q) * case.hq * case.d, sum(lens_k) * case.hk * case.d
-    factor = 2 if backward else 1
-    return factor * ((2 * per_q + 2 * per_k) * dtype.itemsize + 4 * sum(case.lens_q) * case.hq)
+    return _io_bytes(sum(case.lens_q), sum(_lens_k(case)), case, dtype, backward)
 
 
 def _tolerance(case, dtype):
