@@ -133,6 +133,18 @@ def test_flex_attention_matches_float64_attention(shape, options):
     torch.testing.assert_close(lse.double(), expected_lse, rtol=1e-6, atol=1e-6)  # kept in float32 by flex
 
 
+def test_eager_flex_attention_takes_a_second_softcap_and_shape():
+    """Eager flex traces score_mod with dynamo; a second softcap and shape recompiles, which must not turn the
+    softcap into a symbolic float (torch 2.15's flex op refuses one)."""
+    for shape, softcap in (((1, 2, 2, 40, 40, 16), 2.0), ((1, 4, 4, 48, 48, 32), 50.0), ((1, 2, 1, 27, 31, 8), 3.0)):
+        q, k, v = tensors(*shape)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+            out = peers.flex_attention(compiled=False)(q, k, v, causal=True, window=(8, -1), softcap=softcap)
+        expected, _ = naive(q, k, v, causal=True, window=(8, -1), softcap=softcap)
+        torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-10)
+
+
 MASKS = [(7, 7, True, (-1, -1)), (9, 5, True, (-1, -1)), (5, 9, True, (2, -1)), (8, 8, False, (1, 2)),
          (6, 11, False, (-1, 3)), (6, 6, False, (0, 0)), (10, 4, False, (2, -1))]  # fmt: skip
 

@@ -16,6 +16,7 @@ This module is imported only by the specs' peer factories and benchmark scripts,
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable
 
@@ -185,11 +186,16 @@ def flex_attention(compiled: bool = True) -> Callable:
             "scale": scale,
             "enable_gqa": _gqa(q, k),
         }
-        if return_lse:
-            out, aux = fn(q, k, v, **options, return_aux=flex_module.AuxRequest(lse=True))
-            lse = aux.lse
-        else:
-            out, lse = fn(q, k, v, **options), None
+        # Eager flex_attention traces score_mod with dynamo. After a recompile (a new shape or softcap), automatic
+        # dynamic makes the softcap the closure holds a SymFloat, which torch 2.15's flex op refuses; static shapes
+        # keep it a constant. The compiled path is static already (dynamic=False).
+        static = contextlib.nullcontext() if compiled else torch._dynamo.config.patch(automatic_dynamic_shapes=False)
+        with static:
+            if return_lse:
+                out, aux = fn(q, k, v, **options, return_aux=flex_module.AuxRequest(lse=True))
+                lse = aux.lse
+            else:
+                out, lse = fn(q, k, v, **options), None
         out = out.transpose(1, 2) if layout == "bshd" else out
         return (out, lse) if return_lse else out
 
