@@ -52,3 +52,11 @@ def interpreter_problem() -> str | None:
             "numpy<2.4 (pip install 'numpy<2.4', or tritonkit's learn or test extra) or triton 3.7 or newer"
         )
     return None
+
+
+def upcast_bf16_dots(dtype) -> bool:
+    """Whether kernels must take bf16 operands to fp32 before tl.dot: under the interpreter, whose 16-bit dots
+    compute wrong values (docs/interpreter.md). On a GPU the tensor cores take them as they are."""
+    import torch
+
+    return interpreting() and dtype == torch.bfloat16

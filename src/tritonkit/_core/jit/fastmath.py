@@ -1,4 +1,4 @@
-"""Fast math the kernels share: exp through exp2, and PTX's approximate ex2 and reciprocal."""
+"""Fast math the kernels share: exp and tanh through exp2, and PTX's approximate ex2 and reciprocal."""
 
 import torch
 import triton
@@ -36,3 +36,10 @@ def approx(x, OP: tl.constexpr):
     else:
         y = 1.0 / x
     return y
+
+
+@triton.jit
+def tanh_via_exp2(x):
+    """tanh(x) = 1 - 2 / (exp(2x) + 1), the exponential as one exp2: exact at both ends (exp2 overflows to inf and
+    gives 1, underflows to 0 and gives -1) and within a few fp32 ulps elsewhere (attention's softcap)."""
+    return 1.0 - 2.0 / (tl.exp2(x * (2.0 * LOG2_E)) + 1.0)

@@ -29,16 +29,8 @@ end of a sequence) are masked; the run in between, where every pair is visible, 
 import triton
 import triton.language as tl
 
-from tritonkit._core.jit.fastmath import LOG2_E
-
-
-@triton.jit
-def _mma(a, b, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
-    """a @ b accumulated in fp32. UPCAST (bf16 under the interpreter, which computes 16-bit dots wrongly) takes the
-    operands to fp32 first; they hold bf16 values, so the product is the one the tensor cores compute."""
-    if UPCAST:
-        a, b = a.to(tl.float32), b.to(tl.float32)
-    return tl.dot(a, b, input_precision=DOT_PRECISION)
+from tritonkit._core.jit.dots import dot_fp32
+from tritonkit._core.jit.fastmath import LOG2_E, tanh_via_exp2
 
 
 @triton.jit
@@ -129,10 +121,9 @@ def _visible(o_m, o_n, shift, left, right, seqlen_q, seqlen_k):
 def _scores(b_q, b_k, qk_scale, softcap_log2, SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
     """[M, N] scores in base 2 (s * log2(e)) and, with a softcap, tanh of the capped argument (the backward's
     derivative). qk_scale is scale * log2(e), or scale / c with a softcap c; softcap_log2 is c * log2(e)."""
-    b_s = _mma(b_q, tl.trans(b_k), DOT_PRECISION, UPCAST) * qk_scale
+    b_s = dot_fp32(b_q, tl.trans(b_k), DOT_PRECISION, UPCAST) * qk_scale
     if SOFTCAP:
-        # tanh(x) = 1 - 2 / (exp(2x) + 1): exact at both ends (exp2 overflows to inf, underflows to 0).
-        b_t = 1.0 - 2.0 / (tl.exp2(b_s * (2.0 * LOG2_E)) + 1.0)
+        b_t = tanh_via_exp2(b_s)
         b_s = b_t * softcap_log2
     else:
         b_t = b_s
@@ -156,7 +147,7 @@ def _fwd_block(acc, m_i, l_i, b_q, p_k, p_v, start_n, o_m, o_n, o_d, shift, left
     b_p = tl.exp2(b_s - m_safe[:, None])
     alpha = tl.exp2(m_i - m_safe)
     l_i = l_i * alpha + tl.sum(b_p, axis=1)
-    acc = acc * alpha[:, None] + _mma(b_p.to(b_v.dtype), b_v, DOT_PRECISION, UPCAST)
+    acc = acc * alpha[:, None] + dot_fp32(b_p.to(b_v.dtype), b_v, DOT_PRECISION, UPCAST)
     return acc, m_new, l_i
 
 
@@ -253,12 +244,12 @@ def _dkdv_block(dk, dv, b_k, b_v, p_q, p_do, p_lse, p_delta, start_m, o_m, o_n, 
     b_pt = tl.exp2(b_st - lse_log2[None, :])
     if MASK:
         b_pt = tl.where(tl.trans(_visible(o_i, o_n, shift, left, right, seqlen_q, seqlen_k)), b_pt, 0.0)
-    dv += _mma(b_pt.to(b_do.dtype), b_do, DOT_PRECISION, UPCAST)
-    b_dpt = _mma(b_v, tl.trans(b_do), DOT_PRECISION, UPCAST)  # [N, M]
+    dv += dot_fp32(b_pt.to(b_do.dtype), b_do, DOT_PRECISION, UPCAST)
+    b_dpt = dot_fp32(b_v, tl.trans(b_do), DOT_PRECISION, UPCAST)  # [N, M]
     b_dst = b_pt * (b_dpt - b_delta[None, :]) * ds_scale
     if SOFTCAP:
         b_dst = b_dst * (1.0 - b_t * b_t)
-    dk += _mma(b_dst.to(b_q.dtype), b_q, DOT_PRECISION, UPCAST)
+    dk += dot_fp32(b_dst.to(b_q.dtype), b_q, DOT_PRECISION, UPCAST)
     return dk, dv
 
 
@@ -327,11 +318,11 @@ def _dq_block(dq, b_q, b_do, lse_log2, b_delta, p_k, p_v, start_n, o_m, o_n, o_d
     b_p = tl.exp2(b_s - lse_log2[:, None])
     if MASK:
         b_p = tl.where(_visible(o_m, o_j, shift, left, right, seqlen_q, seqlen_k), b_p, 0.0)
-    b_dp = _mma(b_do, tl.trans(b_v), DOT_PRECISION, UPCAST)  # [M, N]
+    b_dp = dot_fp32(b_do, tl.trans(b_v), DOT_PRECISION, UPCAST)  # [M, N]
     b_ds = b_p * (b_dp - b_delta[:, None]) * ds_scale
     if SOFTCAP:
         b_ds = b_ds * (1.0 - b_t * b_t)
-    dq += _mma(b_ds.to(b_k.dtype), b_k, DOT_PRECISION, UPCAST)
+    dq += dot_fp32(b_ds.to(b_k.dtype), b_k, DOT_PRECISION, UPCAST)
     return dq
 
 

@@ -14,7 +14,7 @@ import torch
 
 from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_same_dtype, check_tensor
 from tritonkit._core.device import arch, pipeline_depth
-from tritonkit._core.env import interpreting
+from tritonkit._core.env import upcast_bf16_dots
 from tritonkit._core.ints import cdiv, next_power_of_2
 from tritonkit.ops.flash_attention.kernels import (
     _attention_bwd_delta_kernel,
@@ -179,9 +179,8 @@ def _scales(scale: float, softcap: float) -> tuple[float, float]:
 
 def _dot_flags(dtype: torch.dtype) -> dict:
     """fp32 inputs are for checking: their products in full fp32, not TF32. bf16 under the interpreter: products of
-    the operands taken to fp32 (kernels.py's _mma)."""
-    return {"DOT_PRECISION": "ieee" if dtype == torch.float32 else "tf32",
-            "UPCAST": interpreting() and dtype == torch.bfloat16}  # fmt: skip
+    the operands taken to fp32 (dot_fp32)."""
+    return {"DOT_PRECISION": "ieee" if dtype == torch.float32 else "tf32", "UPCAST": upcast_bf16_dots(dtype)}
 
 
 def attention_fwd(

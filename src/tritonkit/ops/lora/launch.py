@@ -39,7 +39,7 @@ import torch
 
 from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor
 from tritonkit._core.cublas import mm_fp32, mm_rounded
-from tritonkit._core.env import interpreting
+from tritonkit._core.env import interpreting, upcast_bf16_dots
 from tritonkit._core.gemm_plan import FIXED_TILE, input_precision
 from tritonkit._core.ints import cdiv
 from tritonkit.ops.lora.kernels import _lora_matmul_autotuned, _lora_matmul_kernel
@@ -126,7 +126,7 @@ def _launch_lora_matmul(p, q_t, l1_t, l2_t, bias, scale, tile=None):
         "R_PAD": padded_rank(r),
         "SPLIT": p.dtype != torch.float32,
         "INPUT_PRECISION": input_precision(p.dtype),
-        "UPCAST": interpreting() and p.dtype == torch.bfloat16,
+        "UPCAST": upcast_bf16_dots(p.dtype),
     }
     if tile is None and interpreting():  # timing means nothing under the interpreter: the ladder's fixed tile
         tile = {**FIXED_TILE, "GROUP_SIZE": 8}

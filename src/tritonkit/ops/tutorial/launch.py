@@ -19,7 +19,7 @@ from tritonkit._core.checks import (
 )
 from tritonkit._core.device import arch
 from tritonkit._core.elementwise import ElementwisePlan, launch_elementwise
-from tritonkit._core.env import interpreting
+from tritonkit._core.env import upcast_bf16_dots
 from tritonkit._core.gemm_plan import FIXED_TILE, FIXED_TILE_STAGES, FIXED_TILE_WARPS, input_precision
 from tritonkit._core.ints import cdiv, next_power_of_2
 from tritonkit.ops.tutorial.kernels import (
@@ -180,7 +180,7 @@ def matmul_fwd(a: torch.Tensor, b: torch.Tensor, variant: str, group_size: int |
     if variant == "auto":
         variant = choose_matmul_variant(m, n, k)
     args = (a, b, c, m, n, k, *a.stride(), *b.stride(), *c.stride())
-    flags = {"INPUT_PRECISION": input_precision(a.dtype), "UPCAST": interpreting() and a.dtype == torch.bfloat16}
+    flags = {"INPUT_PRECISION": input_precision(a.dtype), "UPCAST": upcast_bf16_dots(a.dtype)}
     if variant == "autotuned":
 
         def grid(meta):
