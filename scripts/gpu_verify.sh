@@ -9,6 +9,7 @@
 #   bash scripts/gpu_verify.sh rope        # rope (the shape, CUDA-graph capture)
 #   bash scripts/gpu_verify.sh ce          # cross_entropy, fused_linear_cross_entropy (peak memory checks)
 #   bash scripts/gpu_verify.sh attention   # attention, attention_varlen (determinism, CUDA-graph capture)
+#   bash scripts/gpu_verify.sh decoding    # decode_attention, kv_cache_append, the KV formats (a captured step)
 #   bash scripts/gpu_verify.sh hf          # Hugging Face patching: bf16 training against unpatched
 #   bash scripts/gpu_verify.sh learn       # puzzle solutions and lessons, compiled
 #   bash scripts/gpu_verify.sh check       # tritonkit check over the catalog, compiled
@@ -17,10 +18,10 @@
 #                                          # parts overlap well), each stopped after SECONDS; a summary line each
 # Runs from a checkout without installing (PYTHONPATH=src); logs go to $OUT or ./gpu-logs.
 set -uo pipefail
-part=${1:?part: core, norm, softmax, activation, lora, rope, ce, attention, hf, learn, check or all}
+part=${1:?part: core, norm, softmax, activation, lora, rope, ce, attention, decoding, hf, learn, check or all}
 if [ "$part" = all ]; then
   rc=0
-  for p in core norm softmax activation lora rope ce attention hf learn check; do bash "$0" "$p" || rc=1; done
+  for p in core norm softmax activation lora rope ce attention decoding hf learn check; do bash "$0" "$p" || rc=1; done
   exit $rc
 fi
 if [ "$part" = parallel ]; then
@@ -51,14 +52,15 @@ export TRITONKIT_AUTOTUNE=quick  # two autotune configs, not ten: the tests chec
 case "$part" in
   core) selection="not norm and not softmax and not gelu and not silu and not activation and not lora and not rope"
         selection="$selection and not cross_entropy and not attention and not transformers and not puzzles"
-        selection="$selection and not lessons" ;;
+        selection="$selection and not lessons and not decod and not kv_cache and not quantize_kv" ;;
   norm) selection="norm" ;;
   softmax) selection="softmax" ;;
   activation) selection="gelu or silu or activation" ;;
   lora) selection="lora" ;;
   rope) selection="rope" ;;
   ce) selection="cross_entropy" ;;
-  attention) selection="attention" ;;
+  attention) selection="attention and not decod" ;;
+  decoding) selection="decod or kv_cache or quantize_kv" ;;
   hf) selection="transformers" ;;
   learn) selection="puzzles or lessons" ;;
   check)  # one kernel at a time, so that a run stopped at its time limit still leaves each finished table

@@ -204,6 +204,9 @@ class KernelSpec:
     # The swept axis: the case key that varies across the bench cases ("n" for the norms, "shape" for the
     # activations). Benchmark plots put it on x, one line per provider for each setting of the other keys.
     sweep: str = ""
+    # Public ops the spec checks through ``fn`` when ``fn`` is not the op itself: an in-place op read back after
+    # its call (kv_cache_append), or a pair checked as a round trip (quantize_kv, dequantize_kv).
+    covers: tuple[Callable, ...] = ()
 
     def __post_init__(self) -> None:
         for group in ("test_cases", "gpu_cases", "bench_cases"):

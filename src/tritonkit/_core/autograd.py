@@ -98,6 +98,27 @@ def differentiable_op(
     return op
 
 
+@dataclass(frozen=True)
+class InferenceOp:
+    """A forward-only op: its custom op while torch.compile traces (what the graph holds), its launcher otherwise
+    (eager calls skip the custom op's dispatch, tens of µs of host time)."""
+
+    name: str
+    launcher: Callable
+    op: Any
+
+    def __call__(self, *args):
+        if torch.compiler.is_compiling():
+            return self.op(*args)
+        return self.launcher(*args)
+
+
+def inference_op(name: str, *, launcher: Callable, fake: Callable, mutates: tuple[str, ...] = ()) -> InferenceOp:
+    """The forward-only op ``tritonkit::<name>`` over ``launcher`` (schema from its hints, as differentiable ops'),
+    with ``fake`` for torch.compile; ``mutates``: the arguments it writes in place (an in-place op returns None)."""
+    return InferenceOp(name, launcher, _custom_op(f"tritonkit::{name}", launcher, fake, mutates_args=mutates))
+
+
 def _remember(ctx, save: Save, inputs: tuple, outputs: tuple, non_differentiable: tuple[int, ...]) -> None:
     ctx.tritonkit_inputs = len(inputs)
     save(ctx, inputs, outputs)
@@ -155,9 +176,10 @@ def _count_inputs(ctx, inputs, output) -> None:
     ctx.tritonkit_inputs = len(inputs)
 
 
-def _custom_op(qualname: str, launcher: Callable, fake: Callable, implementation: Callable | None = None):
+def _custom_op(qualname: str, launcher: Callable, fake: Callable, implementation: Callable | None = None,
+               mutates_args: tuple[str, ...] = ()):  # fmt: skip
     """``launcher`` as the torch custom op ``qualname`` (running ``implementation`` in its place when given): its
-    parameters without defaults, typed by its hints."""
+    parameters without defaults, typed by its hints; ``mutates_args``: those it writes in place."""
     hints = typing.get_type_hints(launcher)
     parameters = [
         parameter.replace(annotation=_schema_type(hints[parameter.name]))
@@ -168,8 +190,10 @@ def _custom_op(qualname: str, launcher: Callable, fake: Callable, implementation
     def run(*args, **kwargs):
         return (implementation or launcher)(*args, **kwargs)
 
-    run.__signature__ = inspect.Signature(parameters, return_annotation=hints["return"])
+    returns = hints["return"]
+    returns = None if returns is type(None) else returns  # an in-place op: torch's schema wants None itself
+    run.__signature__ = inspect.Signature(parameters, return_annotation=returns)
     run.__name__ = qualname.split("::")[1]
-    op = torch.library.custom_op(qualname, run, mutates_args=())
+    op = torch.library.custom_op(qualname, run, mutates_args=mutates_args)
     op.register_fake(fake)
     return op

@@ -14,12 +14,14 @@ BASE_PROVIDERS = ("tritonkit", "torch", "torch.compile")
 
 # Peer libraries by name: the module that must import for the peer to run. Each spec maps the peers
 # it can be compared with to a factory for the peer's version of its op (next to the op's code, or in
-# tritonkit.bench.attention_peers for torch's own attention backends, which no family may import from another).
+# tritonkit.bench.attention_peers and decoding_peers for torch's own attention backends, which no family may import
+# from another).
 PEERS: dict[str, str] = {
     "liger": "liger_kernel",
     "sdpa-flash": "torch",  # scaled_dot_product_attention, FlashAttention-2 backend forced
     "sdpa-cudnn": "torch",  # scaled_dot_product_attention, cuDNN backend forced
     "flex": "torch",  # FlexAttention, compiled
+    "sdpa": "torch",  # scaled_dot_product_attention with enable_gqa, torch's choice of backend (decoding)
 }
 # Providers that run through torch.compile: the harness resets dynamo before each case, so that no recompile limit
 # silently falls back to eager (for FlexAttention, a kernel that forms every score).

@@ -112,9 +112,9 @@ def load_wanted(path: Path, tags: set[str]) -> tuple[list[Wanted], list[Problem]
 
 
 def _module_file(spec) -> str:
-    """The repository path of the module that defines a spec's public op (its fn may be a functools.partial): the
-    family's op.py."""
-    for obj in (spec.fn, getattr(spec.fn, "func", None), spec.reference, spec.make_inputs):
+    """The repository path of the module that defines a spec's public op (its fn may be a functools.partial, or a
+    wrapper of the ops it covers): the family's op.py."""
+    for obj in (*spec.covers, spec.fn, getattr(spec.fn, "func", None), spec.reference, spec.make_inputs):
         module = getattr(obj, "__module__", None) or ""
         if module.startswith("tritonkit."):
             return f"src/{module.replace('.', '/')}.py"

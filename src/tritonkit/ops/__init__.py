@@ -5,6 +5,7 @@ A package never carries the name of a public op, which would shadow it here.
 """
 
 from tritonkit.ops.activation.op import geglu, gelu, silu, swiglu
+from tritonkit.ops.decoding.op import decode_attention, dequantize_kv, kv_cache_append, quantize_kv
 from tritonkit.ops.flash_attention.op import attention, attention_varlen
 from tritonkit.ops.lora.op import lora_linear
 from tritonkit.ops.loss.op import cross_entropy, fused_linear_cross_entropy
@@ -20,13 +21,17 @@ __all__ = [
     "attention_varlen",
     "copy",
     "cross_entropy",
+    "decode_attention",
+    "dequantize_kv",
     "fused_linear_cross_entropy",
     "geglu",
     "gelu",
+    "kv_cache_append",
     "layer_norm",
     "log_softmax",
     "lora_linear",
     "matmul",
+    "quantize_kv",
     "rgb_to_grey",
     "rms_norm",
     "rope",

@@ -1,0 +1,363 @@
+"""Flash decoding kernels: split-KV attention of a few new queries over a (paged, quantized) KV cache, the
+reduction of the splits, the cache append, and the KV formats' quantize and dequantize.
+
+Attention, for sequence b whose cache holds L = cache_seqlens[b] tokens (the new ones included): its Sq new queries
+sit at positions r_t = L - Sq + t (t = 0 .. Sq - 1) and query t sees key j when j < L, j <= r_t (causal) and
+j >= r_t - window (window >= 0). Query head h reads key head h // (Hq / Hk). With s_tj = scale * q_t . k_j, or with a
+softcap c > 0, s_tj = c * tanh(scale * q_t . k_j / c):
+
+    lse_t = log sum_j exp(s_tj),   o_t = sum_j exp(s_tj - lse_t) v_j        (o_t = 0, lse_t = -inf: no key seen)
+
+Split-KV: the keys a program's rows see are cut into S equal splits (whole key blocks). Each (split, batch, key head,
+block of rows) program walks its split with the online softmax in base 2 and writes its partial (o_s, lse_s) for the
+rows of all the query heads of its key head (so each key and value is read once per key head, not per query head).
+The reduction, in split order (deterministic): lse = log sum_s exp(lse_s), o = sum_s exp(lse_s - lse) o_s, where a
+split that saw no key has lse_s = -inf and weight 0. With S = 1 the split kernel writes o and lse itself.
+
+Cache formats: one row is one token of one key head, D values; each format x ~ x' as follows.
+- "plain": x in q's dtype.
+- "int8": a code c in [-127, 127] and one fp32 scale per row: x' = c * scale, scale = max|x| / 127,
+  c = round(x / scale) (ties to even).
+- "fp8": a float8_e4m3fn code and one fp32 scale per row: x' = c * scale, scale = max|x| / 448, c = e4m3(x / scale).
+- "int4": groups of G consecutive values along D, each with an fp16 (scale, zero): zero = the group's minimum,
+  scale = (max - min) / 15 (both rounded to fp16 first), c = round((x - zero) / scale) in [0, 15], x' = c scale +
+  zero; two codes per byte, value 2i in the low nibble and 2i + 1 in the high one.
+The int8 and fp8 row scales multiply the score columns (keys) and the probabilities (values), so the products read
+the codes themselves, exact in 16-bit floats; int4 is dequantized element by element.
+
+Paged caches: key j of sequence b is slot j % page_size of page block_table[b, j // page_size]; a contiguous cache
+is read as pages of one sequence each (page b, slot j). A page number outside the pool, or a key beyond the cache's
+capacity, counts as no key (read nowhere, written nowhere).
+"""
+
+import triton
+import triton.language as tl
+
+from tritonkit._core.jit.dots import dot_fp32
+from tritonkit._core.jit.fastmath import LOG2_E, tanh_via_exp2
+
+# 1.5 * 2**23: adding it to an fp32 of magnitude below 2**22 leaves no fraction bits, so the addition rounds to the
+# nearest integer, ties to even, as torch.round does.
+_ROUND_SHIFT = tl.constexpr(12582912.0)
+
+
+@triton.jit
+def _round_half_even(x):
+    """x rounded to the nearest integer, ties to even (|x| < 2**22)."""
+    return (x + _ROUND_SHIFT) - _ROUND_SHIFT
+
+
+@triton.jit
+def _cache_rows(p_table, i_b, o_j, m_j, capacity, n_pages, stride_table_b, PAGED: tl.constexpr,
+                PAGE_SIZE: tl.constexpr):  # fmt: skip
+    """(page as int64, slot, valid) of tokens o_j of sequence i_b (o_j a scalar or a vector; m_j: which to consider).
+    Paged: page block_table[b, j // PAGE_SIZE], valid when inside the pool; contiguous: page b, slot j."""
+    m_j = m_j & (o_j >= 0) & (o_j < capacity)
+    if PAGED:
+        page = tl.load(p_table + i_b.to(tl.int64) * stride_table_b + o_j // PAGE_SIZE, mask=m_j, other=0)
+        valid = m_j & (page >= 0) & (page < n_pages)
+        slot = o_j % PAGE_SIZE
+    else:
+        page = i_b + o_j * 0
+        valid = m_j
+        slot = o_j
+    return page.to(tl.int64), slot, valid
+
+
+@triton.jit
+def _row_codes(b_x, KV: tl.constexpr):
+    """int8 or fp8 codes [R, D] and fp32 scales [R] of the rows b_x (fp32, padding 0); see the module docstring."""
+    top: tl.constexpr = 127.0 if KV == "int8" else 448.0
+    amax = tl.max(tl.abs(b_x), axis=1)
+    inv = tl.where(amax > 0.0, top / tl.where(amax > 0.0, amax, 1.0), 0.0)  # a row of zeros: codes 0, scale 0
+    b_y = tl.minimum(tl.maximum(b_x * inv[:, None], -top), top)  # x * (top / amax) may pass top by an ulp
+    if KV == "int8":  # noqa: SIM108 (statements: only the branch of the format compiles)
+        b_code = _round_half_even(b_y).to(tl.int8)
+    else:
+        b_code = _round_to_e4m3(b_y).to(tl.float8e4nv)
+    return b_code, amax / top
+
+
+@triton.jit
+def _round_to_e4m3(y):
+    """y (|y| <= 448) rounded to the nearest float8 e4m3 value, ties to even, in fp32: the conversion that follows is
+    then exact, and gives the same codes on a GPU and under the interpreter (whose own rounding misses the carry into
+    the exponent). e4m3 keeps 3 fraction bits: its step is 2^(e - 3) for 2^e <= |y|, and 2^-9 below 2^-6. The
+    sign goes back on after the rounding, so that a tiny negative y gives -0 as the conversion would."""
+    biased = (y.to(tl.int32, bitcast=True) >> 23) & 0xFF  # fp32's biased exponent of y
+    step = (tl.maximum(biased, 127 - 6) - 3) << 23  # the step's fp32 bits: 2^(max(e, -6) - 3)
+    step = step.to(tl.float32, bitcast=True)
+    rounded = _round_half_even(tl.abs(y) / step) * step
+    return tl.where(y < 0.0, -rounded, rounded)
+
+
+@triton.jit
+def _int4_codes(b_even, b_odd, BLOCK_D: tl.constexpr, GROUP: tl.constexpr):
+    """int4 codes of rows given as their even and odd values ([R, BLOCK_D / 2] each, fp32): the packed bytes
+    [R, BLOCK_D / 2] and the fp16 scales and zeros [R, BLOCK_D / GROUP]. Padding columns form whole groups of their
+    own (GROUP divides D), which are never stored."""
+    N_GROUPS: tl.constexpr = BLOCK_D // GROUP
+    HALF: tl.constexpr = GROUP // 2
+    rows: tl.constexpr = b_even.shape[0]
+    b_even3 = tl.reshape(b_even, (rows, N_GROUPS, HALF))
+    b_odd3 = tl.reshape(b_odd, (rows, N_GROUPS, HALF))
+    lo = tl.minimum(tl.min(b_even3, axis=2), tl.min(b_odd3, axis=2))  # [R, G]
+    hi = tl.maximum(tl.max(b_even3, axis=2), tl.max(b_odd3, axis=2))
+    scale16 = ((hi - lo) / 15.0).to(tl.float16)
+    zero16 = lo.to(tl.float16)
+    scale, zero = scale16.to(tl.float32), zero16.to(tl.float32)
+    inv = tl.where(scale > 0.0, 1.0 / tl.where(scale > 0.0, scale, 1.0), 0.0)[:, :, None]  # a constant group: 0
+    c_even = tl.minimum(tl.maximum(_round_half_even((b_even3 - zero[:, :, None]) * inv), 0.0), 15.0)
+    c_odd = tl.minimum(tl.maximum(_round_half_even((b_odd3 - zero[:, :, None]) * inv), 0.0), 15.0)
+    packed = c_even.to(tl.int32) | (c_odd.to(tl.int32) << 4)
+    return tl.reshape(packed, (rows, BLOCK_D // 2)).to(tl.uint8), scale16, zero16
+
+
+@triton.jit
+def _quantize_rows(p_x, off_x, p_data, off_data, p_scales, off_scales, m_r, head_dim, stride_s_g, stride_s_z,
+                   KV: tl.constexpr, BLOCK_D: tl.constexpr, GROUP: tl.constexpr):  # fmt: skip
+    """Write rows of x (int64 row offsets off_x [R], unit stride along D; m_r: which rows) in format KV at the data
+    rows off_data (unit stride) and their scales at off_scales (int4: groups stride_s_g apart, the zero stride_s_z
+    after the scale). The one writer of every format: quantize_kv and kv_cache_append both call it."""
+    if KV == "int4":
+        o_i = tl.arange(0, BLOCK_D // 2)
+        m_i = m_r[:, None] & (o_i[None, :] < head_dim // 2)
+        p_pairs = p_x + off_x[:, None] + 2 * o_i[None, :]
+        b_even = tl.load(p_pairs, mask=m_i, other=0.0).to(tl.float32)  # [R, D / 2]
+        b_odd = tl.load(p_pairs + 1, mask=m_i, other=0.0).to(tl.float32)  # [R, D / 2]
+        packed, scale16, zero16 = _int4_codes(b_even, b_odd, BLOCK_D, GROUP)
+        tl.store(p_data + off_data[:, None] + o_i[None, :], packed, mask=m_i)
+        o_g = tl.arange(0, BLOCK_D // GROUP)
+        m_g = m_r[:, None] & (o_g[None, :] < head_dim // GROUP)
+        p_s = p_scales + off_scales[:, None] + o_g[None, :] * stride_s_g
+        tl.store(p_s, scale16, mask=m_g)
+        tl.store(p_s + stride_s_z, zero16, mask=m_g)
+    else:
+        o_d = tl.arange(0, BLOCK_D)
+        m_x = m_r[:, None] & (o_d[None, :] < head_dim)
+        b_x = tl.load(p_x + off_x[:, None] + o_d[None, :], mask=m_x, other=0.0).to(tl.float32)  # [R, D]
+        if KV == "plain":
+            tl.store(p_data + off_data[:, None] + o_d[None, :], b_x.to(p_data.dtype.element_ty), mask=m_x)
+        else:
+            b_code, b_scale = _row_codes(b_x, KV)
+            tl.store(p_data + off_data[:, None] + o_d[None, :], b_code, mask=m_x)
+            tl.store(p_scales + off_scales, b_scale, mask=m_r)
+
+
+@triton.jit
+def _int4_values(p_data, off_data, p_scales, off_scales, m_x, o_d, stride_s_g, stride_s_z, GROUP: tl.constexpr):
+    """fp32 values [R, D] of int4 rows (int64 offsets off_data and off_scales [R]; m_x: the [R, D] mask)."""
+    b_byte = tl.load(p_data + off_data[:, None] + (o_d // 2)[None, :], mask=m_x, other=0).to(tl.int32)
+    b_code = (b_byte >> ((o_d % 2) * 4)[None, :]) & 15
+    p_s = p_scales + off_scales[:, None] + (o_d // GROUP)[None, :] * stride_s_g
+    b_scale = tl.load(p_s, mask=m_x, other=0.0).to(tl.float32)
+    b_zero = tl.load(p_s + stride_s_z, mask=m_x, other=0.0).to(tl.float32)
+    return b_code.to(tl.float32) * b_scale + b_zero
+
+
+@triton.jit
+def _quantize_kv_kernel(
+    p_x, p_data, p_scales, n_rows, head_dim, stride_x_r, stride_data_r, stride_s_r, stride_s_g, stride_s_z,
+    KV: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, GROUP: tl.constexpr,
+):  # fmt: skip
+    """BLOCK_R rows of x (n_rows x head_dim, unit stride along D) in format KV."""
+    o_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    r64 = o_r.to(tl.int64)
+    _quantize_rows(p_x, r64 * stride_x_r, p_data, r64 * stride_data_r, p_scales, r64 * stride_s_r, o_r < n_rows,
+                   head_dim, stride_s_g, stride_s_z, KV, BLOCK_D, GROUP)  # fmt: skip
+
+
+@triton.jit
+def _dequantize_kv_kernel(
+    p_data, p_scales, p_out, n_rows, head_dim, stride_data_r, stride_s_r, stride_s_g, stride_s_z, stride_out_r,
+    KV: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, GROUP: tl.constexpr,
+):  # fmt: skip
+    """x' of BLOCK_R rows in format KV (int8, fp8 or int4), in the output's dtype."""
+    o_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    r64 = o_r.to(tl.int64)
+    o_d = tl.arange(0, BLOCK_D)
+    m_x = (o_r < n_rows)[:, None] & (o_d[None, :] < head_dim)
+    if KV == "int4":
+        b_x = _int4_values(p_data, r64 * stride_data_r, p_scales, r64 * stride_s_r, m_x, o_d, stride_s_g, stride_s_z,
+                           GROUP)  # fmt: skip
+    else:
+        b_code = tl.load(p_data + r64[:, None] * stride_data_r + o_d[None, :], mask=m_x).to(tl.float32)  # [R, D]
+        b_x = b_code * tl.load(p_scales + r64 * stride_s_r, mask=o_r < n_rows, other=0.0)[:, None]
+    tl.store(p_out + r64[:, None] * stride_out_r + o_d[None, :], b_x.to(p_out.dtype.element_ty), mask=m_x)
+
+
+@triton.jit
+def _kv_append_kernel(
+    p_k_new, p_v_new, p_k, p_v, p_k_scales, p_v_scales, p_seqlens, p_table,
+    n_new, n_heads_k, head_dim, capacity, n_pages,
+    stride_kn_b, stride_kn_s, stride_kn_h, stride_vn_b, stride_vn_s, stride_vn_h,
+    stride_k_page, stride_k_slot, stride_k_h, stride_v_page, stride_v_slot, stride_v_h,
+    stride_ks_page, stride_ks_slot, stride_ks_h, stride_ks_g, stride_ks_z,
+    stride_vs_page, stride_vs_slot, stride_vs_h, stride_vs_g, stride_vs_z, stride_table_b,
+    KV: tl.constexpr, PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
+    GROUP: tl.constexpr,
+):  # fmt: skip
+    """Token t of sequence b (program b * Sq + t), every key head: k_new and v_new written at position
+    cache_seqlens[b] + t of the cache, in its format. A position beyond the capacity or on a page outside the pool is
+    not written."""
+    i_bt = tl.program_id(0)
+    i_b, i_t = i_bt // n_new, i_bt % n_new
+    position = tl.load(p_seqlens + i_b) + i_t
+    page, slot, valid = _cache_rows(p_table, i_b, position, True, capacity, n_pages, stride_table_b, PAGED, PAGE_SIZE)
+    o_h = tl.arange(0, BLOCK_H)
+    h64 = o_h.to(tl.int64)
+    m_h = (o_h < n_heads_k) & valid
+    b64, t64 = i_b.to(tl.int64), i_t.to(tl.int64)
+    slot64 = slot.to(tl.int64)
+    _quantize_rows(p_k_new, b64 * stride_kn_b + t64 * stride_kn_s + h64 * stride_kn_h,
+                   p_k, page * stride_k_page + slot64 * stride_k_slot + h64 * stride_k_h,
+                   p_k_scales, page * stride_ks_page + slot64 * stride_ks_slot + h64 * stride_ks_h,
+                   m_h, head_dim, stride_ks_g, stride_ks_z, KV, BLOCK_D, GROUP)  # fmt: skip
+    _quantize_rows(p_v_new, b64 * stride_vn_b + t64 * stride_vn_s + h64 * stride_vn_h,
+                   p_v, page * stride_v_page + slot64 * stride_v_slot + h64 * stride_v_h,
+                   p_v_scales, page * stride_vs_page + slot64 * stride_vs_slot + h64 * stride_vs_h,
+                   m_h, head_dim, stride_vs_g, stride_vs_z, KV, BLOCK_D, GROUP)  # fmt: skip
+
+
+@triton.jit
+def _load_keys(p_data, off_data, p_scales, off_scales, m_x, m_n, o_d, stride_s_g, stride_s_z, mma_dtype: tl.constexpr,
+               KV: tl.constexpr, GROUP: tl.constexpr):  # fmt: skip
+    """A [N, D] tile of cache rows as the products read it (mma_dtype) and the rows' scales [N] (1 where the format
+    has none, or folds them into the values: plain, int4)."""
+    if KV == "int4":
+        b_x = _int4_values(p_data, off_data, p_scales, off_scales, m_x, o_d, stride_s_g, stride_s_z, GROUP)
+        b_scale = tl.full(m_n.shape, 1.0, tl.float32)
+    elif KV == "plain":
+        b_x = tl.load(p_data + off_data[:, None] + o_d[None, :], mask=m_x, other=0.0)
+        b_scale = tl.full(m_n.shape, 1.0, tl.float32)
+    else:
+        # Masked rows must read 0 (a value row of NaN would poison the products even with weight 0); the
+        # interpreter cannot fill fp8 with `other`, so they are zeroed after the conversion.
+        b_x = tl.where(m_x, tl.load(p_data + off_data[:, None] + o_d[None, :], mask=m_x).to(tl.float32), 0.0)
+        b_scale = tl.load(p_scales + off_scales, mask=m_n, other=0.0)
+    return b_x.to(mma_dtype), b_scale
+
+
+@triton.jit
+def _decode_kernel(
+    p_q, p_k, p_v, p_k_scales, p_v_scales, p_seqlens, p_table, p_o, p_lse, p_part_o, p_part_lse,
+    n_queries, n_heads_q, n_heads_k, group, head_dim, window, capacity, n_pages, qk_scale, softcap_log2,
+    stride_q_b, stride_q_s, stride_q_h,
+    stride_k_page, stride_k_slot, stride_k_h, stride_v_page, stride_v_slot, stride_v_h,
+    stride_ks_page, stride_ks_slot, stride_ks_h, stride_ks_g, stride_ks_z,
+    stride_vs_page, stride_vs_slot, stride_vs_h, stride_vs_g, stride_vs_z, stride_table_b,
+    stride_o_b, stride_o_s, stride_o_h, stride_lse_b, stride_lse_h,
+    KV: tl.constexpr, PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, CAUSAL: tl.constexpr, SOFTCAP: tl.constexpr,
+    N_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, GROUP: tl.constexpr,
+):  # fmt: skip
+    """One split of the keys for BLOCK_M rows of one (batch, key head): rows r = t * group + g are query t of query
+    head h_k * group + g. Writes the partial (o_s, lse_s in base 2) to the workspace, or with one split o and lse.
+    ``window`` is a bound no position reaches when unbounded; qk_scale is scale * log2(e), or scale / c with a
+    softcap c (softcap_log2 = c * log2(e))."""
+    i_split = tl.program_id(0) % N_SPLITS
+    i_rows = tl.program_id(0) // N_SPLITS
+    i_b, i_hk = tl.program_id(1) // n_heads_k, tl.program_id(1) % n_heads_k
+    seqlen = tl.load(p_seqlens + i_b)
+    n_rows = group * n_queries
+    o_r = i_rows * BLOCK_M + tl.arange(0, BLOCK_M)
+    m_r = o_r < n_rows
+    o_t = o_r // group
+    o_h = i_hk * group + o_r % group
+    position = seqlen - n_queries + o_t  # [M]
+    # The keys any of these rows sees, [lo, hi), cut into N_SPLITS splits of whole blocks.
+    t_first = (i_rows * BLOCK_M) // group
+    t_last = (tl.minimum(i_rows * BLOCK_M + BLOCK_M, n_rows) - 1) // group
+    lo = tl.maximum(seqlen - n_queries + t_first - window, 0)
+    hi = seqlen
+    if CAUSAL:
+        hi = tl.minimum(seqlen - n_queries + t_last + 1, seqlen)
+    per_split = tl.cdiv(tl.cdiv(tl.maximum(hi - lo, 0), N_SPLITS), BLOCK_N) * BLOCK_N
+    start = lo + i_split * per_split
+    end = tl.minimum(hi, start + per_split)
+
+    o_n = tl.arange(0, BLOCK_N)
+    o_d = tl.arange(0, BLOCK_D)
+    m_d = o_d < head_dim
+    b64 = i_b.to(tl.int64)
+    p_q_rows = p_q + b64 * stride_q_b + o_t.to(tl.int64)[:, None] * stride_q_s + o_h.to(tl.int64)[:, None] * stride_q_h
+    b_q = tl.load(p_q_rows + o_d[None, :], mask=m_r[:, None] & m_d[None, :], other=0.0)  # [M, D]
+    hk64 = i_hk.to(tl.int64)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    for start_n in range(start, end, BLOCK_N):
+        o_j = start_n + o_n
+        page, slot, m_n = _cache_rows(p_table, i_b, o_j, o_j < end, capacity, n_pages, stride_table_b, PAGED,
+                                      PAGE_SIZE)  # fmt: skip
+        slot64 = slot.to(tl.int64)
+        m_x = m_n[:, None] & m_d[None, :]
+        b_k, k_scale = _load_keys(p_k, page * stride_k_page + slot64 * stride_k_slot + hk64 * stride_k_h,
+                                  p_k_scales, page * stride_ks_page + slot64 * stride_ks_slot + hk64 * stride_ks_h,
+                                  m_x, m_n, o_d, stride_ks_g, stride_ks_z, b_q.dtype, KV, GROUP)  # fmt: skip
+        b_v, v_scale = _load_keys(p_v, page * stride_v_page + slot64 * stride_v_slot + hk64 * stride_v_h,
+                                  p_v_scales, page * stride_vs_page + slot64 * stride_vs_slot + hk64 * stride_vs_h,
+                                  m_x, m_n, o_d, stride_vs_g, stride_vs_z, b_q.dtype, KV, GROUP)  # fmt: skip
+        b_s = dot_fp32(b_q, tl.trans(b_k), DOT_PRECISION, UPCAST) * (qk_scale * k_scale)[None, :]  # [M, N]
+        if SOFTCAP:
+            b_s = tanh_via_exp2(b_s) * softcap_log2
+        visible = m_n[None, :] & (o_j[None, :] >= position[:, None] - window)
+        if CAUSAL:
+            visible = visible & (o_j[None, :] <= position[:, None])
+        b_s = tl.where(visible, b_s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(b_s, axis=1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that saw no key yet: exp2(-inf - 0) = 0
+        b_p = tl.exp2(b_s - m_safe[:, None])
+        alpha = tl.exp2(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(b_p, axis=1)
+        b_pv = (b_p * v_scale[None, :]).to(b_v.dtype)
+        acc = acc * alpha[:, None] + dot_fp32(b_pv, b_v, DOT_PRECISION, UPCAST)
+        m_i = m_new
+
+    seen = l_i > 0.0
+    l_safe = tl.where(seen, l_i, 1.0)
+    b_o = acc / l_safe[:, None]
+    lse_log2 = tl.where(seen, m_i + tl.log2(l_safe), float("-inf"))
+    m_o = m_r[:, None] & m_d[None, :]
+    if N_SPLITS == 1:
+        p_o_rows = (
+            p_o + b64 * stride_o_b + o_t.to(tl.int64)[:, None] * stride_o_s + o_h.to(tl.int64)[:, None] * stride_o_h
+        )
+        tl.store(p_o_rows + o_d[None, :], b_o.to(p_o.dtype.element_ty), mask=m_o)
+        tl.store(p_lse + b64 * stride_lse_b + o_h.to(tl.int64) * stride_lse_h + o_t, lse_log2 / LOG2_E, mask=m_r)
+    else:
+        # Workspace rows ((b * Sq + t) * Hq + h) * N_SPLITS + split, contiguous: o_s (..., D) and lse_s (...).
+        part = ((b64 * n_queries + o_t) * n_heads_q + o_h) * N_SPLITS + i_split  # [M]
+        tl.store(p_part_o + part[:, None] * head_dim + o_d[None, :], b_o, mask=m_o)
+        tl.store(p_part_lse + part, lse_log2, mask=m_r)
+
+
+@triton.jit
+def _decode_reduce_kernel(
+    p_part_o, p_part_lse, p_o, p_lse, n_queries, n_heads_q, head_dim,
+    stride_o_b, stride_o_s, stride_o_h, stride_lse_b, stride_lse_h,
+    N_SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    """o and lse of one (batch, query, head) row from its N_SPLITS partials: weights exp2(lse_s - max), summed in
+    split order."""
+    i_row = tl.program_id(0)  # (b * Sq + t) * Hq + h
+    i_h = i_row % n_heads_q
+    i_t = (i_row // n_heads_q) % n_queries
+    i_b = i_row // (n_heads_q * n_queries)
+    o_s = tl.arange(0, BLOCK_S)
+    o_d = tl.arange(0, BLOCK_D)
+    part = i_row.to(tl.int64) * N_SPLITS + o_s
+    lse_s = tl.load(p_part_lse + part, mask=o_s < N_SPLITS, other=float("-inf"))  # [S]
+    peak = tl.max(lse_s, axis=0)
+    peak_safe = tl.where(peak == float("-inf"), 0.0, peak)
+    weight = tl.exp2(lse_s - peak_safe)
+    total = tl.sum(weight, axis=0)
+    m_part = (o_s < N_SPLITS)[:, None] & (o_d < head_dim)[None, :]
+    b_o = tl.load(p_part_o + part[:, None] * head_dim + o_d[None, :], mask=m_part, other=0.0)  # [S, D]
+    seen = total > 0.0
+    b_o = tl.sum(b_o * weight[:, None], axis=0) / tl.where(seen, total, 1.0)
+    lse = tl.where(seen, (peak_safe + tl.log2(tl.where(seen, total, 1.0))) / LOG2_E, float("-inf"))
+    b64, t64, h64 = i_b.to(tl.int64), i_t.to(tl.int64), i_h.to(tl.int64)
+    p_o += b64 * stride_o_b + t64 * stride_o_s + h64 * stride_o_h
+    tl.store(p_o + o_d, b_o.to(p_o.dtype.element_ty), mask=o_d < head_dim)
+    tl.store(p_lse + b64 * stride_lse_b + h64 * stride_lse_h + t64, lse)
