@@ -22,8 +22,9 @@ SMALL = DecodePlan(block_n=16, warps=4, stages=1, max_rows=16)  # many key block
 
 
 def _inverse(amax, top):
-    """top / amax where amax > 0, else 0; tensor by tensor, as IEEE division (torch computes a number divided by a
-    tensor through a reciprocal, an ulp away at times)."""
+    """top / amax where amax > 0, else 0. Every division here is tensor by tensor, which torch computes as IEEE
+    division, as the kernels do; torch divides by a number (or a number by a tensor) through a reciprocal, an ulp
+    away at times."""
     return torch.where(amax > 0, torch.full_like(amax, top) / torch.where(amax > 0, amax, 1), 0)
 
 
@@ -31,20 +32,20 @@ def _int8_from_definition(x):
     amax = x.float().abs().amax(-1)
     inverse = _inverse(amax, 127.0)
     codes = torch.round(x.float() * inverse[..., None]).clamp(-127, 127).to(torch.int8)
-    return codes, amax / 127
+    return codes, amax / torch.full_like(amax, 127)
 
 
 def _fp8_from_definition(x):
     amax = x.float().abs().amax(-1)
     inverse = _inverse(amax, 448.0)
     codes = (x.float() * inverse[..., None]).clamp(-448, 448).to(torch.float8_e4m3fn)
-    return codes, amax / 448
+    return codes, amax / torch.full_like(amax, 448)
 
 
 def _int4_from_definition(x, group):
     groups = x.float().unflatten(-1, (-1, group))
     low, high = groups.amin(-1), groups.amax(-1)
-    scale16, zero16 = ((high - low) / 15).half(), low.half()
+    scale16, zero16 = ((high - low) / torch.full_like(low, 15)).half(), low.half()
     scale, zero = scale16.float()[..., None], zero16.float()[..., None]
     inverse = _inverse(scale, 1.0)
     codes = torch.round((groups - zero) * inverse).clamp(0, 15).to(torch.uint8).flatten(-2)

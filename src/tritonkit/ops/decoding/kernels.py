@@ -35,16 +35,7 @@ import triton.language as tl
 
 from tritonkit._core.jit.dots import dot_fp32
 from tritonkit._core.jit.fastmath import LOG2_E, tanh_via_exp2
-
-# 1.5 * 2**23: adding it to an fp32 of magnitude below 2**22 leaves no fraction bits, so the addition rounds to the
-# nearest integer, ties to even, as torch.round does.
-_ROUND_SHIFT = tl.constexpr(12582912.0)
-
-
-@triton.jit
-def _round_half_even(x):
-    """x rounded to the nearest integer, ties to even (|x| < 2**22)."""
-    return (x + _ROUND_SHIFT) - _ROUND_SHIFT
+from tritonkit._core.jit.rounding import round_half_even, round_to_float8
 
 
 @triton.jit
@@ -69,26 +60,14 @@ def _row_codes(b_x, KV: tl.constexpr):
     """int8 or fp8 codes [R, D] and fp32 scales [R] of the rows b_x (fp32, padding 0); see the module docstring."""
     top: tl.constexpr = 127.0 if KV == "int8" else 448.0
     amax = tl.max(tl.abs(b_x), axis=1)
-    inv = tl.where(amax > 0.0, top / tl.where(amax > 0.0, amax, 1.0), 0.0)  # a row of zeros: codes 0, scale 0
+    # IEEE division (div_rn; Triton's `/` is approximate on a GPU), so that the codes follow the definition exactly.
+    inv = tl.where(amax > 0.0, tl.math.div_rn(top, tl.where(amax > 0.0, amax, 1.0)), 0.0)  # zeros: codes 0, scale 0
     b_y = tl.minimum(tl.maximum(b_x * inv[:, None], -top), top)  # x * (top / amax) may pass top by an ulp
     if KV == "int8":  # noqa: SIM108 (statements: only the branch of the format compiles)
-        b_code = _round_half_even(b_y).to(tl.int8)
+        b_code = round_half_even(b_y).to(tl.int8)
     else:
-        b_code = _round_to_e4m3(b_y).to(tl.float8e4nv)
-    return b_code, amax / top
-
-
-@triton.jit
-def _round_to_e4m3(y):
-    """y (|y| <= 448) rounded to the nearest float8 e4m3 value, ties to even, in fp32: the conversion that follows is
-    then exact, and gives the same codes on a GPU and under the interpreter (whose own rounding misses the carry into
-    the exponent). e4m3 keeps 3 fraction bits: its step is 2^(e - 3) for 2^e <= |y|, and 2^-9 below 2^-6. The
-    sign goes back on after the rounding, so that a tiny negative y gives -0 as the conversion would."""
-    biased = (y.to(tl.int32, bitcast=True) >> 23) & 0xFF  # fp32's biased exponent of y
-    step = (tl.maximum(biased, 127 - 6) - 3) << 23  # the step's fp32 bits: 2^(max(e, -6) - 3)
-    step = step.to(tl.float32, bitcast=True)
-    rounded = _round_half_even(tl.abs(y) / step) * step
-    return tl.where(y < 0.0, -rounded, rounded)
+        b_code = round_to_float8(b_y, 3, -6).to(tl.float8e4nv)
+    return b_code, tl.math.div_rn(amax, top)
 
 
 @triton.jit
@@ -103,12 +82,12 @@ def _int4_codes(b_even, b_odd, BLOCK_D: tl.constexpr, GROUP: tl.constexpr):
     b_odd3 = tl.reshape(b_odd, (rows, N_GROUPS, HALF))
     lo = tl.minimum(tl.min(b_even3, axis=2), tl.min(b_odd3, axis=2))  # [R, G]
     hi = tl.maximum(tl.max(b_even3, axis=2), tl.max(b_odd3, axis=2))
-    scale16 = ((hi - lo) / 15.0).to(tl.float16)
+    scale16 = tl.math.div_rn(hi - lo, 15.0).to(tl.float16)
     zero16 = lo.to(tl.float16)
     scale, zero = scale16.to(tl.float32), zero16.to(tl.float32)
-    inv = tl.where(scale > 0.0, 1.0 / tl.where(scale > 0.0, scale, 1.0), 0.0)[:, :, None]  # a constant group: 0
-    c_even = tl.minimum(tl.maximum(_round_half_even((b_even3 - zero[:, :, None]) * inv), 0.0), 15.0)
-    c_odd = tl.minimum(tl.maximum(_round_half_even((b_odd3 - zero[:, :, None]) * inv), 0.0), 15.0)
+    inv = tl.where(scale > 0.0, tl.math.div_rn(1.0, tl.where(scale > 0.0, scale, 1.0)), 0.0)[:, :, None]  # constant: 0
+    c_even = tl.minimum(tl.maximum(round_half_even((b_even3 - zero[:, :, None]) * inv), 0.0), 15.0)
+    c_odd = tl.minimum(tl.maximum(round_half_even((b_odd3 - zero[:, :, None]) * inv), 0.0), 15.0)
     packed = c_even.to(tl.int32) | (c_odd.to(tl.int32) << 4)
     return tl.reshape(packed, (rows, BLOCK_D // 2)).to(tl.uint8), scale16, zero16
 

@@ -1,0 +1,29 @@
+"""Rounding to integers and to float8 grids in fp32, the same on a GPU and under the interpreter (quantization)."""
+
+import triton
+import triton.language as tl
+
+# 1.5 * 2**23: adding it to an fp32 of magnitude below 2**22 leaves no fraction bits, so the addition rounds to the
+# nearest integer, ties to even, as torch.round does.
+_ROUND_SHIFT = tl.constexpr(12582912.0)
+
+
+@triton.jit
+def round_half_even(x):
+    """x rounded to the nearest integer, ties to even (|x| < 2**22)."""
+    return (x + _ROUND_SHIFT) - _ROUND_SHIFT
+
+
+@triton.jit
+def round_to_float8(y, MANTISSA_BITS: tl.constexpr, MIN_EXPONENT: tl.constexpr):
+    """y (within the format's range) rounded to the nearest value of a float8 format with MANTISSA_BITS fraction
+    bits and smallest normal exponent MIN_EXPONENT (e4m3: 3, -6; e5m2: 2, -14), ties to even, in fp32: the
+    conversion that follows is then exact, and gives the same codes on a GPU and under the interpreter (whose own
+    rounding misses the carry into the exponent: 127.0 became 64 in e4m3). The step is 2^(e - MANTISSA_BITS) for
+    2^e <= |y|, and 2^(MIN_EXPONENT - MANTISSA_BITS) among the subnormals. The sign goes back on after the rounding,
+    so that a tiny negative y gives -0 as the conversion would. NaN stays NaN."""
+    biased = (y.to(tl.int32, bitcast=True) >> 23) & 0xFF  # fp32's biased exponent of y
+    step = (tl.maximum(biased, 127 + MIN_EXPONENT) - MANTISSA_BITS) << 23  # the step's fp32 bits
+    step = step.to(tl.float32, bitcast=True)
+    rounded = round_half_even(tl.abs(y) / step) * step
+    return tl.where(y < 0.0, -rounded, rounded)
