@@ -32,7 +32,7 @@ H100_SMS = 132  # programs the device stand-in reports: enough for the one-launc
 DTYPES = (torch.bfloat16, torch.float32)  # the floating dtypes compiled (fp16 takes bf16's code paths); integers all
 _TYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.int64: "i64",
           torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8", torch.bool: "i1",
-          torch.float8_e4m3fn: "fp8e4nv"}  # fmt: skip
+          torch.float8_e4m3fn: "fp8e4nv", torch.float8_e5m2: "fp8e5"}  # fmt: skip
 
 
 class Recorder:

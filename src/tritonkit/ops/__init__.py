@@ -10,6 +10,7 @@ from tritonkit.ops.flash_attention.op import attention, attention_varlen
 from tritonkit.ops.lora.op import lora_linear
 from tritonkit.ops.loss.op import cross_entropy, fused_linear_cross_entropy
 from tritonkit.ops.norm.op import layer_norm, rms_norm
+from tritonkit.ops.quant.op import dequantize, quantize
 from tritonkit.ops.rotary.op import rope
 from tritonkit.ops.row_softmax.op import log_softmax, softmax
 from tritonkit.ops.tutorial.op import add, add_relu, copy, matmul, rgb_to_grey
@@ -22,6 +23,7 @@ __all__ = [
     "copy",
     "cross_entropy",
     "decode_attention",
+    "dequantize",
     "dequantize_kv",
     "fused_linear_cross_entropy",
     "geglu",
@@ -31,6 +33,7 @@ __all__ = [
     "log_softmax",
     "lora_linear",
     "matmul",
+    "quantize",
     "quantize_kv",
     "rgb_to_grey",
     "rms_norm",

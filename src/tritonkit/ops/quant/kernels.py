@@ -1,0 +1,143 @@
+"""Quantization kernels: x (M, K) to int8 or float8 codes with fp32 scales per tensor, row, 1 x G group or G x G
+block, and back.
+
+For a region R of x (the whole tensor, a row, G consecutive columns of a row, or a G x G block), with qmax the format's
+largest value (int8 127, float8 e4m3 448, e5m2 57344):
+
+    amax_R = max |x| over the finite values of R,   scale_R = amax_R / qmax   (1 when amax_R = 0),
+    q = saturate(round(x / scale_R)),               x' = q * scale_R   (dequantize)
+
+round: to the nearest integer (int8) or float8 value, ties to even; saturate: clamp to [-qmax, qmax], so +-inf
+becomes +-qmax; NaN becomes 0 in int8 and stays NaN in float8. Divisions are IEEE (div_rn), as torch's of a tensor by
+a tensor, so the codes follow the definition exactly.
+"""
+
+import triton
+import triton.language as tl
+
+from tritonkit._core.jit.rounding import round_half_even, round_to_float8
+
+
+@triton.jit
+def _qmax(KIND: tl.constexpr):
+    """The format's largest value: int8 127, e4m3 448, e5m2 57344."""
+    top: tl.constexpr = 127.0 if KIND == "int8" else (448.0 if KIND == "e4m3" else 57344.0)
+    return top
+
+
+@triton.jit
+def _finite_abs(b_x):
+    """|x| where x is finite, 0 elsewhere (inf and NaN set no scale)."""
+    b_abs = tl.abs(b_x)
+    return tl.where(b_abs < float("inf"), b_abs, 0.0)
+
+
+@triton.jit
+def _scale(amax, KIND: tl.constexpr):
+    """amax / qmax, or 1 for a region of zeros."""
+    return tl.where(amax > 0.0, tl.math.div_rn(amax, _qmax(KIND)), 1.0)
+
+
+@triton.jit
+def _codes(b_x, b_scale, KIND: tl.constexpr):
+    """The codes of b_x (fp32) at b_scale (broadcast to it): see the module docstring."""
+    top = _qmax(KIND)
+    b_y = tl.minimum(tl.maximum(tl.math.div_rn(b_x, b_scale), -top), top)
+    nan = b_x != b_x
+    if KIND == "int8":
+        b_q = tl.where(nan, 0.0, round_half_even(b_y)).to(tl.int8)
+    else:
+        if KIND == "e4m3":
+            b_q = round_to_float8(b_y, 3, -6).to(tl.float8e4nv)
+        else:
+            b_q = round_to_float8(b_y, 2, -14).to(tl.float8e5)
+        # NaN by its bits, 0x7F in both formats: the interpreter converts an fp32 NaN to e4m3 as 384.
+        b_q = tl.where(nan, tl.full(b_q.shape, 0x7F, tl.uint8).to(b_q.dtype, bitcast=True), b_q)
+    return b_q
+
+
+@triton.jit
+def _amax_kernel(p_x, p_amax, n_rows, n_cols, stride_x_r, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """The tensor's amax (finite values), each program's block folded in with an atomic maximum (order-free, so
+    deterministic); p_amax starts at 0."""
+    o_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    o_c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    m_x = (o_r < n_rows)[:, None] & (o_c < n_cols)[None, :]
+    b_x = tl.load(p_x + o_r.to(tl.int64)[:, None] * stride_x_r + o_c[None, :], mask=m_x, other=0.0).to(tl.float32)
+    tl.atomic_max(p_amax, tl.max(tl.max(_finite_abs(b_x), axis=1), axis=0))
+
+
+@triton.jit
+def _quantize_groups_kernel(
+    p_x, p_q, p_scale, p_amax, n_rows, n_cols, group, stride_x_r, stride_q_r, stride_s_r,
+    KIND: tl.constexpr, TENSOR: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
+):  # fmt: skip
+    """BLOCK_R rows x the columns of group i_g = program_id(1), [i_g * group, (i_g + 1) * group) (row granularity: one
+    group of all the columns). A group wider than BLOCK_C is read twice, chunk by chunk: once for its amax, once to
+    write the codes. TENSOR: the scale comes from the tensor's amax (p_amax), stored by program (0, 0)."""
+    i_g = tl.program_id(1)
+    o_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    r64 = o_r.to(tl.int64)
+    m_r = o_r < n_rows
+    c_lo = i_g * group
+    c_hi = tl.minimum(c_lo + group, n_cols)
+    o_c = tl.arange(0, BLOCK_C)
+    if TENSOR:
+        scale = _scale(tl.load(p_amax), KIND) + tl.zeros([BLOCK_R], tl.float32)
+        if (tl.program_id(0) == 0) & (i_g == 0):
+            tl.store(p_scale, tl.max(scale, axis=0))
+    else:
+        amax = tl.zeros([BLOCK_R], tl.float32)
+        for c in range(c_lo, c_hi, BLOCK_C):
+            m_x = m_r[:, None] & (c + o_c < c_hi)[None, :]
+            b_x = tl.load(p_x + r64[:, None] * stride_x_r + (c + o_c)[None, :], mask=m_x, other=0.0)  # [R, C]
+            amax = tl.maximum(amax, tl.max(_finite_abs(b_x.to(tl.float32)), axis=1))
+        scale = _scale(amax, KIND)
+        tl.store(p_scale + r64 * stride_s_r + i_g, scale, mask=m_r)
+    for c in range(c_lo, c_hi, BLOCK_C):
+        m_x = m_r[:, None] & (c + o_c < c_hi)[None, :]
+        b_x = tl.load(p_x + r64[:, None] * stride_x_r + (c + o_c)[None, :], mask=m_x, other=0.0).to(tl.float32)
+        tl.store(p_q + r64[:, None] * stride_q_r + (c + o_c)[None, :], _codes(b_x, scale[:, None], KIND), mask=m_x)
+
+
+@triton.jit
+def _quantize_blocks_kernel(
+    p_x, p_q, p_scale, n_rows, n_cols, stride_x_r, stride_q_r, stride_s_r,
+    KIND: tl.constexpr, BLOCK: tl.constexpr, CHUNK_R: tl.constexpr,
+):  # fmt: skip
+    """One BLOCK x BLOCK block (program_id(0), program_id(1)) of a 2-D x, read in CHUNK_R-row chunks twice: its amax,
+    then its codes."""
+    i_br, i_bc = tl.program_id(0), tl.program_id(1)
+    o_c = i_bc * BLOCK + tl.arange(0, BLOCK)
+    m_c = o_c < n_cols
+    o_r = tl.arange(0, CHUNK_R)
+    amax = tl.zeros([CHUNK_R], tl.float32)
+    for r in range(i_br * BLOCK, tl.minimum(i_br * BLOCK + BLOCK, n_rows), CHUNK_R):
+        r64 = (r + o_r).to(tl.int64)
+        m_x = (r + o_r < n_rows)[:, None] & m_c[None, :]
+        b_x = tl.load(p_x + r64[:, None] * stride_x_r + o_c[None, :], mask=m_x, other=0.0).to(tl.float32)
+        amax = tl.maximum(amax, tl.max(_finite_abs(b_x), axis=1))
+    scale = _scale(tl.max(amax, axis=0), KIND)
+    tl.store(p_scale + i_br.to(tl.int64) * stride_s_r + i_bc, scale)
+    for r in range(i_br * BLOCK, tl.minimum(i_br * BLOCK + BLOCK, n_rows), CHUNK_R):
+        r64 = (r + o_r).to(tl.int64)
+        m_x = (r + o_r < n_rows)[:, None] & m_c[None, :]
+        b_x = tl.load(p_x + r64[:, None] * stride_x_r + o_c[None, :], mask=m_x, other=0.0).to(tl.float32)
+        tl.store(p_q + r64[:, None] * stride_q_r + o_c[None, :], _codes(b_x, scale, KIND), mask=m_x)
+
+
+@triton.jit
+def _dequantize_kernel(
+    p_q, p_scale, p_out, n_rows, n_cols, rows_per_scale, cols_per_scale, stride_q_r, stride_s_r, stride_out_r,
+    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
+):  # fmt: skip
+    """x' = q * scale for a BLOCK_R x BLOCK_C tile; element (r, c) reads scale (r // rows_per_scale,
+    c // cols_per_scale) (a tensor scale: strides of 0)."""
+    o_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    o_c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    r64 = o_r.to(tl.int64)
+    m_x = (o_r < n_rows)[:, None] & (o_c < n_cols)[None, :]
+    b_q = tl.load(p_q + r64[:, None] * stride_q_r + o_c[None, :], mask=m_x).to(tl.float32)  # [R, C]
+    p_s = p_scale + (r64 // rows_per_scale)[:, None] * stride_s_r + (o_c // cols_per_scale)[None, :]
+    b_scale = tl.load(p_s, mask=m_x, other=0.0)
+    tl.store(p_out + r64[:, None] * stride_out_r + o_c[None, :], (b_q * b_scale).to(p_out.dtype.element_ty), mask=m_x)

@@ -1,0 +1,158 @@
+"""quantize and dequantize beyond the registry sweep: infinities and NaN, zero regions, the granularity read back
+from a scale's shape, strided inputs, torch.compile, the checker's power to catch a wrong quantizer, bad input; on a
+GPU a CUDA-graph capture."""
+
+import math
+
+import pytest
+import torch
+
+import tritonkit as tk
+from tritonkit import catalog, testing
+from tritonkit._core.scales import granularity_of
+from tritonkit.registry import KernelSpec
+
+REFERENCE = catalog.get("quantize").reference
+FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+QMAX = {torch.int8: 127.0, torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, *FP8])
+def test_infinities_saturate_and_nan_is_documented(device, dtype):
+    x = torch.tensor([[1.0, -2.0, math.inf, -math.inf, math.nan, 0.5]], device=device)
+    xq, scale = tk.ops.quantize(x, dtype)
+    assert scale.item() == pytest.approx(2.0 / QMAX[dtype])  # from the finite values only
+    codes = xq.float()
+    assert codes[0, 2] == QMAX[dtype] and codes[0, 3] == -QMAX[dtype]
+    assert codes[0, 4] == 0 if dtype == torch.int8 else torch.isnan(codes[0, 4])
+    assert codes[0, 1] == -QMAX[dtype]
+
+
+@pytest.mark.parametrize("granularity", ["tensor", "row", "group", "block"])
+def test_zero_regions_get_scale_one_and_no_nan(device, granularity):
+    x = torch.zeros(40, 64, device=device)
+    x[20:, 32:] = torch.randn(20, 32, device=device)
+    for dtype in (torch.int8, *FP8):
+        xq, scale = tk.ops.quantize(x, dtype, granularity=granularity, block_size=16)
+        back = tk.ops.dequantize(xq, scale, dtype=torch.float32)
+        assert not torch.isnan(back).any() and torch.all(back[:20] == 0)
+        if granularity != "tensor":
+            assert torch.all(scale.flatten()[0] == 1)
+
+
+def test_the_granularity_is_read_from_the_scale_shape():
+    assert granularity_of((7, 300), ()) == ("tensor", 0)
+    assert granularity_of((7, 300), (7, 1)) == ("row", 0)
+    assert granularity_of((7, 300), (7, 3)) == ("group", 128)  # 300 = 2 x 128 + 44
+    assert granularity_of((7, 300), (7, 19)) == ("group", 16)
+    assert granularity_of((300, 300), (3, 3)) == ("block", 128)
+    assert granularity_of((300, 300), (3, 5)) is None  # no one block size cuts both dims so
+    assert granularity_of((2, 7, 300), (2, 7, 3)) == ("group", 128)
+    assert granularity_of((7, 300), (7, 7)) is None  # 300 / 7 is no power of two's count
+
+
+@pytest.mark.parametrize("granularity", ["row", "group", "block"])
+def test_strided_input(device, granularity):
+    x = torch.randn(96, 200, device=device).t()  # (200, 96), columns 200 apart
+    xq, scale = tk.ops.quantize(x, torch.float8_e4m3fn, granularity=granularity, block_size=32)
+    codes, expected = REFERENCE(x.double(), torch.float8_e4m3fn, granularity=granularity, block_size=32)
+    assert torch.equal(scale, expected) and torch.equal(xq.float(), codes.float())
+
+
+def test_quantize_and_dequantize_compile_fullgraph(device):
+    x = torch.randn(33, 260, device=device)
+
+    def round_trip(x):
+        xq, scale = tk.ops.quantize(x * 2, torch.float8_e4m3fn, granularity="group")
+        return tk.ops.dequantize(xq, scale, dtype=torch.float32) + 1
+
+    eager = round_trip(x)
+    torch._dynamo.reset()
+    backend = "inductor" if device == "cuda" else "aot_eager"
+    torch.testing.assert_close(torch.compile(round_trip, fullgraph=True, backend=backend)(x), eager, rtol=0, atol=0)
+
+
+# ---------------------------------------------------------------- the checker catches a wrong quantizer
+
+
+def _broken(fn) -> KernelSpec:
+    spec = catalog.get("quantize")
+    return KernelSpec(**{**spec.__dict__, "fn": fn, "name": f"broken-{spec.name}"})
+
+
+def _truncating(x, dtype, **kw):
+    """int8 codes rounded toward zero instead of to nearest (row scales, (M, 1))."""
+    _, scale = tk.ops.quantize(x, dtype, **kw)
+    return (x.float() / scale).trunc().clamp(-127, 127).to(torch.int8), scale
+
+
+@pytest.mark.parametrize(
+    ("label", "fn", "case"),
+    [
+        ("scale from amax / 126", lambda x, dtype, **kw: (lambda q, s: (q, s * 127 / 126))(*tk.ops.quantize(x, dtype,
+                                                                                                           **kw)),
+         {"shape": (9, 64), "fmt": "int8"}),
+        ("codes truncated", _truncating, {"shape": (9, 64), "fmt": "int8"}),
+        ("e5m2 for e4m3", lambda x, dtype, **kw: (lambda q, s: (q.float().to(dtype), s))(*tk.ops.quantize(
+            x, torch.float8_e5m2, **kw)), {"shape": (9, 64), "fmt": "e4m3"}),
+        ("one scale for the row's four groups", lambda x, dtype, granularity, **kw: (lambda q, s: (
+            q, s.expand(-1, 4).contiguous()))(*tk.ops.quantize(x, dtype, granularity="row", **kw)),
+         {"shape": (9, 512), "fmt": "int8", "granularity": "group"}),
+    ],
+)  # fmt: skip
+def test_checker_catches_wrong_quantization(label, fn, case):
+    result = testing.run_case(_broken(fn), case, torch.float32, "cpu")
+    assert not result.ok, f"{label} passed the check"
+
+
+# ---------------------------------------------------------------- bad input
+
+BAD = [
+    (lambda x: tk.ops.quantize(x, torch.int16), TypeError, r"dtype must be one of int8, float8_e4m3fn, float8_e5m2"),
+    (lambda x: tk.ops.quantize(x.int(), torch.int8), TypeError, "quantize: x must have dtype"),
+    (lambda x: tk.ops.quantize(x, torch.int8, granularity="col"), ValueError, "granularity must be one of"),
+    (lambda x: tk.ops.quantize(x, torch.int8, block_size=24), ValueError, "block_size must be a power of two >= 16"),
+    (lambda x: tk.ops.quantize(x, torch.int8, block_size=8), ValueError, "block_size must be a power of two >= 16"),
+    (lambda x: tk.ops.quantize(x[None], torch.int8, granularity="block"), ValueError, "'block' takes a 2-D x"),
+    (lambda x: tk.ops.dequantize(x.bfloat16(), torch.ones(())), TypeError, "dequantize: xq must have dtype"),
+    (lambda x: tk.ops.dequantize(x.to(torch.int8), torch.ones(4, 3)), ValueError,
+     r"scale of shape \(4, 3\) matches no granularity"),
+    (lambda x: tk.ops.dequantize(x.to(torch.int8), torch.ones(()).double()), TypeError, "scale must have dtype"),
+    (lambda x: tk.ops.dequantize(x.to(torch.int8), torch.ones(()), dtype=torch.int8), TypeError,
+     "dtype must be one of float32"),
+    (lambda x: tk.ops.quantize(x.requires_grad_(), torch.int8), ValueError, "quantize has no gradient"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("call", "error", "match"), BAD)
+def test_bad_input_names_the_argument(call, error, match):
+    with pytest.raises(error, match=match):
+        call(torch.randn(4, 64))
+
+
+# ---------------------------------------------------------------- GPU
+
+
+@pytest.mark.gpu
+def test_captures_in_a_cuda_graph():
+    x = torch.randn(512, 7168, device="cuda", dtype=torch.bfloat16)
+
+    def step():
+        outs = []
+        for granularity in ("tensor", "row", "group"):
+            xq, scale = tk.ops.quantize(x, torch.float8_e4m3fn, granularity=granularity)
+            outs += [xq.float(), scale, tk.ops.dequantize(xq, scale)]
+        return outs
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        step()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    for ours, theirs in zip(captured, step(), strict=True):
+        assert torch.equal(ours, theirs)
