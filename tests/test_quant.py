@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import tritonkit as tk
+from helpers import assert_graph_replay_matches_eager
 from tritonkit import catalog, testing
 from tritonkit._core.scales import granularity_of
 from tritonkit.registry import KernelSpec
@@ -135,24 +136,11 @@ def test_bad_input_names_the_argument(call, error, match):
 
 @pytest.mark.gpu
 def test_captures_in_a_cuda_graph():
-    x = torch.randn(512, 7168, device="cuda", dtype=torch.bfloat16)
-
-    def step():
+    def step(x):
         outs = []
         for granularity in ("tensor", "row", "group"):
             xq, scale = tk.ops.quantize(x, torch.float8_e4m3fn, granularity=granularity)
             outs += [xq.float(), scale, tk.ops.dequantize(xq, scale)]
         return outs
 
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        step()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = step()
-    x.copy_(torch.randn_like(x))
-    graph.replay()
-    for ours, theirs in zip(captured, step(), strict=True):
-        assert torch.equal(ours, theirs)
+    assert_graph_replay_matches_eager(step, [torch.randn(512, 7168, device="cuda", dtype=torch.bfloat16)])

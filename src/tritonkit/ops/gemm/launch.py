@@ -1,0 +1,140 @@
+"""scaled_linear: validate, allocate, launch (tensors in, tensors out; ``plan=``).
+
+x (..., K) is read as rows (M, K); w is (N, K). Scales by granularity (_core/scales.py): x tensor (), row (..., 1),
+group (..., ceil(K / G)); w tensor (), row (N, 1), group (N, ceil(K / G)), block (ceil(N / G), ceil(K / G)).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor, debug_checks
+from tritonkit._core.device import arch
+from tritonkit._core.env import interpreting
+from tritonkit._core.ints import cdiv
+from tritonkit._core.scales import granularity_of
+from tritonkit.ops.gemm.kernels import _scaled_linear_kernel
+from tritonkit.ops.gemm.plan import GemmTiles, gemm_tiles
+
+CODE_KINDS = {torch.int8: "int8", torch.float8_e4m3fn: "fp8", torch.float8_e5m2: "fp8"}
+X_GRANULARITIES = ("tensor", "row", "group")
+# The tensor cores' smallest K step for 8-bit operands (16 for 16-bit ones): 8-bit codes need groups of >= 32 values.
+MIN_CODE_K = 32
+W_GRANULARITIES = ("tensor", "row", "group", "block")
+
+
+def _names(dtypes) -> str:
+    return ", ".join(str(d).removeprefix("torch.") for d in dtypes)
+
+
+def _granularity(name: str, arg: str, codes_shape: tuple, scale, allowed: tuple) -> tuple[str, int]:
+    check_tensor(f"{name}: {arg}", scale, dtypes=(torch.float32,))
+    found = granularity_of(codes_shape, tuple(scale.shape))
+    if found is None or found[0] not in allowed:
+        raise ValueError(f"{name}: {arg} of shape {tuple(scale.shape)} is no {'/'.join(allowed)} scale of codes "
+                         f"{codes_shape}")  # fmt: skip
+    return found
+
+
+def check_scaled_linear(x, w, x_scale, w_scale, bias, out_dtype, check_inputs) -> None:
+    """Validate scaled_linear's arguments; non-finite scales only with a host read (check_inputs, TRITONKIT_DEBUG=1,
+    or CPU tensors)."""
+    name = "scaled_linear"
+    check_tensor(f"{name}: x_q", x, dtypes=(*CODE_KINDS, torch.bfloat16, torch.float16, torch.float32))
+    check_tensor(f"{name}: w_q", w, ndim=2, dtypes=tuple(CODE_KINDS))
+    if x.dim() == 0:
+        raise ValueError(f"{name}: x_q must have a last dimension K, got a 0-d tensor")
+    if x.shape[-1] != w.shape[1]:
+        raise ValueError(f"{name}: x_q's last dim and w_q's dim 1 (K) must match, got shapes {tuple(x.shape)} and "
+                         f"{tuple(w.shape)}")  # fmt: skip
+    weight_only = x.dtype not in CODE_KINDS
+    if not weight_only and CODE_KINDS[x.dtype] != CODE_KINDS[w.dtype]:
+        raise TypeError(f"{name}: x_q and w_q must both be int8 or both float8, got {x.dtype} and {w.dtype}")
+    if weight_only:
+        if x_scale is not None:
+            raise ValueError(f"{name}: x_q holds {x.dtype} values (weight-only), so x_scale must be None")
+        x_granularity = ("none", 0)
+    else:
+        if x_scale is None:
+            raise ValueError(f"{name}: x_q holds {x.dtype} codes, so x_scale is needed (quantize's scale)")
+        x_granularity = _granularity(name, "x_scale", tuple(x.shape), x_scale, X_GRANULARITIES)
+    w_granularity = _granularity(name, "w_scale", tuple(w.shape), w_scale, W_GRANULARITIES)
+    sizes = {size for _, size in (x_granularity, w_granularity) if size}
+    if len(sizes) > 1:
+        raise ValueError(f"{name}: x_scale's groups ({x_granularity[1]}) and w_scale's ({w_granularity[1]}) must "
+                         "span the same number of K values")  # fmt: skip
+    if sizes and not weight_only and min(sizes) < MIN_CODE_K:
+        raise ValueError(f"{name}: groups and blocks of {min(sizes)} K values are too short for 8-bit codes: the "
+                         f"tensor cores take them {MIN_CODE_K} at a time (quantize with block_size >= 32)")  # fmt: skip
+    if bias is not None:
+        check_tensor(f"{name}: bias", bias, ndim=1, dtypes=FLOAT_DTYPES)
+        if bias.shape[0] != w.shape[0]:
+            raise ValueError(f"{name}: bias must have w_q's {w.shape[0]} output features, got {bias.shape[0]}")
+    if out_dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{name}: out_dtype must be one of {_names(FLOAT_DTYPES)}, got {out_dtype}")
+    tensors = {"x_q": x, "w_q": w, "w_scale": w_scale, **({"x_scale": x_scale} if x_scale is not None else {})}
+    check_device(**tensors, **({"bias": bias} if bias is not None else {}))
+    if debug_checks(f"{name}: check_inputs", check_inputs) or x.device.type == "cpu":
+        for arg, scale in (("x_scale", x_scale), ("w_scale", w_scale)):
+            if scale is not None and not torch.compiler.is_compiling() and not bool(torch.isfinite(scale).all()):
+                raise ValueError(f"{name}: {arg} holds a non-finite value")
+
+
+def _unit_k(t: torch.Tensor) -> torch.Tensor:
+    return t if t.stride(-1) == 1 or t.shape[-1] <= 1 else t.contiguous()
+
+
+def _scale_rows(scale: torch.Tensor | None, granularity: str) -> tuple[torch.Tensor | None, int]:
+    """The scale as the kernel reads it (a 2-D view for row, group and block), and its row stride."""
+    if scale is None or granularity == "tensor":
+        return scale, 0
+    rows = _unit_k(scale.reshape(-1, scale.shape[-1]))
+    return rows, rows.stride(0)
+
+
+def scaled_linear_fwd(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    x_scale: torch.Tensor | None,
+    w_scale: torch.Tensor,
+    bias: torch.Tensor | None,
+    out_dtype: torch.dtype,
+    *,
+    plan: GemmTiles | None = None,
+) -> torch.Tensor:
+    """out (..., N) in ``out_dtype`` of validated arguments (kernels.py's definition)."""
+    n_out, k = w.shape
+    out = torch.empty((*x.shape[:-1], n_out), dtype=out_dtype, device=x.device)
+    if out.numel() == 0:
+        return out
+    if k == 0:
+        return out.copy_(bias.expand(out.shape) if bias is not None else torch.zeros_like(out))
+    rows = _unit_k(x.reshape(-1, k))
+    w = _unit_k(w)
+    out_rows = out.view(-1, n_out)
+    weight_only = x.dtype not in CODE_KINDS
+    x_granularity, x_size = ("none", 0) if weight_only else granularity_of(tuple(x.shape), tuple(x_scale.shape))
+    w_granularity, w_size = granularity_of(tuple(w.shape), tuple(w_scale.shape))
+    group = max(x_size, w_size)
+    x_scale, stride_xs = _scale_rows(x_scale, x_granularity)
+    w_scale, stride_ws = _scale_rows(w_scale, w_granularity)
+    tiles = plan or gemm_tiles(arch(x.device), rows.shape[0])
+    block_k = min(tiles.block_k, group) if group else tiles.block_k
+    block_k = max(block_k, 16 if weight_only else MIN_CODE_K)
+    per_step = x_granularity == "group" or w_granularity in ("group", "block")
+    upcast = interpreting()  # the interpreter's 8- and 16-bit products go through fp32 (exact for these codes)
+    grid = (cdiv(rows.shape[0], tiles.block_m) * cdiv(n_out, tiles.block_n),)
+    _scaled_linear_kernel[grid](
+        rows, w, x_scale, w_scale, bias, out_rows, rows.shape[0], n_out, k,
+        rows.stride(0), w.stride(0), stride_xs, stride_ws, out_rows.stride(0),
+        X_SCALE=x_granularity, W_SCALE=w_granularity, G=max(group, 1), HAS_BIAS=bias is not None,
+        INT_ACC=x.dtype == torch.int8 and not per_step and not upcast,
+        DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32", UPCAST=upcast,
+        BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=block_k, GROUP_SIZE=tiles.group,
+        num_warps=tiles.warps, num_stages=tiles.stages,
+    )  # fmt: skip
+    return out
+
+
+def scaled_linear_fake(x, w, x_scale, w_scale, bias, out_dtype):
+    return x.new_empty((*x.shape[:-1], w.shape[0]), dtype=out_dtype)

@@ -1,0 +1,160 @@
+"""scaled_linear in the registry: a float64 reference on the dequantized operands (so only the kernel's error is
+measured), typed cases, the cost model."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from tritonkit._core.checks import FLOAT_DTYPES
+from tritonkit._core.ints import cdiv
+from tritonkit._core.scales import expand_scale, granularity_of
+from tritonkit.ops.gemm.op import scaled_linear
+from tritonkit.registry import TOLERANCES, Case, Inputs, KernelSpec, Tolerance, register
+
+CODES = {"int8": torch.int8, "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+
+
+@dataclass(frozen=True)
+class ScaledLinearCase(Case):
+    m: int  # rows of x
+    n: int  # output features
+    k: int
+    w: str  # w's codes: "int8", "e4m3", "e5m2"
+    x: str = ""  # x's codes, or "" for x in the checked dtype (weight-only)
+    x_scale: str = "row"  # "tensor", "row", "group" (ignored weight-only)
+    w_scale: str = "row"  # "tensor", "row", "group", "block"
+    block: int = 128  # G of groups and blocks
+    bias: bool = False
+    lead: tuple = ()  # leading dims of x before m (x is (*lead, m, k))
+
+
+def _codes(shape, fmt: str, device, generator) -> torch.Tensor:
+    """Codes across the format's range: int8 uniform in [-127, 127], float8 from normal values times 64."""
+    if fmt == "int8":
+        return torch.randint(-127, 128, shape, device=device, generator=generator, dtype=torch.int8)
+    values = torch.randn(shape, device=device, generator=generator) * 64
+    return values.clamp(-448, 448).to(CODES[fmt])
+
+
+def _scale(codes_shape: tuple, granularity: str, block: int, device, generator) -> torch.Tensor:
+    """Positive scales of the granularity's shape, spread over two binades."""
+    if granularity == "tensor":
+        shape = ()
+    elif granularity == "row":
+        shape = (*codes_shape[:-1], 1)
+    elif granularity == "group":
+        shape = (*codes_shape[:-1], cdiv(codes_shape[-1], block))
+    else:
+        shape = (cdiv(codes_shape[0], block), cdiv(codes_shape[1], block))
+    return torch.rand(shape, device=device, generator=generator) * 1.5e-2 + 5e-3
+
+
+def _inputs(case, device, dtype, generator):
+    x_shape = (*case.lead, case.m, case.k)
+    w = _codes((case.n, case.k), case.w, device, generator)
+    w_scale = _scale((case.n, case.k), case.w_scale, case.block, device, generator)
+    if case.x:
+        x = _codes(x_shape, case.x, device, generator)
+        x_scale = _scale(x_shape, case.x_scale, case.block, device, generator)
+    else:
+        x, x_scale = torch.randn(x_shape, device=device, generator=generator).to(dtype), None
+    bias = torch.randn(case.n, device=device, generator=generator).to(dtype) if case.bias else None
+    return Inputs((x, w, x_scale, w_scale), {"bias": bias, "out_dtype": dtype})
+
+
+def _dequantized(codes, scale):
+    if scale is None:
+        return codes.double()
+    granularity, size = granularity_of(tuple(codes.shape), tuple(scale.shape))
+    return codes.double() * expand_scale(scale.double(), tuple(codes.shape), granularity, size)
+
+
+def _reference(x_q, w_q, x_scale, w_scale, *, bias=None, out_dtype=torch.bfloat16, check_inputs=None):
+    out = _dequantized(x_q, x_scale) @ _dequantized(w_q, w_scale).T
+    return out + bias.double() if bias is not None else out
+
+
+def _flops(case, dtype) -> int:
+    return 2 * math.prod(case.lead) * case.m * case.n * case.k
+
+
+def _bytes(case, dtype) -> int:
+    """x (codes or values), w's codes and the output; scales are a rounding error."""
+    rows = math.prod(case.lead) * case.m
+    x_bytes = 1 if case.x else dtype.itemsize
+    return rows * case.k * x_bytes + case.n * case.k + rows * case.n * dtype.itemsize
+
+
+def _tolerance(case, dtype):
+    """The output rounds to its dtype (the table's bounds). Its fp32 sums of K products err like eps32 * sqrt(K) of
+    the output's rms; Hopper's float8 products add fp32 partial sums with 13 mantissa bits before they reach the
+    accumulator (measured by DeepSeek-V3 at K = 4096), about 2^-13 * sqrt(K / 32) of the rms."""
+    base = TOLERANCES[dtype]
+    accumulation = 4 * torch.finfo(torch.float32).eps * math.sqrt(max(case.k, 1))
+    if case.x in ("e4m3", "e5m2"):
+        accumulation += 2.0**-13 * math.sqrt(max(case.k, 32) / 32)
+    return Tolerance(atol=base.atol, rtol=base.rtol, rms_atol=accumulation)
+
+
+_TESTS = (
+    {"m": 33, "n": 40, "k": 70, "x": "int8", "w": "int8"},
+    {"m": 7, "n": 24, "k": 64, "x": "int8", "w": "int8", "x_scale": "tensor", "w_scale": "tensor", "bias": True},
+    {"m": 40, "n": 33, "k": 100, "x": "e4m3", "w": "e4m3"},
+    {"m": 1, "n": 50, "k": 48, "x": "e5m2", "w": "e4m3", "x_scale": "tensor", "w_scale": "row"},
+    {"m": 20, "n": 37, "k": 300, "x": "e4m3", "w": "e4m3", "x_scale": "group", "w_scale": "block"},  # K % 128 != 0
+    {"m": 17, "n": 70, "k": 90, "x": "e4m3", "w": "e4m3", "x_scale": "group", "w_scale": "block", "block": 32},
+    {"m": 9, "n": 20, "k": 96, "x": "int8", "w": "int8", "x_scale": "group", "w_scale": "group", "block": 32},
+    {"m": 5, "n": 30, "k": 40, "x": "int8", "w": "int8", "x_scale": "row", "w_scale": "block", "block": 32,
+     "bias": True},
+    {"m": 6, "n": 18, "k": 50, "w": "int8", "w_scale": "group", "block": 16},  # weight-only: groups of 16
+    {"m": 3, "n": 3, "k": 80, "x": "e4m3", "w": "e4m3", "lead": (2,)},  # x (2, 3, 80)
+    {"m": 1, "n": 45, "k": 64, "w": "int8"},  # weight-only, one row (decoding)
+    {"m": 12, "n": 33, "k": 200, "w": "e4m3", "w_scale": "block", "bias": True},
+    {"m": 0, "n": 8, "k": 16, "x": "int8", "w": "int8"},
+)  # fmt: skip
+_GPU = (
+    {"m": 4096, "n": 7168, "k": 7168, "x": "e4m3", "w": "e4m3", "x_scale": "group", "w_scale": "block"},
+    {"m": 2049, "n": 2112, "k": 7168, "x": "e4m3", "w": "e4m3", "x_scale": "group", "w_scale": "block"},
+    {"m": 1000, "n": 4096, "k": 4100, "x": "e4m3", "w": "e4m3", "bias": True},
+    {"m": 4097, "n": 4096, "k": 4096, "x": "int8", "w": "int8"},
+    {"m": 777, "n": 1000, "k": 1500, "x": "int8", "w": "int8", "x_scale": "tensor", "w_scale": "tensor"},
+    {"m": 1, "n": 14336, "k": 4096, "w": "int8"},
+    {"m": 16, "n": 14336, "k": 4096, "w": "e4m3", "w_scale": "block"},
+)  # fmt: skip
+_BENCH = (
+    *({"m": m, "n": 7168, "k": 7168, "x": "e4m3", "w": "e4m3", "x_scale": "group", "w_scale": "block"}
+      for m in (2048, 4096, 8192)),
+    *({"m": m, "n": 8192, "k": 8192, "x": "e4m3", "w": "e4m3"} for m in (2048, 4096, 8192)),
+    *({"m": m, "n": 8192, "k": 8192, "x": "int8", "w": "int8"} for m in (2048, 4096, 8192)),
+    *({"m": m, "n": 14336, "k": 4096, "w": "int8"} for m in (1, 4, 16)),
+)  # fmt: skip
+
+register(KernelSpec(
+    name="scaled_linear",
+    family="gemm",
+    sweep="m",
+    case_type=ScaledLinearCase,
+    summary="int8 and float8 linear layers with tensor, row, 1 x G group and G x G block scales, or weight-only.",
+    description="One kernel from codes to output: products over the codes (int8 in int32, float8 in fp32), scales "
+                "that do not vary along K applied once in the epilogue, group and block scales applied to each K "
+                "step's partial sum (DeepSeek-V3's 1 x 128 and 128 x 128), bias and output cast fused; weight-only "
+                "converts w's codes in registers.",
+    usage="y = tk.ops.scaled_linear(xq, wq, x_scale, w_scale, bias=b)  # x (..., K), w (N, K)",
+    tags=("gemm", "quantization", "fp8", "int8", "compute-bound", "inference"),
+    limits="int8 x int8 or float8 x float8 (or weight-only); groups and blocks of one size, a power of two >= 32 "
+           "(16 weight-only); forward only.",
+    fn=scaled_linear,
+    reference=_reference,
+    make_inputs=_inputs,
+    test_cases=_TESTS,
+    gpu_cases=_GPU,
+    bench_cases=_BENCH,
+    bytes_moved=_bytes,
+    flops=_flops,
+    dtypes=FLOAT_DTYPES,
+    tolerance=_tolerance,
+    status="experimental",
+))  # fmt: skip
