@@ -20,7 +20,8 @@ import triton
 import triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.runtime.autotuner import Autotuner
-from triton.runtime.jit import JITFunction
+from triton.runtime.jit import JITFunction, mangle_type
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 import tritonkit
 from tritonkit import catalog, debug, puzzles
@@ -61,6 +62,8 @@ class Recorder:
 def _type(value) -> str:
     if isinstance(value, torch.Tensor):
         return "*" + _TYPES[value.dtype]
+    if isinstance(value, TensorDescriptor):  # Triton's own name: "tensordesc<bf16[128, 64]>"
+        return mangle_type(value)
     if isinstance(value, bool):
         return "i1"
     if isinstance(value, int):

@@ -11,7 +11,15 @@ from tritonkit.ops.tutorial.plan import choose_matmul_variant
 
 @pytest.mark.parametrize(
     ("variant", "group_size"),
-    [("naive", None), ("grouped", None), ("grouped", 1), ("grouped", 3), ("autotuned", None), ("auto", None)],
+    [
+        ("naive", None),
+        ("grouped", None),
+        ("grouped", 1),
+        ("grouped", 3),
+        ("autotuned", None),
+        ("auto", None),
+        ("persistent", None),
+    ],
 )
 def test_variants_and_group_sizes(variant, group_size, device):
     a = torch.randn(150, 70, device=device)
@@ -29,6 +37,26 @@ def test_output_dtype_follows_input(device):
 def test_k_zero_gives_zeros(device):
     c = tk.ops.matmul(torch.randn(4, 0, device=device), torch.randn(0, 3, device=device))
     assert c.shape == (4, 3) and torch.equal(c, torch.zeros(4, 3, device=device))
+
+
+@pytest.mark.parametrize(
+    ("shape", "dtype", "through_tma"),
+    [((70, 48, 64), torch.float32, True), ((100, 72, 40), torch.bfloat16, True), ((100, 70, 50), torch.float32, False),
+     ((33, 40, 24), torch.float16, True), ((33, 40, 20), torch.bfloat16, False)],
+)  # fmt: skip
+def test_persistent_variant_takes_tma_where_rows_are_aligned(shape, dtype, through_tma, device, monkeypatch):
+    """Rows of 16-byte multiples go through the TMA kernel; others (an fp32 row of 50 values, 200 bytes; a bf16 row of
+    20, 40 bytes) fall back to the variant auto picks, with the same result."""
+    from tritonkit.ops.tutorial import launch
+
+    calls = []
+    original = launch._matmul_persistent
+    monkeypatch.setattr(launch, "_matmul_persistent", lambda *args: calls.append(1) or original(*args))
+    m, n, k = shape
+    a, b = torch.randn(m, k, device=device).to(dtype), torch.randn(k, n, device=device).to(dtype)
+    c = tk.ops.matmul(a, b, variant="persistent")
+    torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=1e-2, atol=1e-2 * k**0.5)
+    assert bool(calls) == through_tma
 
 
 def test_auto_variant_and_precision_rules():

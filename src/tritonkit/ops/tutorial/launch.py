@@ -17,7 +17,7 @@ from tritonkit._core.checks import (
     check_same_shape,
     check_tensor,
 )
-from tritonkit._core.device import arch
+from tritonkit._core.device import arch, sm_count
 from tritonkit._core.elementwise import ElementwisePlan, launch_elementwise
 from tritonkit._core.env import upcast_bf16_dots
 from tritonkit._core.gemm_plan import FIXED_TILE, FIXED_TILE_STAGES, FIXED_TILE_WARPS, input_precision
@@ -27,6 +27,7 @@ from tritonkit.ops.tutorial.kernels import (
     _copy_kernel,
     _matmul_autotuned,
     _matmul_kernel,
+    _matmul_persistent_kernel,
     _rgb_to_grey_kernel,
 )
 from tritonkit.ops.tutorial.plan import (
@@ -34,9 +35,12 @@ from tritonkit.ops.tutorial.plan import (
     IMAGE_TILE,
     MATMUL_VARIANTS,
     MAX_COPY_BLOCK,
+    TMA_ALIGNMENT,
     ImageTile,
+    PersistentTile,
     add_plan,
     choose_matmul_variant,
+    persistent_tile,
 )
 
 
@@ -177,10 +181,16 @@ def matmul_fwd(a: torch.Tensor, b: torch.Tensor, variant: str, group_size: int |
     c = torch.empty((m, n), dtype=a.dtype, device=a.device)
     if c.numel() == 0:
         return c
+    flags = {"INPUT_PRECISION": input_precision(a.dtype), "UPCAST": upcast_bf16_dots(a.dtype)}
+    if variant == "persistent":
+        tile = persistent_tile(arch(a.device), a.element_size())
+        if tile is not None and all(_tma_readable(t) for t in (a, b, c)):
+            _matmul_persistent(a, b, c, tile, flags)
+            return c
+        variant = "auto"  # no TMA on this GPU, or operands it cannot read: the variant auto picks
     if variant == "auto":
         variant = choose_matmul_variant(m, n, k)
     args = (a, b, c, m, n, k, *a.stride(), *b.stride(), *c.stride())
-    flags = {"INPUT_PRECISION": input_precision(a.dtype), "UPCAST": upcast_bf16_dots(a.dtype)}
     if variant == "autotuned":
 
         def grid(meta):
@@ -193,6 +203,27 @@ def matmul_fwd(a: torch.Tensor, b: torch.Tensor, variant: str, group_size: int |
         _matmul_kernel[grid](*args, **FIXED_TILE, GROUP_SIZE=group, **flags, num_warps=FIXED_TILE_WARPS,
                              num_stages=FIXED_TILE_STAGES)  # fmt: skip
     return c
+
+
+def _tma_readable(t: torch.Tensor) -> bool:
+    """Whether a tensor descriptor can address ``t``: row-major with 16-byte aligned rows and base."""
+    return (t.stride(1) == 1 and (t.stride(0) * t.element_size()) % TMA_ALIGNMENT == 0
+            and t.data_ptr() % TMA_ALIGNMENT == 0)  # fmt: skip
+
+
+def _matmul_persistent(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, tile: PersistentTile, flags: dict) -> None:
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    m, k = a.shape
+    n = b.shape[1]
+    a_desc = TensorDescriptor.from_tensor(a, [tile.block_m, tile.block_k])
+    b_desc = TensorDescriptor.from_tensor(b, [tile.block_k, tile.block_n])
+    c_desc = TensorDescriptor.from_tensor(c, [tile.block_m, tile.block_n])
+    n_programs = min(sm_count(a.device), cdiv(m, tile.block_m) * cdiv(n, tile.block_n))
+    _matmul_persistent_kernel[(n_programs,)](
+        a_desc, b_desc, c_desc, m, n, k, n_programs, BLOCK_M=tile.block_m, BLOCK_N=tile.block_n,
+        BLOCK_K=tile.block_k, GROUP_SIZE=tile.group, **flags, num_warps=tile.warps, num_stages=tile.stages,
+    )  # fmt: skip
 
 
 def matmul_fake(a, b, variant, group_size):
