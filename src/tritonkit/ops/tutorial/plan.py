@@ -4,9 +4,9 @@
   H200; docs/kernels/tutorial.md); other GPUs fall back to the same block.
 - rgb_to_grey: 32 x 32 pixel tiles everywhere (a lesson on 2-D grids; never tuned).
 - matmul: the naive and grouped variants use the fixed tile of tritonkit._core.gemm_plan; the autotuned variant
-  searches its space per shape; the persistent one has one Hopper tile (and falls back to the autotuned variant
-  before Hopper, or where TMA cannot read the operands); ``variant="auto"`` takes the autotuned one on a GPU and the grouped one under the
-  interpreter, where autotuning has nothing to measure.
+  searches its space per shape; the persistent one has one Hopper tile per operand width (and runs the variant auto
+  picks before Hopper, or where TMA cannot read the operands); ``variant="auto"`` takes the autotuned one on a GPU
+  and the grouped one under the interpreter, where autotuning has nothing to measure.
 """
 
 from __future__ import annotations
