@@ -10,6 +10,8 @@
 #   bash scripts/gpu_verify.sh ce          # cross_entropy, fused_linear_cross_entropy (peak memory checks)
 #   bash scripts/gpu_verify.sh attention   # attention, attention_varlen (determinism, CUDA-graph capture)
 #   bash scripts/gpu_verify.sh decoding    # decode_attention, kv_cache_append, the KV formats (a captured step)
+#   bash scripts/gpu_verify.sh quant       # quantize, dequantize
+#   bash scripts/gpu_verify.sh gemm        # scaled_linear, QuantizedLinear
 #   bash scripts/gpu_verify.sh hf          # Hugging Face patching: bf16 training against unpatched
 #   bash scripts/gpu_verify.sh learn       # puzzle solutions and lessons, compiled
 #   bash scripts/gpu_verify.sh check       # tritonkit check over the catalog, compiled
@@ -18,10 +20,10 @@
 #                                          # parts overlap well), each stopped after SECONDS; a summary line each
 # Runs from a checkout without installing (PYTHONPATH=src); logs go to $OUT or ./gpu-logs.
 set -uo pipefail
-part=${1:?part: core, norm, softmax, activation, lora, rope, ce, attention, decoding, hf, learn, check or all}
+part=${1:?part: core, norm, softmax, activation, lora, rope, ce, attention, decoding, quant, gemm, hf, learn, check or all}
 if [ "$part" = all ]; then
   rc=0
-  for p in core norm softmax activation lora rope ce attention decoding hf learn check; do bash "$0" "$p" || rc=1; done
+  for p in core norm softmax activation lora rope ce attention decoding quant gemm hf learn check; do bash "$0" "$p" || rc=1; done
   exit $rc
 fi
 if [ "$part" = parallel ]; then
@@ -52,7 +54,8 @@ export TRITONKIT_AUTOTUNE=quick  # two autotune configs, not ten: the tests chec
 case "$part" in
   core) selection="not norm and not softmax and not gelu and not silu and not activation and not lora and not rope"
         selection="$selection and not cross_entropy and not attention and not transformers and not puzzles"
-        selection="$selection and not lessons and not decod and not kv_cache and not quantize_kv" ;;
+        selection="$selection and not lessons and not decod and not kv_cache and not quant and not scaled_linear"
+        selection="$selection and not gemm" ;;
   norm) selection="norm" ;;
   softmax) selection="softmax" ;;
   activation) selection="gelu or silu or activation" ;;
@@ -61,6 +64,8 @@ case "$part" in
   ce) selection="cross_entropy" ;;
   attention) selection="attention and not decod" ;;
   decoding) selection="decod or kv_cache or quantize_kv" ;;
+  quant) selection="quant and not quantize_kv and not decod and not quantized_linear" ;;
+  gemm) selection="scaled_linear or gemm or quantized_linear" ;;
   hf) selection="transformers" ;;
   learn) selection="puzzles or lessons" ;;
   check)  # one kernel at a time, so that a run stopped at its time limit still leaves each finished table

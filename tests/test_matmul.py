@@ -44,7 +44,9 @@ def test_k_zero_gives_zeros(device):
     [((70, 48, 64), torch.float32, True), ((100, 72, 40), torch.bfloat16, True), ((100, 70, 50), torch.float32, False),
      ((33, 40, 24), torch.float16, True), ((33, 40, 20), torch.bfloat16, False)],
 )  # fmt: skip
-def test_persistent_variant_takes_tma_where_rows_are_aligned(shape, dtype, through_tma, device, monkeypatch):
+@pytest.mark.parametrize("b_layout", ["row-major", "weight"])
+def test_persistent_variant_takes_tma_where_rows_are_aligned(shape, dtype, through_tma, b_layout, device,
+                                                              monkeypatch):  # fmt: skip
     """Rows of 16-byte multiples go through the TMA kernel; others (an fp32 row of 50 values, 200 bytes; a bf16 row of
     20, 40 bytes) fall back to the variant auto picks, with the same result."""
     from tritonkit.ops.tutorial import launch
@@ -53,7 +55,9 @@ def test_persistent_variant_takes_tma_where_rows_are_aligned(shape, dtype, throu
     original = launch._matmul_persistent
     monkeypatch.setattr(launch, "_matmul_persistent", lambda *args: calls.append(1) or original(*args))
     m, n, k = shape
-    a, b = torch.randn(m, k, device=device).to(dtype), torch.randn(k, n, device=device).to(dtype)
+    a = torch.randn(m, k, device=device).to(dtype)
+    b = torch.randn(k, n, device=device).to(dtype) if b_layout == "row-major" else torch.randn(n, k, device=device).to(
+        dtype).t()  # fmt: skip
     c = tk.ops.matmul(a, b, variant="persistent")
     torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=1e-2, atol=1e-2 * k**0.5)
     assert bool(calls) == through_tma

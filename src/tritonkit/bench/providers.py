@@ -14,7 +14,7 @@ BASE_PROVIDERS = ("tritonkit", "torch", "torch.compile")
 
 # Peer libraries by name: the module that must import for the peer to run. Each spec maps the peers
 # it can be compared with to a factory for the peer's version of its op (next to the op's code, or in
-# tritonkit.bench.attention_peers and decoding_peers for torch's own attention backends, which no family may import
+# tritonkit.bench.attention_peers, decoding_peers and gemm_peers for torch's own kernels, which no family may import
 # from another).
 PEERS: dict[str, str] = {
     "liger": "liger_kernel",
@@ -22,6 +22,9 @@ PEERS: dict[str, str] = {
     "sdpa-cudnn": "torch",  # scaled_dot_product_attention, cuDNN backend forced
     "flex": "torch",  # FlexAttention, compiled
     "sdpa": "torch",  # scaled_dot_product_attention with enable_gqa, torch's choice of backend (decoding)
+    "scaled_mm": "torch",  # torch._scaled_mm, float8 (cuBLASLt)
+    "int_mm": "torch",  # torch._int_mm, then the scales
+    "cublas": "torch",  # F.linear on dense operands of the same shape
 }
 # Providers that run through torch.compile: the harness resets dynamo before each case, so that no recompile limit
 # silently falls back to eager (for FlexAttention, a kernel that forms every score).

@@ -3,6 +3,7 @@ measured), typed cases, the cost model."""
 
 from __future__ import annotations
 
+import importlib
 import math
 from dataclasses import dataclass
 
@@ -99,6 +100,13 @@ def _tolerance(case, dtype):
     return Tolerance(atol=base.atol, rtol=base.rtol, rms_atol=accumulation)
 
 
+def _peer(name: str):
+    def factory():
+        return getattr(importlib.import_module("tritonkit.bench.gemm_peers"), name)()
+
+    return factory
+
+
 _TESTS = (
     {"m": 33, "n": 40, "k": 70, "x": "int8", "w": "int8"},
     {"m": 7, "n": 24, "k": 64, "x": "int8", "w": "int8", "x_scale": "tensor", "w_scale": "tensor", "bias": True},
@@ -156,5 +164,6 @@ register(KernelSpec(
     flops=_flops,
     dtypes=FLOAT_DTYPES,
     tolerance=_tolerance,
+    peers={"scaled_mm": _peer("scaled_mm"), "int_mm": _peer("int_mm"), "cublas": _peer("cublas")},
     status="experimental",
 ))  # fmt: skip

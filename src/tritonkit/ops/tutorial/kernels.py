@@ -140,20 +140,25 @@ _matmul_autotuned = triton.autotune(configs=autotune_configs(), key=["M", "N", "
 def _matmul_persistent_kernel(
     a_desc, b_desc, c_desc, M, N, K, n_programs,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_SIZE: tl.constexpr,
-    INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    B_TRANSPOSED: tl.constexpr, INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):  # fmt: skip
     """C = A @ B as the ladder's kernel, with two Hopper changes. Persistent: n_programs programs (one per
     multiprocessor) walk the output tiles, program p taking tiles p, p + n_programs, ... in grouped order, so no
     program waits to be scheduled and the next tile's loads overlap this tile's epilogue. TMA: A, B and C are read and
     written through tensor descriptors (row-major, 16-byte aligned rows), whose copy engine fetches whole tiles into
-    shared memory and fills the ragged edges with zeros, so the loop needs no masks or pointer arithmetic."""
+    shared memory and fills the ragged edges with zeros, so the loop needs no masks or pointer arithmetic.
+    B_TRANSPOSED: b_desc describes B^T (N x K, row-major: a weight in F.linear's layout), read in [BLOCK_N, BLOCK_K]
+    tiles and transposed in registers."""
     n_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     for tile in tl.range(tl.program_id(0), n_tiles, n_programs, flatten=True):
         i_m, i_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_SIZE)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for k in range(0, K, BLOCK_K):
             b_a = a_desc.load([i_m * BLOCK_M, k])  # [BLOCK_M, BLOCK_K]
-            b_b = b_desc.load([k, i_n * BLOCK_N])  # [BLOCK_K, BLOCK_N]
+            if B_TRANSPOSED:  # noqa: SIM108 (statements: only the layout's branch compiles)
+                b_b = tl.trans(b_desc.load([i_n * BLOCK_N, k]))  # [BLOCK_K, BLOCK_N]
+            else:
+                b_b = b_desc.load([k, i_n * BLOCK_N])  # [BLOCK_K, BLOCK_N]
             if UPCAST:
                 b_a = b_a.to(tl.float32)
                 b_b = b_b.to(tl.float32)

@@ -184,7 +184,7 @@ def matmul_fwd(a: torch.Tensor, b: torch.Tensor, variant: str, group_size: int |
     flags = {"INPUT_PRECISION": input_precision(a.dtype), "UPCAST": upcast_bf16_dots(a.dtype)}
     if variant == "persistent":
         tile = persistent_tile(arch(a.device), a.element_size())
-        if tile is not None and all(_tma_readable(t) for t in (a, b, c)):
+        if tile is not None and all(_tma_readable(t) for t in (a, b if b.stride(1) == 1 else b.t(), c)):
             _matmul_persistent(a, b, c, tile, flags)
             return c
         variant = "auto"  # no TMA on this GPU, or operands it cannot read: the variant auto picks
@@ -217,12 +217,15 @@ def _matmul_persistent(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, tile: 
     m, k = a.shape
     n = b.shape[1]
     a_desc = TensorDescriptor.from_tensor(a, [tile.block_m, tile.block_k])
-    b_desc = TensorDescriptor.from_tensor(b, [tile.block_k, tile.block_n])
+    b_transposed = b.stride(1) != 1  # B^T row-major: a weight in F.linear's layout
+    b_desc = (TensorDescriptor.from_tensor(b.t(), [tile.block_n, tile.block_k]) if b_transposed
+              else TensorDescriptor.from_tensor(b, [tile.block_k, tile.block_n]))  # fmt: skip
     c_desc = TensorDescriptor.from_tensor(c, [tile.block_m, tile.block_n])
     n_programs = min(sm_count(a.device), cdiv(m, tile.block_m) * cdiv(n, tile.block_n))
     _matmul_persistent_kernel[(n_programs,)](
         a_desc, b_desc, c_desc, m, n, k, n_programs, BLOCK_M=tile.block_m, BLOCK_N=tile.block_n,
-        BLOCK_K=tile.block_k, GROUP_SIZE=tile.group, **flags, num_warps=tile.warps, num_stages=tile.stages,
+        BLOCK_K=tile.block_k, GROUP_SIZE=tile.group, B_TRANSPOSED=b_transposed, **flags, num_warps=tile.warps,
+        num_stages=tile.stages,
     )  # fmt: skip
 
 
