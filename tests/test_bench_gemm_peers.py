@@ -74,3 +74,22 @@ def test_gemm_table_dry_run_end_to_end(tmp_path):
             ("scaled_linear", "scaled_mm"), ("scaled_linear", "int_mm"), ("scaled_linear", "cublas"),
             ("quantize", "tritonkit"), ("quantize", "torch.compile")} <= ran  # fmt: skip
     assert "| fp8 row |" in (tmp_path / f"{record_path.stem}-peers.md").read_text()
+
+
+def test_quantized_generation_script_on_a_tiny_model(tmp_path):
+    """The Llama-shaped model with QuantizedLinear projections: both versions run through transformers' generate,
+    and under teacher forcing their logits stay within the formats' error of the fp32 model's."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "quantized_generate.py"
+    module_spec = importlib.util.spec_from_file_location("quantized_generate", path)
+    script = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(script)
+    assert script.main(["--tiny", "--out", str(tmp_path)]) == 0
+    (record_path,) = tmp_path.glob("*-quantized-generate.json")
+    rows = {row["version"]: row for row in json.loads(record_path.read_text())["rows"]}
+    assert set(rows) == {"fp32", "fp8-row-w8a8", "int8-row-w8a16"}
+    assert rows["fp8-row-w8a8"]["logits_relative_rms_error"] < 0.08  # e4m3 on both operands: ~2^-4 each at worst
+    assert rows["int8-row-w8a16"]["logits_relative_rms_error"] < 0.02  # int8 weights alone
