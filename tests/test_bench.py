@@ -141,8 +141,8 @@ def test_available_peer_is_used(monkeypatch):
 
 
 def test_unknown_provider_is_an_error():
-    with pytest.raises(ValueError, match=r"unknown providers \['cublas'\]"):
-        providers.select_providers(catalog.get("add"), ["cublas"])
+    with pytest.raises(ValueError, match=r"unknown providers \['cutlass'\]"):
+        providers.select_providers(catalog.get("add"), ["cutlass"])
 
 
 # ---------------------------------------------------------------- steps per mode (run on the CPU, not timed)

@@ -52,7 +52,7 @@ def test_check_selected_kernels(capsys):
 def test_check_by_tag_runs_only_that_family(capsys):
     assert cli.main(["check", "--tag", "matmul", "--dtype", "float16"]) == 0
     rows = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line.startswith("matmul")]
-    assert set(rows) == {"matmul", "matmul_naive", "matmul_grouped", "matmul_autotuned"}
+    assert set(rows) == {"matmul", "matmul_naive", "matmul_grouped", "matmul_autotuned", "matmul_persistent"}
 
 
 def test_check_fails_on_a_wrong_kernel(capsys, monkeypatch):

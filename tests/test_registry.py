@@ -89,6 +89,7 @@ def test_lookup_and_selection():
         "matmul_autotuned",
         "matmul_grouped",
         "matmul_naive",
+        "matmul_persistent",
     ]
     assert [s.name for s in catalog.select(["copy", "add"], tag="elementwise")] == ["copy", "add"]
     assert catalog.get("copy").case_id({"n": 7, "block_size": 4}) == "n7-block_size4"
