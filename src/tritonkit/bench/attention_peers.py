@@ -162,6 +162,14 @@ def block_mask_for(sq: int, sk: int, causal: bool, window: tuple[int, int], devi
     return _BLOCK_MASKS[key]
 
 
+def flex_shapes(compiled: bool):
+    """The context a FlexAttention call runs in. Eager flex_attention traces score_mod with dynamo; after a recompile
+    (a new shape or softcap), automatic dynamic makes the softcap a closure holds a SymFloat, which torch 2.15's flex
+    op refuses: eager calls run with static shapes, which keep it a constant. The compiled path is static already
+    (dynamic=False)."""
+    return contextlib.nullcontext() if compiled else torch._dynamo.config.patch(automatic_dynamic_shapes=False)
+
+
 @functools.cache
 def _compiled_flex_attention() -> Callable:
     """One torch.compile of flex_attention per process (compiling is what makes it a fused kernel). Static shapes:
@@ -186,11 +194,7 @@ def flex_attention(compiled: bool = True) -> Callable:
             "scale": scale,
             "enable_gqa": _gqa(q, k),
         }
-        # Eager flex_attention traces score_mod with dynamo. After a recompile (a new shape or softcap), automatic
-        # dynamic makes the softcap the closure holds a SymFloat, which torch 2.15's flex op refuses; static shapes
-        # keep it a constant. The compiled path is static already (dynamic=False).
-        static = contextlib.nullcontext() if compiled else torch._dynamo.config.patch(automatic_dynamic_shapes=False)
-        with static:
+        with flex_shapes(compiled):
             if return_lse:
                 out, aux = fn(q, k, v, **options, return_aux=flex_module.AuxRequest(lse=True))
                 lse = aux.lse

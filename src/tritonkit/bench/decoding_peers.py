@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 import torch
 
-from tritonkit.bench.attention_peers import Unsupported, _compiled_flex_attention, softcap_score_mod
+from tritonkit.bench.attention_peers import Unsupported, _compiled_flex_attention, flex_shapes, softcap_score_mod
 
 
 def _refuse_quantized(name: str, k_scales, v_scales) -> None:
@@ -132,10 +132,11 @@ def flex_decode(compiled: bool = True) -> Callable:
         else:
             k, v = k_cache.transpose(1, 2), v_cache.transpose(1, 2)
         mask = _decode_block_mask(q, k_cache, cache_seqlens, block_table, causal, window)
-        out = fn(q.transpose(1, 2), k, v, block_mask=mask,
-                 score_mod=softcap_score_mod(float(softcap)) if softcap else None,
-                 scale=1.0 / math.sqrt(head_dim) if scale is None else scale,
-                 enable_gqa=q.shape[2] != n_heads_k)  # fmt: skip
+        with flex_shapes(compiled):
+            out = fn(q.transpose(1, 2), k, v, block_mask=mask,
+                     score_mod=softcap_score_mod(float(softcap)) if softcap else None,
+                     scale=1.0 / math.sqrt(head_dim) if scale is None else scale,
+                     enable_gqa=q.shape[2] != n_heads_k)  # fmt: skip
         return out.transpose(1, 2)
 
     run.__name__ = "flex_decode" if compiled else "flex_decode_eager"
