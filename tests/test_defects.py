@@ -11,8 +11,15 @@ import tritonkit as tk
 from tritonkit import catalog
 from tritonkit._core.checks import check_device
 
+
 # Public ops that no spec calls with its own arguments (a spec checks them through a round trip): their arguments.
-_OTHER_INPUTS = {"dequantize_kv": lambda: (tk.ops.quantize_kv(torch.randn(3, 16), "int8"), {})}
+def _nf4_dequantize_inputs():
+    packed, state = tk.ops.nf4_quantize(torch.randn(8, 64))
+    return (packed, tk.ops.NF4State(state.shape, state.dtype, state.blocksize, absmax=state.absmax.to("meta"))), {}
+
+
+_OTHER_INPUTS = {"dequantize_kv": lambda: (tk.ops.quantize_kv(torch.randn(3, 16), "int8"), {}),
+                 "nf4_dequantize": _nf4_dequantize_inputs}  # fmt: skip
 
 
 def _meta_inputs(name: str):

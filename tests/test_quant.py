@@ -144,3 +144,69 @@ def test_captures_in_a_cuda_graph():
         return outs
 
     assert_graph_replay_matches_eager(step, [torch.randn(512, 7168, device="cuda", dtype=torch.bfloat16)])
+
+
+# ---------------------------------------------------------------- NF4
+
+NF4_REFERENCE = catalog.get("nf4_quantize").reference
+
+
+def test_the_dynamic_code_is_bitsandbytes_table():
+    from tritonkit.ops.quant.launch import dynamic_code
+
+    code = dynamic_code()
+    assert code.shape == (256,) and torch.all(code[1:] >= code[:-1])
+    assert code[0] == -code[-2] and code[-1] == 1.0 and (code == 0).sum() == 1
+    assert torch.equal(code[code > 0][:-1], -code[code < 0].flip(0))  # the two signs, then 1
+    assert code[code > 0].min().item() == pytest.approx(0.55e-6, rel=1e-6)  # the midpoint of 0.1 and 1, times 1e-6
+
+
+@pytest.mark.parametrize("double_quant", [False, True])
+def test_nf4_state_from_a_bitsandbytes_quant_state(device, double_quant):
+    """bitsandbytes' QuantState carries the same tensors under its own names; its packed data is (n / 2, 1)."""
+    from types import SimpleNamespace
+
+    w = torch.randn(300, 64, device=device) * 0.02
+    tensors = NF4_REFERENCE(w, blocksize=64, double_quant=double_quant)
+    packed = tensors[0].reshape(-1, 1)
+    common = {"quant_type": "nf4", "shape": torch.Size(w.shape), "dtype": torch.bfloat16, "blocksize": 64}
+    if double_quant:
+        from tritonkit.ops.quant.launch import dynamic_code
+
+        inner = SimpleNamespace(absmax=tensors[2], code=dynamic_code().to(device), blocksize=256)
+        state = SimpleNamespace(**common, nested=True, absmax=tensors[1], offset=tensors[3].item(), state2=inner)
+    else:
+        state = SimpleNamespace(**common, nested=False, absmax=tensors[1])
+    converted = tk.ops.NF4State.from_bitsandbytes(state)
+    ours = tk.ops.nf4_dequantize(packed, converted, dtype=torch.float32)
+    expected = catalog.get("nf4_dequantize").reference(tensors[0], *tensors[1:], shape=w.shape, blocksize=64,
+                                                       dtype=torch.float32)  # fmt: skip
+    assert torch.equal(ours.double(), expected)
+    assert (ours - w).abs().max() <= 0.2 * w.abs().max()  # NF4: 16 values per block
+
+
+def test_nf4_bad_input_names_the_argument():
+    w = torch.randn(8, 64)
+    with pytest.raises(ValueError, match=r"blocksize must be one of \(32, 64"):
+        tk.ops.nf4_quantize(w, blocksize=48)
+    with pytest.raises(TypeError, match="double_quant must be a bool"):
+        tk.ops.nf4_quantize(w, double_quant=1)
+    with pytest.raises(TypeError, match="nf4_quantize: w must have dtype"):
+        tk.ops.nf4_quantize(w.int())
+    packed, state = tk.ops.nf4_quantize(w)
+    with pytest.raises(ValueError, match=r"packed holds 255 bytes, but state.shape \(8, 64\) needs 256"):
+        tk.ops.nf4_dequantize(packed[:-1], state)
+    with pytest.raises(TypeError, match="state must be an NF4State"):
+        tk.ops.nf4_dequantize(packed, {"absmax": state.absmax})
+    with pytest.raises(TypeError, match="dtype must be one of"):
+        tk.ops.nf4_dequantize(packed, state, dtype=torch.int8)
+    with pytest.raises(ValueError, match=r"state\.absmax must hold one value per block of 64"):
+        tk.ops.nf4_dequantize(packed, tk.ops.NF4State((8, 64), torch.float32, 64, absmax=state.absmax[:-1]))
+    _, nested = tk.ops.nf4_quantize(w, double_quant=True)
+    with pytest.raises(ValueError, match="needs its offset"):
+        tk.ops.nf4_dequantize(packed, tk.ops.NF4State((8, 64), torch.float32, 64, absmax_codes=nested.absmax_codes,
+                                                      absmax_scales=nested.absmax_scales))  # fmt: skip
+    from types import SimpleNamespace
+
+    with pytest.raises(ValueError, match="must be an nf4 QuantState, got quant_type 'fp4'"):
+        tk.ops.NF4State.from_bitsandbytes(SimpleNamespace(quant_type="fp4"))

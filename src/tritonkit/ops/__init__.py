@@ -11,7 +11,8 @@ from tritonkit.ops.gemm.op import scaled_linear
 from tritonkit.ops.lora.op import lora_linear
 from tritonkit.ops.loss.op import cross_entropy, fused_linear_cross_entropy
 from tritonkit.ops.norm.op import layer_norm, rms_norm
-from tritonkit.ops.quant.op import dequantize, quantize
+from tritonkit.ops.quant.op import NF4State as NF4State  # nf4_quantize's state type, not an op
+from tritonkit.ops.quant.op import dequantize, nf4_dequantize, nf4_quantize, quantize
 from tritonkit.ops.rotary.op import rope
 from tritonkit.ops.row_softmax.op import log_softmax, softmax
 from tritonkit.ops.tutorial.op import add, add_relu, copy, matmul, rgb_to_grey
@@ -34,6 +35,8 @@ __all__ = [
     "log_softmax",
     "lora_linear",
     "matmul",
+    "nf4_dequantize",
+    "nf4_quantize",
     "quantize",
     "quantize_kv",
     "rgb_to_grey",

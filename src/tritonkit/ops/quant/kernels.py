@@ -1,5 +1,5 @@
 """Quantization kernels: x (M, K) to int8 or float8 codes with fp32 scales per tensor, row, 1 x G group or G x G
-block, and back.
+block, and back; weights to NF4 (bitsandbytes' 4-bit NormalFloat) and back.
 
 For a region R of x (the whole tensor, a row, G consecutive columns of a row, or a G x G block), with qmax the format's
 largest value (int8 127, float8 e4m3 448, e5m2 57344):
@@ -141,3 +141,60 @@ def _dequantize_kernel(
     p_s = p_scale + (r64 // rows_per_scale)[:, None] * stride_s_r + (o_c // cols_per_scale)[None, :]
     b_scale = tl.load(p_s, mask=m_x, other=0.0)
     tl.store(p_out + r64[:, None] * stride_out_r + o_c[None, :], (b_q * b_scale).to(p_out.dtype.element_ty), mask=m_x)
+
+
+@triton.jit
+def _nf4_codes(b_scaled, p_bounds):
+    """The NF4 code of each value in [-1, 1]: the number of the 15 midpoints between neighbouring code values that
+    lie below it (a value on a midpoint takes the lower code, as bitsandbytes' bucketize and decision tree do)."""
+    b_code = tl.zeros(b_scaled.shape, tl.int32)
+    for j in tl.static_range(15):
+        b_code += (b_scaled > tl.load(p_bounds + j)).to(tl.int32)
+    return b_code
+
+
+@triton.jit
+def _nf4_quantize_kernel(p_w, p_packed, p_absmax, p_bounds, n, n_blocks, BLOCKSIZE: tl.constexpr, BLOCKS: tl.constexpr):
+    """BLOCKS blocks of BLOCKSIZE values of the flattened weight: per block, absmax = max |w| (fp32); the values
+    scaled by its reciprocal and clamped to [-1, 1], each replaced by the nearest NF4 code, two codes a byte (the
+    first value in the high nibble). Values past the end count as 0 (code 7), as bitsandbytes pads them."""
+    o_block = tl.program_id(0).to(tl.int64) * BLOCKS + tl.arange(0, BLOCKS)
+    o_pair = tl.arange(0, BLOCKSIZE // 2)
+    o_even = o_block[:, None] * BLOCKSIZE + 2 * o_pair[None, :]  # [BLOCKS, BLOCKSIZE / 2]
+    b_even = tl.load(p_w + o_even, mask=o_even < n, other=0.0).to(tl.float32)
+    b_odd = tl.load(p_w + o_even + 1, mask=o_even + 1 < n, other=0.0).to(tl.float32)
+    absmax = tl.maximum(tl.max(tl.abs(b_even), axis=1), tl.max(tl.abs(b_odd), axis=1))  # [BLOCKS]
+    tl.store(p_absmax + o_block, absmax, mask=o_block < n_blocks)
+    # bitsandbytes multiplies by the reciprocal of the absmax, floored at the fp32 value nearest 1e-38 (a subnormal,
+    # so the literal would be taken as fp64): a block of zeros scales to zeros.
+    inverse = tl.math.div_rn(1.0, tl.maximum(absmax, tl.full((), 1e-38, tl.float32)))[:, None]
+    high = _nf4_codes(tl.minimum(tl.maximum(b_even * inverse, -1.0), 1.0), p_bounds)
+    low = _nf4_codes(tl.minimum(tl.maximum(b_odd * inverse, -1.0), 1.0), p_bounds)
+    o_byte = o_block[:, None] * (BLOCKSIZE // 2) + o_pair[None, :]
+    tl.store(p_packed + o_byte, ((high << 4) | low).to(tl.uint8), mask=o_even < n)
+
+
+@triton.jit
+def _nf4_dequantize_kernel(
+    p_packed, p_absmax, p_code, p_absmax_codes, p_absmax_scales, p_nested_code, p_offset, p_out, n,
+    BLOCKSIZE: tl.constexpr, NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr, BLOCK_PAIRS: tl.constexpr,
+):  # fmt: skip
+    """BLOCK_PAIRS bytes: value 2i = code[byte >> 4] * absmax, value 2i + 1 = code[byte & 15] * absmax, in fp32, cast
+    to the output's dtype. NESTED (double quantization): absmax = nested_code[absmax_codes[b]] *
+    absmax_scales[b // NESTED_BLOCK] + offset, as separate fp32 roundings (the launch turns off fused multiply-adds,
+    so that the result is bitsandbytes' bit for bit)."""
+    o_pair = tl.program_id(0).to(tl.int64) * BLOCK_PAIRS + tl.arange(0, BLOCK_PAIRS)
+    o_even = 2 * o_pair
+    m_pair = o_even < n
+    b_byte = tl.load(p_packed + o_pair, mask=m_pair, other=0).to(tl.int32)  # [PAIRS]
+    b_high = tl.load(p_code + (b_byte >> 4))
+    b_low = tl.load(p_code + (b_byte & 15))
+    i_block = o_even // BLOCKSIZE
+    if NESTED:
+        b_code = tl.load(p_absmax_codes + i_block, mask=m_pair, other=0).to(tl.int32)
+        b_scale = tl.load(p_absmax_scales + i_block // NESTED_BLOCK, mask=m_pair, other=0.0)
+        b_absmax = tl.load(p_nested_code + b_code) * b_scale + tl.load(p_offset)
+    else:
+        b_absmax = tl.load(p_absmax + i_block, mask=m_pair, other=0.0)
+    tl.store(p_out + o_even, (b_high * b_absmax).to(p_out.dtype.element_ty), mask=m_pair)
+    tl.store(p_out + o_even + 1, (b_low * b_absmax).to(p_out.dtype.element_ty), mask=o_even + 1 < n)

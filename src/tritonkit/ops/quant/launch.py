@@ -6,6 +6,8 @@ x is read as rows of its last dimension, (M, K) = (x.numel() / K, K). Scales by 
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor
@@ -15,6 +17,8 @@ from tritonkit._core.scales import MIN_BLOCK, granularity_of
 from tritonkit.ops.quant.kernels import (
     _amax_kernel,
     _dequantize_kernel,
+    _nf4_dequantize_kernel,
+    _nf4_quantize_kernel,
     _quantize_blocks_kernel,
     _quantize_groups_kernel,
 )
@@ -151,3 +155,101 @@ def dequantize_fwd(
 
 def dequantize_fake(codes, scale, dtype):
     return codes.new_empty(codes.shape, dtype=dtype)
+
+
+# ---------------------------------------------------------------- NF4
+
+
+# NormalFloat4 (QLoRA, Dettmers et al. 2023; bitsandbytes' "nf4"): quantiles of N(0, 1) normalised to [-1, 1], with an
+# exact 0 (code 7), in the order of the 4-bit codes.
+NF4_CODE = (-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453, -0.28444138169288635,
+            -0.18477343022823334, -0.09105003625154495, 0.0, 0.07958029955625534, 0.16093020141124725,
+            0.24611230194568634, 0.33791524171829224, 0.44070982933044434, 0.5626170039176941, 0.7229568362236023,
+            1.0)  # fmt: skip
+
+
+def dynamic_code() -> torch.Tensor:
+    """bitsandbytes' signed 8-bit dynamic code (its create_dynamic_map with 7 exponent bits), which its double
+    quantization stores the absmax values in: for the magnitudes 10^-6 to 10^0, the midpoints of 2^i + 1 evenly
+    spaced fractions of [0.1, 1] (i = 0 .. 6), with both signs, then 0 and 1; 256 fp32 values in increasing order."""
+    values = []
+    for i in range(7):
+        fractions = torch.linspace(0.1, 1, 2**i + 1, dtype=torch.float32)
+        midpoints = (fractions[:-1] + fractions[1:]) / 2.0
+        magnitude = 10 ** (i - 6)
+        values += (magnitude * midpoints).tolist() + (-magnitude * midpoints).tolist()
+    return torch.tensor(sorted([*values, 0.0, 1.0]), dtype=torch.float32)
+
+
+NF4_BLOCKSIZES = (32, 64, 128, 256, 512, 1024, 2048, 4096)  # bitsandbytes' block sizes
+NESTED_BLOCK = 256  # double quantization: the absmax values are themselves quantized in blocks of 256, as bitsandbytes
+_DEQUANTIZE_PAIRS = 1024  # bytes per program of nf4_dequantize: 2048 values
+_QUANTIZE_VALUES = 1024  # values per program of nf4_quantize (whole blocks; one block when a block is larger)
+
+
+@functools.cache
+def _nf4_tables(device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(NF4 code, its 15 midpoints, the nested dynamic code) as fp32 tensors on ``device``."""
+    code = torch.tensor(NF4_CODE, dtype=torch.float32)
+    bounds = (code[:-1] + code[1:]) / 2
+    return code.to(device), bounds.to(device), dynamic_code().to(device)
+
+
+def check_nf4_quantize(w, blocksize, double_quant) -> None:
+    name = "nf4_quantize"
+    check_tensor(f"{name}: w", w, dtypes=FLOAT_DTYPES)
+    if blocksize not in NF4_BLOCKSIZES:
+        raise ValueError(f"{name}: blocksize must be one of {NF4_BLOCKSIZES}, got {blocksize!r}")
+    if not isinstance(double_quant, bool):
+        raise TypeError(f"{name}: double_quant must be a bool, got {type(double_quant).__name__}")
+    check_device(w=w)
+
+
+def nf4_quantize_fwd(w: torch.Tensor, blocksize: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(packed uint8 (ceil(n / 2),), absmax fp32 (ceil(n / blocksize),)) of the flattened w (validated)."""
+    n = w.numel()
+    packed = torch.empty((n + 1) // 2, dtype=torch.uint8, device=w.device)
+    absmax = torch.empty(cdiv(n, blocksize), dtype=torch.float32, device=w.device)
+    if n == 0:
+        return packed, absmax
+    flat = w.reshape(-1)
+    flat = flat if flat.stride(0) == 1 else flat.contiguous()
+    _, bounds, _ = _nf4_tables(w.device)
+    blocks = max(1, _QUANTIZE_VALUES // blocksize)
+    _nf4_quantize_kernel[(cdiv(absmax.shape[0], blocks),)](flat, packed, absmax, bounds, n, absmax.shape[0],
+                                                           BLOCKSIZE=blocksize, BLOCKS=blocks, num_warps=4)  # fmt: skip
+    return packed, absmax
+
+
+def nf4_quantize_fake(w, blocksize):
+    n = w.numel()
+    return w.new_empty((n + 1) // 2, dtype=torch.uint8), w.new_empty(cdiv(n, blocksize), dtype=torch.float32)
+
+
+def nf4_dequantize_fwd(
+    packed: torch.Tensor,
+    absmax: torch.Tensor | None,
+    absmax_codes: torch.Tensor | None,
+    absmax_scales: torch.Tensor | None,
+    offset: torch.Tensor | None,
+    nested_code: torch.Tensor | None,
+    n: int,
+    blocksize: int,
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    """The n values (flat, in ``dtype``) of packed NF4 codes and their absmax (or its nested form)."""
+    out = torch.empty(n, dtype=dtype, device=packed.device)
+    if n == 0:
+        return out
+    code, _, dynamic = _nf4_tables(packed.device)
+    nested = absmax is None
+    _nf4_dequantize_kernel[(cdiv(cdiv(n, 2), _DEQUANTIZE_PAIRS),)](
+        packed, absmax, code, absmax_codes, absmax_scales, nested_code if nested_code is not None else dynamic,
+        offset, out, n, BLOCKSIZE=blocksize, NESTED=nested, NESTED_BLOCK=NESTED_BLOCK, BLOCK_PAIRS=_DEQUANTIZE_PAIRS,
+        num_warps=4, enable_fp_fusion=False,  # separate roundings, as bitsandbytes' (an FMA would round once)
+    )  # fmt: skip
+    return out
+
+
+def nf4_dequantize_fake(packed, absmax, absmax_codes, absmax_scales, offset, nested_code, n, blocksize, dtype):
+    return packed.new_empty(n, dtype=dtype)

@@ -15,8 +15,8 @@ import torch
 from tritonkit._core.checks import FLOAT_DTYPES
 from tritonkit._core.ints import cdiv
 from tritonkit._core.scales import expand_scale, granularity_of
-from tritonkit.ops.quant.launch import QMAX, scale_shape
-from tritonkit.ops.quant.op import dequantize, quantize
+from tritonkit.ops.quant.launch import NESTED_BLOCK, NF4_CODE, QMAX, dynamic_code, scale_shape
+from tritonkit.ops.quant.op import NF4State, dequantize, nf4_dequantize, nf4_quantize, quantize
 from tritonkit.registry import TOLERANCES, Case, Inputs, KernelSpec, Tolerance, register
 
 FORMATS = {"int8": torch.int8, "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
@@ -192,5 +192,166 @@ register(KernelSpec(
     flops=lambda case, dtype: 0,
     dtypes=FLOAT_DTYPES,
     tolerance=lambda case, dtype: TOLERANCES[dtype],
+    status="experimental",
+))  # fmt: skip
+
+
+# ---------------------------------------------------------------- NF4
+
+
+@dataclass(frozen=True)
+class NF4Case(Case):
+    shape: tuple  # the weight's shape
+    blocksize: int = 64
+    double_quant: bool = False
+
+
+def _nf4_inputs(case, device, dtype, generator):
+    w = torch.randn(case.shape, device=device, generator=generator, dtype=torch.float32) * 0.02  # a weight's scale
+    return Inputs((w.to(dtype),), {"blocksize": case.blocksize, "double_quant": case.double_quant})
+
+
+def _nf4_tensors(packed, state: NF4State) -> tuple:
+    if state.nested:
+        return packed, state.absmax_codes, state.absmax_scales, state.offset
+    return packed, state.absmax
+
+
+def _nf4_quantized(w, *, blocksize=64, double_quant=False):
+    """nf4_quantize's tensors: (packed, absmax), or (packed, absmax codes, absmax scales, offset)."""
+    return _nf4_tensors(*nf4_quantize(w, blocksize=blocksize, double_quant=double_quant))
+
+
+def _nearest(values: torch.Tensor, code: torch.Tensor) -> torch.Tensor:
+    """The index of the nearest code value (a value on a midpoint takes the lower one)."""
+    return torch.bucketize(values, (code[:-1] + code[1:]) / 2).to(torch.uint8)
+
+
+def _scaled_blocks(flat: torch.Tensor, blocksize: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the values times the reciprocal of their block's absmax, clamped to [-1, 1]; the absmax per block)."""
+    blocks = cdiv(flat.numel(), blocksize)
+    padded = torch.nn.functional.pad(flat, (0, blocks * blocksize - flat.numel())).view(blocks, blocksize)
+    absmax = padded.abs().amax(-1)
+    inverse = torch.ones_like(absmax) / absmax.clamp(min=1e-38)
+    return (padded * inverse[:, None]).clamp(-1, 1).reshape(-1)[: flat.numel()], absmax
+
+
+def _nf4_quantize_reference(w, *, blocksize=64, double_quant=False):
+    """bitsandbytes' NF4 format from its definition, in fp32 (every input dtype is exact in it)."""
+    scaled, absmax = _scaled_blocks(w.reshape(-1).float(), blocksize)
+    codes = _nearest(torch.nn.functional.pad(scaled, (0, scaled.numel() % 2)), torch.tensor(NF4_CODE, device=w.device))
+    packed = (codes[0::2] << 4) | codes[1::2]
+    if not double_quant:
+        return packed, absmax
+    offset = absmax.mean()
+    centered, scales = _scaled_blocks(absmax - offset, NESTED_BLOCK)
+    return packed, _nearest(centered, dynamic_code().to(w.device)), scales, offset
+
+
+def _nf4_bytes(case, dtype) -> int:
+    """The weight read, its codes (half a byte a value) and absmax values written."""
+    n = math.prod(case.shape)
+    return n * dtype.itemsize + (n + 1) // 2 + 4 * cdiv(n, case.blocksize)
+
+
+_NF4_TESTS = (
+    {"shape": (37, 50)},
+    {"shape": (129,), "blocksize": 32},  # an odd count: the last byte's low nibble is padding
+    {"shape": (64, 96), "blocksize": 256, "double_quant": True},
+    {"shape": (3, 5, 77), "blocksize": 128},
+    {"shape": (96, 100), "blocksize": 32, "double_quant": True},  # 300 blocks: two nested blocks, one partial
+    {"shape": (0, 8)},
+)
+_NF4_GPU = (
+    {"shape": (14336, 4096), "double_quant": True},
+    {"shape": (4096, 4096)},
+    {"shape": (4097, 1023), "blocksize": 128, "double_quant": True},
+)
+_NF4_BENCH = tuple({"shape": (n, 4096), "double_quant": True} for n in (4096, 14336, 28672))
+
+register(KernelSpec(
+    name="nf4_quantize",
+    family="quant",
+    sweep="shape",
+    case_type=NF4Case,
+    summary="Weights to bitsandbytes' NF4 (4-bit NormalFloat, blocks of 64), with its double quantization.",
+    description="One program per block: the absmax, the values times its reciprocal, the nearest of the 16 NF4 "
+                "values by comparison with their midpoints, two codes a byte (first in the high nibble); the "
+                "double quantization of the absmax values in torch. Bit for bit bitsandbytes' quantize_4bit.",
+    usage="packed, state = tk.ops.nf4_quantize(weight, double_quant=True)",
+    tags=("quantization", "nf4", "4-bit", "qlora", "memory-bound"),
+    limits="blocksize 32 to 4096, a power of two; forward only.",
+    fn=_nf4_quantized,
+    reference=_nf4_quantize_reference,
+    make_inputs=_nf4_inputs,
+    test_cases=_NF4_TESTS,
+    gpu_cases=_NF4_GPU,
+    bench_cases=_NF4_BENCH,
+    bytes_moved=_nf4_bytes,
+    flops=lambda case, dtype: 0,
+    dtypes=FLOAT_DTYPES,
+    tolerance=_exact,
+    notes="Checked as its tensors: the packed codes and the absmax values (or their double quantization).",
+    covers=(nf4_quantize,),
+    status="experimental",
+))  # fmt: skip
+
+
+def _nf4_dequantize_inputs(case, device, dtype, generator):
+    """The reference's NF4 tensors of a weight; the output in ``dtype``."""
+    (w,) = _nf4_inputs(case, device, torch.float32, generator).args
+    tensors = _nf4_quantize_reference(w, blocksize=case.blocksize, double_quant=case.double_quant)
+    return Inputs(tensors, {"shape": case.shape, "blocksize": case.blocksize, "dtype": dtype})
+
+
+def _nf4_dequantized(packed, *tensors, shape, blocksize, dtype):
+    """nf4_dequantize of the tensors nf4_quantize's state holds."""
+    if len(tensors) == 1:
+        state = NF4State(tuple(shape), dtype, blocksize, absmax=tensors[0])
+    else:
+        codes, scales, offset = tensors
+        state = NF4State(tuple(shape), dtype, blocksize, absmax_codes=codes, absmax_scales=scales, offset=offset)
+    return nf4_dequantize(packed, state, dtype=dtype)
+
+
+def _nf4_dequantize_reference(packed, *tensors, shape, blocksize, dtype):
+    """code[q] * absmax in fp32 (the double-quantized absmax decoded first: its code times its scale, plus the
+    offset, two fp32 roundings), as bitsandbytes computes it; the checker rounds nothing further."""
+    n = math.prod(shape)
+    codes = torch.stack((packed >> 4, packed & 15), dim=-1).reshape(-1)[:n].long()
+    if len(tensors) == 1:
+        absmax = tensors[0].float()
+    else:
+        nested, scales, offset = tensors
+        code = dynamic_code().to(packed.device)
+        absmax = code[nested.long()] * scales.float().repeat_interleave(NESTED_BLOCK)[: nested.numel()]
+        absmax = absmax + offset.float()
+    values = torch.tensor(NF4_CODE, device=packed.device)[codes] * absmax.repeat_interleave(blocksize)[:n]
+    return values.double().view(shape)
+
+
+register(KernelSpec(
+    name="nf4_dequantize",
+    family="quant",
+    sweep="shape",
+    case_type=NF4Case,
+    summary="bitsandbytes' NF4 weights back to bf16/fp16/fp32 in one launch, double-quantized absmax included.",
+    description="One program per 1024 bytes: each byte's two codes looked up in the 16-value table, times the "
+                "block's absmax (decoded from its 8-bit code, scale and offset when double-quantized, without fused "
+                "multiply-adds so the roundings are bitsandbytes'), in fp32, cast once.",
+    usage="w = tk.ops.nf4_dequantize(packed, state, dtype=torch.bfloat16)",
+    tags=("quantization", "nf4", "4-bit", "qlora", "memory-bound"),
+    limits="an NF4State from nf4_quantize or NF4State.from_bitsandbytes.",
+    fn=_nf4_dequantized,
+    reference=_nf4_dequantize_reference,
+    make_inputs=_nf4_dequantize_inputs,
+    test_cases=_NF4_TESTS,
+    gpu_cases=_NF4_GPU,
+    bench_cases=_NF4_BENCH,
+    bytes_moved=lambda case, dtype: _nf4_bytes(case, dtype),  # the same bytes, read and written the other way
+    flops=lambda case, dtype: 0,
+    dtypes=FLOAT_DTYPES,
+    notes="Checked through an NF4State built from the reference's tensors.",
+    covers=(nf4_dequantize,),
     status="experimental",
 ))  # fmt: skip
