@@ -10,6 +10,7 @@ so a new kernel cannot go uncompiled. Prints one line per compiled variant and e
 """
 
 import importlib
+import multiprocessing
 import os
 import sys
 
@@ -130,10 +131,19 @@ def _every_helper_kernel(p_x, p_out, n_rows, n_cols, stride_row, BLOCK_R: tl.con
     tl.store(p_out + debug.offsets_2d(o_r, o_c, stride_row), b_x + b_first[None, :], mask=m_rc)
 
 
-def compile_one(name, fn, signature, constexprs, **options):
+def compile_one(name, fn, signature, constexprs, **options) -> str:
     source = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs)
     compiled = triton.compile(source, target=HOPPER, options=options or None)
-    print(f"{name}: {len(compiled.asm['cubin'])} bytes of sm_90 code")
+    return f"{name}: {len(compiled.asm['cubin'])} bytes of sm_90 code"
+
+
+_VARIANTS: list = []  # the recorded variants, read by the forked workers
+
+
+def _compile_variant(index: int) -> str:
+    name, kernel, signature, constexprs, options = _VARIANTS[index]
+    label = ", ".join(f"{k}={v}" for k, v in constexprs.items())
+    return compile_one(f"{kernel.__module__}.{name} [{label}]", kernel, signature, constexprs, **options)
 
 
 def main() -> int:
@@ -150,12 +160,15 @@ def main() -> int:
         print(f"no test case of any spec launches {', '.join(missing)}: give it one", file=sys.stderr)
         return 1
     _launch_puzzles()
-    compile_one("debug helpers", _every_helper_kernel,
-                {"p_x": "*fp32", "p_out": "*fp32", "n_rows": "i32", "n_cols": "i32", "stride_row": "i32",
-                 "BLOCK_R": "constexpr", "BLOCK_C": "constexpr"}, {"BLOCK_R": 16, "BLOCK_C": 32})  # fmt: skip
-    for (name, *_), (kernel, signature, constexprs, options) in recorder.variants.items():
-        label = ", ".join(f"{k}={v}" for k, v in constexprs.items())
-        compile_one(f"{kernel.__module__}.{name} [{label}]", kernel, signature, constexprs, **options)
+    print(compile_one("debug helpers", _every_helper_kernel,
+                      {"p_x": "*fp32", "p_out": "*fp32", "n_rows": "i32", "n_cols": "i32", "stride_row": "i32",
+                       "BLOCK_R": "constexpr", "BLOCK_C": "constexpr"}, {"BLOCK_R": 16, "BLOCK_C": 32}))  # fmt: skip
+    _VARIANTS.extend((name, *variant) for (name, *_), variant in recorder.variants.items())
+    # Compiling is CPU-bound and independent per variant: forked workers (which inherit the recorded variants) on
+    # every core; the lines come back in the recorded order, and the first failure fails the run.
+    with multiprocessing.get_context("fork").Pool(min(os.cpu_count() or 1, 8)) as pool:
+        for line in pool.imap(_compile_variant, range(len(_VARIANTS))):
+            print(line, flush=True)
     print(f"{len(recorder.variants)} variants of {len(library)} library kernels and the puzzles' solutions",
           file=sys.stderr)  # fmt: skip
     return 0
