@@ -210,3 +210,37 @@ def test_nf4_bad_input_names_the_argument():
 
     with pytest.raises(ValueError, match="must be an nf4 QuantState, got quant_type 'fp4'"):
         tk.ops.NF4State.from_bitsandbytes(SimpleNamespace(quant_type="fp4"))
+
+
+# ---------------------------------------------------------------- INT4 weights
+
+
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_int4_round_trip_is_within_half_a_step(device, symmetric):
+    w = torch.randn(64, 200, device=device) * 0.02
+    qweight, scales, zeros = tk.ops.int4_quantize(w, group_size=64, symmetric=symmetric)
+    back = tk.ops.int4_dequantize(qweight, scales, zeros, group_size=64, dtype=torch.float32)
+    step = scales.repeat_interleave(64, dim=1)[:, :200]
+    # Half a step, and for asymmetric groups the zero point's rounding (up to half a step more at the group's ends).
+    assert torch.all((back - w).abs() <= (0.5 if symmetric else 1.0) * step * (1 + 1e-5))
+    if symmetric:
+        assert torch.all(zeros == 8)
+
+
+def test_int4_bad_input_names_the_argument():
+    w = torch.randn(8, 64)
+    with pytest.raises(ValueError, match=r"w's K \(dim 1\) must be even"):
+        tk.ops.int4_quantize(w[:, :63])
+    with pytest.raises(ValueError, match="group_size must be a power of two >= 16, got 48"):
+        tk.ops.int4_quantize(w, group_size=48)
+    with pytest.raises(ValueError, match="w must have 2 dimensions"):
+        tk.ops.int4_quantize(w[None])
+    with pytest.raises(TypeError, match="symmetric must be a bool"):
+        tk.ops.int4_quantize(w, symmetric="yes")
+    qweight, scales, zeros = tk.ops.int4_quantize(w, group_size=32)
+    with pytest.raises(ValueError, match=r"scales must have shape \(8, 4\)"):
+        tk.ops.int4_dequantize(qweight, scales, zeros, group_size=16)
+    with pytest.raises(TypeError, match="zeros must have dtype"):
+        tk.ops.int4_dequantize(qweight, scales, zeros.float(), group_size=32)
+    with pytest.raises(TypeError, match="qweight must have dtype"):
+        tk.ops.int4_dequantize(qweight.to(torch.int32), scales, zeros, group_size=32)

@@ -12,7 +12,14 @@ from tritonkit.ops.lora.op import lora_linear
 from tritonkit.ops.loss.op import cross_entropy, fused_linear_cross_entropy
 from tritonkit.ops.norm.op import layer_norm, rms_norm
 from tritonkit.ops.quant.op import NF4State as NF4State  # nf4_quantize's state type, not an op
-from tritonkit.ops.quant.op import dequantize, nf4_dequantize, nf4_quantize, quantize
+from tritonkit.ops.quant.op import (
+    dequantize,
+    int4_dequantize,
+    int4_quantize,
+    nf4_dequantize,
+    nf4_quantize,
+    quantize,
+)
 from tritonkit.ops.rotary.op import rope
 from tritonkit.ops.row_softmax.op import log_softmax, softmax
 from tritonkit.ops.tutorial.op import add, add_relu, copy, matmul, rgb_to_grey
@@ -30,6 +37,8 @@ __all__ = [
     "fused_linear_cross_entropy",
     "geglu",
     "gelu",
+    "int4_dequantize",
+    "int4_quantize",
     "kv_cache_append",
     "layer_norm",
     "log_softmax",

@@ -1,5 +1,5 @@
 """Quantization kernels: x (M, K) to int8 or float8 codes with fp32 scales per tensor, row, 1 x G group or G x G
-block, and back; weights to NF4 (bitsandbytes' 4-bit NormalFloat) and back.
+block, and back; weights to NF4 (bitsandbytes' 4-bit NormalFloat) and to grouped INT4 (AWQ/GPTQ style), and back.
 
 For a region R of x (the whole tensor, a row, G consecutive columns of a row, or a G x G block), with qmax the format's
 largest value (int8 127, float8 e4m3 448, e5m2 57344):
@@ -198,3 +198,66 @@ def _nf4_dequantize_kernel(
         b_absmax = tl.load(p_absmax + i_block, mask=m_pair, other=0.0)
     tl.store(p_out + o_even, (b_high * b_absmax).to(p_out.dtype.element_ty), mask=m_pair)
     tl.store(p_out + o_even + 1, (b_low * b_absmax).to(p_out.dtype.element_ty), mask=o_even + 1 < n)
+
+
+@triton.jit
+def _int4_quantize_kernel(
+    p_w, p_q, p_scale, p_zero, n_rows, n_cols, stride_w_r, stride_q_r, stride_s_r,
+    GROUP: tl.constexpr, SYMMETRIC: tl.constexpr, BLOCK_R: tl.constexpr,
+):  # fmt: skip
+    """BLOCK_R rows x group program_id(1) (GROUP columns; the last group may be partial) of w (N, K):
+
+        asymmetric: scale = max(max - min, 1e-5) / 15, zero = clamp(round(-min / scale), 0, 15)
+        symmetric:  scale = max(max |w|, 1e-5) / 7,     zero = 8
+        code = clamp(round(w / scale) + zero, 0, 15),   w' = (code - zero) * scale
+
+    over the group's values (round: to nearest, ties to even); two codes a byte along K, the even column in the low
+    nibble."""
+    o_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    r64 = o_r.to(tl.int64)
+    i_g = tl.program_id(1)
+    o_even = i_g * GROUP + 2 * tl.arange(0, GROUP // 2)
+    m_even = (o_r < n_rows)[:, None] & (o_even < n_cols)[None, :]
+    m_odd = (o_r < n_rows)[:, None] & (o_even + 1 < n_cols)[None, :]
+    p_pairs = p_w + r64[:, None] * stride_w_r + o_even[None, :]
+    b_even = tl.load(p_pairs, mask=m_even, other=0.0).to(tl.float32)  # [R, GROUP / 2]
+    b_odd = tl.load(p_pairs + 1, mask=m_odd, other=0.0).to(tl.float32)
+    if SYMMETRIC:
+        amax = tl.maximum(tl.max(tl.abs(b_even), axis=1), tl.max(tl.abs(b_odd), axis=1))
+        scale = tl.math.div_rn(tl.maximum(amax, 1e-5), 7.0)
+        zero = tl.full(scale.shape, 8.0, tl.float32)
+    else:
+        high = tl.maximum(tl.max(tl.where(m_even, b_even, float("-inf")), axis=1),
+                          tl.max(tl.where(m_odd, b_odd, float("-inf")), axis=1))  # fmt: skip
+        low = tl.minimum(tl.min(tl.where(m_even, b_even, float("inf")), axis=1),
+                         tl.min(tl.where(m_odd, b_odd, float("inf")), axis=1))  # fmt: skip
+        scale = tl.math.div_rn(tl.maximum(high - low, 1e-5), 15.0)
+        zero = tl.minimum(tl.maximum(round_half_even(tl.math.div_rn(-low, scale)), 0.0), 15.0)
+    code_even = tl.minimum(tl.maximum(round_half_even(tl.math.div_rn(b_even, scale[:, None])) + zero[:, None], 0.0),
+                           15.0)  # fmt: skip
+    code_odd = tl.minimum(tl.maximum(round_half_even(tl.math.div_rn(b_odd, scale[:, None])) + zero[:, None], 0.0),
+                          15.0)  # fmt: skip
+    packed = (code_even.to(tl.int32) | (code_odd.to(tl.int32) << 4)).to(tl.uint8)
+    p_bytes = p_q + r64[:, None] * stride_q_r + (i_g * (GROUP // 2) + tl.arange(0, GROUP // 2))[None, :]
+    tl.store(p_bytes, packed, mask=m_even)
+    tl.store(p_scale + r64 * stride_s_r + i_g, scale, mask=o_r < n_rows)
+    tl.store(p_zero + r64 * stride_s_r + i_g, zero.to(tl.uint8), mask=o_r < n_rows)
+
+
+@triton.jit
+def _int4_dequantize_kernel(
+    p_q, p_scale, p_zero, p_out, n_rows, n_cols, stride_q_r, stride_s_r, stride_out_r,
+    GROUP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
+):  # fmt: skip
+    """w' = (code - zero) * scale for a BLOCK_R x BLOCK_C tile of w (N, K), in fp32, cast to the output's dtype."""
+    o_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    o_c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    r64 = o_r.to(tl.int64)
+    m_x = (o_r < n_rows)[:, None] & (o_c < n_cols)[None, :]
+    b_byte = tl.load(p_q + r64[:, None] * stride_q_r + (o_c // 2)[None, :], mask=m_x, other=0).to(tl.int32)
+    b_code = ((b_byte >> ((o_c % 2) * 4)[None, :]) & 15).to(tl.float32)  # [R, C]
+    p_group = r64[:, None] * stride_s_r + (o_c // GROUP)[None, :]
+    b_scale = tl.load(p_scale + p_group, mask=m_x, other=0.0)
+    b_zero = tl.load(p_zero + p_group, mask=m_x, other=0).to(tl.float32)
+    tl.store(p_out + r64[:, None] * stride_out_r + o_c[None, :], ((b_code - b_zero) * b_scale).to(
+        p_out.dtype.element_ty), mask=m_x)  # fmt: skip

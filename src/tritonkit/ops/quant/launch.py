@@ -17,6 +17,8 @@ from tritonkit._core.scales import MIN_BLOCK, granularity_of
 from tritonkit.ops.quant.kernels import (
     _amax_kernel,
     _dequantize_kernel,
+    _int4_dequantize_kernel,
+    _int4_quantize_kernel,
     _nf4_dequantize_kernel,
     _nf4_quantize_kernel,
     _quantize_blocks_kernel,
@@ -253,3 +255,93 @@ def nf4_dequantize_fwd(
 
 def nf4_dequantize_fake(packed, absmax, absmax_codes, absmax_scales, offset, nested_code, n, blocksize, dtype):
     return packed.new_empty(n, dtype=dtype)
+
+
+# ---------------------------------------------------------------- INT4 weights
+
+INT4_MIN_GROUP = 16  # the smallest group along K: a tensor-core K step for the fused 4-bit linear layers
+_INT4_VALUES = 4096  # values per program tile of int4_quantize and int4_dequantize (16 KB of fp32)
+
+
+def _check_int4_group(name: str, group_size) -> None:
+    if isinstance(group_size, bool) or not isinstance(group_size, int):
+        raise TypeError(f"{name}: group_size must be an int, got {type(group_size).__name__}")
+    if group_size < INT4_MIN_GROUP or group_size & (group_size - 1):
+        raise ValueError(f"{name}: group_size must be a power of two >= {INT4_MIN_GROUP}, got {group_size}")
+
+
+def check_int4_quantize(w, group_size, symmetric) -> None:
+    name = "int4_quantize"
+    check_tensor(f"{name}: w", w, ndim=2, dtypes=FLOAT_DTYPES)
+    if w.shape[1] % 2:
+        raise ValueError(f"{name}: w's K (dim 1) must be even, two 4-bit codes a byte, got shape {tuple(w.shape)}")
+    _check_int4_group(name, group_size)
+    if not isinstance(symmetric, bool):
+        raise TypeError(f"{name}: symmetric must be a bool, got {type(symmetric).__name__}")
+    check_device(w=w)
+
+
+def int4_quantize_fwd(
+    w: torch.Tensor, group_size: int, symmetric: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(codes uint8 (N, K / 2), scales fp32 (N, ceil(K / G)), zeros uint8 (N, ceil(K / G))) of w (N, K) (validated)."""
+    n_rows, n_cols = w.shape
+    groups = cdiv(n_cols, group_size)
+    codes = torch.empty((n_rows, n_cols // 2), dtype=torch.uint8, device=w.device)
+    scales = torch.empty((n_rows, groups), dtype=torch.float32, device=w.device)
+    zeros = torch.empty((n_rows, groups), dtype=torch.uint8, device=w.device)
+    if codes.numel() == 0:
+        return codes, scales, zeros
+    w = w if w.stride(1) == 1 else w.contiguous()
+    rows = max(1, _INT4_VALUES // group_size)  # [rows, group / 2] tiles of even and of odd columns
+    _int4_quantize_kernel[(cdiv(n_rows, rows), groups)](
+        w, codes, scales, zeros, n_rows, n_cols, w.stride(0), codes.stride(0), scales.stride(0),
+        GROUP=group_size, SYMMETRIC=symmetric, BLOCK_R=rows, num_warps=4,
+    )  # fmt: skip
+    return codes, scales, zeros
+
+
+def int4_quantize_fake(w, group_size, symmetric):
+    n_rows, n_cols = w.shape
+    groups = cdiv(n_cols, group_size)
+    return (w.new_empty((n_rows, n_cols // 2), dtype=torch.uint8), w.new_empty((n_rows, groups), dtype=torch.float32),
+            w.new_empty((n_rows, groups), dtype=torch.uint8))  # fmt: skip
+
+
+def check_int4_dequantize(qweight, scales, zeros, group_size, dtype) -> None:
+    name = "int4_dequantize"
+    check_tensor(f"{name}: qweight", qweight, ndim=2, dtypes=(torch.uint8,))
+    _check_int4_group(name, group_size)
+    expected = (qweight.shape[0], cdiv(2 * qweight.shape[1], group_size))
+    check_tensor(f"{name}: scales", scales, ndim=2, dtypes=(torch.float32,))
+    check_tensor(f"{name}: zeros", zeros, ndim=2, dtypes=(torch.uint8,))
+    for arg, tensor in (("scales", scales), ("zeros", zeros)):
+        if tuple(tensor.shape) != expected:
+            raise ValueError(f"{name}: {arg} must have shape {expected} (N, ceil(K / group_size)) for qweight "
+                             f"{tuple(qweight.shape)} and group_size {group_size}, got "
+                             f"{tuple(tensor.shape)}")  # fmt: skip
+    if dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{name}: dtype must be one of float32, float16, bfloat16, got {dtype}")
+    check_device(qweight=qweight, scales=scales, zeros=zeros)
+
+
+def int4_dequantize_fwd(
+    qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, group_size: int, dtype: torch.dtype
+) -> torch.Tensor:
+    """w' (N, K) in ``dtype`` of int4_quantize's tensors (validated)."""
+    n_rows, n_cols = qweight.shape[0], 2 * qweight.shape[1]
+    out = torch.empty((n_rows, n_cols), dtype=dtype, device=qweight.device)
+    if out.numel() == 0:
+        return out
+    qweight = qweight if qweight.stride(1) == 1 else qweight.contiguous()
+    scales, zeros = scales.contiguous(), zeros.contiguous()
+    tiles = elementwise_plan(arch(qweight.device), n_cols)
+    _int4_dequantize_kernel[(cdiv(n_rows, tiles.block_r), cdiv(n_cols, tiles.block_c))](
+        qweight, scales, zeros, out, n_rows, n_cols, qweight.stride(0), scales.stride(0), out.stride(0),
+        GROUP=group_size, BLOCK_R=tiles.block_r, BLOCK_C=tiles.block_c, num_warps=tiles.warps,
+    )  # fmt: skip
+    return out
+
+
+def int4_dequantize_fake(qweight, scales, zeros, group_size, dtype):
+    return qweight.new_empty((qweight.shape[0], 2 * qweight.shape[1]), dtype=dtype)

@@ -1,5 +1,5 @@
-"""quantize, dequantize, nf4_quantize and nf4_dequantize: the public functions, forward-only custom ops
-(``tritonkit::quantize``, ...) that torch.compile traces and CUDA graphs capture."""
+"""quantize, dequantize, nf4_quantize, nf4_dequantize, int4_quantize and int4_dequantize: the public functions,
+forward-only custom ops (``tritonkit::quantize``, ...) that torch.compile traces and CUDA graphs capture."""
 
 from __future__ import annotations
 
@@ -14,11 +14,17 @@ from tritonkit._core.ints import cdiv
 from tritonkit.ops.quant.launch import (
     NESTED_BLOCK,
     check_dequantize,
+    check_int4_dequantize,
+    check_int4_quantize,
     check_nf4_quantize,
     check_quantize,
     dequantize_fake,
     dequantize_fwd,
     dynamic_code,
+    int4_dequantize_fake,
+    int4_dequantize_fwd,
+    int4_quantize_fake,
+    int4_quantize_fwd,
     nf4_dequantize_fake,
     nf4_dequantize_fwd,
     nf4_quantize_fake,
@@ -31,6 +37,8 @@ quantize_op = inference_op("quantize", launcher=quantize_fwd, fake=quantize_fake
 dequantize_op = inference_op("dequantize", launcher=dequantize_fwd, fake=dequantize_fake)
 nf4_quantize_op = inference_op("nf4_quantize", launcher=nf4_quantize_fwd, fake=nf4_quantize_fake)
 nf4_dequantize_op = inference_op("nf4_dequantize", launcher=nf4_dequantize_fwd, fake=nf4_dequantize_fake)
+int4_quantize_op = inference_op("int4_quantize", launcher=int4_quantize_fwd, fake=int4_quantize_fake)
+int4_dequantize_op = inference_op("int4_dequantize", launcher=int4_dequantize_fwd, fake=int4_dequantize_fake)
 
 
 def quantize(
@@ -181,3 +189,40 @@ def nf4_dequantize(packed: torch.Tensor, state: NF4State, *, dtype: torch.dtype 
                             None if state.offset is None else state.offset.reshape(1), state.nested_code, n,
                             state.blocksize, dtype)  # fmt: skip
     return out.view(state.shape)
+
+
+def int4_quantize(
+    w: torch.Tensor, *, group_size: int = 128, symmetric: bool = False
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A weight (N, K) in 4-bit codes with a scale and a zero point per group of ``group_size`` values along K (AWQ
+    and GPTQ style): (qweight, scales, zeros).
+
+    - Asymmetric (default): scale = max(max - min, 1e-5) / 15 and zero = clamp(round(-min / scale), 0, 15) over
+      each group (AWQ's recipe); symmetric: scale = max(max |w|, 1e-5) / 7 and zero = 8.
+    - code = clamp(round(w / scale) + zero, 0, 15), rounding to nearest, ties to even; w' = (code - zero) * scale.
+    - qweight uint8 (N, K / 2): two codes a byte along K, the even column in the low nibble; scales fp32 and zeros
+      uint8, (N, ceil(K / group_size)). K must be even; a last group may be shorter. group_size: a power of two
+      >= 16.
+
+    Example: ``qweight, scales, zeros = tk.ops.int4_quantize(linear.weight)``.
+    """
+    if torch.is_grad_enabled() and isinstance(w, torch.Tensor) and w.requires_grad:
+        raise ValueError("int4_quantize has no gradient, but w requires grad; pass w.detach()")
+    check_int4_quantize(w, group_size, symmetric)
+    return int4_quantize_op(w, group_size, symmetric)
+
+
+def int4_dequantize(
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor,
+    *,
+    group_size: int = 128,
+    dtype: torch.dtype = torch.bfloat16,
+) -> torch.Tensor:
+    """The weight (N, K) in ``dtype`` of :func:`int4_quantize`'s tensors: (code - zero) * scale in fp32, cast once.
+
+    Example: ``w = tk.ops.int4_dequantize(qweight, scales, zeros)``.
+    """
+    check_int4_dequantize(qweight, scales, zeros, group_size, dtype)
+    return int4_dequantize_op(qweight, scales, zeros, group_size, dtype)

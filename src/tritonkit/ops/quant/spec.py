@@ -16,7 +16,15 @@ from tritonkit._core.checks import FLOAT_DTYPES
 from tritonkit._core.ints import cdiv
 from tritonkit._core.scales import expand_scale, granularity_of
 from tritonkit.ops.quant.launch import NESTED_BLOCK, NF4_CODE, QMAX, dynamic_code, scale_shape
-from tritonkit.ops.quant.op import NF4State, dequantize, nf4_dequantize, nf4_quantize, quantize
+from tritonkit.ops.quant.op import (
+    NF4State,
+    dequantize,
+    int4_dequantize,
+    int4_quantize,
+    nf4_dequantize,
+    nf4_quantize,
+    quantize,
+)
 from tritonkit.registry import TOLERANCES, Case, Inputs, KernelSpec, Tolerance, register
 
 FORMATS = {"int8": torch.int8, "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
@@ -353,5 +361,122 @@ register(KernelSpec(
     dtypes=FLOAT_DTYPES,
     notes="Checked through an NF4State built from the reference's tensors.",
     covers=(nf4_dequantize,),
+    status="experimental",
+))  # fmt: skip
+
+
+# ---------------------------------------------------------------- INT4 weights
+
+
+@dataclass(frozen=True)
+class Int4Case(Case):
+    n: int  # output features
+    k: int  # input features (even)
+    group_size: int = 128
+    symmetric: bool = False
+
+
+def _int4_inputs(case, device, dtype, generator):
+    w = torch.randn((case.n, case.k), device=device, generator=generator, dtype=torch.float32) * 0.02
+    return Inputs((w.to(dtype),), {"group_size": case.group_size, "symmetric": case.symmetric})
+
+
+def _int4_quantize_reference(w, *, group_size=128, symmetric=False):
+    """The definition (int4_quantize's docstring) in fp32, group by group; a short last group over its own values."""
+    w = w.float()
+    n, k = w.shape
+    groups = cdiv(k, group_size)
+    padded = torch.nn.functional.pad(w, (0, groups * group_size - k)).view(n, groups, group_size)
+    present = (torch.arange(groups * group_size, device=w.device) < k).view(groups, group_size)
+    if symmetric:
+        amax = padded.abs().amax(-1)
+        scale = amax.clamp(min=1e-5) / torch.full_like(amax, 7.0)
+        zero = torch.full_like(scale, 8.0)
+    else:
+        high = torch.where(present, padded, -math.inf).amax(-1)
+        low = torch.where(present, padded, math.inf).amin(-1)
+        scale = (high - low).clamp(min=1e-5) / torch.full_like(high, 15.0)
+        zero = torch.round(-low / scale).clamp(0, 15)
+    codes = (torch.round(padded / scale[..., None]) + zero[..., None]).clamp(0, 15).reshape(n, groups * group_size)
+    codes = codes[:, :k]
+    codes = codes.to(torch.uint8)
+    return codes[:, 0::2] | (codes[:, 1::2] << 4), scale, zero.to(torch.uint8)
+
+
+def _int4_bytes(case, dtype) -> int:
+    """The weight read, its codes (half a byte a value), fp32 scales and uint8 zeros written."""
+    groups = case.n * cdiv(case.k, case.group_size)
+    return case.n * case.k * dtype.itemsize + case.n * case.k // 2 + 5 * groups
+
+
+_INT4_TESTS = (
+    {"n": 33, "k": 256},
+    {"n": 17, "k": 200, "group_size": 64},  # K not a multiple of the group
+    {"n": 40, "k": 96, "group_size": 32, "symmetric": True},
+    {"n": 3, "k": 18, "group_size": 16},
+    {"n": 0, "k": 64},
+)
+_INT4_GPU = ({"n": 14336, "k": 4096}, {"n": 4096, "k": 14336, "symmetric": True}, {"n": 1000, "k": 4100})
+_INT4_BENCH = tuple({"n": n, "k": 4096} for n in (4096, 14336, 28672))
+
+register(KernelSpec(
+    name="int4_quantize",
+    family="quant",
+    sweep="n",
+    case_type=Int4Case,
+    summary="Weights to 4-bit codes with a scale and zero point per group along K (AWQ/GPTQ style), and back.",
+    description="One program per tile of rows and one group: the group's min and max (or absmax), its scale and "
+                "zero point, the codes two a byte; IEEE divisions and ties-to-even rounding, so the codes follow "
+                "the definition exactly.",
+    usage="qweight, scales, zeros = tk.ops.int4_quantize(w, group_size=128)  # w (N, K)",
+    tags=("quantization", "int4", "4-bit", "memory-bound"),
+    limits="w 2-D with an even K; group_size a power of two >= 16; forward only.",
+    fn=int4_quantize,
+    reference=_int4_quantize_reference,
+    make_inputs=_int4_inputs,
+    test_cases=_INT4_TESTS,
+    gpu_cases=_INT4_GPU,
+    bench_cases=_INT4_BENCH,
+    bytes_moved=_int4_bytes,
+    flops=lambda case, dtype: 0,
+    dtypes=FLOAT_DTYPES,
+    tolerance=_exact,
+    status="experimental",
+))  # fmt: skip
+
+
+def _int4_dequantize_inputs(case, device, dtype, generator):
+    (w,) = _int4_inputs(case, device, torch.float32, generator).args
+    tensors = _int4_quantize_reference(w, group_size=case.group_size, symmetric=case.symmetric)
+    return Inputs(tensors, {"group_size": case.group_size, "dtype": dtype})
+
+
+def _int4_dequantize_reference(qweight, scales, zeros, *, group_size=128, dtype=torch.bfloat16):
+    codes = torch.stack((qweight & 15, qweight >> 4), dim=-1).flatten(-2).double()
+    k = codes.shape[1]
+    scale = scales.double().repeat_interleave(group_size, dim=1)[:, :k]
+    zero = zeros.double().repeat_interleave(group_size, dim=1)[:, :k]
+    return (codes - zero) * scale
+
+
+register(KernelSpec(
+    name="int4_dequantize",
+    family="quant",
+    sweep="n",
+    case_type=Int4Case,
+    summary="4-bit grouped weights back to bf16/fp16/fp32: (code - zero) * scale.",
+    description="An elementwise kernel over the weight: each value's byte, nibble, group scale and zero point.",
+    usage="w = tk.ops.int4_dequantize(qweight, scales, zeros, group_size=128)",
+    tags=("quantization", "int4", "4-bit", "memory-bound"),
+    limits="int4_quantize's layout (or a converted AWQ/GPTQ checkpoint's).",
+    fn=int4_dequantize,
+    reference=_int4_dequantize_reference,
+    make_inputs=_int4_dequantize_inputs,
+    test_cases=_INT4_TESTS,
+    gpu_cases=_INT4_GPU,
+    bench_cases=_INT4_BENCH,
+    bytes_moved=_int4_bytes,
+    flops=lambda case, dtype: 0,
+    dtypes=FLOAT_DTYPES,
     status="experimental",
 ))  # fmt: skip
