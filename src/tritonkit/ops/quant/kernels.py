@@ -207,7 +207,8 @@ def _int4_quantize_kernel(
 ):  # fmt: skip
     """BLOCK_R rows x group program_id(1) (GROUP columns; the last group may be partial) of w (N, K):
 
-        asymmetric: scale = max(max - min, 1e-5) / 15, zero = clamp(round(-min / scale), 0, 15)
+        asymmetric: scale = max(max - min, 1e-5) / 15, zero = round(-min / scale), with min <= 0 <= max (the
+                    group's range widened to hold 0, as GPTQ's: the zero point is then a code)
         symmetric:  scale = max(max |w|, 1e-5) / 7,     zero = 8
         code = clamp(round(w / scale) + zero, 0, 15),   w' = (code - zero) * scale
 
@@ -227,10 +228,9 @@ def _int4_quantize_kernel(
         scale = tl.math.div_rn(tl.maximum(amax, 1e-5), 7.0)
         zero = tl.full(scale.shape, 8.0, tl.float32)
     else:
-        high = tl.maximum(tl.max(tl.where(m_even, b_even, float("-inf")), axis=1),
-                          tl.max(tl.where(m_odd, b_odd, float("-inf")), axis=1))  # fmt: skip
-        low = tl.minimum(tl.min(tl.where(m_even, b_even, float("inf")), axis=1),
-                         tl.min(tl.where(m_odd, b_odd, float("inf")), axis=1))  # fmt: skip
+        # Lanes past K read 0, which the range holds anyway.
+        high = tl.maximum(tl.maximum(tl.max(b_even, axis=1), tl.max(b_odd, axis=1)), 0.0)
+        low = tl.minimum(tl.minimum(tl.min(b_even, axis=1), tl.min(b_odd, axis=1)), 0.0)
         scale = tl.math.div_rn(tl.maximum(high - low, 1e-5), 15.0)
         zero = tl.minimum(tl.maximum(round_half_even(tl.math.div_rn(-low, scale)), 0.0), 15.0)
     code_even = tl.minimum(tl.maximum(round_half_even(tl.math.div_rn(b_even, scale[:, None])) + zero[:, None], 0.0),

@@ -197,8 +197,9 @@ def int4_quantize(
     """A weight (N, K) in 4-bit codes with a scale and a zero point per group of ``group_size`` values along K (AWQ
     and GPTQ style): (qweight, scales, zeros).
 
-    - Asymmetric (default): scale = max(max - min, 1e-5) / 15 and zero = clamp(round(-min / scale), 0, 15) over
-      each group (AWQ's recipe); symmetric: scale = max(max |w|, 1e-5) / 7 and zero = 8.
+    - Asymmetric (default): scale = max(max - min, 1e-5) / 15 and zero = round(-min / scale) over each group, its
+      range widened to hold 0 (GPTQ's rule: the zero point is a code, and a group of one sign loses nothing to a
+      clamped zero point, as AWQ's recipe would); symmetric: scale = max(max |w|, 1e-5) / 7 and zero = 8.
     - code = clamp(round(w / scale) + zero, 0, 15), rounding to nearest, ties to even; w' = (code - zero) * scale.
     - qweight uint8 (N, K / 2): two codes a byte along K, the even column in the low nibble; scales fp32 and zeros
       uint8, (N, ceil(K / group_size)). K must be even; a last group may be shorter. group_size: a power of two

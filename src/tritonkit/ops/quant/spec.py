@@ -382,19 +382,18 @@ def _int4_inputs(case, device, dtype, generator):
 
 
 def _int4_quantize_reference(w, *, group_size=128, symmetric=False):
-    """The definition (int4_quantize's docstring) in fp32, group by group; a short last group over its own values."""
+    """The definition (int4_quantize's docstring) in fp32, group by group (a short last group padded with zeros,
+    which the asymmetric range holds anyway and the absmax ignores)."""
     w = w.float()
     n, k = w.shape
     groups = cdiv(k, group_size)
     padded = torch.nn.functional.pad(w, (0, groups * group_size - k)).view(n, groups, group_size)
-    present = (torch.arange(groups * group_size, device=w.device) < k).view(groups, group_size)
     if symmetric:
         amax = padded.abs().amax(-1)
         scale = amax.clamp(min=1e-5) / torch.full_like(amax, 7.0)
         zero = torch.full_like(scale, 8.0)
     else:
-        high = torch.where(present, padded, -math.inf).amax(-1)
-        low = torch.where(present, padded, math.inf).amin(-1)
+        high, low = padded.amax(-1).clamp(min=0), padded.amin(-1).clamp(max=0)
         scale = (high - low).clamp(min=1e-5) / torch.full_like(high, 15.0)
         zero = torch.round(-low / scale).clamp(0, 15)
     codes = (torch.round(padded / scale[..., None]) + zero[..., None]).clamp(0, 15).reshape(n, groups * group_size)
