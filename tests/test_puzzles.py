@@ -10,6 +10,7 @@ import re
 import pytest
 import torch
 
+from helpers import puzzle_mutant as _mutant
 from tritonkit.puzzles import all_puzzles, get
 from tritonkit.puzzles.checker import check_puzzle, load_file
 from tritonkit.puzzles.cli import main as puzzles_main
@@ -41,17 +42,6 @@ def test_reference_solution_passes_and_stub_fails(puzzle, device, tmp_path):
     stub_report = check_puzzle(puzzle, load_file(stub), device=device, cases=puzzle.cases[-1:])
     assert not stub_report.ok
     assert "never-written" in stub_report.codes or "wrong-values" in stub_report.codes
-
-
-def _mutant(tmp_path, number: int, *edits: tuple[str, str]):
-    puzzle = get(number)
-    text = puzzle.solution_text()
-    for old, new in edits:
-        assert old in text, f"puzzle {number}'s solution no longer contains {old!r}"
-        text = text.replace(old, new)
-    path = tmp_path / puzzle.file_name
-    path.write_text(text)
-    return puzzle, load_file(path)
 
 
 _SHIFT = ("o_x = i_block * BLOCK + tl.arange(0, BLOCK)", "o_x = tl.arange(0, BLOCK)")
