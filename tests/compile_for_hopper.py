@@ -104,8 +104,8 @@ def _launch_puzzles() -> None:
         for dtype in puzzle.dtypes:
             for case in puzzle.cases:
                 inputs = puzzle.make_inputs(case, dtype, "cpu", torch.Generator().manual_seed(0))
-                out = torch.empty(puzzle.out_shape(case), dtype=puzzle.out_dtype(dtype))
-                getattr(module, puzzle.launcher)(*inputs, out, **puzzle.launcher_kwargs(case))
+                outs = [torch.empty(shape, dtype=out_dtype) for _, shape, out_dtype in puzzle.output_specs(case, dtype)]
+                getattr(module, puzzle.launcher)(*inputs, *outs, **puzzle.launcher_kwargs(case))
 
 
 def _library_kernels() -> set[str]:

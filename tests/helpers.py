@@ -41,3 +41,19 @@ def assert_graph_replay_matches_eager(step, inputs):
     torch.cuda.synchronize()
     for ours, theirs in zip(captured, step(*inputs), strict=True):
         torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+def puzzle_mutant(tmp_path, number: int, *edits: tuple[str, str]):
+    """Puzzle ``number`` and its reference solution with ``edits`` (old, new) applied, loaded as a learner's file from
+    ``tmp_path``. Each edit asserts that its target text is still there, so the mistakes follow the solutions."""
+    from tritonkit.puzzles import get
+    from tritonkit.puzzles.checker import load_file
+
+    puzzle = get(number)
+    text = puzzle.solution_text()
+    for old, new in edits:
+        assert old in text, f"puzzle {number}'s solution no longer contains {old!r}"
+        text = text.replace(old, new)
+    path = tmp_path / puzzle.file_name
+    path.write_text(text)
+    return puzzle, load_file(path)

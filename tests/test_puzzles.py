@@ -10,6 +10,7 @@ import re
 import pytest
 import torch
 
+from helpers import puzzle_mutant as _mutant
 from tritonkit.puzzles import all_puzzles, get
 from tritonkit.puzzles.checker import check_puzzle, load_file
 from tritonkit.puzzles.cli import main as puzzles_main
@@ -21,8 +22,8 @@ def _module(puzzle):
     return importlib.import_module(puzzle.module)
 
 
-def test_there_are_thirteen_puzzles_numbered_in_order_each_with_hints_and_odd_sizes():
-    assert [p.number for p in PUZZLES] == list(range(1, 14))
+def test_there_are_eighteen_puzzles_numbered_in_order_each_with_hints_and_odd_sizes():
+    assert [p.number for p in PUZZLES] == list(range(1, 19))
     for puzzle in PUZZLES:
         assert len(puzzle.hints) >= 3, puzzle.title
         assert len(puzzle.cases) >= 3 and puzzle.gpu_cases, puzzle.title
@@ -41,17 +42,6 @@ def test_reference_solution_passes_and_stub_fails(puzzle, device, tmp_path):
     stub_report = check_puzzle(puzzle, load_file(stub), device=device, cases=puzzle.cases[-1:])
     assert not stub_report.ok
     assert "never-written" in stub_report.codes or "wrong-values" in stub_report.codes
-
-
-def _mutant(tmp_path, number: int, *edits: tuple[str, str]):
-    puzzle = get(number)
-    text = puzzle.solution_text()
-    for old, new in edits:
-        assert old in text, f"puzzle {number}'s solution no longer contains {old!r}"
-        text = text.replace(old, new)
-    path = tmp_path / puzzle.file_name
-    path.write_text(text)
-    return puzzle, load_file(path)
 
 
 _SHIFT = ("o_x = i_block * BLOCK + tl.arange(0, BLOCK)", "o_x = tl.arange(0, BLOCK)")
@@ -234,13 +224,13 @@ def test_cli_init_check_hint_solution(tmp_path, capsys):
     assert puzzles_main(["puzzles", "check", str(folder), "1"]) == 0
     assert "1 passed, 0 failed" in capsys.readouterr().out
     assert puzzles_main(["puzzles", "check", str(folder)]) == 0  # the others are "not started"
-    assert "12 not started" in capsys.readouterr().out
+    assert f"{len(PUZZLES) - 1} not started" in capsys.readouterr().out
     assert puzzles_main(["puzzles", "hint", "13", "--level", "2"]) == 0
     hints = capsys.readouterr().out
     assert "1. " in hints and "2. " in hints and "3. " not in hints
     assert puzzles_main(["puzzles", "solution", "2"]) == 0
     assert "def add_relu_kernel" in capsys.readouterr().out
-    assert puzzles_main(["puzzles", "hint", "14"]) == 2
+    assert puzzles_main(["puzzles", "hint", str(len(PUZZLES) + 1)]) == 2
     capsys.readouterr()
     assert puzzles_main(["puzzles", "list"]) == 0
     assert "flash-attention forward" in capsys.readouterr().out
@@ -261,13 +251,13 @@ def test_a_returned_torch_result_of_the_wrong_dtype_is_named(tmp_path):
     assert "torch.float64, expected torch.float32" in report.outcomes[0].findings[1].message
 
 
-@pytest.mark.parametrize("number", [0, 14, -1])
+@pytest.mark.parametrize("number", [0, len(PUZZLES) + 1, -1])
 def test_cli_check_refuses_a_puzzle_number_out_of_range(tmp_path, capsys, number):
-    """`check DIR 0` used to check all 13 puzzles (0 read as "none given")."""
+    """`check DIR 0` used to check every puzzle (0 read as "none given")."""
     folder = tmp_path / "mine"
     assert puzzles_main(["puzzles", "init", str(folder)]) == 0
     capsys.readouterr()
     assert puzzles_main(["puzzles", "check", str(folder), str(number)]) == 2
     captured = capsys.readouterr()
-    assert captured.err.strip() == f"there is no puzzle {number}: puzzles are numbered 1 to 13"
+    assert captured.err.strip() == f"there is no puzzle {number}: puzzles are numbered 1 to {len(PUZZLES)}"
     assert "Checking" not in captured.out and "Puzzle" not in captured.out

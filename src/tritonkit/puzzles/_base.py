@@ -33,8 +33,11 @@ TODO_BODY = "    # TODO: write the kernel (`tritonkit puzzles hint {number}` whe
 class Mistake:
     """A classic mistake, recognised by its output: ``reference(*inputs, case=case, launch=args)`` computes, from
     float64 copies of the inputs, what a kernel making the mistake outputs (``launch``: the learner's kernel
-    arguments by name, for mistakes whose effect depends on the block sizes). ``message`` names the mistake and the
-    fix; ``code`` is stable (tests match it)."""
+    arguments by name, for mistakes whose effect depends on the block sizes), one tensor per output. ``message`` names
+    the mistake and the fix; ``code`` is stable (tests match it).
+
+    In an integer output, NaN marks an element the mistake leaves undefined (NaN or a float beyond int8's range cast
+    to int8: each machine gives its own value): any value there matches the mistake."""
 
     code: str
     message: str
@@ -59,19 +62,39 @@ class Probe:
 
 
 @dataclass(frozen=True)
+class OffLimits:
+    """Input elements the kernel must not load, even to discard them (cache rows that no sequence owns):
+    ``elements(case, *inputs)`` gives one bool mask per input, True where a load is a mistake (None: any element may
+    be loaded). Under the interpreter, a traced load of one is named ``code``, with ``message``, unless a probe names
+    another mistake behind the same failure."""
+
+    code: str
+    message: str
+    elements: Callable
+
+
+@dataclass(frozen=True)
 class Puzzle:
     """One puzzle: the learner writes ``kernel`` and the checker calls ``launcher``.
 
     ``make_inputs(case, dtype, device, generator)`` draws the input tensors; ``reference`` computes
     the expected output from float64 copies of them (and the case, with ``reference_takes_case``);
     ``out_shape(case)`` and ``out_dtype(dtype)`` describe the output that the checker allocates,
-    fills with poison, and passes as the launcher's last argument. ``cases`` are small shapes for
+    fills with poison, and passes as the launcher's last argument. A puzzle with several outputs
+    names them in ``outputs`` (the launcher's last arguments, in order); ``out_shape``, ``out_dtype``
+    and ``reference`` then give a tuple, one entry per output. ``cases`` are small shapes for
     the interpreter (some not multiples of the block sizes), ``gpu_cases`` larger ones for the
     compiled run. ``block_arg`` names the constexpr that program k's offsets should be shifted by
     (k * BLOCK) in 1-D puzzles, for the diagnosis of ``pid * n``. ``launcher_kwargs(case)`` are keyword
     arguments for the launcher beyond the tensors (a flag such as ``causal=True``); a case that needs none
     passes none, so a launcher written before the flag existed still runs the cases without it. ``probes``
     name the puzzle's classic mistakes (:class:`Probe`). ``hints`` go from a nudge to nearly the answer.
+
+    ``helper_kernels`` are further kernels the learner writes (the stub empties them too; the checker
+    records their launches), ``kernel`` being the one that writes the output. ``accumulates``: the
+    kernel adds into its output (atomics), which must be zeroed before it runs. ``deterministic``: the
+    result must not depend on the order the programs run in, so atomics are refused. ``off_limits``:
+    input elements the kernel must not read (:class:`OffLimits`).
     """
 
     title: str
@@ -90,6 +113,11 @@ class Puzzle:
     tolerance: Callable | None = None  # (case, dtype, device) -> Tolerance, else the table's entry
     launcher_kwargs: Callable[[dict], dict] = lambda case: {}
     probes: Sequence[Probe] = ()
+    outputs: Sequence[str] = ("out",)
+    helper_kernels: Sequence[str] = ()
+    accumulates: bool = False
+    deterministic: bool = False
+    off_limits: OffLimits | None = None
     number: int = 0
     slug: str = ""
     module: str = ""
@@ -105,11 +133,24 @@ class Puzzle:
             return self.tolerance(case, dtype, device)
         return TOLERANCES.get(dtype, Tolerance(atol=0, rtol=0))
 
-    def expected(self, case: dict, inputs: tuple) -> torch.Tensor:
+    @property
+    def kernels(self) -> tuple[str, ...]:
+        """The kernels the learner writes: ``kernel`` first."""
+        return (self.kernel, *self.helper_kernels)
+
+    def output_specs(self, case: dict, dtype: torch.dtype) -> list[tuple[str, tuple, torch.dtype]]:
+        """(name, shape, dtype) of each output, in the launcher's order."""
+        shapes, dtypes = self.out_shape(case), self.out_dtype(dtype)
+        if len(self.outputs) == 1:
+            shapes, dtypes = (shapes,), (dtypes,)
+        return list(zip(self.outputs, shapes, dtypes, strict=True))
+
+    def expected(self, case: dict, inputs: tuple) -> tuple[torch.Tensor, ...]:
+        """The reference's outputs, one tensor per output."""
         from tritonkit.testing import upcast
 
         extra = {"case": case} if self.reference_takes_case else {}
-        return self.reference(*upcast(inputs), **extra)
+        return as_outputs(self.reference(*upcast(inputs), **extra))
 
     def source(self) -> str:
         """The module's text: the solution file above :data:`CHECKER_LINE`, the checker data below."""
@@ -123,21 +164,25 @@ class Puzzle:
         return text.split(CHECKER_LINE)[0].rstrip() + "\n"
 
     def stub_text(self) -> str:
-        """The learner's file with the kernel's body (after its docstring) replaced by a TODO."""
+        """The learner's file with each kernel's body (after its docstring) replaced by a TODO."""
         text = self.solution_text()
-        function = next(
-            (node for node in ast.parse(text).body if isinstance(node, ast.FunctionDef) and node.name == self.kernel),
-            None,
-        )
-        if function is None:
-            raise ValueError(f"{self.module} defines no kernel named {self.kernel}")
-        first = function.body[0]
-        has_docstring = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
-        body_start = first.end_lineno if has_docstring else function.body[0].lineno - 1
+        functions = {node.name: node for node in ast.parse(text).body if isinstance(node, ast.FunctionDef)}
+        missing = [name for name in self.kernels if name not in functions]
+        if missing:
+            raise ValueError(f"{self.module} defines no kernel named {', '.join(missing)}")
         lines = text.splitlines(keepends=True)
-        return (
-            "".join(lines[:body_start]) + TODO_BODY.format(number=self.number) + "".join(lines[function.end_lineno :])
-        )
+        # From the last kernel in the file up, so that the line numbers of those above stay valid.
+        for function in sorted((functions[name] for name in self.kernels), key=lambda f: f.lineno, reverse=True):
+            first = function.body[0]
+            has_docstring = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+            body_start = first.end_lineno if has_docstring else first.lineno - 1
+            lines[body_start : function.end_lineno] = [TODO_BODY.format(number=self.number)]
+        return "".join(lines)
+
+
+def as_outputs(value) -> tuple[torch.Tensor, ...]:
+    """A reference's or mistake's result as a tuple of output tensors."""
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
 
 
 # Per sqrt(terms) like the table's rows: five times float16's atol and twice its rtol, for truncation

@@ -1,26 +1,29 @@
 """The puzzle checker: run a learner's kernel on random cases and say what is wrong, by watching it.
 
-For each case the checker draws inputs, fills the output with poison (NaN, or a sentinel integer),
-and calls the learner's launcher inside :func:`tritonkit.debug.guard_bounds`, which pads every tensor
-with sentinels and reports reads and writes outside them. Around the launch it
+For each case the checker draws inputs, fills the outputs with poison (NaN, or an integer no answer
+holds), and calls the learner's launcher inside :func:`tritonkit.debug.guard_bounds`, which pads every
+tensor with sentinels and reports reads and writes outside them. Around the launch it
 
-* counts launches of the learner's kernel (a launcher that computes the answer with torch and never
-  launches, or changes the output after the kernel ran, is caught),
+* counts launches of the learner's kernels (a launcher that computes the answer with torch and never
+  launches, or changes the output after the kernel ran, is caught) and notes whether an output that
+  the kernel adds into still held the poison when it started (not zeroed),
 * under the interpreter, records every load, store and atomic by program (:class:`MemoryTrace`):
   which elements each program touched, which lanes fell outside their tensor, and stops an access
   that would land outside every launched tensor before it crashes the process.
 
-Mistakes are named from what was observed: every program storing the same elements (offsets not
-shifted by the program id), program k starting at k * n instead of k * BLOCK, lanes past the end
-(a missing mask), outputs never written, and float32 passing where bfloat16 fails under the
-interpreter (bf16 arithmetic without a cast). Under the interpreter "never written" means no store
-reached the element (a stored NaN is a wrong value); compiled, it means the element still holds the
-poison.
+Mistakes are named from what was observed (:mod:`tritonkit.puzzles.trace_findings`): every program
+storing the same elements (offsets not shifted by the program id), parts of a sum overwriting each
+other (a plain store where an atomic is needed), program k starting at k * n instead of k * BLOCK,
+lanes past the end (a missing mask), outputs never written, loads of input elements a puzzle puts
+off limits, and float32 passing where bfloat16 fails under the interpreter (bf16 arithmetic without a
+cast). Under the interpreter "never written" means no store reached the element (a stored NaN is a
+wrong value); compiled, it means the element still holds the poison.
 
 A puzzle may also name its classic mistakes (:class:`~tritonkit.puzzles._base.Probe`): when a case fails on its
 values alone, the learner's kernel runs again on inputs designed to make each mistake show, and its output is
 compared with what a kernel making each mistake would output; the one it matches is named (flash attention: no
-maximum subtracted before exp, a running sum or accumulator not rescaled, a causal mask off by one).
+maximum subtracted before exp, a running sum or accumulator not rescaled, a causal mask off by one; quantization:
+a scale per tensor, codes truncated, no clamp; a page off by one).
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ import importlib.util
 import math
 import sys
 import traceback
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,20 +40,13 @@ import torch
 
 from tritonkit._core.env import interpreting
 from tritonkit.debug import guard_bounds
-from tritonkit.puzzles._base import Puzzle
-from tritonkit.puzzles.trace import Access, Launch, LaunchRecorder, MemoryTrace, WildAccessError
+from tritonkit.puzzles._base import Puzzle, as_outputs
+from tritonkit.puzzles.trace import Access, LaunchRecorder, MemoryTrace, WildAccessError
+from tritonkit.puzzles.trace_findings import Finding, trace_findings
 from tritonkit.testing import compare, fresh_seed, upcast
 
-_INT_POISON = -(2**31) + 7  # an integer output the kernel never wrote keeps this value
+_INT_POISON = -(2**31) + 7  # an integer output the kernel never wrote keeps this value (narrower: its type's end)
 _SHOW_POSITIONS = 5
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One observation about a failing case: a stable ``code`` (tests match it) and a message."""
-
-    code: str
-    message: str
 
 
 @dataclass
@@ -111,19 +106,39 @@ def load_file(path: Path):
 # One case
 # --------------------------------------------------------------------------------------------------
 def _poison(dtype: torch.dtype):
-    return float("nan") if dtype.is_floating_point else _INT_POISON
+    """What an output starts as: NaN, or an integer no answer holds (int8: -128, outside [-127, 127])."""
+    if dtype.is_floating_point:
+        return float("nan")
+    info = torch.iinfo(dtype)
+    if info.bits >= 32:
+        return _INT_POISON
+    return info.min if info.min < 0 else info.max
+
+
+def _allocate_outputs(puzzle: Puzzle, case: dict, dtype: torch.dtype, device: str) -> tuple[torch.Tensor, ...]:
+    return tuple(
+        torch.full(shape, _poison(out_dtype), dtype=out_dtype, device=device)
+        for _, shape, out_dtype in puzzle.output_specs(case, dtype)
+    )
+
+
+def _holds_poison(tensor: torch.Tensor) -> bool:
+    if tensor.dtype.is_floating_point:
+        return bool(torch.isnan(tensor).any())
+    return bool((tensor == _poison(tensor.dtype)).any())
 
 
 def _unwritten(out: torch.Tensor, expected: torch.Tensor, stored: torch.Tensor | None) -> torch.Tensor:
     """The outputs the kernel never wrote and that should differ from the poison. With the trace's ``stored`` (which
     elements a store or atomic reached), exactly those not stored: a stored NaN is a written, wrong value. Without
     it (compiled), those still holding the poison, which a stored NaN cannot be told apart from."""
-    poison_is_wrong = ~torch.isnan(expected) if out.dtype.is_floating_point else expected != _INT_POISON
+    poison = _poison(out.dtype)
+    poison_is_wrong = ~torch.isnan(expected) if out.dtype.is_floating_point else expected != poison
     if stored is not None:
         return ~stored & poison_is_wrong
     if out.dtype.is_floating_point:
         return torch.isnan(out) & poison_is_wrong
-    return out == _INT_POISON
+    return out == poison
 
 
 def _stored_elements(accesses: list[Access], out_name: str | None, out: torch.Tensor) -> torch.Tensor | None:
@@ -171,21 +186,24 @@ def run_case(puzzle: Puzzle, module, case: dict, dtype: torch.dtype, seed: int, 
     generator = torch.Generator(device=device).manual_seed(seed)
     inputs = tuple(puzzle.make_inputs(case, dtype, device, generator))
     expected = puzzle.expected(case, inputs)
-    out = torch.full(
-        puzzle.out_shape(case), _poison(puzzle.out_dtype(dtype)), dtype=puzzle.out_dtype(dtype), device=device
-    )
+    outs = _allocate_outputs(puzzle, case, dtype, device)
     launcher = getattr(module, puzzle.launcher, None)
     if launcher is None:
         outcome.findings.append(Finding("no-launcher", f"the file defines no function named {puzzle.launcher}"))
         return outcome
     inputs_before = [t.clone() for t in inputs]
     trace = MemoryTrace() if MemoryTrace.available() else None
-    recorder = LaunchRecorder(module, puzzle.kernel, trace)
+    try:
+        recorder = LaunchRecorder(module, puzzle.kernels, trace, _holds_poison)
+    except AttributeError as error:
+        outcome.findings.append(Finding("no-kernel", str(error)))
+        return outcome
     runs = []
     kwargs = puzzle.launcher_kwargs(case)
+    n_outs = len(outs)
 
     def launch(*views):
-        recorder.launches, recorder.out, recorder.after_last_launch = [], views[-1], None
+        recorder.begin(views[-n_outs:])
         if trace is not None:
             trace.enabled = not runs  # the first run (NaN padding) is traced; the second only guarded
         returned = launcher(*views, **kwargs)
@@ -196,9 +214,9 @@ def run_case(puzzle: Puzzle, module, case: dict, dtype: torch.dtype, seed: int, 
         with recorder:
             if trace is not None:
                 with trace:
-                    bounds = guard_bounds(launch, *inputs, out)
+                    bounds = guard_bounds(launch, *inputs, *outs)
             else:
-                bounds = guard_bounds(launch, *inputs, out)
+                bounds = guard_bounds(launch, *inputs, *outs)
     except Exception as error:
         root = _root_error(error)
         where = _learner_line(error, getattr(module, "__file__", None))
@@ -207,9 +225,11 @@ def run_case(puzzle: Puzzle, module, case: dict, dtype: torch.dtype, seed: int, 
         return outcome
 
     views, returned, launches, after_last_launch = runs[0]
-    result = views[-1]
+    traced_outs = views[-n_outs:]
+    results = _results(traced_outs, returned)
+    main = [record for record in launches if record.kernel == puzzle.kernel]
     findings = outcome.findings
-    if not launches:
+    if not main:
         findings.append(
             Finding(
                 "never-launched",
@@ -217,38 +237,98 @@ def run_case(puzzle: Puzzle, module, case: dict, dtype: torch.dtype, seed: int, 
                 "(a launcher must launch the kernel, kernel[grid](...), not compute the answer with torch)",
             )
         )
-    elif not torch.equal(_bits_or_self(after_last_launch), _bits_or_self(result)):
+    elif any(
+        not torch.equal(_bits_or_self(after), _bits_or_self(view))
+        for after, view in zip(after_last_launch, traced_outs, strict=True)
+    ):
         findings.append(
             Finding(
                 "written-outside-kernel",
                 f"{puzzle.launcher} changed the output after {puzzle.kernel} ran: the answer must come from the kernel",
             )
         )
-    if isinstance(returned, torch.Tensor) and returned is not result:
-        result = returned
-    if result.shape != expected.shape:
-        findings.append(
-            Finding("shape-mismatch", f"output shape {tuple(result.shape)}, expected {tuple(expected.shape)}")
-        )
-        return outcome
-    if result.dtype != out.dtype:
-        findings.append(Finding("dtype-mismatch", f"output dtype {result.dtype}, expected {out.dtype}"))
-        return outcome
+    names = [f"{name}: " if n_outs > 1 else "" for name in puzzle.outputs]
+    for name, result, want, out in zip(names, results, expected, outs, strict=True):
+        if result.shape != want.shape:
+            findings.append(
+                Finding("shape-mismatch", f"{name}output shape {tuple(result.shape)}, expected {tuple(want.shape)}")
+            )
+            return outcome
+        if result.dtype != out.dtype:
+            findings.append(Finding("dtype-mismatch", f"{name}output dtype {result.dtype}, expected {out.dtype}"))
+            return outcome
     for position, (before, tensor) in enumerate(zip(inputs_before, inputs, strict=True)):
         if not torch.equal(_bits_or_self(before), _bits_or_self(tensor)):
             findings.append(Finding("input-modified", f"input {position} was changed: the kernel wrote into it"))
-    stored = None
+    stored = [None] * n_outs
     if trace is not None:
-        findings.extend(_trace_findings(trace.accesses, trace.out_name, launches, puzzle))
-        if result is views[-1]:  # the traced output; a tensor the launcher returned instead was not traced
-            stored = _stored_elements(trace.accesses, trace.out_name, result)
+        out_names = (trace.out_names + [None] * n_outs)[:n_outs]  # None: no launch received that output
+        findings.extend(trace_findings(trace.accesses, out_names, launches, puzzle))
+        for index, (result, view) in enumerate(zip(results, traced_outs, strict=True)):
+            if result is view:  # the traced output; a tensor the launcher returned instead was not traced
+                stored[index] = _stored_elements(trace.accesses, out_names[index], result)
+    if trace is None and puzzle.accumulates and any(out.dtype.is_floating_point for out in outs):
+        # Compiled, float atomics add in a different order in the guard's two runs: outputs differing between
+        # them are not a read outside the tensors here (writes outside still show).
+        bounds.oob_reads.clear()
     if not bounds.ok and not any(f.code == "missing-mask" for f in findings):
         findings.append(Finding("out-of-bounds", f"the guard saw accesses outside the tensors:\n{bounds}"))
-    values = _value_findings(puzzle, case, dtype, device, result, expected, launches, outcome, stored)
+    values = []
+    for name, result, want, written in zip(names, results, expected, stored, strict=True):
+        values += _value_findings(puzzle, case, dtype, device, result, want, main, outcome, written, name)
+    if values and puzzle.accumulates and main and main[0].poisoned:
+        findings.append(_not_zeroed(puzzle))
+    off_limits = [] if trace is None else _off_limits(puzzle, case, inputs, views, trace.accesses, launches)
+    named = []
     if not findings and any(f.code == "wrong-values" for f in values):  # in bounds, launched, only values wrong
-        findings.extend(_named_mistakes(puzzle, module, case, dtype, seed, device))
+        named = _named_mistakes(puzzle, module, case, dtype, seed, device)
+    findings.extend(named or off_limits)
     findings.extend(values)
     return outcome
+
+
+def _off_limits(puzzle: Puzzle, case: dict, inputs: tuple, views: tuple, accesses, launches) -> list[Finding]:
+    """Loads of input elements the puzzle puts off limits (traced run: ``views`` are the tensors its launcher got)."""
+    if puzzle.off_limits is None:
+        return []
+    masks = puzzle.off_limits.elements(case, *inputs)
+    positions = {view.data_ptr(): index for index, view in enumerate(views[: len(inputs)])}
+    for access in accesses:
+        if access.kind != "load":
+            continue
+        tensor = launches[access.launch].args.get(access.tensor)
+        index = positions.get(tensor.data_ptr()) if isinstance(tensor, torch.Tensor) else None
+        if index is None or masks[index] is None or not inputs[index].is_contiguous():
+            continue
+        flat = masks[index].reshape(-1).cpu()
+        offsets = access.offsets[(access.offsets >= 0) & (access.offsets < flat.numel())]
+        count = int(flat[torch.from_numpy(offsets.astype(np.int64))].sum())
+        if count:
+            return [
+                Finding(
+                    puzzle.off_limits.code,
+                    f"{puzzle.off_limits.message} (program {access.pid} loaded {count} such elements of "
+                    f"{access.tensor})",
+                )
+            ]
+    return []
+
+
+def _results(traced_outs, returned) -> list[torch.Tensor]:
+    """The outputs to check: the tensors passed to the launcher, or what it returned instead of them."""
+    returned = (returned,) if isinstance(returned, torch.Tensor) else returned
+    if not isinstance(returned, (tuple, list)) or len(returned) != len(traced_outs):
+        return list(traced_outs)
+    return [r if isinstance(r, torch.Tensor) else out for r, out in zip(returned, traced_outs, strict=True)]
+
+
+def _not_zeroed(puzzle: Puzzle) -> Finding:
+    return Finding(
+        "not-zeroed",
+        f"the output was not zeroed before {puzzle.kernel} added into it: it still held the checker's poison when "
+        "the kernel started, and tl.atomic_add adds to whatever is there. Zero it first (out.zero_() in the "
+        "launcher, before the launch)",
+    )
 
 
 def _bits_or_self(tensor: torch.Tensor | None) -> torch.Tensor | None:
@@ -258,10 +338,11 @@ def _bits_or_self(tensor: torch.Tensor | None) -> torch.Tensor | None:
     return tensor.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()])
 
 
-def _value_findings(puzzle, case, dtype, device, result, expected, launches, outcome, stored) -> list[Finding]:
+def _value_findings(puzzle, case, dtype, device, result, expected, launches, outcome, stored, name="") -> list[Finding]:
+    """What is wrong in one output (``name``: its label in messages, empty for a puzzle with one output)."""
     tolerance = puzzle.tolerance_for(case, dtype, device)
     comparison = compare(result, expected, tolerance)
-    outcome.max_abs_err = comparison.max_abs_err
+    outcome.max_abs_err = max(outcome.max_abs_err, comparison.max_abs_err)
     if comparison.ok:
         return []
     result, expected = result.detach().cpu(), expected.detach().cpu()
@@ -272,13 +353,15 @@ def _value_findings(puzzle, case, dtype, device, result, expected, launches, out
     if any(f.code == "never-written" for f in outcome.findings):
         pass  # the trace saw no store at all
     elif n_unwritten == result.numel():
-        findings.append(Finding("never-written", "the kernel wrote nothing: every output still holds the poison"))
+        findings.append(
+            Finding("never-written", f"{name}the kernel wrote nothing: every output still holds the poison")
+        )
     elif n_unwritten:
         first = [_where(tuple(i)) for i in unwritten.nonzero()[:_SHOW_POSITIONS].tolist()]
         findings.append(
             Finding(
                 "never-written",
-                f"{n_unwritten} of {result.numel()} outputs were never written (first at {', '.join(first)})",
+                f"{name}{n_unwritten} of {result.numel()} outputs were never written (first at {', '.join(first)})",
             )
         )
     wrong = bad & ~unwritten
@@ -291,7 +374,7 @@ def _value_findings(puzzle, case, dtype, device, result, expected, launches, out
         findings.append(
             Finding(
                 "wrong-values",
-                f"{int(wrong.sum())} of {result.numel()} outputs are wrong (tolerance atol={tolerance.atol:.2g}, "
+                f"{name}{int(wrong.sum())} of {result.numel()} outputs are wrong (tolerance atol={tolerance.atol:.2g}, "
                 f"rtol={tolerance.rtol:.2g}):\n" + "\n".join(lines),
             )
         )
@@ -343,15 +426,17 @@ def _named_mistakes(puzzle: Puzzle, module, case: dict, dtype: torch.dtype, seed
         ran = _run_probe(puzzle, module, probe.case, dtype, device, inputs)
         if ran is None:
             continue
-        result, launch_args = ran
+        results, launch_args = ran
         expected = puzzle.expected(probe.case, inputs)
         tolerance = puzzle.tolerance_for(probe.case, dtype, device)
-        if result.shape != expected.shape or compare(result, expected, tolerance).ok:
+        if any(r.shape != e.shape for r, e in zip(results, expected, strict=True)) or all(
+            compare(r, e, tolerance).ok for r, e in zip(results, expected, strict=True)
+        ):
             continue
         best = None
         for mistake in probe.mistakes:
-            variant = mistake.reference(*upcast(inputs), case=probe.case, launch=launch_args)
-            share, overall = _shared_share(result, expected, variant, tolerance)
+            variant = as_outputs(mistake.reference(*upcast(inputs), case=probe.case, launch=launch_args))
+            share, overall = _shared_share(results, expected, variant, tolerance)
             if share >= _MATCH and overall >= _MATCH and (best is None or share > best[0]):
                 best = (share, mistake)
         if best is not None:
@@ -366,170 +451,59 @@ def _named_mistakes(puzzle: Puzzle, module, case: dict, dtype: torch.dtype, seed
     return findings
 
 
-def _run_probe(puzzle: Puzzle, module, case: dict, dtype, device, inputs) -> tuple[torch.Tensor, dict] | None:
-    """The learner's output on a probe's inputs and its kernel's arguments; None when the launcher raised or never
-    launched (the failing case already reports what broke: a probe only names a mistake)."""
-    out = torch.full(
-        puzzle.out_shape(case), _poison(puzzle.out_dtype(dtype)), dtype=puzzle.out_dtype(dtype), device=device
-    )
+def _run_probe(puzzle: Puzzle, module, case: dict, dtype, device, inputs) -> tuple[tuple, dict] | None:
+    """The learner's outputs on a probe's inputs and its kernel's arguments; None when the launcher raised or never
+    launched the kernel (the failing case already reports what broke: a probe only names a mistake)."""
+    outs = _allocate_outputs(puzzle, case, dtype, device)
     trace = MemoryTrace() if MemoryTrace.available() else None
-    recorder = LaunchRecorder(module, puzzle.kernel, trace)
+    recorder = LaunchRecorder(module, puzzle.kernels, trace)
+    recorder.begin(outs)
+    launcher = getattr(module, puzzle.launcher)
     try:
         with recorder:
             if trace is None:
-                returned = getattr(module, puzzle.launcher)(*inputs, out, **puzzle.launcher_kwargs(case))
+                returned = launcher(*inputs, *outs, **puzzle.launcher_kwargs(case))
             else:
                 # Not recorded, but an access far outside every tensor is still stopped before it crashes.
                 trace.enabled = False
                 with trace:
-                    returned = getattr(module, puzzle.launcher)(*inputs, out, **puzzle.launcher_kwargs(case))
+                    returned = launcher(*inputs, *outs, **puzzle.launcher_kwargs(case))
     except Exception:
         return None
-    if not recorder.launches:
+    main = [record for record in recorder.launches if record.kernel == puzzle.kernel]
+    if not main:
         return None
-    return (returned if isinstance(returned, torch.Tensor) else out), recorder.launches[0].args
+    return tuple(_results(outs, returned)), main[0].args
 
 
-def _shared_share(result: torch.Tensor, expected: torch.Tensor, variant: torch.Tensor, tolerance) -> tuple:
-    """How often ``result`` equals ``variant`` (a mistake's output) within the tolerance: the share of the elements
-    where ``variant`` differs from ``expected``, and of all elements. Infinities and NaN count as one value: a
-    softmax that overflows gives inf or NaN depending on the signs it meets."""
+def _shared_share(results, expected, variants, tolerance) -> tuple[float, float]:
+    """How often the learner's outputs equal a mistake's (``variants``) within the tolerance: the share of the
+    elements where the mistake's output differs from ``expected``, and of all elements, over every output.
+    Infinities and NaN count as one value: a softmax that overflows gives inf or NaN depending on the signs it
+    meets. In an integer output a NaN of the mistake's stands for any value (see Mistake)."""
 
     def canonical(tensor):
         tensor = tensor.detach().to("cpu", torch.float64)
         return torch.where(torch.isfinite(tensor), tensor, math.nan)
 
-    result, expected, variant = canonical(result), canonical(expected), canonical(variant)
-    changed = ~torch.isclose(variant, expected, tolerance.rtol, tolerance.atol, equal_nan=True)
-    if not changed.any():
+    changed_total = same_changed = same_total = elements = 0
+    for result, want, variant in zip(results, expected, variants, strict=True):
+        integer = not result.dtype.is_floating_point
+        result, want, variant = canonical(result), canonical(want), canonical(variant)
+        changed = ~torch.isclose(variant, want, tolerance.rtol, tolerance.atol, equal_nan=True)
+        same = torch.isclose(result, variant, tolerance.rtol, tolerance.atol, equal_nan=True)
+        if integer:  # where the mistake leaves the value undefined, it changes it only if the learner's is wrong
+            undefined = torch.isnan(variant)
+            right = torch.isclose(result, want, tolerance.rtol, tolerance.atol, equal_nan=True)
+            changed = torch.where(undefined, ~right, changed)
+            same |= undefined
+        changed_total += int(changed.sum())
+        same_changed += int(same[changed].sum())
+        same_total += int(same.sum())
+        elements += same.numel()
+    if not changed_total:
         return 0.0, 0.0
-    same = torch.isclose(result, variant, tolerance.rtol, tolerance.atol, equal_nan=True)
-    return float(same[changed].double().mean()), float(same.double().mean())
-
-
-# --------------------------------------------------------------------------------------------------
-# What the trace shows
-# --------------------------------------------------------------------------------------------------
-def _trace_findings(accesses: list[Access], out_name: str | None, launches: list[Launch], puzzle) -> list[Finding]:
-    findings = []
-    for kind, verb in (("store", "stored"), ("load", "loaded"), ("atomic", "updated atomically")):
-        for access in accesses:
-            if access.kind != kind:
-                continue
-            outside = access.offsets[(access.offsets < 0) | (access.offsets >= access.numel)]
-            if outside.size:
-                lo, hi = int(outside.min()), int(outside.max())
-                findings.append(
-                    Finding(
-                        "missing-mask",
-                        f"program {access.pid} {verb} {outside.size} elements outside {access.tensor} (elements "
-                        f"{lo}..{hi}; it has {access.numel}): lanes past the end need mask= (offsets < n), "
-                        "and a load also other=",
-                    )
-                )
-                break
-    stored: dict[tuple, set] = defaultdict(set)  # plain stores only: atomics may share elements
-    for access in accesses:
-        if access.kind == "store" and access.tensor == out_name:
-            stored[access.pid].update(access.offsets.tolist())
-            if np.unique(access.offsets).size < access.offsets.size:
-                return [*findings, _collision(access)]
-    if not stored and not any(a.kind == "atomic" and a.tensor == out_name for a in accesses):
-        findings.append(
-            Finding("never-written", "the kernel never stored anything to its output (is its body still the stub's?)")
-        )
-    programs = sorted(stored)
-    n_programs = int(np.prod(launches[0].grid)) if launches else 0
-    if len(programs) > 1 and all(stored[p] == stored[programs[0]] for p in programs):
-        findings.append(
-            Finding(
-                "not-shifted",
-                f"all {len(programs)} programs stored to the same {len(stored[programs[0]])} elements of "
-                f"{out_name}: the offsets are not shifted by the program id (start at tl.program_id(0) * BLOCK)",
-            )
-        )
-    elif n_programs > 1:
-        findings.extend(_unused_axis(stored, launches[0].grid, out_name) or _race(stored, out_name))
-    findings.extend(_pid_times_n(accesses, launches, puzzle))
-    return findings
-
-
-def _unused_axis(stored: dict, grid: tuple, out_name: str | None) -> list[Finding]:
-    """Programs that differ along one axis only, yet store the same elements: that axis is unused."""
-    for axis in range(len(grid)):
-        if grid[axis] < 2:
-            continue
-        same = [
-            stored[p] == stored[(*p[:axis], 0, *p[axis + 1 :])]
-            for p in stored
-            if p[axis] > 0 and (*p[:axis], 0, *p[axis + 1 :]) in stored
-        ]
-        if same and all(same):
-            return [
-                Finding(
-                    "not-shifted",
-                    f"programs that differ only in tl.program_id({axis}) store to the same elements of {out_name}: "
-                    f"the offsets do not use program id {axis}",
-                )
-            ]
-    return []
-
-
-def _collision(access: Access) -> Finding:
-    values, counts = np.unique(access.offsets, return_counts=True)
-    return Finding(
-        "race",
-        f"one store of program {access.pid} writes element {int(values[counts.argmax()])} of {access.tensor} from "
-        f"{int(counts.max())} lanes at once, and only one of them lands: to add up contributions to the same "
-        "element (a histogram), use tl.atomic_add",
-    )
-
-
-def _race(stored: dict, out_name: str | None) -> list[Finding]:
-    """Two programs storing to one element: on a GPU they run at once and one update is lost."""
-    owner: dict[int, tuple] = {}
-    for pid in sorted(stored):
-        for element in stored[pid]:
-            if element in owner:
-                return [
-                    Finding(
-                        "race",
-                        f"programs {owner[element]} and {pid} both store to element {element} of {out_name}. The "
-                        "interpreter runs programs one at a time, so this passes on the CPU, but on a GPU they run "
-                        "at once and one update is lost: give each element to one program, or use tl.atomic_add",
-                    )
-                ]
-            owner[element] = pid
-    return []
-
-
-def _pid_times_n(accesses: list[Access], launches: list[Launch], puzzle: Puzzle) -> list[Finding]:
-    """Program k's block starts at k * (an integer argument) other than k * BLOCK."""
-    if puzzle.block_arg is None or not launches:
-        return []
-    args = launches[0].args
-    block = args.get(puzzle.block_arg)
-    starts = {}
-    for access in accesses:
-        if access.kind == "attempt" and access.pid[1:] == (0, 0):
-            starts[access.pid[0]] = min(starts.get(access.pid[0], access.first_attempt), access.first_attempt)
-    if 1 not in starts or starts[1] == block:
-        return []
-    step = starts[1] - starts.get(0, 0)
-    culprits = [
-        name
-        for name, value in args.items()
-        if name != puzzle.block_arg and isinstance(value, int) and not isinstance(value, bool) and value == step
-    ]
-    if not culprits:
-        return []
-    return [
-        Finding(
-            "pid-times-n",
-            f"program 1 starts at element {starts[1]} and program k at k * {culprits[0]} (= {step}): the block "
-            f"start should be tl.program_id(0) * {puzzle.block_arg} (= {block}), not * {culprits[0]}",
-        )
-    ]
+    return same_changed / changed_total, same_total / elements
 
 
 # --------------------------------------------------------------------------------------------------

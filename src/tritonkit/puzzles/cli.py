@@ -165,7 +165,8 @@ def add_parser(sub) -> None:
     puzzles = sub.add_parser(
         "puzzles",
         help="Triton puzzles with a checker that explains mistakes",
-        description="Write small Triton kernels, from a vector add to flash attention. `init` writes the stubs, "
+        description="Write small Triton kernels, from a vector add to flash attention, quantization, split-K and "
+        "a paged KV cache. `init` writes the stubs, "
         "`check` runs your kernels on random cases (under the interpreter on the CPU by default) and names the "
         "mistakes it sees, `hint` and `solution` help.",
     )

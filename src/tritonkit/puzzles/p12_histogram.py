@@ -53,6 +53,7 @@ PUZZLE = Puzzle(
     gpu_cases=({"n": (1 << 20) + 3, "bins": 256}, {"n": 100_000, "bins": 1000}),
     dtypes=(torch.int32,),
     block_arg="BLOCK",
+    accumulates=True,
     hints=(
         "The offsets and mask are those of puzzle 1; the loaded values are bin numbers.",
         "p_counts + bins is a block of pointers to the bins to increment.",

@@ -15,51 +15,74 @@ from tritonkit._core.env import interpreting
 class Launch:
     grid: tuple
     args: dict  # kernel argument name -> value
+    kernel: str = ""
+    poisoned: bool = False  # an output the kernel received still held the checker's poison when it started
 
 
 class LaunchRecorder:
-    """Replace the module's kernel by a stand-in that records each launch and then runs the kernel.
+    """Replace the module's kernels by stand-ins that record each launch and then run the kernel.
 
-    The learner's launcher looks the kernel up among its module's globals at call time, so it
-    launches the stand-in. After each launch the output is copied, to see whether the launcher
-    changes it afterwards.
+    The learner's launcher looks its kernels up among its module's globals at call time, so it
+    launches the stand-ins. After each launch the outputs are copied, to see whether the launcher
+    changes them afterwards. ``is_poisoned(tensor)`` tells whether an output still holds the poison.
     """
 
-    def __init__(self, module, kernel_name: str, trace: MemoryTrace | None):
-        self.module, self.kernel_name, self.trace = module, kernel_name, trace
-        self.kernel = getattr(module, kernel_name, None)
-        if self.kernel is None:
-            raise AttributeError(f"the file defines no function named {kernel_name}")
+    def __init__(self, module, kernel_names, trace: MemoryTrace | None, is_poisoned=None):
+        self.module, self.trace, self.is_poisoned = module, trace, is_poisoned
+        names = (kernel_names,) if isinstance(kernel_names, str) else tuple(kernel_names)
+        self.kernels = {}
+        for name in names:
+            kernel = getattr(module, name, None)
+            if kernel is None:
+                raise AttributeError(f"the file defines no function named {name}")
+            self.kernels[name] = kernel
         self.launches: list[Launch] = []
-        self.out: torch.Tensor | None = None
-        self.after_last_launch: torch.Tensor | None = None
+        self.outs: tuple[torch.Tensor, ...] = ()
+        self.after_last_launch: tuple[torch.Tensor, ...] | None = None
+
+    def begin(self, outs) -> None:
+        """A new run of the launcher, into ``outs``."""
+        self.launches, self.outs, self.after_last_launch = [], tuple(outs), None
 
     def __enter__(self):
-        setattr(self.module, self.kernel_name, self)
+        for name, kernel in self.kernels.items():
+            setattr(self.module, name, _StandIn(self, name, kernel))
         return self
 
     def __exit__(self, *exc):
-        setattr(self.module, self.kernel_name, self.kernel)
+        for name, kernel in self.kernels.items():
+            setattr(self.module, name, kernel)
+
+    def launch(self, name: str, kernel, grid, args, kwargs):
+        named = dict(zip(_arg_names(kernel), args, strict=False)) | kwargs
+        resolved = grid(named) if callable(grid) else grid
+        resolved = tuple(resolved) if isinstance(resolved, (tuple, list)) else (resolved,)
+        received = [out for out in self.outs if any(_same_tensor(out, value) for value in named.values())]
+        poisoned = self.is_poisoned is not None and any(self.is_poisoned(out) for out in received)
+        self.launches.append(Launch(resolved, named, name, poisoned))
+        if self.trace is not None:
+            self.trace.start_launch(named, self.outs)
+        try:
+            return kernel[grid](*args, **kwargs)
+        finally:
+            self.after_last_launch = tuple(out.clone() for out in self.outs)
+
+
+class _StandIn:
+    """What the learner's launcher finds under a kernel's name while the recorder is on."""
+
+    def __init__(self, recorder: LaunchRecorder, name: str, kernel):
+        self.recorder, self.name, self.kernel = recorder, name, kernel
 
     def __getitem__(self, grid):
-        def launch(*args, **kwargs):
-            names = _arg_names(self.kernel)
-            named = dict(zip(names, args, strict=False)) | kwargs
-            resolved = grid(named) if callable(grid) else grid
-            resolved = tuple(resolved) if isinstance(resolved, (tuple, list)) else (resolved,)
-            self.launches.append(Launch(resolved, named))
-            if self.trace is not None:
-                self.trace.start_launch(named, self.out)
-            try:
-                return self.kernel[grid](*args, **kwargs)
-            finally:
-                if self.out is not None:
-                    self.after_last_launch = self.out.clone()
-
-        return launch
+        return lambda *args, **kwargs: self.recorder.launch(self.name, self.kernel, grid, args, kwargs)
 
     def __getattr__(self, name):  # anything else (.fn, .arg_names, .run) goes to the real kernel
         return getattr(self.kernel, name)
+
+
+def _same_tensor(out: torch.Tensor, value) -> bool:
+    return isinstance(value, torch.Tensor) and value.data_ptr() == out.data_ptr()
 
 
 def _arg_names(kernel) -> list[str]:
@@ -85,12 +108,13 @@ class _Region:
 
 @dataclass
 class Access:
-    kind: str  # "load", "store" or "atomic"
+    kind: str  # "load", "store", "atomic" or "attempt" (a store to the first output, masked lanes included)
     pid: tuple[int, int, int]
     tensor: str
     offsets: np.ndarray  # element offsets of the active lanes from the tensor's element 0
     numel: int
     first_attempt: int | None = None  # stores to the output: lowest offset of any lane, masked or not
+    launch: int = 0  # which launch of the run (0, 1, ...): program ids repeat across launches
 
 
 class MemoryTrace:
@@ -108,9 +132,15 @@ class MemoryTrace:
         self.builder = interpreter.interpreter_builder
         self.regions: list[_Region] = []
         self.accesses: list[Access] = []
-        self.out_region: _Region | None = None
-        self.out_name: str | None = None  # the kernel argument that received the output (traced run)
+        self.out_region: _Region | None = None  # the first output's, for the stores' "attempt" records
+        self.out_names: list[str | None] = []  # per output, the kernel argument that received it (traced run)
+        self.launch_index = -1
         self.enabled = True
+
+    @property
+    def out_name(self) -> str | None:
+        """The kernel argument that received the (first) output."""
+        return self.out_names[0] if self.out_names else None
 
     @staticmethod
     def available() -> bool:
@@ -123,7 +153,13 @@ class MemoryTrace:
         builder = getattr(interpreter, "interpreter_builder", None)
         return builder is not None and all(hasattr(builder, m) for m in MemoryTrace._METHODS)
 
-    def start_launch(self, named_args: dict, out: torch.Tensor | None) -> None:
+    def start_launch(self, named_args: dict, out) -> None:
+        """A launch with these arguments begins; ``out`` is the output tensor, several, or None."""
+        outs = () if out is None else (out,) if isinstance(out, torch.Tensor) else tuple(out)
+        if self.enabled:
+            self.launch_index += 1
+            if len(self.out_names) != len(outs):
+                self.out_names = [None] * len(outs)
         self.regions, self.out_region = [], None
         for name, value in named_args.items():
             if not isinstance(value, torch.Tensor):
@@ -139,10 +175,13 @@ class MemoryTrace:
                 value.element_size(),
             )
             self.regions.append(region)
-            if out is not None and value.data_ptr() == out.data_ptr():
-                self.out_region = region
+            for index, out_tensor in enumerate(outs):
+                if value.data_ptr() != out_tensor.data_ptr():
+                    continue
+                if index == 0:
+                    self.out_region = region
                 if self.enabled:
-                    self.out_name = name
+                    self.out_names[index] = name
 
     def __enter__(self):
         load, store, atomic = (getattr(self.builder, m) for m in self._METHODS)
@@ -177,9 +216,8 @@ class MemoryTrace:
             inside = (live >= region.lo) & (live < region.hi)
             claimed |= inside
             if inside.any() and self.enabled:
-                self.accesses.append(
-                    Access(kind, pid, region.name, (live[inside] - region.start) // region.item, region.numel)
-                )
+                offsets = (live[inside] - region.start) // region.item
+                self.accesses.append(Access(kind, pid, region.name, offsets, region.numel, launch=self.launch_index))
         # Checked in every run, traced or not: such an access would crash the process.
         if not claimed.all():
             address = int(live[~claimed][0])
@@ -203,5 +241,6 @@ class MemoryTrace:
                     np.empty(0, np.int64),
                     out.numel,
                     first_attempt=int((ptrs.min() - out.start) // out.item),
+                    launch=self.launch_index,
                 )
             )
