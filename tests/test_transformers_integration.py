@@ -14,6 +14,7 @@ import copy
 import re
 from pathlib import Path
 
+import peft
 import pytest
 import torch
 import transformers
@@ -294,7 +295,6 @@ def test_peft_model_patched_before_or_after_wrapping():
     """LoRA on the attention and MLP projections: apply() before get_peft_model and on the PEFT model after it both
     give the unpatched PEFT model's loss and adapter gradients; revert works through the PEFT model. With the head
     adapted too, the fused loss steps aside for the model's own head (it would miss the adapter)."""
-    import peft  # the test extra installs it
     seed = testing.fresh_seed()
     print(f"seed={seed}")
     torch.manual_seed(seed)
