@@ -258,12 +258,19 @@ def tritonkit_attention(
     return out.view(q.shape), None
 
 
-def _padding_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0, mask_function=None,
-                  attention_mask=None, **kwargs):  # fmt: skip
+def _padding_mask(batch_size, q_length=None, kv_length=None, q_offset=0, kv_offset=0, mask_function=None,
+                  attention_mask=None, cache_position=None, **kwargs):  # fmt: skip
     """The mask builder transformers calls for this implementation: its flash-attention one (the 2-D padding mask,
     or None when nothing is padded), after refusing what a padding mask cannot carry."""
     from transformers import masking_utils
 
+    where = {"q_length": q_length, "q_offset": q_offset}
+    if cache_position is not None:  # earlier 5.x versions pass the queries' positions instead of their count and offset
+        where = {"cache_position": cache_position}
+        q_length = cache_position.shape[0]
+        # Without a cache the keys are the queries: nothing to read. With one (generation), the first position is
+        # read once per step to tell a static cache's unwritten slots from keys already seen.
+        q_offset = 0 if kv_offset + kv_length == q_length else int(cache_position[0])
     # In causal masks, keys beyond the tokens seen so far are a static cache's unwritten slots (static layers also
     # keep the offset on the device). Bidirectional masks (encoders, cross-attention) have keys of their own length.
     causal = "allow_is_bidirectional_skip" not in kwargs
@@ -280,8 +287,8 @@ def _padding_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0, mask
             "(an or/and mask function, such as bidirectional image tokens): use attn_implementation='sdpa'"
         )
     return masking_utils.flash_attention_mask(
-        batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset, kv_offset=kv_offset,
-        mask_function=mask_function, attention_mask=attention_mask, **kwargs,
+        batch_size=batch_size, kv_length=kv_length, kv_offset=kv_offset, mask_function=mask_function,
+        attention_mask=attention_mask, **where, **kwargs,
     )  # fmt: skip
 
 
