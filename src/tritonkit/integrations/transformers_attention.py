@@ -18,7 +18,8 @@ sequences with cu_seqlens), so the function follows transformers' flash-attentio
   four are given; else the sequences that ``position_ids`` mark, a token starting a new one where its position is not
   the previous token's plus one (sequences restarting at 0). transformers reads these at batch 1 only under
   flash-attention; here every row is read, as transformers' eager and sdpa masks do. Each sequence attends only to
-  itself.
+  itself. Under torch.compile position ids are not read (it would break the graph in every layer): packed batches
+  need the four arguments, and position ids that restart within a row without them raise on the device.
 - ``sliding_window=w`` becomes flash-attn's ``window_size=(w - 1, w - 1)``, as transformers converts it, and only when
   the keys are longer than w; a causal call keeps the left side only (flash-attn ignores the right one under causal):
   a query sees itself and the w - 1 keys before it, the mask transformers builds for eager and sdpa.
@@ -176,6 +177,10 @@ def _padded(name: str, q, k, v, mask: torch.Tensor, options: dict) -> torch.Tens
 
 
 _VARLEN_KWARGS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
+_PACKED_UNDER_COMPILE = (
+    "tritonkit attention: under torch.compile, position_ids that restart within a row (packed sequences) must come "
+    "with the cu_seq_lens_q/k and max_length_q/k arguments (DataCollatorWithFlattening(return_flash_attn_kwargs=True))"
+)
 
 
 def _packed(name: str, q, k, kwargs: dict) -> tuple | None:
@@ -193,6 +198,13 @@ def _packed(name: str, q, k, kwargs: dict) -> tuple | None:
             f"{name}: tritonkit attention reads packed sequences from position_ids of shape (batch, seq) = "
             f"{(batch, q_len)} (or (1, seq)), got {tuple(positions.shape)}"
         )
+    if torch.compiler.is_compiling():
+        # Finding the sequences reads values on the host: a graph break in every layer. Under compile a packed batch
+        # comes through the cu_seq_lens_* arguments; position ids without them must run on by one in each row, which
+        # the device checks without a synchronisation (a packed batch fails here rather than attending across).
+        runs_on = (positions[:, 1:] == positions[:, :-1] + 1).all()
+        torch._assert_async(runs_on, _PACKED_UNDER_COMPILE)
+        return None
     ragged = _read_once(("positions", batch), positions, lambda p: _from_positions(p.expand(batch, -1)))
     if ragged is None:
         return None
@@ -246,12 +258,19 @@ def tritonkit_attention(
     return out.view(q.shape), None
 
 
-def _padding_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0, mask_function=None,
-                  attention_mask=None, **kwargs):  # fmt: skip
+def _padding_mask(batch_size, q_length=None, kv_length=None, q_offset=0, kv_offset=0, mask_function=None,
+                  attention_mask=None, cache_position=None, **kwargs):  # fmt: skip
     """The mask builder transformers calls for this implementation: its flash-attention one (the 2-D padding mask,
     or None when nothing is padded), after refusing what a padding mask cannot carry."""
     from transformers import masking_utils
 
+    where = {"q_length": q_length, "q_offset": q_offset}
+    if cache_position is not None:  # earlier 5.x versions pass the queries' positions instead of their count and offset
+        where = {"cache_position": cache_position}
+        q_length = cache_position.shape[0]
+        # Without a cache the keys are the queries: nothing to read. With one (generation), the first position is
+        # read once per step to tell a static cache's unwritten slots from keys already seen.
+        q_offset = 0 if kv_offset + kv_length == q_length else int(cache_position[0])
     # In causal masks, keys beyond the tokens seen so far are a static cache's unwritten slots (static layers also
     # keep the offset on the device). Bidirectional masks (encoders, cross-attention) have keys of their own length.
     causal = "allow_is_bidirectional_skip" not in kwargs
@@ -268,8 +287,8 @@ def _padding_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0, mask
             "(an or/and mask function, such as bidirectional image tokens): use attn_implementation='sdpa'"
         )
     return masking_utils.flash_attention_mask(
-        batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset, kv_offset=kv_offset,
-        mask_function=mask_function, attention_mask=attention_mask, **kwargs,
+        batch_size=batch_size, kv_length=kv_length, kv_offset=kv_offset, mask_function=mask_function,
+        attention_mask=attention_mask, **where, **kwargs,
     )  # fmt: skip
 
 
