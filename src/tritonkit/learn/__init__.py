@@ -34,6 +34,26 @@ def title(module_name: str) -> str:
     return text.split('"""', 2)[1].strip().splitlines()[0]
 
 
+def pyplot():
+    """matplotlib.pyplot on the Agg backend (files only, no window), for the lessons' plots."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig, out_dir: str, name: str) -> Path:
+    """Write ``fig`` as out_dir/name (PNG), close it, and say where it went."""
+    path = Path(out_dir) / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    pyplot().close(fig)
+    print(f"wrote {path}")
+    return path
+
+
 def run_lesson(number: int, out_dir: str | None = None, *, show_text: bool = True) -> int:
     by_number = dict(lessons())
     if number not in by_number:
