@@ -64,6 +64,7 @@ SHAPES_OF_CONFIGS = (
     (128, 128, 64, 4, 3),
     (128, 256, 64, 8, 3),
 )
+MODULE = "tritonkit.learn.lesson_10_autotuning"  # what the compiling process imports (a notebook's __name__ is not it)
 COMPILED_ON_CPU = 4  # the first configs, compiled for sm_90 under the interpreter (about a second each)
 GPU_SHAPES = ((512, 512, 4096), (4096, 4096, 4096))  # (M, N, K): few tiles, then many
 
@@ -180,7 +181,7 @@ def compile_report(shapes: list[tuple], arch: int = 90) -> list[dict]:
     env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
     package_root = str(Path(tritonkit.__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join([package_root, *filter(None, [env.get("PYTHONPATH")])])
-    done = subprocess.run([sys.executable, "-m", __name__, "--compile", json.dumps([list(s) for s in shapes]),
+    done = subprocess.run([sys.executable, "-m", MODULE, "--compile", json.dumps([list(s) for s in shapes]),
                            "--arch", str(arch)], env=env, capture_output=True, text=True)  # fmt: skip
     if done.returncode != 0:
         raise RuntimeError(f"compiling for sm_{arch} failed:\n{done.stderr[-2000:]}")

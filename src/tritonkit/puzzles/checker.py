@@ -536,9 +536,10 @@ def _pid_times_n(accesses: list[Access], launches: list[Launch], puzzle: Puzzle)
 # A whole puzzle
 # --------------------------------------------------------------------------------------------------
 def check_puzzle(
-    puzzle: Puzzle, module, *, device: str = "cpu", seed: int | None = None, cases=None, dtypes=None
+    puzzle: Puzzle, module, *, device: str = "cpu", seed: int | None = None, cases=None, dtypes=None, progress=None
 ) -> PuzzleReport:
-    """Run every case in every dtype (float32 first) and stop at the first failing case.
+    """Run every case in every dtype (float32 first) and stop at the first failing case; ``progress(outcome)``, when
+    given, is called after each case.
 
     Under the interpreter, float32 passing and a 16-bit dtype failing adds the bf16-cast diagnosis.
     """
@@ -550,6 +551,8 @@ def check_puzzle(
         for index, case in enumerate(cases):
             outcome = run_case(puzzle, module, case, dtype, base_seed + index, device)
             report.outcomes.append(outcome)
+            if progress is not None:
+                progress(outcome)
             if outcome.ok:
                 continue
             if torch.float32 in passed_dtypes and dtype in (torch.bfloat16, torch.float16) and interpreting():
