@@ -27,8 +27,8 @@ registers. The lesson counts the bytes on both sides, on one step of forward and
 
     written over the logits (the logits are not needed again), and two more multiplies turn dz into this
     chunk's share of d(hidden) = dz W and d(W) += dz^T h. The gradient is ready when the forward ends:
-    the backward only scales it. That is the trick of Unsloth's and Liger-Kernel's fused linear
-    cross-entropy.
+    the backward only scales it. That is how Liger-Kernel's fused linear cross-entropy works; Unsloth's
+    cross-entropy kernel likewise writes the gradient over the logits.
 
 How the bytes are counted: on the CPU the lesson watches every torch operator (a TorchDispatchMode) and adds
 up the storage of each tensor it allocates, subtracting it when the tensor is freed; a Triton kernel allocates

@@ -19,9 +19,9 @@ Each value becomes a small integer code, and a few float32 scales bring the code
     (2 ulp), and the codes would differ from torch's now and then.
 
 (b) NF4 (QLoRA's 4-bit NormalFloat). Trained weights are close to normally distributed, so evenly spaced
-    codes waste levels in the tails. NF4's 16 values are quantiles of the standard normal: 8 for the
-    positive half and 7 for the negative half, taken at evenly spaced probabilities between 1 - 0.9677 and
-    0.5, with an exact 0, all divided by the largest so that they span [-1, 1]. Blocks of 64 values share
+    codes waste levels in the tails. NF4's 16 values are quantiles of the standard normal: 8 positive ones
+    at probabilities evenly spaced from 0.9677 down to 0.5 (0.5 left out), 7 negative ones mirrored the
+    same way, and an exact 0, all divided by the largest so that they span [-1, 1]. Blocks of 64 values share
     one absmax: each value is multiplied by 1 / absmax and becomes the index of the nearest of the 16
     values (the number of midpoints between neighbouring values that lie below it), and two indices share
     a byte, the first in the high nibble. Dequantizing looks the index up in the 16-entry table and
