@@ -29,7 +29,7 @@ Each value becomes a small integer code, and a few float32 scales bring the code
 
 The kernels below are small: one program handles several groups as a 2-D block, [groups, values], and a
 reduction along the values gives each group its absmax. Under the interpreter the lesson quantizes a
-(64, 1000) tensor and a (64, 1024) weight; on a GPU larger ones. With --out DIR it plots the error against
+(64, 1000) tensor and a (32, 1024) weight; on a GPU larger ones. With --out DIR it plots the error against
 the number of bits and the group size.
 
 The production ops: tk.ops.quantize(x, torch.int8, granularity="row" or "group") and tk.ops.dequantize
@@ -236,7 +236,7 @@ def _nf4_part(device, generator) -> torch.Tensor:
     print(f"    the format's float32 table (bitsandbytes', tk's) differs by at most {gap:.1e}; the kernels use it")
     assert gap < 1e-6
     code = table.to(device)
-    rows, cols = (64, 1024) if device == "cpu" else (4096, 4096)
+    rows, cols = (32, 1024) if device == "cpu" else (4096, 4096)
     w = torch.randn(rows, cols, device=device, generator=generator) * 0.02
     packed, absmax = nf4_quantize(w, code)
     tk_packed, state = tk.ops.nf4_quantize(w, blocksize=64)
@@ -253,7 +253,7 @@ def _nf4_part(device, generator) -> torch.Tensor:
 
 def error_sweep(device, generator, code) -> dict:
     """Relative error of a normal weight quantized with absmax to 2..8 bits and with NF4, per group size."""
-    rows, cols = (64, 1024) if device == "cpu" else (1024, 4096)
+    rows, cols = (32, 1024) if device == "cpu" else (1024, 4096)
     w = torch.randn(rows, cols, device=device, generator=generator)
     sizes = (32, 64, 128, 256, cols)
     sweep = {"bits": list(range(2, 9)), "sizes": sizes, "absmax": {}, "nf4": {}}
