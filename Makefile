@@ -20,16 +20,28 @@ STAMP := $(VENV)/.installed-$(shell printf '%s' '$(TORCH_SPEC) $(TRITON_SPEC) $(
 
 .PHONY: install check test lint format clean
 
+# Each step prints one line as it starts and its time when done: the installs are quiet (pip's own output would
+# run to hundreds of lines) but take minutes on a first run, torch's download above all.
+STEP = @printf '==> %s\n'
+TIMED = start=$$(date +%s);
+DONE = && echo "    done in $$(( $$(date +%s) - start )) s"
+
 $(STAMP): pyproject.toml Makefile
-	$(PYTHON) -m venv $(VENV)
-	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet "$(TORCH_SPEC)" "$(NUMPY_SPEC)"
+	$(STEP) "[1/5] creating $(VENV) with $(PYTHON)"
+	@$(PYTHON) -m venv $(VENV)
+	$(STEP) "[2/5] upgrading pip in $(VENV)"
+	@$(TIMED) $(PIP) install --quiet --upgrade pip $(DONE)
+	$(STEP) "[3/5] installing $(TORCH_SPEC) and $(NUMPY_SPEC) (the largest download: a minute or more the first time)"
+	@$(TIMED) $(PIP) install --quiet "$(TORCH_SPEC)" "$(NUMPY_SPEC)" $(DONE)
 	@# `pip show` lists the requirements whose markers hold here: a CUDA build names triton, a CPU build does not.
 	@if ! $(PIP) show torch | grep -qE '^Requires:.*\btriton\b'; then \
-		echo "$(TORCH_SPEC) requires no triton (a CPU build): adding $(TRITON_SPEC)"; \
-		$(PIP) install --quiet "$(TRITON_SPEC)"; \
+		echo "==> [4/5] $(TORCH_SPEC) requires no triton (a CPU build): adding $(TRITON_SPEC)"; \
+		$(TIMED) $(PIP) install --quiet "$(TRITON_SPEC)" $(DONE); \
+	else \
+		echo "==> [4/5] triton: the one $(TORCH_SPEC) requires, installed with it"; \
 	fi
-	$(PIP) install --quiet -e ".[dev]"
+	$(STEP) "[5/5] installing tritonkit (editable) with its dev extra: test, lint, bench, hf and learn packages"
+	@$(TIMED) $(PIP) install --quiet -e ".[dev]" $(DONE)
 	@rm -f $(VENV)/.installed*
 	@touch $(STAMP)
 	@$(BIN)/python -c 'import numpy, torch, triton; \

@@ -34,6 +34,26 @@ def title(module_name: str) -> str:
     return text.split('"""', 2)[1].strip().splitlines()[0]
 
 
+def pyplot():
+    """matplotlib.pyplot on the Agg backend (files only, no window), for the lessons' plots."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig, out_dir: str, name: str) -> Path:
+    """Write ``fig`` as out_dir/name (PNG), close it, and say where it went."""
+    path = Path(out_dir) / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    pyplot().close(fig)
+    print(f"wrote {path}")
+    return path
+
+
 def run_lesson(number: int, out_dir: str | None = None, *, show_text: bool = True) -> int:
     by_number = dict(lessons())
     if number not in by_number:
@@ -54,12 +74,19 @@ def _cmd_learn(args) -> int:
             print(f"{number}. {title(name)}")
         print("\n`tritonkit learn N` prints lesson N and runs it.")
         return 0
+    module_name = dict(lessons()).get(args.number)
+    if (args.source or args.notebook) and module_name is None:
+        print(f"there is no lesson {args.number}", file=sys.stderr)
+        return 2
     if args.source:
-        spec = importlib.util.find_spec(dict(lessons()).get(args.number, ""))
-        if spec is None:
-            print(f"there is no lesson {args.number}", file=sys.stderr)
-            return 2
-        print(Path(spec.origin).read_text(), end="")
+        print(Path(importlib.util.find_spec(module_name).origin).read_text(), end="")
+        return 0
+    if args.notebook:
+        from tritonkit import notebooks
+
+        path = Path(args.notebook) / f"{module_name.rsplit('.', 1)[1]}.ipynb"
+        notebooks.write(notebooks.lesson_notebook(module_name, args.number), path)
+        print(f"wrote {path}: open it in Jupyter (`pip install jupyterlab`, then `jupyter lab {path}`)")
         return 0
     enable_interpreter_if_no_gpu()
     return run_lesson(args.number, args.out)
@@ -74,4 +101,5 @@ def add_parser(sub) -> None:
     learn.add_argument("number", nargs="?", type=int, help="the lesson to run")
     learn.add_argument("--out", help="folder for the lesson's files (images, plots)")
     learn.add_argument("--source", action="store_true", help="print the lesson's source instead of running it")
+    learn.add_argument("--notebook", metavar="DIR", help="write the lesson as a Jupyter notebook into DIR instead")
     learn.set_defaults(run=_cmd_learn)

@@ -62,10 +62,9 @@ def plot(out_dir: str) -> Path | None:
     if not RESULTS.exists():
         print(f"(no committed results at {RESULTS}: they ship with the repository, not the package)")
         return None
-    import matplotlib
+    from tritonkit.learn import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     results = json.loads(RESULTS.read_text())["results"]
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -81,12 +80,7 @@ def plot(out_dir: str) -> Path | None:
     ax.set_ylabel("TFLOP/s (bf16)")
     ax.set_title("matmul ladder on an NVIDIA H200 (committed results)")
     ax.legend()
-    path = Path(out_dir) / "matmul_ladder.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    print(f"wrote {path}")
-    return path
+    return save_figure(fig, out_dir, "matmul_ladder.png")
 
 
 def run(out_dir: str | None = None) -> None:

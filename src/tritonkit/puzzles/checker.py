@@ -510,9 +510,10 @@ def _shared_share(results, expected, variants, tolerance) -> tuple[float, float]
 # A whole puzzle
 # --------------------------------------------------------------------------------------------------
 def check_puzzle(
-    puzzle: Puzzle, module, *, device: str = "cpu", seed: int | None = None, cases=None, dtypes=None
+    puzzle: Puzzle, module, *, device: str = "cpu", seed: int | None = None, cases=None, dtypes=None, progress=None
 ) -> PuzzleReport:
-    """Run every case in every dtype (float32 first) and stop at the first failing case.
+    """Run every case in every dtype (float32 first) and stop at the first failing case; ``progress(outcome)``, when
+    given, is called after each case.
 
     Under the interpreter, float32 passing and a 16-bit dtype failing adds the bf16-cast diagnosis.
     """
@@ -524,6 +525,8 @@ def check_puzzle(
         for index, case in enumerate(cases):
             outcome = run_case(puzzle, module, case, dtype, base_seed + index, device)
             report.outcomes.append(outcome)
+            if progress is not None:
+                progress(outcome)
             if outcome.ok:
                 continue
             if torch.float32 in passed_dtypes and dtype in (torch.bfloat16, torch.float16) and interpreting():

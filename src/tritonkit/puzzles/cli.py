@@ -46,14 +46,25 @@ def _cmd_init(args) -> int:
     written, kept = [], []
     for puzzle in _puzzles():
         path = folder / puzzle.file_name
+        if args.notebook:
+            path = path.with_suffix(".ipynb")
         if path.exists() and not args.force:
             kept.append(path.name)
             continue
-        path.write_text(puzzle.stub_text())
+        if args.notebook:
+            from tritonkit import notebooks
+
+            notebooks.write(notebooks.puzzle_notebook(puzzle), path)
+        else:
+            path.write_text(puzzle.stub_text())
         written.append(path.name)
     print(f"Wrote {len(written)} puzzles to {folder}/" + (f" (kept {len(kept)} you already have)" if kept else ""))
-    print(f"Start with {folder / _puzzles()[0].file_name}: fill in the kernel, then run")
-    print(f"    tritonkit puzzles check {folder} 1")
+    first = folder / _puzzles()[0].file_name
+    if args.notebook:
+        print(f"Open {first.with_suffix('.ipynb')} in Jupyter: fill in the kernel, then run the checker cell")
+    else:
+        print(f"Start with {first}: fill in the kernel, then run")
+        print(f"    tritonkit puzzles check {folder} 1")
     return 0
 
 
@@ -75,10 +86,14 @@ def _use_device(device: str) -> str | None:
     return None
 
 
-def _print_report(report, path: Path) -> None:
-    for outcome in report.outcomes:
-        status = "pass" if outcome.ok else "FAIL"
-        print(f"  {outcome.label():<32} seed {outcome.seed:<10} {status}")
+def print_case(outcome) -> None:
+    """One case's line, printed as soon as it has run."""
+    print(f"  {outcome.label():<32} seed {outcome.seed:<10} {'pass' if outcome.ok else 'FAIL'}", flush=True)
+
+
+def print_diagnosis(report, replay: str, stuck: str) -> None:
+    """What went wrong in the first failing case, if any; ``replay`` says how to run it again ("{seed}" stands for
+    its seed), ``stuck`` where the hints are."""
     failing = next((o for o in report.outcomes if not o.ok), None)
     if failing is None:
         return
@@ -88,8 +103,8 @@ def _print_report(report, path: Path) -> None:
         print(textwrap.fill(first, width=100, initial_indent="  - ", subsequent_indent="    "))
         for line in rest:
             print(f"    {line}")
-    print(f"  Replay this case: tritonkit puzzles check {path.parent} {report.puzzle.number} --seed {report.seed}")
-    print(f"  Stuck? tritonkit puzzles hint {report.puzzle.number}")
+    print(f"  Replay this case: {replay.replace('{seed}', str(report.seed))}")
+    print(f"  Stuck? {stuck}")
 
 
 def _cmd_check(args) -> int:
@@ -107,7 +122,7 @@ def _cmd_check(args) -> int:
     if None in chosen:
         return 2
     where = "compiled on the GPU" if args.device == "cuda" else "under the Triton interpreter on the CPU"
-    print(f"Checking {where}, with fresh random inputs (outputs start as NaN).")
+    print(f"Checking {where}, with fresh random inputs (outputs start as NaN).", flush=True)
     passed, failed, untouched = [], [], []
     for puzzle in chosen:
         path = _find_file(folder, puzzle)
@@ -118,15 +133,17 @@ def _cmd_check(args) -> int:
         if args.number is None and path.read_text() == puzzle.stub_text():
             untouched.append(puzzle.number)
             continue
-        print(f"\nPuzzle {puzzle.number}: {puzzle.title}  ({path})")
+        print(f"\nPuzzle {puzzle.number}: {puzzle.title}  ({path})", flush=True)
         try:
             module = load_file(path)
         except Exception as error:  # the learner's file does not even import: say where
             print(f"  FAIL: the file does not import: {type(error).__name__}: {error}")
             failed.append(puzzle.number)
             continue
-        report = check_puzzle(puzzle, module, device=args.device, seed=args.seed)
-        _print_report(report, path)
+        report = check_puzzle(puzzle, module, device=args.device, seed=args.seed, progress=print_case)
+        number = report.puzzle.number
+        print_diagnosis(report, f"tritonkit puzzles check {path.parent} {number} --seed {{seed}}",
+                        f"tritonkit puzzles hint {number}")  # fmt: skip
         (passed if report.ok else failed).append(puzzle.number)
         print(f"  {'PASSED' if report.ok else 'FAILED'}")
     print(
@@ -175,6 +192,7 @@ def add_parser(sub) -> None:
     init = commands.add_parser("init", help="write the puzzle stubs into DIR")
     init.add_argument("dir", help="folder for your puzzle files (created if needed)")
     init.add_argument("--force", action="store_true", help="overwrite files that exist (your work is lost)")
+    init.add_argument("--notebook", action="store_true", help="write Jupyter notebooks, one per puzzle, instead")
     init.set_defaults(run=_cmd_init)
     check = commands.add_parser("check", help="check your kernels in DIR (all, or number N)")
     check.add_argument("dir", help="the folder `init` wrote")
