@@ -35,9 +35,12 @@ import triton.language as tl
 
 from tritonkit._core import ints
 from tritonkit._core.env import interpreting
+from tritonkit._core.interpreter import speed_up_if_interpreting
 
 # The offset and mask helpers every kernel repeats live with the library's shared jit pieces; learners reach them here.
 from tritonkit._core.jit.offsets import mask_1d, mask_2d, offsets_1d, offsets_2d
+
+speed_up_if_interpreting()  # learners' kernels that call helpers skip a redundant repatching of triton.language
 
 __all__ = [
     "BoundsReport",

@@ -4,6 +4,7 @@ op.py (the public functions and their autograd), spec.py (float64 reference, cas
 A package never carries the name of a public op, which would shadow it here.
 """
 
+from tritonkit._core.interpreter import speed_up_if_interpreting
 from tritonkit.ops.activation.op import geglu, gelu, silu, swiglu
 from tritonkit.ops.decoding.op import decode_attention, dequantize_kv, kv_cache_append, quantize_kv
 from tritonkit.ops.flash_attention.op import attention, attention_varlen
@@ -23,6 +24,8 @@ from tritonkit.ops.quant.op import (
 from tritonkit.ops.rotary.op import rope
 from tritonkit.ops.row_softmax.op import log_softmax, softmax
 from tritonkit.ops.tutorial.op import add, add_relu, copy, matmul, rgb_to_grey
+
+speed_up_if_interpreting()  # helper calls inside interpreted kernels skip a redundant repatching of triton.language
 
 __all__ = [
     "add",
