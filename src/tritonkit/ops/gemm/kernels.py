@@ -28,10 +28,10 @@ from tritonkit._core.jit.gemm import grouped_tile
 
 
 @triton.jit
-def _load_zero_padded(p_tile, mask, EVICTION: tl.constexpr = ""):
+def _load_zero_padded(p_tile, mask, EVICTION: tl.constexpr):
     """A tile whose masked lanes read 0 (they enter the product). Float8 tiles load their bits as uint8 and view them
     back: the interpreter cannot fill a float8 load with a constant, and bits 0 are +0 in both formats. EVICTION:
-    tl.load's eviction_policy ("evict_first" for data read once)."""
+    tl.load's eviction_policy ("evict_first" for data read once, "" for the default)."""
     if p_tile.dtype.element_ty == tl.float8e4nv or p_tile.dtype.element_ty == tl.float8e5:
         bits = tl.load(p_tile.to(tl.pointer_type(tl.uint8)), mask=mask, other=0, eviction_policy=EVICTION)
         tile = bits.to(p_tile.dtype.element_ty, bitcast=True)
@@ -108,8 +108,8 @@ def _scaled_linear_kernel(
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.int32 if INT_ACC else tl.float32)
     for k in range(0, K, BLOCK_K):
         m_k = o_k < K - k
-        b_x = _load_zero_padded(p_x_tile, m_m[:, None] & m_k[None, :])  # [M, K]
-        b_w = _load_zero_padded(p_w_tile, m_n[:, None] & m_k[None, :])  # [N, K]
+        b_x = _load_zero_padded(p_x_tile, m_m[:, None] & m_k[None, :], "")  # [M, K]
+        b_w = _load_zero_padded(p_w_tile, m_n[:, None] & m_k[None, :], "")  # [N, K]
         if X_SCALE == "none":  # weight-only: the codes in x's dtype
             b_w = _codes_as(b_w, b_x.dtype, UPCAST)
         if INT_ACC:
