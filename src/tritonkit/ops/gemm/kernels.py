@@ -13,11 +13,11 @@ acc += (sum_{k in step} x w) s_x(m, step) s_w(n, step), in fp32, which also keep
 DeepSeek-V3's promotion to fp32 every 128 values does). Weight-only: w's codes are converted to x's dtype (exact for
 int8 and float8 in bf16 and fp16) for the product.
 
-Split-K GEMV (weight-only, a few rows of x): K is cut into S splits of whole K steps, [k_s, k_{s+1}); program (n
-block, split s, m block) writes the fp32 partial P_s[m, n] = sum_{k_s <= k < k_{s+1}} x[m, k] s_w(n, k) w[n, k], and
-a second kernel sums them in split order, out[m, n] = (sum_{s=0}^{S-1} P_s[m, n]) s_w(n) + bias[n] (s_w(n) for scales
-that do not vary along K; those that do are inside P_s): the same sums in the same order on every run. With S = 1
-the split kernel writes out itself.
+Split-K GEMV (weight-only, a few rows of x): K is cut into S splits of whole K steps, [k_s, k_{s+1}); the program of
+a block of rows and outputs and split s writes the fp32 partial P_s[m, n] = sum_{k_s <= k < k_{s+1}} x[m, k] s_w(n, k)
+w[n, k], and a second kernel sums them in split order, out[m, n] = (sum_{s=0}^{S-1} P_s[m, n]) s_w(n) + bias[n]
+(s_w(n) for scales that do not vary along K; those that do are inside P_s): the same sums in the same order on every
+run. With S = 1 the split kernel writes out itself.
 """
 
 import triton
