@@ -5,13 +5,18 @@
   row-major, read transposed), and odd sizes;
 - scaled_linear in float8 with row scales and with tensor scales against torch._scaled_mm, with 1 x 128 by 128 x 128
   block scales on DeepSeek-V3 shapes (against _scaled_mm's blockwise mode where this torch has it), int8 W8A8 against
-  torch._int_mm plus its scaling, and weight-only int8 at M 1 to 16 against cuBLAS's bf16 F.linear;
+  torch._int_mm plus its scaling;
+- weight-only (W8A16) at M 1, 4 and 16, the split-K GEMV's shapes (N 4096/14336/28672, K 4096/8192, int8 rows and
+  float8 1 x 128 groups), against cuBLAS's bf16 F.linear on the dequantized weight and tritonkit's tiled kernel on the
+  same call ("tiled"); these rows also get a table of the GB/s of the bytes each provider reads (the dense layer reads
+  a bf16 weight) and its share of the calibrated copy bandwidth;
 - quantize against torch.compile of the same expression (its reference).
 
     python benchmarks/gemm_table.py --out DIR [--quick] [--dry-run]
 
 Writes into DIR ``<date>-gemm-table.json`` and ``.md`` (every measurement, with plots) and
-``<date>-gemm-table-peers.md``: tritonkit's speed-up over each row's peer and the geometric mean of the LLM sweep.
+``<date>-gemm-table-peers.md``: tritonkit's speed-up over each row's peer, the geometric mean of the LLM sweep, and the
+W8A16 bandwidth table.
 ``--dry-run`` runs each provider once on tiny shapes on the CPU (TRITON_INTERPRET=1) and compares it with the
 spec's reference; no times.
 """
@@ -42,6 +47,11 @@ class Row:
 LLM_NK = ((4096, 4096), (14336, 4096), (4096, 14336), (8192, 8192), (28672, 8192), (8192, 28672), (3584, 3584),
           (18944, 3584))  # fmt: skip
 LLM_M = (16, 128, 1024, 4096, 16384)
+# The split-K GEMV's rows (weight-only at M <= 16): decode steps of Llama 3 8B and 70B layers.
+GEMV_M = (1, 4, 16)
+GEMV_NK = ((4096, 4096), (14336, 4096), (28672, 4096), (4096, 8192), (14336, 8192), (28672, 8192))
+GEMV_INT8 = "W8A16 GEMV, int8 rows"
+GEMV_FP8 = "W8A16 GEMV, e4m3 1x128 groups"
 
 
 def rows(quick: bool) -> list[Row]:
@@ -73,9 +83,13 @@ def rows(quick: bool) -> list[Row]:
                     "scaled_mm",
                 )
             )
-    for m in (1, 4, 16):
-        out.append(Row("int8 weight-only (W8A16)", "scaled_linear", {"m": m, "n": 14336, "k": 4096, "w": "int8"},
-                       "cublas"))  # fmt: skip
+    gemv_shapes = ((4096, 4096), (14336, 4096)) if quick else GEMV_NK
+    for m in (1, 16) if quick else GEMV_M:
+        for n, k in gemv_shapes:
+            out.append(Row(GEMV_INT8, "scaled_linear", {"m": m, "n": n, "k": k, "w": "int8"}, "cublas", ("tiled",)))
+        if not quick:
+            out.append(Row(GEMV_FP8, "scaled_linear", {"m": m, "n": 14336, "k": 4096, "w": "e4m3", "w_scale": "group"},
+                           "cublas", ("tiled",)))  # fmt: skip
     for shape, fmt, granularity in (((16384, 4096), "e4m3", "group"), ((16384, 4096), "int8", "row"),
                                     ((8192, 8192), "e4m3", "block")):  # fmt: skip
         out.append(Row("quantize", "quantize", {"shape": shape, "fmt": fmt, "granularity": granularity},
@@ -95,6 +109,21 @@ def tiny(row: Row) -> Row:
 # ---------------------------------------------------------------- running
 
 
+def _tiled_scaled_linear():
+    """scaled_linear through its tiled kernel whatever the rows (a weight-only call of <= 16 rows takes the GEMV)."""
+    import torch
+
+    from tritonkit._core.device import arch
+    from tritonkit.ops.gemm.launch import scaled_linear_fwd
+    from tritonkit.ops.gemm.plan import gemm_tiles
+
+    def tiled(x_q, w_q, x_scale, w_scale, *, bias=None, out_dtype=torch.bfloat16, check_inputs=None):
+        tiles = gemm_tiles(arch(x_q.device), x_q.numel() // x_q.shape[-1])
+        return scaled_linear_fwd(x_q, w_q, x_scale, w_scale, bias, out_dtype, plan=tiles)
+
+    return tiled
+
+
 def _providers(spec, names):
     from tritonkit import catalog
     from tritonkit.bench.providers import Provider, select_providers
@@ -103,6 +132,8 @@ def _providers(spec, names):
     for name in names:
         if name.startswith("matmul_"):  # another variant of the ladder, as a provider of this row
             chosen.append(Provider(name, catalog.get(name).fn))
+        elif name == "tiled":
+            chosen.append(Provider(name, _tiled_scaled_linear()))
         else:
             chosen += select_providers(spec, (name,))
     return chosen
@@ -192,6 +223,39 @@ def comparison(results: list[dict], table: list[Row]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def gemv_bandwidth(results: list[dict], table: list[Row], copy_gbps: float | None) -> str:
+    """The W8A16 rows in GB/s of the bytes each provider reads and writes (the spec's model: x, the weight's codes and
+    scales, the output; for the dense peer x, a bf16 weight and the output) and as a share of the copy bandwidth."""
+    import torch
+
+    from tritonkit import catalog
+
+    by = {(r["spec"], r["case_id"], r["provider"]): r for r in results}
+    names = {"tritonkit": "GEMV", "tiled": "tiled", "cublas": "cuBLAS bf16"}
+    lines = ["| weight | M | N x K | " + " | ".join(names.values()) + " | cuBLAS's time / GEMV's |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for row in (r for r in table if r.group in (GEMV_INT8, GEMV_FP8)):
+        spec = catalog.get(row.spec)
+        case = spec.parse_case(row.case)
+        case_id = spec.case_id(case)
+        codes = spec.bytes_moved(case, torch.bfloat16)
+        rows = math.prod(case.lead) * case.m
+        cells = []
+        for provider in names:
+            found = by.get((row.spec, case_id, provider)) or {}
+            if found.get("ms") is None:
+                cells.append(f"({found.get('skipped') or 'not timed'})" if found else "—")
+                continue
+            n_bytes = codes if provider != "cublas" else 2 * (rows * case.k + case.n * case.k + rows * case.n)
+            gbps = n_bytes / (found["ms"] * 1e-3) / 1e9
+            cells.append(f"{gbps:.0f} GB/s" + (f" ({100 * gbps / copy_gbps:.0f}%)" if copy_gbps else ""))
+        ours, dense = by.get((row.spec, case_id, "tritonkit")), by.get((row.spec, case_id, "cublas"))
+        ratio = f"{dense['ms'] / ours['ms']:.2f}x" if ours and dense and ours.get("ms") and dense.get("ms") else "—"
+        lines.append(f"| {case.w} {case.w_scale} | {case.m} | {case.n} x {case.k} | {' | '.join(cells)} | {ratio} |")
+    share = f"% of the calibrated copy bandwidth, {copy_gbps:.0f} GB/s" if copy_gbps else "no calibrated ceiling"
+    return "\n".join(lines) + f"\n\nGB/s of the bytes each provider moves; {share}.\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -217,8 +281,11 @@ def main(argv: list[str] | None = None) -> int:
     paths = report.write_all(args.out, stem, results, meta, ceilings)
     peers = args.out / f"{stem}-peers.md"
     timing = "dry run" if args.dry_run else "CUDA-graph GPU time"
-    peers.write_text(f"# GEMMs and quantization against their peers ({timing})\n\n"
-                     + comparison([r.to_dict() for r in results], table))  # fmt: skip
+    as_dicts = [r.to_dict() for r in results]
+    copy_gbps = ceilings.bandwidth_gbps if ceilings is not None else None
+    bandwidth = gemv_bandwidth(as_dicts, table, copy_gbps)
+    peers.write_text(f"# GEMMs and quantization against their peers ({timing})\n\n" + comparison(as_dicts, table)
+                     + f"\n## W8A16 at decode sizes: bandwidth\n\n{bandwidth}")  # fmt: skip
     print("\n".join(str(p) for p in [*paths, peers]))
     return 0
 

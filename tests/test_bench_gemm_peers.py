@@ -72,8 +72,10 @@ def test_gemm_table_dry_run_end_to_end(tmp_path):
     ran = {(r["spec"], r["provider"]) for r in results if r["skipped"].startswith("dry run: ran")}
     assert {("matmul_persistent", "tritonkit"), ("matmul_persistent", "torch"), ("scaled_linear", "tritonkit"),
             ("scaled_linear", "scaled_mm"), ("scaled_linear", "int_mm"), ("scaled_linear", "cublas"),
-            ("quantize", "tritonkit"), ("quantize", "torch.compile")} <= ran  # fmt: skip
-    assert "| fp8 row |" in (tmp_path / f"{record_path.stem}-peers.md").read_text()
+            ("scaled_linear", "tiled"), ("quantize", "tritonkit"), ("quantize", "torch.compile")} <= ran  # fmt: skip
+    peers = (tmp_path / f"{record_path.stem}-peers.md").read_text()
+    assert "| fp8 row |" in peers
+    assert "| int8 row | 16 | 48 x 256 | (dry run: ran;" in peers  # the W8A16 bandwidth table, on tiny shapes
 
 
 def test_quantized_generation_script_on_a_tiny_model(tmp_path):

@@ -1,6 +1,7 @@
-"""scaled_linear beyond the registry sweep: every scale combination through small tiles, exact int8 sums, the path
-from quantize to scaled_linear, torch.compile, the checker's power to catch a wrong GEMM, bad input; on a GPU a
-CUDA-graph capture."""
+"""scaled_linear beyond the registry sweep: every scale combination through small tiles, the split-K GEMV of
+weight-only layers (forced splits, both of its product forms, which calls take it, its split heuristic), exact int8
+sums, the path from quantize to scaled_linear, torch.compile, the checker's power to catch a wrong GEMM, bad input; on
+a GPU a CUDA-graph capture."""
 
 import pytest
 import torch
@@ -9,7 +10,7 @@ import tritonkit as tk
 from helpers import assert_graph_replay_matches_eager
 from tritonkit import catalog, testing
 from tritonkit.ops.gemm import launch
-from tritonkit.ops.gemm.plan import GemmTiles
+from tritonkit.ops.gemm.plan import GEMV_FALLBACK, PARTIAL_K_PER_ROW, GemmTiles, GemvPlan, gemm_tiles, splits_to_fill
 from tritonkit.registry import KernelSpec
 
 SPEC = catalog.get("scaled_linear")
@@ -19,6 +20,12 @@ SMALL = GemmTiles(16, 16, 16, 4, 1, 2)  # many tiles and K steps (32 for 8-bit c
 def _inputs(case, device="cpu", dtype=torch.float32):
     parsed = SPEC.parse_case(case)
     return SPEC.make_inputs(parsed, torch.device(device), dtype, torch.Generator(device).manual_seed(0))
+
+
+def _expected(inputs):
+    bias = inputs.kwargs["bias"]
+    return SPEC.reference(*(t.double() if t is not None and t.is_floating_point() else t for t in inputs.args),
+                          bias=None if bias is None else bias.double())  # fmt: skip
 
 
 COMBINATIONS = [
@@ -39,9 +46,81 @@ def test_every_scale_combination_with_small_tiles(combination):
     x, w, x_scale, w_scale = inputs.args
     bias = inputs.kwargs["bias"]
     out = launch.scaled_linear_fwd(x, w, x_scale, w_scale, bias, torch.float32, plan=SMALL)
-    expected = SPEC.reference(*(t.double() if t is not None and t.is_floating_point() else t for t in inputs.args),
-                              bias=None if bias is None else bias.double())  # fmt: skip
-    torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out.double(), _expected(inputs), rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------- the split-K GEMV (weight-only, a few rows)
+
+ONE_ROW = GemvPlan(1, 16, 32, 4, 1, 4, 512, splits=3)  # 3 splits of whole 32-wide steps, the last one short
+DOT_ROWS = GemvPlan(16, 16, 32, 4, 2, 4, 512, splits=3)
+WEIGHTS = [
+    {"w": "int8", "w_scale": "row", "bias": True},
+    {"w": "e4m3", "w_scale": "tensor"},
+    {"w": "int8", "w_scale": "group", "block": 32},  # K = 100: the last group holds 4 values
+    {"w": "e5m2", "w_scale": "block", "block": 16, "bias": True},  # block_k 16: 7 steps, split 3 / 3 / 1
+]
+
+
+@pytest.mark.parametrize(
+    ("plan", "m"),
+    [(ONE_ROW, 1), (ONE_ROW, 3), (DOT_ROWS, 1), (DOT_ROWS, 3), (DOT_ROWS, 20)],  # 3 rows of one; 20: 2 blocks of 16
+    ids=["one-row-1", "one-row-3", "dot-1", "dot-3", "dot-20"],
+)
+@pytest.mark.parametrize("weights", WEIGHTS, ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
+def test_gemv_splits_match_the_reference(plan, m, weights):
+    inputs = _inputs({"m": m, "n": 37, "k": 100, **weights})
+    x, w, x_scale, w_scale = inputs.args
+    out = launch.scaled_linear_fwd(x, w, x_scale, w_scale, inputs.kwargs["bias"], torch.float32, plan=plan)
+    torch.testing.assert_close(out.double(), _expected(inputs), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("plan", [ONE_ROW, DOT_ROWS], ids=["one-row", "dot"])
+def test_gemv_reads_strided_rows_and_a_batch_of_single_tokens(plan):
+    """x (3, 1, K) cut from a wider tensor: rows 2K apart, K not contiguous in the source (copied once)."""
+    torch.manual_seed(0)
+    w, w_scale = tk.ops.quantize(torch.randn(29, 77), torch.int8)
+    source = torch.randn(3, 2, 2 * 77)
+    for x in (source[:, :1, :77], source[:, :1, ::2]):
+        out = launch.scaled_linear_fwd(x, w, None, w_scale, None, torch.float32, plan=plan)
+        expected = x.double() @ (w.double() * w_scale.double()).T
+        torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_weight_only_calls_of_few_rows_take_the_gemv():
+    cpu = torch.device("cpu")
+    assert isinstance(launch.choose_plan(True, 1, cpu), GemvPlan)
+    assert isinstance(launch.choose_plan(True, 16, cpu), GemvPlan)
+    assert isinstance(launch.choose_plan(True, 17, cpu), GemmTiles)
+    assert isinstance(launch.choose_plan(False, 1, cpu), GemmTiles)  # codes x (W8A8): the tiled kernel
+
+
+def test_a_forced_tiled_plan_gives_the_gemvs_result():
+    inputs = _inputs({"m": 1, "n": 50, "k": 1100, "w": "int8", "w_scale": "group", "block": 64, "bias": True})
+    x, w, _, w_scale = inputs.args
+    bias = inputs.kwargs["bias"]
+    gemv = launch.scaled_linear_fwd(x, w, None, w_scale, bias, torch.float32)  # 2 splits under the interpreter
+    tiled = launch.scaled_linear_fwd(x, w, None, w_scale, bias, torch.float32, plan=gemm_tiles("sm90", 1))
+    torch.testing.assert_close(gemv, tiled, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(gemv.double(), _expected(inputs), rtol=1e-5, atol=1e-5)
+
+
+H100_SMS = 132
+
+
+@pytest.mark.parametrize(("m", "plan"), [(1, GEMV_FALLBACK[0][1]), (16, GEMV_FALLBACK[1][1])], ids=["one", "16"])
+@pytest.mark.parametrize(("n", "k"), [(4096, 4096), (14336, 4096), (28672, 8192), (1024, 8192), (4096, 700)])
+def test_splits_fill_the_multiprocessors_within_their_limits(m, plan, n, k):
+    splits = splits_to_fill(n, k, m, H100_SMS, plan)
+    programs = -(-n // plan.block_n) * splits
+    shortest = max(plan.min_split_k, PARTIAL_K_PER_ROW * m)
+    assert splits == 1 or k // splits >= shortest  # no split shorter than the plan allows
+    assert programs >= plan.programs_per_sm * H100_SMS or (splits + 1) * shortest > k  # full, or K runs out
+    assert splits == 1 or (splits - 1) * -(-n // plan.block_n) < plan.programs_per_sm * H100_SMS  # no more than that
+
+
+def test_forced_splits_stop_at_one_step_each():
+    plan = GemvPlan(1, 32, 64, 4, 1, 4, 512, splits=50)
+    assert splits_to_fill(100, 640, 1, H100_SMS, plan) == 10
 
 
 def test_int8_sums_are_exact(device):
@@ -69,12 +148,18 @@ def test_from_quantize_to_scaled_linear(device):
     torch.testing.assert_close(out, dequantized, rtol=1e-4, atol=1e-4)
 
 
-def test_compiles_fullgraph(device):
-    inputs = _inputs({"m": 20, "n": 30, "k": 64, "x": "e4m3", "w": "e4m3", "x_scale": "group", "w_scale": "block",
-                      "block": 32, "bias": True}, device)  # fmt: skip
+@pytest.mark.parametrize(
+    "case",
+    [{"m": 20, "n": 30, "k": 64, "x": "e4m3", "w": "e4m3", "x_scale": "group", "w_scale": "block", "block": 32,
+      "bias": True},
+     {"m": 1, "n": 30, "k": 1100, "w": "int8", "w_scale": "group", "block": 64, "bias": True}],  # GEMV, 2 splits
+    ids=["w8a8-blocks", "weight-only-gemv"],
+)  # fmt: skip
+def test_compiles_fullgraph(device, case):
+    inputs = _inputs(case, device)
 
     def block(x, w, x_scale, w_scale, bias):
-        return tk.ops.scaled_linear(x, w, x_scale * 2, w_scale, bias=bias, out_dtype=torch.float32) + 1
+        return tk.ops.scaled_linear(x, w, x_scale, w_scale * 2, bias=bias, out_dtype=torch.float32) + 1
 
     args = (*inputs.args, inputs.kwargs["bias"])
     eager = block(*args)
@@ -104,6 +189,9 @@ def _first_group_scale_everywhere(x, w, x_scale, w_scale, **kw):
         ("the last K value dropped", lambda x, w, *a, **kw: tk.ops.scaled_linear(
             torch.cat((x[..., :-1], torch.zeros_like(x[..., -1:])), -1), w, *a, **kw),
          {"m": 9, "n": 20, "k": 64, "x": "int8", "w": "int8"}),
+        ("a weight-only row's second K split lost", lambda x, *a, **kw: tk.ops.scaled_linear(
+            torch.cat((x[..., :768], torch.zeros_like(x[..., 768:])), -1), *a, **kw),
+         {"m": 1, "n": 20, "k": 1100, "w": "int8"}),  # the GEMV splits K at 768 here
     ],
 )  # fmt: skip
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -159,6 +247,17 @@ def test_bad_options_name_the_argument():
         tk.ops.scaled_linear(torch.randn(8, 64), args[1], args[2], args[3])
 
 
+def test_bad_plans_name_the_argument():
+    arguments = _good()
+    args = (arguments["x_q"], arguments["w_q"], arguments["x_scale"], arguments["w_scale"], None, torch.float32)
+    with pytest.raises(TypeError, match="plan must be a GemmTiles or a GemvPlan, got dict"):
+        launch.scaled_linear_fwd(*args, plan={"block_m": 16})
+    with pytest.raises(ValueError, match="plan: the split-K GEMV takes weight-only calls"):
+        launch.scaled_linear_fwd(*args, plan=DOT_ROWS)
+    with pytest.raises(ValueError, match="block_m must be 1 or a power of two >= 16"):
+        GemvPlan(8, 32, 64, 4, 1, 4, 512)
+
+
 # ---------------------------------------------------------------- GPU
 
 
@@ -168,10 +267,12 @@ def test_captures_in_a_cuda_graph():
                       "w_scale": "block"}, "cuda", torch.bfloat16)  # fmt: skip
     x, w, x_scale, w_scale = inputs.args
 
-    def step(x_scale, activations):
-        return [tk.ops.scaled_linear(x, w, x_scale, w_scale), tk.ops.scaled_linear(activations, w, None, w_scale)]
+    def step(x_scale, activations, token):  # token: one row, the split-K GEMV with its workspace
+        return [tk.ops.scaled_linear(x, w, x_scale, w_scale), tk.ops.scaled_linear(activations, w, None, w_scale),
+                tk.ops.scaled_linear(token, w, None, w_scale)]  # fmt: skip
 
-    assert_graph_replay_matches_eager(step, [x_scale, torch.randn(512, 1024, device="cuda", dtype=torch.bfloat16)])
+    activations = torch.randn(512, 1024, device="cuda", dtype=torch.bfloat16)
+    assert_graph_replay_matches_eager(step, [x_scale, activations, activations[:1].clone()])
 
 
 # ---------------------------------------------------------------- QuantizedLinear
@@ -194,6 +295,21 @@ def test_quantized_linear_follows_its_linear(device, dtype, granularity, activat
     assert out.shape == (3, 7, 96) and out.dtype == x.dtype
     assert (out - exact).pow(2).mean().sqrt() < 0.05 * exact.pow(2).mean().sqrt()
     assert set(layer.state_dict()) == {"weight_codes", "weight_scale", "bias"}
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.float8_e4m3fn])
+def test_weight_only_layer_decodes_through_the_gemv(device, dtype):
+    """A decode step's x (batch, 1, K): the layer's output is the tiled kernel's, and close to the float layer."""
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(1100, 40, device=device)
+    layer = tk.nn.QuantizedLinear.from_linear(linear, dtype, activations="weight_only")
+    x = torch.randn(4, 1, 1100, device=device)
+    with torch.no_grad():
+        out, exact = layer(x), linear(x)
+    tiles = gemm_tiles("sm90", 4)
+    tiled = launch.scaled_linear_fwd(x, layer.weight_codes, None, layer.weight_scale, layer.bias, x.dtype, plan=tiles)
+    torch.testing.assert_close(out, tiled, rtol=1e-5, atol=1e-5)
+    assert (out - exact).pow(2).mean().sqrt() < 0.05 * exact.pow(2).mean().sqrt()
 
 
 def test_quantized_linear_refuses_training_and_bad_options():

@@ -12,6 +12,12 @@ through whole groups (BLOCK_K divides G) and each step's partial sum is scaled b
 acc += (sum_{k in step} x w) s_x(m, step) s_w(n, step), in fp32, which also keeps float8's tensor-core sums short (as
 DeepSeek-V3's promotion to fp32 every 128 values does). Weight-only: w's codes are converted to x's dtype (exact for
 int8 and float8 in bf16 and fp16) for the product.
+
+Split-K GEMV (weight-only, a few rows of x): K is cut into S splits of whole K steps, [k_s, k_{s+1}); the program of
+a block of rows and outputs and split s writes the fp32 partial P_s[m, n] = sum_{k_s <= k < k_{s+1}} x[m, k] s_w(n, k)
+w[n, k], and a second kernel sums them in split order, out[m, n] = (sum_{s=0}^{S-1} P_s[m, n]) s_w(n) + bias[n]
+(s_w(n) for scales that do not vary along K; those that do are inside P_s): the same sums in the same order on every
+run. With S = 1 the split kernel writes out itself.
 """
 
 import triton
@@ -22,14 +28,15 @@ from tritonkit._core.jit.gemm import grouped_tile
 
 
 @triton.jit
-def _load_zero_padded(p_tile, mask):
+def _load_zero_padded(p_tile, mask, EVICTION: tl.constexpr):
     """A tile whose masked lanes read 0 (they enter the product). Float8 tiles load their bits as uint8 and view them
-    back: the interpreter cannot fill a float8 load with a constant, and bits 0 are +0 in both formats."""
+    back: the interpreter cannot fill a float8 load with a constant, and bits 0 are +0 in both formats. EVICTION:
+    tl.load's eviction_policy ("evict_first" for data read once, "" for the default)."""
     if p_tile.dtype.element_ty == tl.float8e4nv or p_tile.dtype.element_ty == tl.float8e5:
-        bits = tl.load(p_tile.to(tl.pointer_type(tl.uint8)), mask=mask, other=0)
+        bits = tl.load(p_tile.to(tl.pointer_type(tl.uint8)), mask=mask, other=0, eviction_policy=EVICTION)
         tile = bits.to(p_tile.dtype.element_ty, bitcast=True)
     else:
-        tile = tl.load(p_tile, mask=mask, other=0)
+        tile = tl.load(p_tile, mask=mask, other=0, eviction_policy=EVICTION)
     return tile
 
 
@@ -48,6 +55,36 @@ def _row_scales(p_scale, o_r, m_r, stride_r, k_block, GRANULARITY: tl.constexpr,
     else:  # block
         scale = tl.load(p_scale + (o_r // G).to(tl.int64) * stride_r + k_block, mask=m_r, other=0.0)
     return scale
+
+
+@triton.jit
+def _codes_as(b_w, DTYPE: tl.constexpr, UPCAST: tl.constexpr):
+    """w's codes as DTYPE values, exactly (int8 and float8 values fit bf16, fp16 and fp32), through the conversions
+    Triton builds from byte permutes and packed arithmetic: int8 through bf16, float8 through fp16. The direct ones
+    from int8 to fp16 or fp32 and from e4m3 to bf16 take I2F or F2F (sm_90), 16 a clock per multiprocessor against 128
+    fp32 multiply-adds: one per weight byte would cap a GEMV near HBM's byte rate. UPCAST (the interpreter, which
+    converts integers to bf16 wrongly): to fp32 directly."""
+    if UPCAST:
+        return b_w.to(tl.float32)
+    b_w = b_w.to(tl.bfloat16) if b_w.dtype == tl.int8 else b_w.to(tl.float16)
+    return b_w.to(DTYPE)
+
+
+@triton.jit
+def _store_output(b_out, p_x_scale, p_w_scale, p_bias, p_out, o_m, o_n, M, N, stride_xs_m, stride_ws_n, stride_out_m,
+                  X_SCALE: tl.constexpr, W_SCALE: tl.constexpr, G: tl.constexpr, SCALE: tl.constexpr,
+                  HAS_BIAS: tl.constexpr):  # fmt: skip
+    """out[o_m, o_n] = b_out (fp32 sums [M, N]) times the scales that do not vary along K (SCALE), plus bias, in
+    out's dtype."""
+    m_m, m_n = o_m < M, o_n < N
+    if SCALE:
+        x_scale = _row_scales(p_x_scale, o_m, m_m, stride_xs_m, 0, X_SCALE, G)
+        w_scale = _row_scales(p_w_scale, o_n, m_n, stride_ws_n, 0, W_SCALE, G)
+        b_out = b_out * x_scale[:, None] * w_scale[None, :]
+    if HAS_BIAS:
+        b_out += tl.load(p_bias + o_n, mask=m_n, other=0.0).to(tl.float32)[None, :]
+    p_out_tile = p_out + o_m.to(tl.int64)[:, None] * stride_out_m + o_n[None, :]
+    tl.store(p_out_tile, b_out.to(p_out.dtype.element_ty), mask=m_m[:, None] & m_n[None, :])
 
 
 @triton.jit
@@ -71,13 +108,10 @@ def _scaled_linear_kernel(
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.int32 if INT_ACC else tl.float32)
     for k in range(0, K, BLOCK_K):
         m_k = o_k < K - k
-        b_x = _load_zero_padded(p_x_tile, m_m[:, None] & m_k[None, :])  # [M, K]
-        b_w = _load_zero_padded(p_w_tile, m_n[:, None] & m_k[None, :])  # [N, K]
+        b_x = _load_zero_padded(p_x_tile, m_m[:, None] & m_k[None, :], "")  # [M, K]
+        b_w = _load_zero_padded(p_w_tile, m_n[:, None] & m_k[None, :], "")  # [N, K]
         if X_SCALE == "none":  # weight-only: the codes in x's dtype
-            if UPCAST:  # noqa: SIM108 (the interpreter converts integers to bf16 wrongly; fp32 is exact)
-                b_w = b_w.to(tl.float32)
-            else:
-                b_w = b_w.to(b_x.dtype)
+            b_w = _codes_as(b_w, b_x.dtype, UPCAST)
         if INT_ACC:
             acc = tl.dot(b_x, tl.trans(b_w), acc, out_dtype=tl.int32)
         elif PER_STEP:
@@ -89,12 +123,78 @@ def _scaled_linear_kernel(
             acc += dot_fp32(b_x, tl.trans(b_w), DOT_PRECISION, UPCAST)
         p_x_tile += BLOCK_K
         p_w_tile += BLOCK_K
-    b_out = acc.to(tl.float32)
-    if not PER_STEP:  # the scales that do not vary along K, once per output
-        x_scale = _row_scales(p_x_scale, o_m, m_m, stride_xs_m, 0, X_SCALE, G)
-        w_scale = _row_scales(p_w_scale, o_n, m_n, stride_ws_n, 0, W_SCALE, G)
-        b_out = b_out * x_scale[:, None] * w_scale[None, :]
-    if HAS_BIAS:
-        b_out += tl.load(p_bias + o_n, mask=m_n, other=0.0).to(tl.float32)[None, :]
-    p_out_tile = p_out + o_m.to(tl.int64)[:, None] * stride_out_m + o_n[None, :]
-    tl.store(p_out_tile, b_out.to(p_out.dtype.element_ty), mask=m_m[:, None] & m_n[None, :])
+    _store_output(acc.to(tl.float32), p_x_scale, p_w_scale, p_bias, p_out, o_m, o_n, M, N, stride_xs_m,
+                  stride_ws_n, stride_out_m, X_SCALE, W_SCALE, G, not PER_STEP, HAS_BIAS)  # fmt: skip
+
+
+@triton.jit
+def _gemv_split_k_kernel(
+    p_x, p_w, p_w_scale, p_bias, p_out, p_partial, M, N, K, k_per_split,
+    stride_x_m, stride_w_n, stride_ws_n, stride_out_m,
+    W_SCALE: tl.constexpr, G: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """Split program_id(1) of K, [k_s, k_s + k_per_split) cut at K, for the BLOCK_M rows x BLOCK_N outputs of block
+    program_id(0) (column blocks first) of a weight-only product (module docstring). k_per_split is a multiple of
+    BLOCK_K, so every step but the last of the last split is whole, and with BLOCK_K dividing G each step lies in one
+    scale group. BLOCK_M = 1: fp32 lanes accumulate x[k] s_w(n, k) w[n, k] over [BLOCK_N, BLOCK_K] and sum along K
+    once at the end; else tl.dot. SPLIT: store the fp32 partial P_s to p_partial (S, M, N); else the output."""
+    n_blocks_n = tl.cdiv(N, BLOCK_N)
+    i_m, i_n, i_split = tl.program_id(0) // n_blocks_n, tl.program_id(0) % n_blocks_n, tl.program_id(1)
+    o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    o_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    o_k = tl.arange(0, BLOCK_K)
+    m_m, m_n = o_m < M, o_n < N
+    k_start = i_split * k_per_split
+    p_x_tile = p_x + o_m.to(tl.int64)[:, None] * stride_x_m + (k_start + o_k)[None, :]
+    p_w_tile = p_w + o_n.to(tl.int64)[:, None] * stride_w_n + (k_start + o_k)[None, :]
+    PER_STEP: tl.constexpr = W_SCALE == "group" or W_SCALE == "block"
+    if BLOCK_M == 1:
+        acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k in range(k_start, tl.minimum(K, k_start + k_per_split), BLOCK_K):
+        # Only the last step of all reaches past K; K - k keeps K's divisibility, so the masked loads stay vectors.
+        m_k = o_k < K - k
+        b_x = tl.load(p_x_tile, mask=m_m[:, None] & m_k[None, :], other=0.0)  # [M, K]
+        b_w = _load_zero_padded(p_w_tile, m_n[:, None] & m_k[None, :], "evict_first")  # [N, K], read once
+        if BLOCK_M == 1:
+            b_w = _codes_as(b_w, tl.float32, UPCAST)
+            if PER_STEP:
+                b_w = b_w * _row_scales(p_w_scale, o_n, m_n, stride_ws_n, k // G, W_SCALE, G)[:, None]
+            acc += b_w * b_x.to(tl.float32)
+        else:
+            b_part = dot_fp32(b_x, tl.trans(_codes_as(b_w, b_x.dtype, UPCAST)), DOT_PRECISION, UPCAST)
+            if PER_STEP:
+                b_part = b_part * _row_scales(p_w_scale, o_n, m_n, stride_ws_n, k // G, W_SCALE, G)[None, :]
+            acc += b_part
+        p_x_tile += BLOCK_K
+        p_w_tile += BLOCK_K
+    b_sum = tl.sum(acc, axis=1)[None, :] if BLOCK_M == 1 else acc  # [M, N]
+    if SPLIT:
+        p_part = p_partial + (i_split * M + o_m).to(tl.int64)[:, None] * N + o_n[None, :]
+        tl.store(p_part, b_sum, mask=m_m[:, None] & m_n[None, :])
+    else:
+        _store_output(b_sum, None, p_w_scale, p_bias, p_out, o_m, o_n, M, N, 0, stride_ws_n, stride_out_m, "none",
+                      W_SCALE, G, not PER_STEP, HAS_BIAS)  # fmt: skip
+
+
+@triton.jit
+def _split_k_reduce_kernel(
+    p_partial, p_w_scale, p_bias, p_out, M, N, n_splits, stride_ws_n, stride_out_m,
+    W_SCALE: tl.constexpr, G: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """out = (sum of the partials P_0 ... P_{S-1} (S, M, N), in split order) x the scales that do not vary along K,
+    plus bias: BLOCK_M x BLOCK_N outputs a program (column blocks first)."""
+    n_blocks_n = tl.cdiv(N, BLOCK_N)
+    o_m = (tl.program_id(0) // n_blocks_n) * BLOCK_M + tl.arange(0, BLOCK_M)
+    o_n = (tl.program_id(0) % n_blocks_n) * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_mn = (o_m < M)[:, None] & (o_n < N)[None, :]
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for i_split in range(n_splits):
+        p_part = p_partial + (i_split * M + o_m).to(tl.int64)[:, None] * N + o_n[None, :]
+        acc += tl.load(p_part, mask=m_mn, other=0.0)
+    PER_STEP: tl.constexpr = W_SCALE == "group" or W_SCALE == "block"
+    _store_output(acc, None, p_w_scale, p_bias, p_out, o_m, o_n, M, N, 0, stride_ws_n, stride_out_m, "none", W_SCALE,
+                  G, not PER_STEP, HAS_BIAS)  # fmt: skip

@@ -9,17 +9,26 @@ from __future__ import annotations
 import torch
 
 from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor, debug_checks
-from tritonkit._core.device import arch
+from tritonkit._core.device import arch, sm_count
 from tritonkit._core.env import interpreting
-from tritonkit._core.ints import cdiv
+from tritonkit._core.ints import cdiv, next_power_of_2
 from tritonkit._core.scales import granularity_of
-from tritonkit.ops.gemm.kernels import _scaled_linear_kernel
-from tritonkit.ops.gemm.plan import GemmTiles, gemm_tiles
+from tritonkit.ops.gemm.kernels import _gemv_split_k_kernel, _scaled_linear_kernel, _split_k_reduce_kernel
+from tritonkit.ops.gemm.plan import (
+    REDUCE_OUTPUTS,
+    REDUCE_WARPS,
+    GemmTiles,
+    GemvPlan,
+    gemm_tiles,
+    gemv_plan,
+    splits_to_fill,
+)
 
 CODE_KINDS = {torch.int8: "int8", torch.float8_e4m3fn: "fp8", torch.float8_e5m2: "fp8"}
 X_GRANULARITIES = ("tensor", "row", "group")
 # The tensor cores' smallest K step for 8-bit operands (16 for 16-bit ones): 8-bit codes need groups of >= 32 values.
 MIN_CODE_K = 32
+MIN_VALUE_K = 16
 W_GRANULARITIES = ("tensor", "row", "group", "block")
 
 
@@ -92,6 +101,11 @@ def _scale_rows(scale: torch.Tensor | None, granularity: str) -> tuple[torch.Ten
     return rows, rows.stride(0)
 
 
+def choose_plan(weight_only: bool, m: int, device: torch.device) -> GemmTiles | GemvPlan:
+    """The split-K GEMV for weight-only calls with few rows of x (plan.gemv_plan's bound), else the tiled kernel."""
+    return (weight_only and gemv_plan(arch(device), m)) or gemm_tiles(arch(device), m)
+
+
 def scaled_linear_fwd(
     x: torch.Tensor,
     w: torch.Tensor,
@@ -100,9 +114,16 @@ def scaled_linear_fwd(
     bias: torch.Tensor | None,
     out_dtype: torch.dtype,
     *,
-    plan: GemmTiles | None = None,
+    plan: GemmTiles | GemvPlan | None = None,
 ) -> torch.Tensor:
-    """out (..., N) in ``out_dtype`` of validated arguments (kernels.py's definition)."""
+    """out (..., N) in ``out_dtype`` of validated arguments (kernels.py's definition). ``plan``: GemmTiles runs the
+    tiled kernel, GemvPlan the split-K GEMV (weight-only calls only); None: choose_plan."""
+    weight_only = x.dtype not in CODE_KINDS
+    if plan is not None and not isinstance(plan, (GemmTiles, GemvPlan)):
+        raise TypeError(f"scaled_linear: plan must be a GemmTiles or a GemvPlan, got {type(plan).__name__}")
+    if isinstance(plan, GemvPlan) and not weight_only:
+        raise ValueError(f"scaled_linear: plan: the split-K GEMV takes weight-only calls (x in bf16, fp16 or fp32), "
+                         f"got x_q in {x.dtype}")  # fmt: skip
     n_out, k = w.shape
     out = torch.empty((*x.shape[:-1], n_out), dtype=out_dtype, device=x.device)
     if out.numel() == 0:
@@ -112,28 +133,57 @@ def scaled_linear_fwd(
     rows = _unit_k(x.reshape(-1, k))
     w = _unit_k(w)
     out_rows = out.view(-1, n_out)
-    weight_only = x.dtype not in CODE_KINDS
     x_granularity, x_size = ("none", 0) if weight_only else granularity_of(tuple(x.shape), tuple(x_scale.shape))
     w_granularity, w_size = granularity_of(tuple(w.shape), tuple(w_scale.shape))
     group = max(x_size, w_size)
     x_scale, stride_xs = _scale_rows(x_scale, x_granularity)
     w_scale, stride_ws = _scale_rows(w_scale, w_granularity)
-    tiles = plan or gemm_tiles(arch(x.device), rows.shape[0])
+    tiles = plan or choose_plan(weight_only, rows.shape[0], x.device)
     block_k = min(tiles.block_k, group) if group else tiles.block_k
-    block_k = max(block_k, 16 if weight_only else MIN_CODE_K)
+    block_k = max(block_k, MIN_VALUE_K if weight_only else MIN_CODE_K)
     per_step = x_granularity == "group" or w_granularity in ("group", "block")
     upcast = interpreting()  # the interpreter's 8- and 16-bit products go through fp32 (exact for these codes)
+    precision = "ieee" if x.dtype == torch.float32 else "tf32"
+    if isinstance(tiles, GemvPlan):
+        _gemv(rows, w, w_scale, stride_ws, w_granularity, max(group, 1), bias, out_rows, tiles, block_k, precision)
+        return out
     grid = (cdiv(rows.shape[0], tiles.block_m) * cdiv(n_out, tiles.block_n),)
     _scaled_linear_kernel[grid](
         rows, w, x_scale, w_scale, bias, out_rows, rows.shape[0], n_out, k,
         rows.stride(0), w.stride(0), stride_xs, stride_ws, out_rows.stride(0),
         X_SCALE=x_granularity, W_SCALE=w_granularity, G=max(group, 1), HAS_BIAS=bias is not None,
         INT_ACC=x.dtype == torch.int8 and not per_step and not upcast,
-        DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32", UPCAST=upcast,
+        DOT_PRECISION=precision, UPCAST=upcast,
         BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=block_k, GROUP_SIZE=tiles.group,
         num_warps=tiles.warps, num_stages=tiles.stages,
     )  # fmt: skip
     return out
+
+
+def _gemv(rows, w, w_scale, stride_ws, w_granularity, group, bias, out_rows, plan: GemvPlan, block_k: int,
+          precision: str) -> None:  # fmt: skip
+    """The split-K GEMV (kernels.py): K cut into splits of whole block_k steps (plan.splits_to_fill), then, with more
+    than one, the partials summed in split order."""
+    m, k = rows.shape
+    n = w.shape[0]
+    splits = splits_to_fill(n, k, m, sm_count(rows.device), plan)
+    k_per_split = cdiv(cdiv(k, splits), block_k) * block_k
+    splits = cdiv(k, k_per_split)
+    partial = rows.new_empty((splits, m, n), dtype=torch.float32) if splits > 1 else None
+    scales = {"W_SCALE": w_granularity, "G": group, "HAS_BIAS": bias is not None}
+    _gemv_split_k_kernel[(cdiv(m, plan.block_m) * cdiv(n, plan.block_n), splits)](
+        rows, w, w_scale, bias, out_rows, partial, m, n, k, k_per_split,
+        rows.stride(0), w.stride(0), stride_ws, out_rows.stride(0),
+        **scales, SPLIT=splits > 1, DOT_PRECISION=precision, UPCAST=interpreting(),
+        BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, BLOCK_K=block_k, num_warps=plan.warps, num_stages=plan.stages,
+    )  # fmt: skip
+    if splits > 1:
+        block_m = min(next_power_of_2(m), 16)
+        block_n = REDUCE_OUTPUTS // block_m
+        _split_k_reduce_kernel[(cdiv(m, block_m) * cdiv(n, block_n),)](
+            partial, w_scale, bias, out_rows, m, n, splits, stride_ws, out_rows.stride(0),
+            **scales, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=REDUCE_WARPS,
+        )  # fmt: skip
 
 
 def scaled_linear_fake(x, w, x_scale, w_scale, bias, out_dtype):

@@ -1,13 +1,17 @@
-"""Launch plans of the scaled GEMMs: output tile, K step, warps and pipeline depth, by architecture and by how many
-rows x has (a decode step's few rows take narrow tiles, or most of each tile would be padding).
+"""Launch plans of the scaled GEMMs: the tiled kernel's output tile, K step, warps and pipeline depth, by architecture
+and by how many rows x has (a decode step's few rows take narrow tiles, or most of each tile would be padding); and
+the split-K GEMV of weight-only layers at a few rows, with the heuristic that picks its number of K splits.
 
-No table has been measured yet: every architecture takes FALLBACK, tiles that fit the 99 KB of shared memory of
-sm86/sm89 at three stages with one-byte operands (two 128 x 64 tiles: 16 KB a stage).
+No table has been measured yet: every architecture takes FALLBACK and GEMV_FALLBACK. The tiled fallback fits the 99
+KB of shared memory of sm86/sm89 at three stages with one-byte operands (two 128 x 64 tiles: 16 KB a stage); the
+GEMV's tiles are small enough for any GPU (its one-row form buffers nothing in shared memory).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from tritonkit._core.ints import cdiv
 
 
 @dataclass(frozen=True)
@@ -33,3 +37,66 @@ def gemm_tiles(arch: str, m: int) -> GemmTiles:
     """The tiles for ``m`` rows of x."""
     table = MEASURED.get(arch, FALLBACK)
     return next((tiles for bound, tiles in table if m <= bound), table[-1][1])
+
+
+@dataclass(frozen=True)
+class GemvPlan:
+    """The split-K GEMV of a weight-only layer: each program reads a block_n x (K / splits) slice of w once, for
+    block_m rows of x. block_m 1 multiplies in fp32 lanes and sums along K once at the end; block_m >= 16 (a power of
+    two) takes tl.dot, whose smallest M is 16."""
+
+    block_m: int
+    block_n: int
+    block_k: int  # at most the scale group along K, when a scale varies along K
+    warps: int
+    stages: int
+    programs_per_sm: int  # programs the splits aim for per multiprocessor (splits_to_fill)
+    min_split_k: int  # the fewest K values of a split (splits_to_fill)
+    splits: int = 0  # 0: splits_to_fill picks; else this many (at most one per block_k step of K)
+
+    def __post_init__(self):
+        if self.block_m != 1 and (self.block_m < 16 or self.block_m & (self.block_m - 1)):
+            raise ValueError(f"GemvPlan: block_m must be 1 or a power of two >= 16 (tl.dot's smallest M), got "
+                             f"{self.block_m}")  # fmt: skip
+
+
+# Rows of x per plan, for weight-only calls; more rows than the last bound take the tiled kernel.
+GEMV_FALLBACK = (
+    # One row: a 32 x 256 int8 tile is 8 KB a step, 16 B a lane per row; four programs a multiprocessor keep 32 KB of
+    # loads in flight, past the ~20 KB per multiprocessor that covers HBM's latency at full bandwidth on an H100.
+    # One stage: Triton pipelines only loads that feed tl.dot; occupancy hides these.
+    (1, GemvPlan(1, 32, 256, 4, 1, 4, 512)),
+    # Up to 16 rows: tl.dot over rows padded to 16 (the tensor cores' work is free next to the weight's read); 64 x
+    # 128 w tiles, pipelined three deep through shared memory.
+    (16, GemvPlan(16, 64, 128, 4, 3, 4, 512)),
+)
+GEMV_MEASURED: dict[str, tuple] = {}
+
+# Each split writes an fp32 partial (4 bytes per row of x and output) for the block_k-wide slices of w it reads (1
+# byte per K value and output): K splits of at least PARTIAL_K_PER_ROW K values per row of x keep the partials'
+# write and read-back below 2 x 4 / 64 = 1/8 of the weight's bytes.
+PARTIAL_K_PER_ROW = 64
+
+# The split-K reduction's tile: up to 16 rows x REDUCE_OUTPUTS / rows columns, 8 KB of each split's partial a program.
+REDUCE_OUTPUTS = 2048
+REDUCE_WARPS = 4
+
+
+def gemv_plan(arch: str, m: int) -> GemvPlan | None:
+    """The GEMV plan for a weight-only call with ``m`` rows of x, or None where the tiled kernel takes it."""
+    table = GEMV_MEASURED.get(arch, GEMV_FALLBACK)
+    return next((plan for bound, plan in table if m <= bound), None)
+
+
+def splits_to_fill(n: int, k: int, m: int, sm_count: int, plan: GemvPlan) -> int:
+    """How many K splits: the output's blocks of block_m rows x block_n columns alone may leave multiprocessors idle
+    (N 4096 in 32-column blocks is 128 programs for an H100's 132), and bandwidth needs every one streaming. So:
+    enough splits for ``plan.programs_per_sm`` programs per multiprocessor, but none shorter than plan.min_split_k K
+    values (a loop of a few steps) or PARTIAL_K_PER_ROW per row of a program (the partials' traffic). The launcher
+    then rounds each split up to whole K steps, which may leave fewer. ``plan.splits`` overrides."""
+    if plan.splits:
+        return max(1, min(plan.splits, cdiv(k, plan.block_k)))
+    blocks = cdiv(m, plan.block_m) * cdiv(n, plan.block_n)
+    wanted = cdiv(plan.programs_per_sm * sm_count, blocks)
+    shortest = max(plan.min_split_k, PARTIAL_K_PER_ROW * min(m, plan.block_m))
+    return max(1, min(wanted, k // shortest))

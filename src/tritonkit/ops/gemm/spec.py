@@ -82,11 +82,19 @@ def _flops(case, dtype) -> int:
     return 2 * math.prod(case.lead) * case.m * case.n * case.k
 
 
+def _scale_count(rows: int, k: int, granularity: str, block: int) -> int:
+    groups = cdiv(k, block)
+    return {"tensor": 1, "row": rows, "group": rows * groups, "block": cdiv(rows, block) * groups}[granularity]
+
+
 def _bytes(case, dtype) -> int:
-    """x (codes or values), w's codes and the output; scales are a rounding error."""
+    """x (codes or values), w's codes, their fp32 scales and the output (the bias is a rounding error)."""
     rows = math.prod(case.lead) * case.m
     x_bytes = 1 if case.x else dtype.itemsize
-    return rows * case.k * x_bytes + case.n * case.k + rows * case.n * dtype.itemsize
+    scales = _scale_count(case.n, case.k, case.w_scale, case.block)
+    if case.x:
+        scales += _scale_count(rows, case.k, case.x_scale, case.block)
+    return rows * case.k * x_bytes + case.n * case.k + 4 * scales + rows * case.n * dtype.itemsize
 
 
 def _tolerance(case, dtype):
@@ -122,6 +130,13 @@ _TESTS = (
     {"m": 1, "n": 45, "k": 64, "w": "int8"},  # weight-only, one row (decoding)
     {"m": 12, "n": 33, "k": 200, "w": "e4m3", "w_scale": "block", "bias": True},
     {"m": 0, "n": 8, "k": 16, "x": "int8", "w": "int8"},
+    # Weight-only at <= 16 rows takes the split-K GEMV: one row split along K, the partials reduced, with a bias
+    {"m": 1, "n": 45, "k": 1100, "w": "int8", "bias": True},
+    {"m": 1, "n": 33, "k": 1500, "w": "e4m3", "w_scale": "group", "block": 32},  # one row, group scales, split
+    {"m": 3, "n": 37, "k": 333, "w": "e4m3", "w_scale": "group", "block": 64},  # K % 64 != 0, through tl.dot
+    {"m": 16, "n": 50, "k": 2100, "w": "int8", "w_scale": "group", "block": 128, "bias": True},  # 16 rows, split
+    {"m": 1, "n": 29, "k": 77, "w": "e5m2", "w_scale": "tensor", "lead": (4,)},  # x (4, 1, 77): a decode batch
+    {"m": 24, "n": 20, "k": 70, "w": "e4m3"},  # weight-only beyond 16 rows: the tiled kernel
 )  # fmt: skip
 _GPU = (
     {"m": 4096, "n": 7168, "k": 7168, "x": "e4m3", "w": "e4m3", "x_scale": "group", "w_scale": "block"},
@@ -131,13 +146,18 @@ _GPU = (
     {"m": 777, "n": 1000, "k": 1500, "x": "int8", "w": "int8", "x_scale": "tensor", "w_scale": "tensor"},
     {"m": 1, "n": 14336, "k": 4096, "w": "int8"},
     {"m": 16, "n": 14336, "k": 4096, "w": "e4m3", "w_scale": "block"},
+    {"m": 1, "n": 4096, "k": 8192, "w": "int8", "w_scale": "group", "bias": True},
+    {"m": 5, "n": 28672, "k": 8191, "w": "e4m3", "w_scale": "group"},
+    {"m": 1, "n": 4097, "k": 4096, "w": "int8", "lead": (7,)},
 )  # fmt: skip
 _BENCH = (
     *({"m": m, "n": 7168, "k": 7168, "x": "e4m3", "w": "e4m3", "x_scale": "group", "w_scale": "block"}
       for m in (2048, 4096, 8192)),
     *({"m": m, "n": 8192, "k": 8192, "x": "e4m3", "w": "e4m3"} for m in (2048, 4096, 8192)),
     *({"m": m, "n": 8192, "k": 8192, "x": "int8", "w": "int8"} for m in (2048, 4096, 8192)),
-    *({"m": m, "n": 14336, "k": 4096, "w": "int8"} for m in (1, 4, 16)),
+    *({"m": m, "n": n, "k": k, "w": "int8"} for m in (1, 4, 16) for n, k in ((4096, 4096), (14336, 4096),
+                                                                               (28672, 8192))),
+    *({"m": m, "n": 14336, "k": 4096, "w": "e4m3", "w_scale": "group"} for m in (1, 16)),
 )  # fmt: skip
 
 register(KernelSpec(
@@ -149,7 +169,8 @@ register(KernelSpec(
     description="One kernel from codes to output: products over the codes (int8 in int32, float8 in fp32), scales "
                 "that do not vary along K applied once in the epilogue, group and block scales applied to each K "
                 "step's partial sum (DeepSeek-V3's 1 x 128 and 128 x 128), bias and output cast fused; weight-only "
-                "converts w's codes in registers.",
+                "converts w's codes in registers, and at <= 16 rows of x runs as a split-K GEMV (K split across "
+                "programs to fill every multiprocessor, the fp32 partials summed in a fixed order).",
     usage="y = tk.ops.scaled_linear(xq, wq, x_scale, w_scale, bias=b)  # x (..., K), w (N, K)",
     tags=("gemm", "quantization", "fp8", "int8", "compute-bound", "inference"),
     limits="int8 x int8 or float8 x float8 (or weight-only); groups and blocks of one size, a power of two >= 32 "
