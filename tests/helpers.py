@@ -41,3 +41,15 @@ def assert_graph_replay_matches_eager(step, inputs):
     torch.cuda.synchronize()
     for ours, theirs in zip(captured, step(*inputs), strict=True):
         torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+def benchmark_script(name: str):
+    """benchmarks/<name>.py loaded as a module (the benchmarks folder is no package)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
