@@ -50,7 +50,7 @@ def _nf4_case(m, n=24, k=100, device="cpu", dtype=torch.float32):
 PLANS = [
     Linear4Tiles(16, 64, 32, 4, 1, 1, splits=3),  # split-K forced: three partial sums over K (or over N for dx)
     *(tiles for _, tiles in FALLBACK),
-    Linear4Tiles(32, 16, 16, 2, 2, 4),  # the smallest K step: one pair of bytes' worth of columns
+    Linear4Tiles(32, 16, 32, 2, 2, 4),  # the smallest tile: tl.dot's 16 on every side
 ]
 
 
@@ -83,6 +83,11 @@ def test_few_rows_split_k_and_the_split_sum_is_deterministic(monkeypatch):
     x, packed, state, _ = _nf4_case(m=200, n=300, k=64)
     tk.ops.nf4_linear(x, packed, state)
     assert launched == []  # many rows, many tiles: one split, no sum kernel
+
+
+def test_tiles_below_the_dots_smallest_side_are_refused():
+    with pytest.raises(ValueError, match="block_m, block_n and block_k / 2 must be >= 16"):
+        Linear4Tiles(16, 64, 16, 4, 3, 1)
 
 
 def test_choose_splits_fills_the_gpu_within_the_steps():

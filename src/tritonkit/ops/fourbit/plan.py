@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 from tritonkit._core.ints import cdiv
 
+MIN_DOT = 16  # tl.dot's smallest side
+
 
 @dataclass(frozen=True)
 class Linear4Tiles:
@@ -26,6 +28,11 @@ class Linear4Tiles:
     stages: int
     group: int  # tile-rows walked together (grouped order), for L2 reuse of the weight
     splits: int = 0  # splits of the contraction; 0: chosen by choose_splits
+
+    def __post_init__(self) -> None:
+        # tl.dot takes no side below 16, and a K step of block_k columns is two dots of block_k / 2.
+        if min(self.block_m, self.block_n, self.block_k // 2) < MIN_DOT:
+            raise ValueError(f"Linear4Tiles: block_m, block_n and block_k / 2 must be >= {MIN_DOT}, got {self}")
 
 
 # Rows of x (M) -> tiles: the first entry whose bound is >= M.
