@@ -57,3 +57,15 @@ def puzzle_mutant(tmp_path, number: int, *edits: tuple[str, str]):
     path = tmp_path / puzzle.file_name
     path.write_text(text)
     return puzzle, load_file(path)
+
+
+def benchmark_script(name: str):
+    """benchmarks/<name>.py loaded as a module (the benchmarks folder is no package)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -18,8 +18,19 @@ def _nf4_dequantize_inputs():
     return (packed, tk.ops.NF4State(state.shape, state.dtype, state.blocksize, absmax=state.absmax.to("meta"))), {}
 
 
+def _nf4_linear_inputs():
+    (packed, state), _ = _nf4_dequantize_inputs()
+    return (torch.randn(3, 64, device="meta"), packed.to("meta"), state), {}
+
+
+def _int4_linear_inputs():
+    weight = tk.ops.int4_quantize(torch.randn(8, 64), group_size=32)
+    return (torch.randn(3, 64, device="meta"), *(t.to("meta") for t in weight)), {"group_size": 32}
+
+
 _OTHER_INPUTS = {"dequantize_kv": lambda: (tk.ops.quantize_kv(torch.randn(3, 16), "int8"), {}),
-                 "nf4_dequantize": _nf4_dequantize_inputs}  # fmt: skip
+                 "nf4_dequantize": _nf4_dequantize_inputs, "nf4_linear": _nf4_linear_inputs,
+                 "int4_linear": _int4_linear_inputs}  # fmt: skip
 
 
 def _meta_inputs(name: str):

@@ -107,17 +107,19 @@ def test_module_matches_linear_plus_adapter(device):
     linear = torch.nn.Linear(24, 40, device=device)
     layer = tk.nn.LoRALinear.from_linear(linear, r=4, lora_alpha=8)
     assert layer.weight is linear.weight and not linear.weight.requires_grad and layer.scaling == 2.0
-    assert set(layer.state_dict()) == {"weight", "bias", "lora_A", "lora_B"}
+    assert set(layer.state_dict()) == {"base_layer.weight", "base_layer.bias", "lora_A.default.weight",
+                                       "lora_B.default.weight"}  # PEFT's names  # fmt: skip
     x = torch.randn(3, 24, device=device)
     torch.testing.assert_close(layer(x), linear(x), rtol=1e-5, atol=1e-5)  # B starts at zero
+    lora_a, lora_b = layer.lora_A["default"].weight, layer.lora_B["default"].weight
     with torch.no_grad():
-        layer.lora_B.normal_()
-    expected = linear(x) + 2.0 * (x @ layer.lora_A.t()) @ layer.lora_B.t()
+        lora_b.normal_()
+    expected = linear(x) + 2.0 * (x @ lora_a.t()) @ lora_b.t()
     torch.testing.assert_close(layer(x), expected, rtol=1e-5, atol=1e-5)
     layer(x).sum().backward()
-    assert layer.lora_A.grad is not None and layer.lora_B.grad is not None and layer.weight.grad is None
+    assert lora_a.grad is not None and lora_b.grad is not None and layer.weight.grad is None
     trained = tk.nn.LoRALinear(24, 40, r=2, bias=False, freeze_base=False, device=device)
-    assert trained.weight.requires_grad and trained.bias is None and trained.lora_A.shape == (2, 24)
+    assert trained.weight.requires_grad and trained.bias is None and trained.lora_A["default"].weight.shape == (2, 24)
 
 
 def _call(device, **changes):

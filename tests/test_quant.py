@@ -152,7 +152,7 @@ NF4_REFERENCE = catalog.get("nf4_quantize").reference
 
 
 def test_the_dynamic_code_is_bitsandbytes_table():
-    from tritonkit.ops.quant.launch import dynamic_code
+    from tritonkit._core.fourbit import dynamic_code
 
     code = dynamic_code()
     assert code.shape == (256,) and torch.all(code[1:] >= code[:-1])
@@ -171,7 +171,7 @@ def test_nf4_state_from_a_bitsandbytes_quant_state(device, double_quant):
     packed = tensors[0].reshape(-1, 1)
     common = {"quant_type": "nf4", "shape": torch.Size(w.shape), "dtype": torch.bfloat16, "blocksize": 64}
     if double_quant:
-        from tritonkit.ops.quant.launch import dynamic_code
+        from tritonkit._core.fourbit import dynamic_code
 
         inner = SimpleNamespace(absmax=tensors[2], code=dynamic_code().to(device), blocksize=256)
         state = SimpleNamespace(**common, nested=True, absmax=tensors[1], offset=tensors[3].item(), state2=inner)

@@ -14,8 +14,8 @@ BASE_PROVIDERS = ("tritonkit", "torch", "torch.compile")
 
 # Peer libraries by name: the module that must import for the peer to run. Each spec maps the peers
 # it can be compared with to a factory for the peer's version of its op (next to the op's code, or in
-# tritonkit.bench.attention_peers, decoding_peers and gemm_peers for torch's own kernels, which no family may import
-# from another).
+# tritonkit.bench.attention_peers, decoding_peers, gemm_peers and fourbit_peers for torch's own kernels, which no
+# family may import from another).
 PEERS: dict[str, str] = {
     "liger": "liger_kernel",
     "sdpa-flash": "torch",  # scaled_dot_product_attention, FlashAttention-2 backend forced
@@ -25,10 +25,13 @@ PEERS: dict[str, str] = {
     "scaled_mm": "torch",  # torch._scaled_mm, float8 (cuBLASLt)
     "int_mm": "torch",  # torch._int_mm, then the scales
     "cublas": "torch",  # F.linear on dense operands of the same shape
+    "dequantize-cublas": "torch",  # a 4-bit weight dequantized by tritonkit, then F.linear
+    "compiled-dequantize": "torch",  # torch.compile of a 4-bit weight's plain dequantization and F.linear
+    "bitsandbytes": "bitsandbytes",  # bitsandbytes.matmul_4bit
 }
 # Providers that run through torch.compile: the harness resets dynamo before each case, so that no recompile limit
 # silently falls back to eager (for FlexAttention, a kernel that forms every score).
-COMPILED = ("torch.compile", "flex")
+COMPILED = ("torch.compile", "flex", "compiled-dequantize")
 
 
 @dataclass(frozen=True)

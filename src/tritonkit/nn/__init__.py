@@ -1,10 +1,11 @@
 """Thin ``torch.nn.Module`` wrappers over :mod:`tritonkit.ops` (no kernels here)."""
 
-from tritonkit.nn.lora import LoRALinear
+from tritonkit.nn.fourbit import Linear4bit
+from tritonkit.nn.lora import LoRALinear, adapter_state_dict, load_adapter_state_dict
 from tritonkit.nn.loss import CrossEntropyLoss, FusedLinearCrossEntropyLoss
 from tritonkit.nn.mlp import SwiGLUMLP
 from tritonkit.nn.norm import LayerNorm, RMSNorm
 from tritonkit.nn.quantized import QuantizedLinear
 
-__all__ = ["CrossEntropyLoss", "FusedLinearCrossEntropyLoss", "LayerNorm", "LoRALinear", "QuantizedLinear", "RMSNorm",
-           "SwiGLUMLP"]  # fmt: skip
+__all__ = ["CrossEntropyLoss", "FusedLinearCrossEntropyLoss", "LayerNorm", "Linear4bit", "LoRALinear",
+           "QuantizedLinear", "RMSNorm", "SwiGLUMLP", "adapter_state_dict", "load_adapter_state_dict"]  # fmt: skip

@@ -8,6 +8,7 @@ from tritonkit._core.interpreter import speed_up_if_interpreting
 from tritonkit.ops.activation.op import geglu, gelu, silu, swiglu
 from tritonkit.ops.decoding.op import decode_attention, dequantize_kv, kv_cache_append, quantize_kv
 from tritonkit.ops.flash_attention.op import attention, attention_varlen
+from tritonkit.ops.fourbit.op import int4_linear, nf4_linear
 from tritonkit.ops.gemm.op import scaled_linear
 from tritonkit.ops.lora.op import lora_linear
 from tritonkit.ops.loss.op import cross_entropy, fused_linear_cross_entropy
@@ -41,6 +42,7 @@ __all__ = [
     "geglu",
     "gelu",
     "int4_dequantize",
+    "int4_linear",
     "int4_quantize",
     "kv_cache_append",
     "layer_norm",
@@ -48,6 +50,7 @@ __all__ = [
     "lora_linear",
     "matmul",
     "nf4_dequantize",
+    "nf4_linear",
     "nf4_quantize",
     "quantize",
     "quantize_kv",

@@ -27,3 +27,13 @@ def round_to_float8(y, MANTISSA_BITS: tl.constexpr, MIN_EXPONENT: tl.constexpr):
     step = step.to(tl.float32, bitcast=True)
     rounded = round_half_even(tl.abs(y) / step) * step
     return tl.where(y < 0.0, -rounded, rounded)
+
+
+@triton.jit
+def round_to_bf16_grid(x):
+    """x (fp32, finite) rounded to the nearest bf16 value, ties to even, kept in fp32: by its bits, the lower 16
+    dropped after adding half their range (plus the kept part's last bit, for the ties). The conversion to bf16 that
+    may follow is then exact, also under the interpreter, whose own conversion truncates."""
+    bits = x.to(tl.int32, bitcast=True)
+    bits = (bits + (0x7FFF + ((bits >> 16) & 1))) & -65536
+    return bits.to(tl.float32, bitcast=True)

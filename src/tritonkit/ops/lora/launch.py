@@ -28,7 +28,8 @@ bound by reading W, and those extras and two more launches are the difference th
 For many tokens the GEMM is compute-bound and the extras are 10 to 15% of its time, less than this
 Triton GEMM loses to cuBLAS (measured: docs/kernels/lora.md). So above FUSED_MAX_TOKENS the same products
 run as cuBLAS GEMMs (``_cublas_lora_matmul``): x A^T in fp32, then one GEMM whose inner dimension is
-extended by the adapter (x and W copied once, side by side with the split x A^T and B), rounded once.
+extended by the adapter (x and W copied once, side by side with the split x A^T and B, W row by row as
+stored also in the input gradient's GEMM, where it is read transposed), rounded once.
 """
 
 from __future__ import annotations
@@ -85,6 +86,15 @@ def _hi_lo(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.cat([hi, (t - hi.float()).to(dtype)], dim=1)
 
 
+def _side_by_side_t(q_t: torch.Tensor, l2_t: torch.Tensor, copies: int) -> torch.Tensor:
+    """[q_t, l2_t, ... (``copies`` times)]^T, (D + copies R, N), for cuBLAS. Built from q_t's storage rows: the
+    backward's q_t is W^T, a transposed view, and concatenating it as it reads would transpose all of W in the copy;
+    its rows W stacked over the adapter's rows are the same matrix, a plain copy."""
+    if q_t.stride(1) != 1 and q_t.stride(0) == 1:
+        return torch.cat([q_t.t(), *(l2_t.t(),) * copies], dim=0)
+    return torch.cat([q_t, *(l2_t,) * copies], dim=1).t()
+
+
 def _cublas_lora_matmul(p, q_t, l1_t, l2_t, bias, scale):
     """What the fused kernel computes, as cuBLAS GEMMs: p @ l1_t.T in fp32 (a thin GEMM), then one GEMM
     over the inner dimension extended by the adapter, [p, hi, lo] @ [q_t, l2_t, l2_t]^T with hi + lo =
@@ -92,10 +102,10 @@ def _cublas_lora_matmul(p, q_t, l1_t, l2_t, bias, scale):
     the kernel; a separately rounded 16-bit adapter product would add its rounding error to y."""
     pl1 = mm_fp32(p, l1_t.t())  # (M, R)
     if p.dtype == torch.float32:
-        left, right = torch.cat([p, pl1 * scale], dim=1), torch.cat([q_t, l2_t], dim=1)
+        left, right_t = torch.cat([p, pl1 * scale], dim=1), _side_by_side_t(q_t, l2_t, 1)
     else:
-        left, right = torch.cat([p, _hi_lo(pl1 * scale, p.dtype)], dim=1), torch.cat([q_t, l2_t, l2_t], dim=1)
-    return mm_rounded(left, right.t(), bias), pl1
+        left, right_t = torch.cat([p, _hi_lo(pl1 * scale, p.dtype)], dim=1), _side_by_side_t(q_t, l2_t, 2)
+    return mm_rounded(left, right_t, bias), pl1
 
 
 def _launch_lora_matmul(p, q_t, l1_t, l2_t, bias, scale, tile=None):
@@ -160,16 +170,20 @@ def lora_fwd_fake(x, weight, lora_a, lora_b, bias, scale):
     return x.new_empty((x.shape[0], weight.shape[0])), x.new_empty((x.shape[0], lora_a.shape[0]), dtype=torch.float32)
 
 
-def _times_fp32(small: torch.Tensor, big: torch.Tensor) -> torch.Tensor:
-    """small^T @ big in fp32, for small (M, r) fp32 and big (M, C) of a 16-bit or fp32 dtype.
+def _times_fp32(small: torch.Tensor, big: torch.Tensor, transposed: bool = False) -> torch.Tensor:
+    """small^T @ big (r, C) in fp32, or with ``transposed`` big^T @ small (C, r), dense, for small (M, r) fp32 and big
+    (M, C) of a 16-bit or fp32 dtype.
 
     16-bit: small split in hi + lo (``_hi_lo``), both halves multiplied in one cuBLAS call (big is read
     once) with an fp32 result (``_core.cublas.mm_fp32``), the two products summed in fp32.
     """
-    if big.dtype == torch.float32:
-        return small.t() @ big
-    product = mm_fp32(_hi_lo(small, big.dtype).t(), big)
     r = small.shape[1]
+    if big.dtype == torch.float32:
+        return big.t() @ small if transposed else small.t() @ big
+    if transposed:
+        product = mm_fp32(big.t(), _hi_lo(small, big.dtype))
+        return product[:, :r] + product[:, r:]
+    product = mm_fp32(_hi_lo(small, big.dtype).t(), big)
     return product[:r] + product[r:]
 
 
@@ -197,10 +211,10 @@ def lora_bwd(
     elif need_da:  # x needs no gradient (a first layer): dy B alone, a thin GEMM, not the dx GEMM
         dyb = mm_fp32(dy, lora_b)
     dw = mm_fp32(dy.t(), x).to(weight.dtype) if need_dw else None  # a 16-bit result lets cuBLAS sum in 16 bits
-    da = (scale * _times_fp32(dyb, x)).to(lora_a.dtype) if need_da else None
-    # (dy^T (x A^T)) computed as its transpose; made dense, as the custom op's fake promises (inductor
-    # asserts output strides).
-    db = (scale * _times_fp32(xa, dy)).t().to(lora_b.dtype).contiguous() if need_db else None
+    # The scale multiplies the thin (tokens, r) factor, before its split; dB comes out (N, r) and dense, as the
+    # custom op's fake promises (inductor asserts output strides).
+    da = _times_fp32(dyb * scale, x).to(lora_a.dtype) if need_da else None
+    db = _times_fp32(xa * scale, dy, transposed=True).to(lora_b.dtype) if need_db else None
     dbias = dy.sum(0, dtype=torch.float32).to(dy.dtype) if need_dbias else None
     grads = ((dx if need_dx else None), dw, da, db, dbias)
     return tuple(g if g is not None else x.new_empty((0,)) for g in grads)

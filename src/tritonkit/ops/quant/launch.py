@@ -6,12 +6,17 @@ x is read as rows of its last dimension, (M, K) = (x.numel() / K, K). Scales by 
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor
 from tritonkit._core.device import arch
+from tritonkit._core.fourbit import (
+    NESTED_BLOCK,
+    NF4_BLOCKSIZES,
+    check_int4_group,
+    check_int4_weight,
+    nf4_tables,
+)
 from tritonkit._core.ints import cdiv
 from tritonkit._core.scales import MIN_BLOCK, granularity_of
 from tritonkit.ops.quant.kernels import (
@@ -162,39 +167,8 @@ def dequantize_fake(codes, scale, dtype):
 # ---------------------------------------------------------------- NF4
 
 
-# NormalFloat4 (QLoRA, Dettmers et al. 2023; bitsandbytes' "nf4"): quantiles of N(0, 1) normalised to [-1, 1], with an
-# exact 0 (code 7), in the order of the 4-bit codes.
-NF4_CODE = (-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453, -0.28444138169288635,
-            -0.18477343022823334, -0.09105003625154495, 0.0, 0.07958029955625534, 0.16093020141124725,
-            0.24611230194568634, 0.33791524171829224, 0.44070982933044434, 0.5626170039176941, 0.7229568362236023,
-            1.0)  # fmt: skip
-
-
-def dynamic_code() -> torch.Tensor:
-    """bitsandbytes' signed 8-bit dynamic code (its create_dynamic_map with 7 exponent bits), which its double
-    quantization stores the absmax values in: for the magnitudes 10^-6 to 10^0, the midpoints of 2^i + 1 evenly
-    spaced fractions of [0.1, 1] (i = 0 .. 6), with both signs, then 0 and 1; 256 fp32 values in increasing order."""
-    values = []
-    for i in range(7):
-        fractions = torch.linspace(0.1, 1, 2**i + 1, dtype=torch.float32)
-        midpoints = (fractions[:-1] + fractions[1:]) / 2.0
-        magnitude = 10 ** (i - 6)
-        values += (magnitude * midpoints).tolist() + (-magnitude * midpoints).tolist()
-    return torch.tensor(sorted([*values, 0.0, 1.0]), dtype=torch.float32)
-
-
-NF4_BLOCKSIZES = (32, 64, 128, 256, 512, 1024, 2048, 4096)  # bitsandbytes' block sizes
-NESTED_BLOCK = 256  # double quantization: the absmax values are themselves quantized in blocks of 256, as bitsandbytes
 _DEQUANTIZE_PAIRS = 1024  # bytes per program of nf4_dequantize: 2048 values
 _QUANTIZE_VALUES = 1024  # values per program of nf4_quantize (whole blocks; one block when a block is larger)
-
-
-@functools.cache
-def _nf4_tables(device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(NF4 code, its 15 midpoints, the nested dynamic code) as fp32 tensors on ``device``."""
-    code = torch.tensor(NF4_CODE, dtype=torch.float32)
-    bounds = (code[:-1] + code[1:]) / 2
-    return code.to(device), bounds.to(device), dynamic_code().to(device)
 
 
 def check_nf4_quantize(w, blocksize, double_quant) -> None:
@@ -216,7 +190,7 @@ def nf4_quantize_fwd(w: torch.Tensor, blocksize: int) -> tuple[torch.Tensor, tor
         return packed, absmax
     flat = w.reshape(-1)
     flat = flat if flat.stride(0) == 1 else flat.contiguous()
-    _, bounds, _ = _nf4_tables(w.device)
+    _, bounds, _ = nf4_tables(w.device)
     blocks = max(1, _QUANTIZE_VALUES // blocksize)
     _nf4_quantize_kernel[(cdiv(absmax.shape[0], blocks),)](flat, packed, absmax, bounds, n, absmax.shape[0],
                                                            BLOCKSIZE=blocksize, BLOCKS=blocks, num_warps=4)  # fmt: skip
@@ -243,7 +217,7 @@ def nf4_dequantize_fwd(
     out = torch.empty(n, dtype=dtype, device=packed.device)
     if n == 0:
         return out
-    code, _, dynamic = _nf4_tables(packed.device)
+    code, _, dynamic = nf4_tables(packed.device)
     nested = absmax is None
     _nf4_dequantize_kernel[(cdiv(cdiv(n, 2), _DEQUANTIZE_PAIRS),)](
         packed, absmax, code, absmax_codes, absmax_scales, nested_code if nested_code is not None else dynamic,
@@ -259,15 +233,7 @@ def nf4_dequantize_fake(packed, absmax, absmax_codes, absmax_scales, offset, nes
 
 # ---------------------------------------------------------------- INT4 weights
 
-INT4_MIN_GROUP = 16  # the smallest group along K: a tensor-core K step for the fused 4-bit linear layers
 _INT4_VALUES = 4096  # values per program tile of int4_quantize and int4_dequantize (16 KB of fp32)
-
-
-def _check_int4_group(name: str, group_size) -> None:
-    if isinstance(group_size, bool) or not isinstance(group_size, int):
-        raise TypeError(f"{name}: group_size must be an int, got {type(group_size).__name__}")
-    if group_size < INT4_MIN_GROUP or group_size & (group_size - 1):
-        raise ValueError(f"{name}: group_size must be a power of two >= {INT4_MIN_GROUP}, got {group_size}")
 
 
 def check_int4_quantize(w, group_size, symmetric) -> None:
@@ -275,7 +241,7 @@ def check_int4_quantize(w, group_size, symmetric) -> None:
     check_tensor(f"{name}: w", w, ndim=2, dtypes=FLOAT_DTYPES)
     if w.shape[1] % 2:
         raise ValueError(f"{name}: w's K (dim 1) must be even, two 4-bit codes a byte, got shape {tuple(w.shape)}")
-    _check_int4_group(name, group_size)
+    check_int4_group(name, group_size)
     if not isinstance(symmetric, bool):
         raise TypeError(f"{name}: symmetric must be a bool, got {type(symmetric).__name__}")
     check_device(w=w)
@@ -310,16 +276,7 @@ def int4_quantize_fake(w, group_size, symmetric):
 
 def check_int4_dequantize(qweight, scales, zeros, group_size, dtype) -> None:
     name = "int4_dequantize"
-    check_tensor(f"{name}: qweight", qweight, ndim=2, dtypes=(torch.uint8,))
-    _check_int4_group(name, group_size)
-    expected = (qweight.shape[0], cdiv(2 * qweight.shape[1], group_size))
-    check_tensor(f"{name}: scales", scales, ndim=2, dtypes=(torch.float32,))
-    check_tensor(f"{name}: zeros", zeros, ndim=2, dtypes=(torch.uint8,))
-    for arg, tensor in (("scales", scales), ("zeros", zeros)):
-        if tuple(tensor.shape) != expected:
-            raise ValueError(f"{name}: {arg} must have shape {expected} (N, ceil(K / group_size)) for qweight "
-                             f"{tuple(qweight.shape)} and group_size {group_size}, got "
-                             f"{tuple(tensor.shape)}")  # fmt: skip
+    check_int4_weight(name, qweight, scales, zeros, group_size)
     if dtype not in FLOAT_DTYPES:
         raise TypeError(f"{name}: dtype must be one of float32, float16, bfloat16, got {dtype}")
     check_device(qweight=qweight, scales=scales, zeros=zeros)

@@ -3,16 +3,13 @@ forward-only custom ops (``tritonkit::quantize``, ...) that torch.compile traces
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 import torch
 
 from tritonkit._core.autograd import inference_op
-from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor
+from tritonkit._core.checks import FLOAT_DTYPES, check_device
+from tritonkit._core.fourbit import NESTED_BLOCK, NF4State, check_nf4_state, dynamic_code
 from tritonkit._core.ints import cdiv
 from tritonkit.ops.quant.launch import (
-    NESTED_BLOCK,
     check_dequantize,
     check_int4_dequantize,
     check_int4_quantize,
@@ -20,7 +17,6 @@ from tritonkit.ops.quant.launch import (
     check_quantize,
     dequantize_fake,
     dequantize_fwd,
-    dynamic_code,
     int4_dequantize_fake,
     int4_dequantize_fwd,
     int4_quantize_fake,
@@ -74,44 +70,6 @@ def dequantize(xq: torch.Tensor, scale: torch.Tensor, *, dtype: torch.dtype = to
     return dequantize_op(xq, scale, dtype)
 
 
-@dataclass(frozen=True)
-class NF4State:
-    """What dequantizes NF4 codes: the weight's shape and dtype, the block size, and each block's absmax, either as
-    fp32 values (``absmax``) or double-quantized (``absmax_codes`` uint8 in ``nested_code``, one fp32
-    ``absmax_scales`` per 256 blocks, and the ``offset`` that was subtracted first), as bitsandbytes' QuantState."""
-
-    shape: tuple
-    dtype: torch.dtype
-    blocksize: int
-    absmax: torch.Tensor | None = None
-    absmax_codes: torch.Tensor | None = None
-    absmax_scales: torch.Tensor | None = None
-    offset: torch.Tensor | None = None
-    nested_code: torch.Tensor | None = None
-
-    @property
-    def nested(self) -> bool:
-        return self.absmax is None
-
-    @classmethod
-    def from_bitsandbytes(cls, quant_state) -> NF4State:
-        """The state of a weight bitsandbytes quantized (``Params4bit.quant_state``, a ``QuantState`` with
-        ``quant_type="nf4"``); the weight's data is ``param.data`` itself (uint8, two codes a byte)."""
-        if getattr(quant_state, "quant_type", None) != "nf4":
-            raise ValueError(f"NF4State.from_bitsandbytes: quant_state must be an nf4 QuantState, got quant_type "
-                             f"{getattr(quant_state, 'quant_type', None)!r}")  # fmt: skip
-        common = {"shape": tuple(quant_state.shape), "dtype": quant_state.dtype, "blocksize": quant_state.blocksize}
-        if not getattr(quant_state, "nested", False):
-            return cls(**common, absmax=quant_state.absmax.float())
-        inner = quant_state.state2
-        if inner.blocksize != NESTED_BLOCK:
-            raise ValueError(f"NF4State.from_bitsandbytes: the nested absmax blocks must hold {NESTED_BLOCK} values, "
-                             f"got {inner.blocksize}")  # fmt: skip
-        return cls(**common, absmax_codes=quant_state.absmax, absmax_scales=inner.absmax.float(),
-                   offset=torch.as_tensor(quant_state.offset, dtype=torch.float32, device=quant_state.absmax.device),
-                   nested_code=inner.code.float())  # fmt: skip
-
-
 def _nested(absmax: torch.Tensor) -> dict:
     """bitsandbytes' double quantization of the absmax values (torch; one value per block of weights): their mean
     subtracted, then blocks of 256 scaled by the reciprocal of their absmax, clamped to [-1, 1] and stored as the
@@ -156,34 +114,10 @@ def nf4_dequantize(packed: torch.Tensor, state: NF4State, *, dtype: torch.dtype 
     Example: ``w = tk.ops.nf4_dequantize(packed, state)``.
     """
     name = "nf4_dequantize"
-    check_tensor(f"{name}: packed", packed, dtypes=(torch.uint8,))
-    if not isinstance(state, NF4State):
-        raise TypeError(f"{name}: state must be an NF4State (nf4_quantize's, or NF4State.from_bitsandbytes), got "
-                        f"{type(state).__name__}")  # fmt: skip
+    n = check_nf4_state(name, packed, state)
     if dtype not in FLOAT_DTYPES:
         raise TypeError(f"{name}: dtype must be one of float32, float16, bfloat16, got {dtype}")
-    n = math.prod(state.shape)
-    if packed.numel() != (n + 1) // 2:
-        raise ValueError(f"{name}: packed holds {packed.numel()} bytes, but state.shape {state.shape} needs "
-                         f"{(n + 1) // 2}")  # fmt: skip
-    blocks = cdiv(n, state.blocksize)
-    if state.nested:
-        for arg, tensor, dtype_, count in (("absmax_codes", state.absmax_codes, torch.uint8, blocks),
-                                           ("absmax_scales", state.absmax_scales, torch.float32,
-                                            cdiv(blocks, NESTED_BLOCK))):  # fmt: skip
-            check_tensor(f"{name}: state.{arg}", tensor, dtypes=(dtype_,))
-            if tensor.numel() != count:
-                raise ValueError(f"{name}: state.{arg} must hold {count} values, got {tensor.numel()}")
-        if state.offset is None:
-            raise ValueError(f"{name}: a double-quantized state needs its offset")
-    else:
-        check_tensor(f"{name}: state.absmax", state.absmax, dtypes=(torch.float32,))
-        if state.absmax.numel() != blocks:
-            raise ValueError(f"{name}: state.absmax must hold one value per block of {state.blocksize} ({blocks}), "
-                             f"got {state.absmax.numel()}")  # fmt: skip
-    state_tensors = {"absmax": state.absmax} if not state.nested else {
-        "absmax_codes": state.absmax_codes, "absmax_scales": state.absmax_scales, "offset": state.offset}  # fmt: skip
-    check_device(packed=packed, **state_tensors)
+    check_device(packed=packed, **state.tensors())
     flat = packed.reshape(-1)
     out = nf4_dequantize_op(flat, state.absmax, state.absmax_codes, state.absmax_scales,
                             None if state.offset is None else state.offset.reshape(1), state.nested_code, n,

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 import torch
 
 from tritonkit._core.checks import FLOAT_DTYPES
+from tritonkit._core.fourbit import NESTED_BLOCK, NF4_CODE, dynamic_code, int4_weight, nf4_weight
 from tritonkit._core.ints import cdiv
 from tritonkit._core.scales import expand_scale, granularity_of
-from tritonkit.ops.quant.launch import NESTED_BLOCK, NF4_CODE, QMAX, dynamic_code, scale_shape
+from tritonkit.ops.quant.launch import QMAX, scale_shape
 from tritonkit.ops.quant.op import (
     NF4State,
     dequantize,
@@ -325,17 +326,7 @@ def _nf4_dequantized(packed, *tensors, shape, blocksize, dtype):
 def _nf4_dequantize_reference(packed, *tensors, shape, blocksize, dtype):
     """code[q] * absmax in fp32 (the double-quantized absmax decoded first: its code times its scale, plus the
     offset, two fp32 roundings), as bitsandbytes computes it; the checker rounds nothing further."""
-    n = math.prod(shape)
-    codes = torch.stack((packed >> 4, packed & 15), dim=-1).reshape(-1)[:n].long()
-    if len(tensors) == 1:
-        absmax = tensors[0].float()
-    else:
-        nested, scales, offset = tensors
-        code = dynamic_code().to(packed.device)
-        absmax = code[nested.long()] * scales.float().repeat_interleave(NESTED_BLOCK)[: nested.numel()]
-        absmax = absmax + offset.float()
-    values = torch.tensor(NF4_CODE, device=packed.device)[codes] * absmax.repeat_interleave(blocksize)[:n]
-    return values.double().view(shape)
+    return nf4_weight(packed, *tensors, shape=shape, blocksize=blocksize).double()
 
 
 register(KernelSpec(
@@ -451,11 +442,7 @@ def _int4_dequantize_inputs(case, device, dtype, generator):
 
 
 def _int4_dequantize_reference(qweight, scales, zeros, *, group_size=128, dtype=torch.bfloat16):
-    codes = torch.stack((qweight & 15, qweight >> 4), dim=-1).flatten(-2).double()
-    k = codes.shape[1]
-    scale = scales.double().repeat_interleave(group_size, dim=1)[:, :k]
-    zero = zeros.double().repeat_interleave(group_size, dim=1)[:, :k]
-    return (codes - zero) * scale
+    return int4_weight(qweight, scales, zeros, group_size=group_size).double()
 
 
 register(KernelSpec(

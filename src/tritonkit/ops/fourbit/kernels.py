@@ -1,0 +1,219 @@
+"""4-bit linear layers: y = x dequant(W)^T + bias for a weight W (N, K) held in NF4 or INT4 codes, dequantized in
+registers, tile by tile, so that no full-precision copy of W is ever written.
+
+The weight, per element (formats: tritonkit/_core/fourbit.py):
+
+    NF4:  w[n, k] = code[q(f)] * absmax[f // BLOCKSIZE],  f = n K + k (the flattened index), q(f) the high nibble of
+          byte f // 2 for an even f, the low one for an odd f; double-quantized: absmax[b] = nested_code[c[b]] *
+          absmax_scales[b // NESTED_BLOCK] + offset, two fp32 roundings (the launch turns off fused multiply-adds).
+    INT4: w[n, k] = (q[n, k] - zero[n, g]) * scale[n, g],  g = k // GROUP, q the low nibble of byte (n, k // 2) for
+          an even k, the high one for an odd k.
+
+w is computed in fp32 and rounded to nearest even in x's dtype: the weight nf4_dequantize / int4_dequantize give in
+that dtype, so y equals F.linear(x, dequantize(W)) up to the order of the fp32 sums. Columns come in pairs (2p, 2p + 1)
+because a byte holds a pair: a program's K step splits x into its even and odd columns and multiplies each by the
+matching half of the weight tile, two tensor-core products over K / 2 each, so that no nibble is ever interleaved.
+
+Forward, per output tile (tiles in grouped order) and split s of K:  y[m, n] = sum_k x[m, k] w[n, k]  (fp32).
+Backward (the weight is frozen, so only the input gradient): dx[m, k] = sum_n dy[m, n] w[n, k], the same pairs as
+output columns. With one split the kernel adds the bias and stores the output in its dtype; with several, each split
+stores its fp32 partial sum and _split_sum_kernel adds them in split order (deterministic), then the bias.
+"""
+
+import triton
+import triton.language as tl
+
+from tritonkit._core.jit.gemm import grouped_tile
+from tritonkit._core.jit.rounding import round_to_bf16_grid
+
+
+@triton.jit
+def _nf4_absmax(p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code, i_block, mask,
+                NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr):  # fmt: skip
+    """The absmax of blocks i_block (plain, or decoded from its double quantization)."""
+    if NESTED:
+        b_code = tl.load(p_absmax_codes + i_block, mask=mask, other=0).to(tl.int32)
+        b_scale = tl.load(p_absmax_scales + i_block // NESTED_BLOCK, mask=mask, other=0.0)
+        b_absmax = tl.load(p_nested_code + b_code) * b_scale + tl.load(p_offset)
+    else:
+        b_absmax = tl.load(p_absmax + i_block, mask=mask, other=0.0)
+    return b_absmax
+
+
+@triton.jit
+def _weight_pairs(
+    p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros,
+    o_n, o_pair, m_even, m_odd, K, stride_q_n, stride_s_n,
+    FORMAT: tl.constexpr, NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr, EVEN_K: tl.constexpr,
+    GROUP: tl.constexpr,
+):  # fmt: skip
+    """(w[o_n, 2 o_pair], w[o_n, 2 o_pair + 1]), two [R, P] fp32 tiles (module docstring); masked lanes hold finite
+    values (code 0 times a masked scale). GROUP: INT4's group, or NF4's block size. EVEN_K: rows start on a byte
+    (always for INT4; for NF4 when K is even), so a pair is one byte and both halves share a block; otherwise (NF4
+    with an odd K) each half is gathered on its own."""
+    n64 = o_n.to(tl.int64)[:, None]
+    if FORMAT == "int4":
+        b_byte = tl.load(p_q + n64 * stride_q_n + o_pair[None, :], mask=m_even, other=0).to(tl.int32)  # [R, P]
+        o_group = n64 * stride_s_n + ((2 * o_pair) // GROUP)[None, :]  # a pair never straddles a group
+        b_scale = tl.load(p_scales + o_group, mask=m_even, other=0.0)
+        b_zero = tl.load(p_zeros + o_group, mask=m_even, other=0).to(tl.float32)
+        b_even = ((b_byte & 15).to(tl.float32) - b_zero) * b_scale
+        b_odd = ((b_byte >> 4).to(tl.float32) - b_zero) * b_scale
+    else:
+        f_even = n64 * K + (2 * o_pair)[None, :]  # [R, P] flattened index of the even column
+        if EVEN_K:
+            b_byte = tl.load(p_q + n64 * (K // 2) + o_pair[None, :], mask=m_even, other=0).to(tl.int32)
+            q_even = b_byte >> 4
+            q_odd = b_byte & 15
+            a_even = _nf4_absmax(p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code,
+                                 f_even // GROUP, m_even, NESTED, NESTED_BLOCK)  # fmt: skip
+            a_odd = a_even
+        else:
+            f_odd = f_even + 1
+            q_even = (tl.load(p_q + f_even // 2, mask=m_even, other=0).to(tl.int32) >> (4 - 4 * (f_even % 2))) & 15
+            q_odd = (tl.load(p_q + f_odd // 2, mask=m_odd, other=0).to(tl.int32) >> (4 - 4 * (f_odd % 2))) & 15
+            a_even = _nf4_absmax(p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code,
+                                 f_even // GROUP, m_even, NESTED, NESTED_BLOCK)  # fmt: skip
+            a_odd = _nf4_absmax(p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code,
+                                f_odd // GROUP, m_odd, NESTED, NESTED_BLOCK)  # fmt: skip
+        b_even = tl.load(p_code + q_even) * a_even
+        b_odd = tl.load(p_code + q_odd) * a_odd
+    return b_even, b_odd
+
+
+@triton.jit
+def _operand(b_w, DTYPE: tl.constexpr, UPCAST: tl.constexpr):
+    """A dequantized weight tile (fp32) as a dot operand: rounded to nearest even in DTYPE (x's dtype). UPCAST (bf16
+    under the interpreter, whose bf16 dots and conversions are wrong): rounded by its bits and kept in fp32."""
+    return round_to_bf16_grid(b_w) if UPCAST else b_w.to(DTYPE)
+
+
+@triton.jit
+def _weight_operands(
+    p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros,
+    o_n, o_pair, m_n, m_even_k, m_odd_k, K, stride_q_n, stride_s_n,
+    FORMAT: tl.constexpr, NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr, EVEN_K: tl.constexpr,
+    GROUP: tl.constexpr, DTYPE: tl.constexpr, UPCAST: tl.constexpr,
+):  # fmt: skip
+    """The weight's even and odd columns 2 o_pair (+ 1) of rows o_n as dot operands, [R, P] each (m_n: the rows in
+    range; m_even_k, m_odd_k: the columns)."""
+    b_even, b_odd = _weight_pairs(
+        p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros, o_n,
+        o_pair, m_n[:, None] & m_even_k[None, :], m_n[:, None] & m_odd_k[None, :], K, stride_q_n, stride_s_n, FORMAT,
+        NESTED, NESTED_BLOCK, EVEN_K, GROUP,
+    )  # fmt: skip
+    return _operand(b_even, DTYPE, UPCAST), _operand(b_odd, DTYPE, UPCAST)
+
+
+@triton.jit
+def _linear4_fwd_kernel(
+    p_x, p_out, p_part, p_bias,
+    p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros,
+    M, N, K, pairs_per_split, stride_x_m, stride_x_k, stride_out_m, stride_q_n, stride_s_n,
+    FORMAT: tl.constexpr, NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr, EVEN_K: tl.constexpr,
+    GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr, UPCAST: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):  # fmt: skip
+    """y[m, n] = sum_k x[m, k] w[n, k] over split program_id(1)'s pairs of columns, for the output tile of
+    program_id(0); BLOCK_K columns (BLOCK_K / 2 pairs) a step. SPLIT: store the fp32 partial sum to p_part (S, M, N);
+    else add the bias and store y in x's dtype."""
+    i_m, i_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    i_split = tl.program_id(1)
+    o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    o_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_m, m_n = o_m < M, o_n < N
+    p_x_rows = p_x + o_m.to(tl.int64)[:, None] * stride_x_m
+    pair_lo = i_split * pairs_per_split
+    pair_hi = tl.minimum(pair_lo + pairs_per_split, (K + 1) // 2)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for pair in range(pair_lo, pair_hi, BLOCK_K // 2):
+        o_pair = pair + tl.arange(0, BLOCK_K // 2)
+        m_even_k, m_odd_k = 2 * o_pair < K, 2 * o_pair + 1 < K
+        p_x_even = p_x_rows + (2 * o_pair).to(tl.int64)[None, :] * stride_x_k
+        b_x_even = tl.load(p_x_even, mask=m_m[:, None] & m_even_k[None, :], other=0.0)  # [M, P]
+        b_x_odd = tl.load(p_x_even + stride_x_k, mask=m_m[:, None] & m_odd_k[None, :], other=0.0)
+        b_w_even, b_w_odd = _weight_operands(
+            p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros, o_n,
+            o_pair, m_n, m_even_k, m_odd_k, K, stride_q_n, stride_s_n, FORMAT, NESTED, NESTED_BLOCK, EVEN_K, GROUP,
+            p_x.dtype.element_ty, UPCAST,
+        )  # [N, P]  # fmt: skip
+        if UPCAST:
+            b_x_even, b_x_odd = b_x_even.to(tl.float32), b_x_odd.to(tl.float32)
+        acc = tl.dot(b_x_even, tl.trans(b_w_even), acc, input_precision=DOT_PRECISION)
+        acc = tl.dot(b_x_odd, tl.trans(b_w_odd), acc, input_precision=DOT_PRECISION)
+    m_out = m_m[:, None] & m_n[None, :]
+    if SPLIT:
+        o_part = (i_split * M + o_m).to(tl.int64)[:, None] * N + o_n[None, :]
+        tl.store(p_part + o_part, acc, mask=m_out)
+    else:
+        if HAS_BIAS:
+            acc += tl.load(p_bias + o_n, mask=m_n, other=0.0).to(tl.float32)[None, :]
+        p_y = p_out + o_m.to(tl.int64)[:, None] * stride_out_m + o_n[None, :]
+        tl.store(p_y, acc.to(p_out.dtype.element_ty), mask=m_out)
+
+
+@triton.jit
+def _linear4_dx_kernel(
+    p_dy, p_dx, p_part,
+    p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros,
+    M, N, K, rows_per_split, stride_dy_m, stride_dy_n, stride_dx_m, stride_q_n, stride_s_n,
+    FORMAT: tl.constexpr, NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr, EVEN_K: tl.constexpr,
+    GROUP: tl.constexpr, SPLIT: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+):  # fmt: skip
+    """dx[m, k] = sum_n dy[m, n] w[n, k] over split program_id(1)'s rows of W (BLOCK_N a step), for the tile of
+    BLOCK_M rows and BLOCK_K columns (BLOCK_K / 2 pairs) of program_id(0): the even and odd columns in accumulators
+    of their own, stored interleaved. SPLIT: the fp32 partial sum to p_part (S, M, K); else dx in dy's dtype."""
+    i_m, i_k = grouped_tile(tl.program_id(0), M, K, BLOCK_M, BLOCK_K, GROUP_M)
+    i_split = tl.program_id(1)
+    o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    o_pair = i_k * (BLOCK_K // 2) + tl.arange(0, BLOCK_K // 2)
+    m_m = o_m < M
+    m_even_k, m_odd_k = 2 * o_pair < K, 2 * o_pair + 1 < K
+    row_lo = i_split * rows_per_split
+    row_hi = tl.minimum(row_lo + rows_per_split, N)
+    acc_even = tl.zeros([BLOCK_M, BLOCK_K // 2], dtype=tl.float32)
+    acc_odd = tl.zeros([BLOCK_M, BLOCK_K // 2], dtype=tl.float32)
+    for row in range(row_lo, row_hi, BLOCK_N):
+        o_n = row + tl.arange(0, BLOCK_N)
+        m_n = o_n < row_hi
+        p_dy_tile = p_dy + o_m.to(tl.int64)[:, None] * stride_dy_m + o_n.to(tl.int64)[None, :] * stride_dy_n
+        b_dy = tl.load(p_dy_tile, mask=m_m[:, None] & m_n[None, :], other=0.0)  # [M, N]
+        b_w_even, b_w_odd = _weight_operands(
+            p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros, o_n,
+            o_pair, m_n, m_even_k, m_odd_k, K, stride_q_n, stride_s_n, FORMAT, NESTED, NESTED_BLOCK, EVEN_K, GROUP,
+            p_dy.dtype.element_ty, UPCAST,
+        )  # [N, P]  # fmt: skip
+        if UPCAST:
+            b_dy = b_dy.to(tl.float32)
+        acc_even = tl.dot(b_dy, b_w_even, acc_even, input_precision=DOT_PRECISION)
+        acc_odd = tl.dot(b_dy, b_w_odd, acc_odd, input_precision=DOT_PRECISION)
+    m_even = m_m[:, None] & m_even_k[None, :]
+    m_odd = m_m[:, None] & m_odd_k[None, :]
+    o_even = (2 * o_pair)[None, :]
+    if SPLIT:
+        p_rows = p_part + (i_split * M + o_m).to(tl.int64)[:, None] * K
+        tl.store(p_rows + o_even, acc_even, mask=m_even)
+        tl.store(p_rows + o_even + 1, acc_odd, mask=m_odd)
+    else:
+        p_rows = p_dx + o_m.to(tl.int64)[:, None] * stride_dx_m
+        tl.store(p_rows + o_even, acc_even.to(p_dx.dtype.element_ty), mask=m_even)
+        tl.store(p_rows + o_even + 1, acc_odd.to(p_dx.dtype.element_ty), mask=m_odd)
+
+
+@triton.jit
+def _split_sum_kernel(p_part, p_bias, p_out, M, N, n_splits, stride_out_m, HAS_BIAS: tl.constexpr,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
+    """out[m, n] = sum_s part[s, m, n] (+ bias[n]), the splits added in order (deterministic), rounded once."""
+    o_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    o_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_out = (o_m < M)[:, None] & (o_n < N)[None, :]
+    o_part = o_m.to(tl.int64)[:, None] * N + o_n[None, :]
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for s in range(n_splits):
+        acc += tl.load(p_part + s * M * N + o_part, mask=m_out, other=0.0)
+    if HAS_BIAS:
+        acc += tl.load(p_bias + o_n, mask=o_n < N, other=0.0).to(tl.float32)[None, :]
+    tl.store(p_out + o_m.to(tl.int64)[:, None] * stride_out_m + o_n[None, :], acc.to(p_out.dtype.element_ty),
+             mask=m_out)  # fmt: skip

@@ -1,0 +1,279 @@
+"""nf4_linear and int4_linear: validate, allocate, launch (tensors in, tensors out; ``plan=``).
+
+x is read as rows (M, K) with any strides; the weight (N, K) in NF4 (flat codes and their state's tensors) or INT4
+(codes (N, K / 2), scales and zero points (N, ceil(K / G))). The forward gives y (M, N) in x's dtype; the backward,
+the weight being frozen, dx (M, K) and dbias.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor
+from tritonkit._core.device import arch, sm_count
+from tritonkit._core.env import upcast_bf16_dots
+from tritonkit._core.fourbit import NESTED_BLOCK, NF4State, check_int4_weight, check_nf4_state, nf4_tables
+from tritonkit._core.gemm_plan import input_precision
+from tritonkit._core.ints import cdiv
+from tritonkit.ops.fourbit.kernels import _linear4_dx_kernel, _linear4_fwd_kernel, _split_sum_kernel
+from tritonkit.ops.fourbit.plan import Linear4Tiles, choose_splits, linear4_tiles
+
+_SUM_TILE = (16, 256)  # rows x columns per program of the split sum: 4096 fp32 partials a split, 4 warps
+
+
+def _check_x_and_bias(name: str, x, bias, n: int, k: int, weight_names: str) -> None:
+    check_tensor(f"{name}: x", x, dtypes=FLOAT_DTYPES)
+    if x.dim() == 0:
+        raise ValueError(f"{name}: x must have a last dimension (..., in_features), got a 0-d tensor")
+    if x.shape[-1] != k:
+        raise ValueError(f"{name}: x's last dimension must equal the weight's in_features {k} ({weight_names} "
+                         f"describe a weight ({n}, {k})), got x of shape {tuple(x.shape)}")  # fmt: skip
+    if bias is not None:
+        check_tensor(f"{name}: bias", bias, ndim=1)
+        if bias.shape[0] != n:
+            raise ValueError(f"{name}: bias must have shape ({n},), got {tuple(bias.shape)}")
+        if bias.dtype != x.dtype:
+            raise TypeError(f"{name}: bias must have x's dtype {x.dtype}, got {bias.dtype}")
+
+
+def _refuse_trainable(name: str, tensors: dict) -> None:
+    """The weight is frozen: a gradient for it would be silently dropped, so one that asks for it is refused."""
+    if not torch.is_grad_enabled():
+        return
+    for arg, tensor in tensors.items():
+        if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
+            raise ValueError(f"{name}: the 4-bit weight is frozen (no gradient reaches it), but {arg} requires grad; "
+                             "pass it detached (train an adapter beside it, as tk.nn.LoRALinear does)")  # fmt: skip
+
+
+def check_nf4_linear(x, packed, state, bias) -> None:
+    name = "nf4_linear"
+    n_values = check_nf4_state(name, packed, state)
+    if packed.dim() > 1 and packed.shape[-1] != 1:
+        raise ValueError(f"{name}: packed must hold NF4's flat codes, ({(n_values + 1) // 2},) or bitsandbytes' "
+                         f"({(n_values + 1) // 2}, 1), got shape {tuple(packed.shape)}; a 2-D (N, K / 2) qweight is "
+                         "int4_quantize's layout, for int4_linear")  # fmt: skip
+    if len(state.shape) != 2:
+        raise ValueError(f"{name}: state.shape must be a linear layer's weight (N, K), got {state.shape}")
+    n, k = state.shape
+    _check_x_and_bias(name, x, bias, n, k, "packed and state")
+    _refuse_trainable(name, {"packed": packed, **{f"state.{key}": t for key, t in state.tensors().items()}})
+    check_device(x=x, packed=packed, **state.tensors(), **({"bias": bias} if bias is not None else {}))
+
+
+def check_int4_linear(x, qweight, scales, zeros, group_size, bias) -> None:
+    name = "int4_linear"
+    check_int4_weight(name, qweight, scales, zeros, group_size)
+    n, k = qweight.shape[0], 2 * qweight.shape[1]
+    if isinstance(x, torch.Tensor) and x.dim() and x.shape[-1] % 2:
+        raise ValueError(f"{name}: x's last dimension K must be even (INT4 packs two codes a byte along K), got x of "
+                         f"shape {tuple(x.shape)}")  # fmt: skip
+    _check_x_and_bias(name, x, bias, n, k, "qweight, scales and zeros")
+    _refuse_trainable(name, {"scales": scales})
+    check_device(x=x, qweight=qweight, scales=scales, zeros=zeros, **({"bias": bias} if bias is not None else {}))
+
+
+@dataclass(frozen=True)
+class _Weight:
+    """A 4-bit weight as the kernels take it: pointers, row strides, and the format's constexprs."""
+
+    pointers: tuple  # p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales,
+    # p_zeros
+    stride_q_n: int
+    stride_s_n: int
+    flags: dict
+
+
+def _flat(t: torch.Tensor | None) -> torch.Tensor | None:
+    return None if t is None else t.reshape(-1).contiguous()
+
+
+def _nf4_weight(packed, absmax, absmax_codes, absmax_scales, offset, nested_code, k, blocksize) -> _Weight:
+    code, _, dynamic = nf4_tables(packed.device)
+    nested = absmax is None
+    table = (nested_code if nested_code is not None else dynamic) if nested else None
+    flat = [_flat(t) for t in (packed, absmax, absmax_codes, absmax_scales, offset)]
+    pointers = (*flat, code, _flat(table), None, None)
+    flags = {"FORMAT": "nf4", "NESTED": nested, "NESTED_BLOCK": NESTED_BLOCK, "EVEN_K": k % 2 == 0,
+             "GROUP": blocksize}  # fmt: skip
+    return _Weight(pointers, 0, 0, flags)
+
+
+def _int4_weight(qweight, scales, zeros, group_size) -> _Weight:
+    qweight = qweight if qweight.stride(1) == 1 else qweight.contiguous()
+    scales, zeros = scales.contiguous(), zeros.contiguous()
+    pointers = (qweight, None, None, None, None, None, None, scales, zeros)
+    flags = {"FORMAT": "int4", "NESTED": False, "NESTED_BLOCK": NESTED_BLOCK, "EVEN_K": True, "GROUP": group_size}
+    return _Weight(pointers, qweight.stride(0), scales.stride(0), flags)
+
+
+def _split(tiles: Linear4Tiles, n_tiles: int, length: int, step: int, outputs: int, device) -> tuple[int, int]:
+    """(splits, length per split, a multiple of step) of a contraction of ``length``."""
+    steps = cdiv(length, step)
+    splits = tiles.splits or choose_splits(n_tiles, steps, outputs, sm_count(device))
+    per_split = cdiv(steps, max(1, min(splits, steps))) * step
+    return max(1, cdiv(length, per_split)), per_split
+
+
+def _sum_splits(part, bias, out) -> None:
+    splits, m, n = part.shape
+    block_m, block_n = _SUM_TILE
+    _split_sum_kernel[(cdiv(m, block_m), cdiv(n, block_n))](part, bias, out, m, n, splits, out.stride(0),
+                                                            HAS_BIAS=bias is not None, BLOCK_M=block_m,
+                                                            BLOCK_N=block_n, num_warps=4)  # fmt: skip
+
+
+def _forward(x: torch.Tensor, bias, weight: _Weight, n: int, k: int, plan: Linear4Tiles | None) -> torch.Tensor:
+    m = x.shape[0]
+    out = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    if m == 0 or n == 0:
+        return out
+    if k == 0:
+        return out.copy_(bias.expand(m, n)) if bias is not None else out.zero_()
+    tiles = plan or linear4_tiles(arch(x.device), m)
+    n_tiles = cdiv(m, tiles.block_m) * cdiv(n, tiles.block_n)
+    splits, pairs_per_split = _split(tiles, n_tiles, cdiv(k, 2), tiles.block_k // 2, m * n, x.device)
+    part = torch.empty((splits, m, n), dtype=torch.float32, device=x.device) if splits > 1 else out
+    _linear4_fwd_kernel[(n_tiles, splits)](
+        x, out, part, bias, *weight.pointers, m, n, k, pairs_per_split, x.stride(0), x.stride(1), out.stride(0),
+        weight.stride_q_n, weight.stride_s_n, **weight.flags, HAS_BIAS=bias is not None, SPLIT=splits > 1,
+        UPCAST=upcast_bf16_dots(x.dtype), DOT_PRECISION=input_precision(x.dtype), BLOCK_M=tiles.block_m,
+        BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, GROUP_M=tiles.group, num_warps=tiles.warps,
+        num_stages=tiles.stages, enable_fp_fusion=False,  # the nested absmax rounds twice, as nf4_dequantize's
+    )  # fmt: skip
+    if splits > 1:
+        _sum_splits(part, bias, out)
+    return out
+
+
+def _backward(dy, weight: _Weight, n: int, k: int, need_dx: bool, need_dbias: bool, plan) -> tuple:
+    """(dx, dbias), each empty unless asked for."""
+    m = dy.shape[0]
+    dbias = dy.sum(0, dtype=torch.float32).to(dy.dtype) if need_dbias else dy.new_empty((0,))
+    if not need_dx:
+        return dy.new_empty((0,)), dbias
+    dx = torch.empty((m, k), dtype=dy.dtype, device=dy.device)
+    if m == 0 or k == 0:
+        return dx, dbias
+    if n == 0:
+        return dx.zero_(), dbias
+    tiles = plan or linear4_tiles(arch(dy.device), m)
+    n_tiles = cdiv(m, tiles.block_m) * cdiv(k, tiles.block_k)
+    splits, rows_per_split = _split(tiles, n_tiles, n, tiles.block_n, m * k, dy.device)
+    part = torch.empty((splits, m, k), dtype=torch.float32, device=dy.device) if splits > 1 else dx
+    _linear4_dx_kernel[(n_tiles, splits)](
+        dy, dx, part, *weight.pointers, m, n, k, rows_per_split, dy.stride(0), dy.stride(1), dx.stride(0),
+        weight.stride_q_n, weight.stride_s_n, **weight.flags, SPLIT=splits > 1, UPCAST=upcast_bf16_dots(dy.dtype),
+        DOT_PRECISION=input_precision(dy.dtype), BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,
+        BLOCK_K=tiles.block_k, GROUP_M=tiles.group, num_warps=tiles.warps, num_stages=tiles.stages,
+        enable_fp_fusion=False,
+    )  # fmt: skip
+    if splits > 1:
+        _sum_splits(part, None, dx)
+    return dx, dbias
+
+
+# ---------------------------------------------------------------- the custom ops' launchers
+
+
+def nf4_linear_fwd(
+    x: torch.Tensor,
+    bias: torch.Tensor | None,
+    packed: torch.Tensor,
+    absmax: torch.Tensor | None,
+    absmax_codes: torch.Tensor | None,
+    absmax_scales: torch.Tensor | None,
+    offset: torch.Tensor | None,
+    nested_code: torch.Tensor | None,
+    n: int,
+    k: int,
+    blocksize: int,
+    *,
+    plan: Linear4Tiles | None = None,
+) -> torch.Tensor:
+    """y = x W^T + bias (M, N) for x (M, K) and NF4 codes of W (N, K) (validated arguments)."""
+    weight = _nf4_weight(packed, absmax, absmax_codes, absmax_scales, offset, nested_code, k, blocksize)
+    return _forward(x, bias, weight, n, k, plan)
+
+
+def nf4_linear_fwd_fake(x, bias, packed, absmax, absmax_codes, absmax_scales, offset, nested_code, n, k, blocksize):
+    return x.new_empty((x.shape[0], n))
+
+
+def nf4_linear_bwd(
+    dy: torch.Tensor,
+    packed: torch.Tensor,
+    absmax: torch.Tensor | None,
+    absmax_codes: torch.Tensor | None,
+    absmax_scales: torch.Tensor | None,
+    offset: torch.Tensor | None,
+    nested_code: torch.Tensor | None,
+    n: int,
+    k: int,
+    blocksize: int,
+    need_dx: bool,
+    need_dbias: bool,
+    *,
+    plan: Linear4Tiles | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dx = dy W, dbias = sum of dy's rows), each empty unless asked for."""
+    weight = _nf4_weight(packed, absmax, absmax_codes, absmax_scales, offset, nested_code, k, blocksize)
+    return _backward(dy, weight, n, k, need_dx, need_dbias, plan)
+
+
+def _bwd_fake(dy, k, need_dx, need_dbias):
+    return dy.new_empty((dy.shape[0], k) if need_dx else (0,)), dy.new_empty((dy.shape[1],) if need_dbias else (0,))
+
+
+def nf4_linear_bwd_fake(dy, packed, absmax, absmax_codes, absmax_scales, offset, nested_code, n, k, blocksize,
+                        need_dx, need_dbias):  # fmt: skip
+    return _bwd_fake(dy, k, need_dx, need_dbias)
+
+
+def int4_linear_fwd(
+    x: torch.Tensor,
+    bias: torch.Tensor | None,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor,
+    group_size: int,
+    *,
+    plan: Linear4Tiles | None = None,
+) -> torch.Tensor:
+    """y = x W^T + bias (M, N) for x (M, K) and INT4 codes of W (N, K) (validated arguments)."""
+    return _forward(x, bias, _int4_weight(qweight, scales, zeros, group_size), qweight.shape[0], x.shape[1], plan)
+
+
+def int4_linear_fwd_fake(x, bias, qweight, scales, zeros, group_size):
+    return x.new_empty((x.shape[0], qweight.shape[0]))
+
+
+def int4_linear_bwd(
+    dy: torch.Tensor,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor,
+    group_size: int,
+    need_dx: bool,
+    need_dbias: bool,
+    *,
+    plan: Linear4Tiles | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dx = dy W, dbias = sum of dy's rows), each empty unless asked for."""
+    weight = _int4_weight(qweight, scales, zeros, group_size)
+    return _backward(dy, weight, qweight.shape[0], 2 * qweight.shape[1], need_dx, need_dbias, plan)
+
+
+def int4_linear_bwd_fake(dy, qweight, scales, zeros, group_size, need_dx, need_dbias):
+    return _bwd_fake(dy, 2 * qweight.shape[1], need_dx, need_dbias)
+
+
+def nf4_arguments(packed: torch.Tensor, state: NF4State) -> tuple:
+    """The custom ops' weight arguments of NF4 codes and their state: (packed, absmax, absmax_codes, absmax_scales,
+    offset (1,), nested_code, n, k, blocksize)."""
+    offset = None if state.offset is None else state.offset.reshape(1)
+    n, k = state.shape
+    return (packed.reshape(-1), state.absmax, state.absmax_codes, state.absmax_scales, offset, state.nested_code, n,
+            k, state.blocksize)  # fmt: skip

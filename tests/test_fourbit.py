@@ -1,0 +1,230 @@
+"""The 4-bit linear layers beyond the registry sweep: the same result as dequantize + F.linear on quantized weights,
+bitsandbytes' (n / 2, 1) codes, every plan (split-K forced, the other tiles), a deterministic split sum, torch.compile
+with the backward, the frozen weight, the benchmark peers, bad input; on a GPU a CUDA-graph capture."""
+
+import pytest
+import torch
+
+import tritonkit as tk
+from helpers import assert_compiled_matches_eager, assert_graph_replay_matches_eager
+from tritonkit import catalog
+from tritonkit.ops.fourbit import launch
+from tritonkit.ops.fourbit.plan import FALLBACK, Linear4Tiles, choose_splits
+
+
+def _weight(n=40, k=96, device="cpu"):
+    return torch.randn(n, k, device=device) * k**-0.5
+
+
+@pytest.mark.parametrize("double_quant", [False, True])
+def test_nf4_linear_is_dequantize_then_linear(device, double_quant):
+    w = _weight(device=device)
+    packed, state = tk.ops.nf4_quantize(w, blocksize=32, double_quant=double_quant)
+    x = torch.randn(3, 5, 96, device=device, dtype=torch.bfloat16)
+    bias = torch.randn(40, device=device, dtype=torch.bfloat16)
+    # In fp32, rounded by torch: the interpreter's own conversion to bf16 truncates (docs/interpreter.md).
+    dense = tk.ops.nf4_dequantize(packed, state, dtype=torch.float32).bfloat16()
+    expected = x.double() @ dense.double().t() + bias.double()
+    ours = tk.ops.nf4_linear(x, packed.reshape(-1, 1), state, bias=bias)  # bitsandbytes keeps its codes (n / 2, 1)
+    assert ours.shape == (3, 5, 40) and ours.dtype == torch.bfloat16
+    torch.testing.assert_close(ours.double(), expected, rtol=8e-3, atol=8e-3)
+
+
+def test_int4_linear_is_dequantize_then_linear(device):
+    w = _weight(device=device)
+    qweight, scales, zeros = tk.ops.int4_quantize(w, group_size=32)
+    x = torch.randn(7, 96, device=device, dtype=torch.float16)
+    dense = tk.ops.int4_dequantize(qweight, scales, zeros, group_size=32, dtype=torch.float32).half()
+    expected = x.double() @ dense.double().t()
+    ours = tk.ops.int4_linear(x, qweight, scales, zeros, group_size=32)
+    torch.testing.assert_close(ours.double(), expected, rtol=2e-3, atol=1e-3)
+
+
+def _nf4_case(m, n=24, k=100, device="cpu", dtype=torch.float32):
+    x = torch.randn(m, k, device=device, dtype=dtype)
+    packed, state = tk.ops.nf4_quantize(_weight(n, k, device), blocksize=32, double_quant=True)
+    dense = tk.ops.nf4_dequantize(packed, state, dtype=dtype).double()
+    return x, packed, state, dense
+
+
+PLANS = [
+    Linear4Tiles(16, 64, 32, 4, 1, 1, splits=3),  # split-K forced: three partial sums over K (or over N for dx)
+    *(tiles for _, tiles in FALLBACK),
+    Linear4Tiles(32, 16, 32, 2, 2, 4),  # the smallest tile: tl.dot's 16 on every side
+]
+
+
+@pytest.mark.parametrize("plan", PLANS, ids=lambda p: f"{p.block_m}x{p.block_n}x{p.block_k}-s{p.splits}")
+def test_every_plan_gives_the_product_and_its_input_gradient(plan):
+    x, packed, state, dense = _nf4_case(m=20)
+    args = launch.nf4_arguments(packed, state)
+    dy = torch.randn(20, 24)
+    y = launch.nf4_linear_fwd(x, None, *args, plan=plan)
+    dx, dbias = launch.nf4_linear_bwd(dy, *args, True, False, plan=plan)
+    torch.testing.assert_close(y.double(), x.double() @ dense.t(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(dx.double(), dy.double() @ dense, rtol=1e-5, atol=1e-5)
+    assert dbias.numel() == 0
+
+
+def test_few_rows_split_k_and_the_split_sum_is_deterministic(monkeypatch):
+    launched = []
+    real = launch._sum_splits
+
+    def spy(part, bias, out):
+        launched.append(part.shape[0])
+        real(part, bias, out)
+
+    monkeypatch.setattr(launch, "_sum_splits", spy)
+    x, packed, state, _ = _nf4_case(m=1, k=512)
+    first = tk.ops.nf4_linear(x, packed, state)
+    assert launched and launched[0] > 1  # one row: K split across programs
+    assert torch.equal(first, tk.ops.nf4_linear(x, packed, state))
+    launched.clear()
+    x, packed, state, _ = _nf4_case(m=200, n=300, k=64)
+    tk.ops.nf4_linear(x, packed, state)
+    assert launched == []  # many rows, many tiles: one split, no sum kernel
+
+
+def test_tiles_below_the_dots_smallest_side_are_refused():
+    with pytest.raises(ValueError, match="block_m, block_n and block_k / 2 must be >= 16"):
+        Linear4Tiles(16, 64, 16, 4, 3, 1)
+
+
+def test_choose_splits_fills_the_gpu_within_the_steps():
+    assert choose_splits(tiles=224, steps=32, outputs=14336, sm_count=132) == 2  # M = 1, N 14336 in tiles of 64
+    assert choose_splits(tiles=1024, steps=64, outputs=1 << 20, sm_count=132) == 1
+    assert choose_splits(tiles=1, steps=3, outputs=64, sm_count=132) == 3  # never more splits than steps
+    assert choose_splits(tiles=1, steps=100, outputs=64, sm_count=132) == 15  # 16 wanted; 15 splits of 7 steps
+
+
+@pytest.mark.parametrize("fmt", ["nf4", "int4"])
+def test_compiles_fullgraph_with_backward(fmt, device):
+    w = _weight(device=device)
+    if fmt == "nf4":
+        packed, state = tk.ops.nf4_quantize(w, double_quant=True)
+
+        def layer(x, bias):
+            return tk.ops.nf4_linear(x, packed, state, bias=bias)
+    else:
+        qweight, scales, zeros = tk.ops.int4_quantize(w, group_size=32)
+
+        def layer(x, bias):
+            return tk.ops.int4_linear(x, qweight, scales, zeros, group_size=32, bias=bias)
+
+    def block(x, bias):
+        return (layer(x * 2, bias).float() ** 2).sum()
+
+    inputs = [torch.randn(2, 5, 96, device=device), torch.randn(40, device=device)]
+    assert_compiled_matches_eager(block, [t.requires_grad_() for t in inputs], device)
+
+
+def test_the_weight_gets_no_gradient_and_dx_alone_runs_without_dbias(monkeypatch):
+    x, packed, state, dense = _nf4_case(m=6)
+    x.requires_grad_()
+    y = tk.ops.nf4_linear(x, packed, state)
+    (dx,) = torch.autograd.grad(y, x, torch.ones_like(y))  # an upstream gradient of ones
+    torch.testing.assert_close(dx.double(), torch.ones(6, 24, dtype=torch.float64) @ dense, rtol=1e-5, atol=1e-5)
+    bias = torch.zeros(24, requires_grad=True)
+    (dbias,) = torch.autograd.grad(tk.ops.nf4_linear(x.detach(), packed, state, bias=bias).sum(), bias)
+    assert torch.equal(dbias, torch.full((24,), 6.0))
+
+
+@pytest.mark.parametrize("peer", ["cublas", "dequantize_cublas"])
+@pytest.mark.parametrize("name", ["nf4_linear", "int4_linear"])
+def test_benchmark_peers_compute_the_same_product(peer, name):
+    from tritonkit.bench import fourbit_peers
+
+    spec = catalog.get(name)
+    case = spec.parse_case({"m": 3, "n": 20, "k": 64, "bias": True})
+    inputs = spec.make_inputs(case, torch.device("cpu"), torch.float32, torch.Generator().manual_seed(0))
+    ours = spec.fn(*inputs.args, **inputs.kwargs)
+    theirs = getattr(fourbit_peers, peer)()(*inputs.args, **inputs.kwargs)
+    torch.testing.assert_close(theirs, ours, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def _nf4(**changes):
+    w = _weight(8, 64)
+    packed, state = tk.ops.nf4_quantize(w)
+    args = {"x": torch.randn(3, 64), "packed": packed, "state": state, "bias": None, **changes}
+    return tk.ops.nf4_linear(args.pop("x"), args.pop("packed"), args.pop("state"), **args)
+
+
+def _int4(**changes):
+    qweight, scales, zeros = tk.ops.int4_quantize(_weight(8, 64), group_size=32)
+    args = {"x": torch.randn(3, 64), "qweight": qweight, "scales": scales, "zeros": zeros, "group_size": 32,
+            **changes}  # fmt: skip
+    return tk.ops.int4_linear(args.pop("x"), args.pop("qweight"), args.pop("scales"), args.pop("zeros"), **args)
+
+
+_, STATE = tk.ops.nf4_quantize(_weight(8, 64))
+_, NESTED = tk.ops.nf4_quantize(_weight(8, 64), double_quant=True)
+QWEIGHT, SCALES, ZEROS = tk.ops.int4_quantize(_weight(8, 64), group_size=32)
+
+BAD = [
+    (lambda: _nf4(x=torch.randn(3, 63)), ValueError, r"x's last dimension must equal the weight's in_features 64"),
+    (lambda: _nf4(packed=QWEIGHT), ValueError,
+     r"packed must hold NF4's flat codes, \(256,\) or bitsandbytes' \(256, 1\), got shape \(8, 32\); a 2-D"),
+    (lambda: _nf4(state=tk.ops.NF4State((2, 4, 64), torch.float32, 64, absmax=STATE.absmax)), ValueError,
+     r"state.shape must be a linear layer's weight \(N, K\), got \(2, 4, 64\)"),
+    (lambda: _nf4(state=tk.ops.NF4State((8, 64), torch.float32, 64, absmax=STATE.absmax.half())), TypeError,
+     r"state.absmax must have dtype in \(float32\), got torch.float16"),
+    (lambda: _nf4(state=tk.ops.NF4State((8, 64), torch.float32, 48, absmax=STATE.absmax)), ValueError,
+     r"state.blocksize must be one of"),
+    (lambda: _nf4(state=tk.ops.NF4State((8, 64), torch.float32, 64, absmax_codes=NESTED.absmax_codes,
+                                        offset=NESTED.offset)), ValueError,
+     r"a double-quantized state needs state.absmax_scales, its second level, got None"),
+    (lambda: _nf4(state=tk.ops.NF4State((8, 64), torch.float32, 64)), ValueError,
+     "state has neither absmax nor the double-quantized absmax_codes"),
+    (lambda: _nf4(state=(SCALES, ZEROS)), TypeError, "state must be an NF4State"),
+    (lambda: _nf4(state=tk.ops.NF4State((8, 64), torch.float32, 64, absmax=STATE.absmax.clone().requires_grad_())),
+     ValueError, "the 4-bit weight is frozen .* state.absmax requires grad"),
+    (lambda: _nf4(bias=torch.randn(8).half()), TypeError, "bias must have x's dtype torch.float32"),
+    (lambda: _nf4(bias=torch.randn(9)), ValueError, r"bias must have shape \(8,\)"),
+    (lambda: _int4(x=torch.randn(3, 63)), ValueError, "x's last dimension K must be even"),
+    (lambda: _int4(group_size=16), ValueError, r"scales must have shape \(8, 4\) \(N, ceil\(K / group_size\)\)"),
+    (lambda: _int4(group_size=48), ValueError, "group_size must be a power of two >= 16, got 48"),
+    (lambda: _int4(scales=STATE), TypeError, "got an NF4State; NF4 codes go to the NF4 ops"),
+    (lambda: _int4(qweight=QWEIGHT.reshape(-1)), ValueError, "qweight must have 2 dimensions"),
+    (lambda: _int4(zeros=ZEROS.float()), TypeError, "zeros must have dtype"),
+    (lambda: _int4(scales=SCALES.clone().requires_grad_()), ValueError, "frozen .* scales requires grad"),
+    (lambda: _int4(x=torch.ones(3, 64, dtype=torch.int32)), TypeError, "int4_linear: x must have dtype"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("call", "error", "match"), BAD, ids=[m[:40] for _, _, m in BAD])
+def test_bad_input_names_the_argument(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+# ---------------------------------------------------------------- GPU
+
+
+@pytest.mark.gpu
+def test_captures_in_a_cuda_graph():
+    packed, state = tk.ops.nf4_quantize(_weight(4096, 4096, "cuda"), double_quant=True)
+    qweight, scales, zeros = tk.ops.int4_quantize(_weight(4096, 4096, "cuda"))
+
+    def step(x):
+        x.requires_grad_()
+        ys = [tk.ops.nf4_linear(x, packed, state), tk.ops.int4_linear(x, qweight, scales, zeros)]
+        (dx,) = torch.autograd.grad(sum(y.float().sum() for y in ys), x)
+        return [*ys, dx]
+
+    assert_graph_replay_matches_eager(step, [torch.randn(4, 4096, device="cuda", dtype=torch.bfloat16)])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["nf4_linear", "int4_linear"])
+def test_compiled_dequantize_peer_computes_the_same_product(name):
+    from tritonkit.bench import fourbit_peers
+
+    spec = catalog.get(name)
+    case = spec.parse_case({"m": 16, "n": 256, "k": 512})
+    inputs = spec.make_inputs(case, torch.device("cuda"), torch.bfloat16, torch.Generator("cuda").manual_seed(0))
+    torch._dynamo.reset()
+    theirs = fourbit_peers.compiled_dequantize()(*inputs.args, **inputs.kwargs)
+    torch.testing.assert_close(theirs, spec.fn(*inputs.args, **inputs.kwargs), rtol=8e-3, atol=8e-3)
