@@ -3,8 +3,8 @@
 from tritonkit.nn.lora import LoRALinear
 from tritonkit.nn.loss import CrossEntropyLoss, FusedLinearCrossEntropyLoss
 from tritonkit.nn.mlp import SwiGLUMLP
-from tritonkit.nn.norm import LayerNorm, RMSNorm
+from tritonkit.nn.norm import LayerNorm, RMSNorm, RMSNormGated
 from tritonkit.nn.quantized import QuantizedLinear
 
 __all__ = ["CrossEntropyLoss", "FusedLinearCrossEntropyLoss", "LayerNorm", "LoRALinear", "QuantizedLinear", "RMSNorm",
-           "SwiGLUMLP"]  # fmt: skip
+           "RMSNormGated", "SwiGLUMLP"]  # fmt: skip

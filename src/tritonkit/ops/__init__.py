@@ -7,6 +7,7 @@ A package never carries the name of a public op, which would shadow it here.
 from tritonkit.ops.activation.op import geglu, gelu, silu, swiglu
 from tritonkit.ops.decoding.op import decode_attention, dequantize_kv, kv_cache_append, quantize_kv
 from tritonkit.ops.flash_attention.op import attention, attention_varlen
+from tritonkit.ops.gated_norm.op import rms_norm_gated
 from tritonkit.ops.gemm.op import scaled_linear
 from tritonkit.ops.lora.op import lora_linear
 from tritonkit.ops.loss.op import cross_entropy, fused_linear_cross_entropy
@@ -50,6 +51,7 @@ __all__ = [
     "quantize_kv",
     "rgb_to_grey",
     "rms_norm",
+    "rms_norm_gated",
     "rope",
     "scaled_linear",
     "silu",
