@@ -27,16 +27,20 @@ def _targets(n, vocab, device, ignore_every=3, ignore_index=-100):
 
 @pytest.mark.parametrize("reduction", REDUCTIONS)
 @pytest.mark.parametrize("label_smoothing", [0.0, 0.3])
-def test_equals_torch_cross_entropy(reduction, label_smoothing, device):
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "class-weights"])
+def test_equals_torch_cross_entropy(reduction, label_smoothing, weighted, device):
     """Straight against F.cross_entropy in float64 (no reimplemented reduction): mean over non-ignored
-    targets, label smoothing as torch defines it, and the gradient. The gradient's absolute floor is
-    1e-6: at the target column p - (1 - smoothing) can cancel to ~0 while p itself carries fp32
-    rounding of a few 1e-7 (a floor of 1e-7 against torch's fp32 result failed one full-suite run)."""
+    targets (with class weights: over their weights), label smoothing as torch defines it (weighted per class),
+    and the gradient. The gradient's absolute floor is 1e-6: at the target column p - (1 - smoothing) can cancel to
+    ~0 while p itself carries fp32 rounding of a few 1e-7 (a floor of 1e-7 against torch's fp32 result failed one
+    full-suite run)."""
     logits = (3 * torch.randn(7, 50, device=device, dtype=torch.float64)).float().requires_grad_()
     exact = logits.detach().double().requires_grad_()
     target = _targets(7, 50, device)
-    ours = tk.ops.cross_entropy(logits, target, label_smoothing=label_smoothing, reduction=reduction)
-    theirs = F.cross_entropy(exact, target, label_smoothing=label_smoothing, reduction=reduction)
+    weight = 0.5 + torch.rand(50, device=device) if weighted else None
+    options = dict(label_smoothing=label_smoothing, reduction=reduction)
+    ours = tk.ops.cross_entropy(logits, target, weight, **options)
+    theirs = F.cross_entropy(exact, target, weight.double() if weighted else None, **options)
     torch.testing.assert_close(ours.double(), theirs, rtol=1e-6, atol=1e-6)
     upstream = torch.randn_like(theirs)
     ours_grad = torch.autograd.grad(ours, logits, upstream.float())[0]

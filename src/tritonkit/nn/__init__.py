@@ -4,8 +4,9 @@ from tritonkit.nn.fourbit import Linear4bit
 from tritonkit.nn.lora import LoRALinear, adapter_state_dict, load_adapter_state_dict
 from tritonkit.nn.loss import CrossEntropyLoss, FusedLinearCrossEntropyLoss
 from tritonkit.nn.mlp import SwiGLUMLP
-from tritonkit.nn.norm import LayerNorm, RMSNorm
+from tritonkit.nn.norm import LayerNorm, RMSNorm, RMSNormGated
 from tritonkit.nn.quantized import QuantizedLinear
 
 __all__ = ["CrossEntropyLoss", "FusedLinearCrossEntropyLoss", "LayerNorm", "Linear4bit", "LoRALinear",
-           "QuantizedLinear", "RMSNorm", "SwiGLUMLP", "adapter_state_dict", "load_adapter_state_dict"]  # fmt: skip
+           "QuantizedLinear", "RMSNorm", "RMSNormGated", "SwiGLUMLP", "adapter_state_dict",
+           "load_adapter_state_dict"]  # fmt: skip

@@ -9,6 +9,7 @@ from tritonkit.ops.activation.op import geglu, gelu, silu, swiglu
 from tritonkit.ops.decoding.op import decode_attention, dequantize_kv, kv_cache_append, quantize_kv
 from tritonkit.ops.flash_attention.op import attention, attention_varlen
 from tritonkit.ops.fourbit.op import int4_linear, nf4_linear
+from tritonkit.ops.gated_norm.op import rms_norm_gated
 from tritonkit.ops.gemm.op import scaled_linear
 from tritonkit.ops.lora.op import lora_linear
 from tritonkit.ops.loss.op import cross_entropy, fused_linear_cross_entropy
@@ -56,6 +57,7 @@ __all__ = [
     "quantize_kv",
     "rgb_to_grey",
     "rms_norm",
+    "rms_norm_gated",
     "rope",
     "scaled_linear",
     "silu",

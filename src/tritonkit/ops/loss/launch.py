@@ -17,10 +17,11 @@ on request (the ops' ``check_targets=True`` or ``TRITONKIT_DEBUG=1``).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 
 import torch
 
-from tritonkit._core.checks import check_choice, check_tensor, overlaps_in_memory
+from tritonkit._core.checks import FLOAT_DTYPES, check_choice, check_tensor, overlaps_in_memory
 from tritonkit._core.cublas import addmm_into_fp32
 from tritonkit._core.device import arch
 from tritonkit.ops.loss.kernels import _cross_entropy_kernel
@@ -95,10 +96,11 @@ def needs_grad(t: torch.Tensor | None) -> bool:
     return t is not None and torch.is_grad_enabled() and t.requires_grad
 
 
-def _launch_rows(x, target, loss, lse, scale, dx, options, compute_loss, write_grad, plan=None):
+def _launch_rows(x, target, loss, lse, scale, dx, options, compute_loss, write_grad, plan=None, extras=None):
     """Run the kernel over every row of x (rows, V), unit column stride. ``options`` is
     (ignore_index, label_smoothing, z_loss, softcap), softcap 0 for none. Absent tensors may be any
-    tensor: the switches keep the kernel from touching them. ``plan``: the plan for x's rows unless given."""
+    tensor: the switches keep the kernel from touching them. ``plan``: the plan for x's rows unless given.
+    ``extras``: the options beyond torch's plain cross-entropy (class weights, the z-term on its own, accuracy)."""
     ignore_index, label_smoothing, z_loss, softcap = options
     n_rows, n_cols = x.shape
     if n_rows == 0:
@@ -110,6 +112,7 @@ def _launch_rows(x, target, loss, lse, scale, dx, options, compute_loss, write_g
         ignore_index, label_smoothing, z_loss, softcap,
         COMPUTE_LOSS=compute_loss, WRITE_GRAD=write_grad, HAS_SMOOTHING=label_smoothing != 0.0,
         HAS_SOFTCAP=softcap != 0.0, BLOCK_N=plan.block_n, num_warps=plan.warps,
+        **(extras.kernel_args() if extras is not None else {}),
     )  # fmt: skip
 
 
@@ -162,8 +165,8 @@ def cross_entropy_bwd(grad_loss: torch.Tensor, logits: torch.Tensor, target: tor
     return dx
 
 
-def _fused_chunks(hidden, weight, bias, target, options, loss_rows, lse, scale, grad_hidden, grad_weight,
-                  grad_bias):  # fmt: skip
+def _fused_chunks(hidden, weight, bias, target, options, loss_rows, lse, scale, grad_hidden, grad_weight, grad_bias,
+                  extras=None):  # fmt: skip
     """The chunk loop of the fused op. With ``loss_rows`` the kernel computes loss and lse (forward),
     without it it reads lse (the recomputing backward of "none"). With a ``scale`` it writes each
     chunk's logit gradient over its logits and adds the chunk's share to whichever of grad_hidden
@@ -184,7 +187,7 @@ def _fused_chunks(hidden, weight, bias, target, options, loss_rows, lse, scale, 
         _launch_rows(
             logits, target[rows], loss_rows[rows] if loss_rows is not None else lse[rows], lse[rows],
             row_scale if write_grad else lse, logits, options, compute_loss=loss_rows is not None,
-            write_grad=write_grad,
+            write_grad=write_grad, extras=extras.rows(rows) if extras is not None else None,
         )  # fmt: skip
         if grad_hidden is not None:
             torch.mm(logits, weight, out=grad_hidden[rows])
@@ -301,3 +304,231 @@ def scaled(grad: torch.Tensor, grad_loss: torch.Tensor, dtype: torch.dtype) -> t
         piece = slice(start, start + _SCALE_CHUNK)
         torch.mul(flat_grad[piece], factor, out=flat_out[piece])
     return out
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The options beyond torch's plain cross-entropy: class weights, the z-term on its own, token accuracy
+# ----------------------------------------------------------------------------------------------------------------
+def check_extras(name, weight_name, weight, n_classes, return_z_loss, return_token_accuracy) -> None:
+    """Class weights as torch's ``weight`` (one a class, floating, no gradient) and the two return flags."""
+    if weight is not None:
+        check_tensor(weight_name, weight, ndim=1, dtypes=FLOAT_DTYPES)
+        if weight.shape[0] != n_classes:
+            raise ValueError(f"{name}: {weight_name} must hold one weight a class, shape ({n_classes},), got "
+                             f"{tuple(weight.shape)}")  # fmt: skip
+        if torch.is_grad_enabled() and weight.requires_grad:
+            raise ValueError(f"{name}: {weight_name} requires grad, but the class weights get no gradient (neither "
+                             f"does torch's cross_entropy); pass {weight_name}.detach()")  # fmt: skip
+    for flag, value in (("return_z_loss", return_z_loss), ("return_token_accuracy", return_token_accuracy)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{name}: {flag} must be a bool, got {type(value).__name__}")
+
+
+@dataclass(frozen=True)
+class Extras:
+    """The kernel's optional arguments: class weights (and, for label smoothing, their 0-d fp32 sum; for the
+    gradient of a weighted mean, z_ratio, the z-term's scale over the rest's), and the per-row outputs it fills, the
+    z-term (z_rows) and whether the row's argmax is its target (correct), fp32 (rows,)."""
+
+    weight: torch.Tensor | None = None
+    weight_sum: torch.Tensor | None = None
+    z_ratio: torch.Tensor | None = None
+    z_rows: torch.Tensor | None = None
+    correct: torch.Tensor | None = None
+
+    def rows(self, rows: slice) -> Extras:
+        """The same options for the rows ``rows`` (a chunk of the fused op)."""
+        return replace(self, z_rows=_rows(self.z_rows, rows), correct=_rows(self.correct, rows))
+
+    def kernel_args(self) -> dict:
+        args = {}
+        if self.weight is not None:
+            args.update(p_weight=self.weight, p_weight_sum=self.weight_sum, p_z_ratio=self.z_ratio, HAS_WEIGHT=True)
+        if self.z_rows is not None:
+            args.update(p_z_rows=self.z_rows, SPLIT_Z=True)
+        if self.correct is not None:
+            args.update(p_correct=self.correct, STORE_CORRECT=True)
+        return args
+
+
+def _rows(t: torch.Tensor | None, rows: slice) -> torch.Tensor | None:
+    return t[rows] if t is not None else None
+
+
+def _counts(weight, target, ignore_index) -> tuple[torch.Tensor, torch.Tensor]:
+    """0-d fp32 device tensors (no synchronisation): the non-ignored targets, at least 1, and what a mean divides
+    the loss by: that count, or with class weights the sum of the targets' weights (torch's weighted mean), 1 where
+    it is 0 (every target ignored or weighted 0: a loss of 0, where torch gives NaN)."""
+    count = _n_valid(target, ignore_index)
+    if weight is None:
+        return count, count
+    # clamped: an out-of-range target is never an address (its row is NaN anyway)
+    weights = weight.float()[target.clamp(0, weight.shape[0] - 1)]
+    total = torch.where(target != ignore_index, weights, 0.0).sum()
+    return count, torch.where(total == 0, 1.0, total)
+
+
+def _extras(weight, target, ignore_index, label_smoothing, reduction, z_rows, correct, counts) -> Extras:
+    if weight is None:
+        return Extras(z_rows=z_rows, correct=correct)
+    count, denominator = counts
+    # the z-term is a mean over the targets even where the loss is weighted (as Liger-Kernel's)
+    z_ratio = denominator / count if reduction == "mean" else torch.ones((), device=weight.device)
+    weight_sum = weight.float().sum() if label_smoothing != 0 else None
+    return Extras(weight, weight_sum, z_ratio, z_rows, correct)
+
+
+def _options_scale(grad_loss, counts, reduction) -> torch.Tensor:
+    """_row_scale with class weights: a mean divides by the targets' weights (the z-term's share by z_ratio)."""
+    if reduction == "none":
+        return grad_loss.reshape(-1)
+    grad_loss = grad_loss.reshape(())
+    return grad_loss.float() / counts[1] if reduction == "mean" else grad_loss
+
+
+def _reduced(rows: torch.Tensor, denominator: torch.Tensor, reduction: str, dtype) -> torch.Tensor:
+    if reduction == "none":
+        return rows.to(dtype)
+    total = rows.sum()
+    return (total / denominator if reduction == "mean" else total).to(dtype)
+
+
+def _option_results(loss_rows, extras: Extras, counts, reduction, dtype, return_z_loss, return_accuracy) -> tuple:
+    """The loss (with the z-term, which a weighted mean divides by the count, not the weights), the z-term alone and
+    the token accuracy (a fraction of the non-ignored targets for mean and sum, per token for none), or empty."""
+    count, denominator = counts
+    if extras.z_rows is None:
+        loss = _reduced(loss_rows, denominator, reduction, dtype)
+    elif reduction == "none":
+        loss = (loss_rows + extras.z_rows).to(dtype)
+    else:
+        loss = (_reduced(loss_rows, denominator, reduction, torch.float32)
+                + _reduced(extras.z_rows, count, reduction, torch.float32)).to(dtype)  # fmt: skip
+    z_loss = (
+        _reduced(extras.z_rows, count, reduction, dtype) if return_z_loss else loss_rows.new_empty((0,), dtype=dtype)
+    )
+    accuracy = loss_rows.new_empty((0,))
+    if return_accuracy:
+        accuracy = _reduced(extras.correct, count, "mean" if reduction != "none" else "none", torch.float32)
+    return loss, z_loss, accuracy
+
+
+def _option_rows(n_rows, device, weight, target, ignore_index, label_smoothing, reduction, return_z_loss,
+                 return_accuracy):  # fmt: skip
+    """The forward's fp32 per-row buffers, loss and lse, the counts a mean divides by, and the extras: with the
+    per-row z-term (kept apart to return it, or for a weighted mean) and correctness buffers where needed."""
+
+    def rows():
+        return torch.empty((n_rows,), dtype=torch.float32, device=device)
+
+    counts = _counts(weight, target, ignore_index)
+    z_rows = rows() if return_z_loss or weight is not None else None
+    correct = rows() if return_accuracy else None
+    return rows(), rows(), counts, _extras(weight, target, ignore_index, label_smoothing, reduction, z_rows, correct,
+                                           counts)  # fmt: skip
+
+
+def cross_entropy_options_fwd(
+    logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, ignore_index: int,
+    label_smoothing: float, z_loss: float, softcap: float, reduction: str, return_z_loss: bool,
+    return_accuracy: bool, *, plan: CrossEntropyPlan | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    """cross_entropy_fwd with class weights (V,) or None, and the z-term and token accuracy. Returns the loss, the
+    fp32 row lse, the z-term reduced like the loss (logits' dtype; empty unless return_z_loss) and the accuracy
+    (fp32; empty unless return_accuracy)."""
+    flags = (label_smoothing, reduction, return_z_loss, return_accuracy)
+    loss_rows, lse, counts, extras = _option_rows(logits.shape[0], logits.device, weight, target, ignore_index,
+                                                  *flags)  # fmt: skip
+    options = (ignore_index, label_smoothing, z_loss, softcap)
+    _launch_rows(logits, target, loss_rows, lse, lse, logits, options, True, False, plan, extras)
+    loss, z_term, accuracy = _option_results(loss_rows, extras, counts, reduction, logits.dtype, return_z_loss,
+                                             return_accuracy)  # fmt: skip
+    return loss, lse, z_term, accuracy
+
+
+def cross_entropy_options_bwd(
+    grad_loss: torch.Tensor, logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None,
+    lse: torch.Tensor, ignore_index: int, label_smoothing: float, z_loss: float, softcap: float, reduction: str, *,
+    in_place: bool = False, plan: CrossEntropyPlan | None = None,
+) -> torch.Tensor:  # fmt: skip
+    """cross_entropy_bwd with class weights (V,) or None."""
+    dx = logits if in_place else torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
+    counts = _counts(weight, target, ignore_index)
+    extras = _extras(weight, target, ignore_index, label_smoothing, reduction, None, None, counts)
+    options = (ignore_index, label_smoothing, z_loss, softcap)
+    _launch_rows(logits, target, lse, lse, _options_scale(grad_loss, counts, reduction), dx, options, False, True,
+                 plan, extras)  # fmt: skip
+    return dx
+
+
+def cross_entropy_options_fwd_fake(logits, target, weight, ignore_index, label_smoothing, z_loss, softcap, reduction,
+                                   return_z_loss, return_accuracy):  # fmt: skip
+    loss, lse = cross_entropy_fwd_fake(logits, target, ignore_index, label_smoothing, z_loss, softcap, reduction)
+    return (
+        loss,
+        lse,
+        logits.new_empty(loss.shape if return_z_loss else (0,)),
+        logits.new_empty(loss.shape if return_accuracy else (0,), dtype=torch.float32),
+    )
+
+
+def cross_entropy_options_bwd_fake(grad_loss, logits, target, weight, lse, *options):
+    return torch.empty_like(logits)
+
+
+def fused_linear_cross_entropy_options_fwd(
+    hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None,
+    ce_weight: torch.Tensor | None, ignore_index: int, label_smoothing: float, z_loss: float, softcap: float,
+    reduction: str, return_z_loss: bool, return_accuracy: bool, need_hidden: bool, need_weight: bool,
+    need_bias: bool,
+) -> tuple[
+    torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor
+]:  # fmt: skip
+    """fused_linear_cross_entropy_fwd with class weights (ce_weight, (V,) or None), the z-term and the token
+    accuracy: returns (loss, lse, grad_hidden, grad_weight, grad_bias, z-term, accuracy), the last two as
+    cross_entropy_options_fwd's."""
+    flags = (label_smoothing, reduction, return_z_loss, return_accuracy)
+    loss_rows, lse, counts, extras = _option_rows(hidden.shape[0], hidden.device, ce_weight, target, ignore_index,
+                                                  *flags)  # fmt: skip
+    now = reduction != "none" and (need_hidden or need_weight or need_bias)
+    grads = _grad_buffers(hidden, weight, bias, need_hidden and now, need_weight and now, need_bias and now)
+    scale = (
+        _options_scale(torch.ones((), dtype=torch.float32, device=hidden.device), counts, reduction) if now else None
+    )
+    options = (ignore_index, label_smoothing, z_loss, softcap)
+    _fused_chunks(hidden, weight, bias, target, options, loss_rows, lse, scale, *grads, extras)
+    loss, z_term, accuracy = _option_results(loss_rows, extras, counts, reduction, hidden.dtype, return_z_loss,
+                                             return_accuracy)  # fmt: skip
+    return loss, lse, *(_or_empty(g, lse) for g in grads), z_term, accuracy
+
+
+def fused_linear_cross_entropy_options_bwd(
+    grad_loss: torch.Tensor, hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
+    bias: torch.Tensor | None, ce_weight: torch.Tensor | None, lse: torch.Tensor, ignore_index: int,
+    label_smoothing: float, z_loss: float, softcap: float, need_hidden: bool, need_weight: bool, need_bias: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    """fused_linear_cross_entropy_bwd (reduction "none", recomputing the chunks) with class weights."""
+    grads = _grad_buffers(hidden, weight, bias, need_hidden, need_weight, need_bias)
+    counts = _counts(ce_weight, target, ignore_index)
+    extras = _extras(ce_weight, target, ignore_index, label_smoothing, "none", None, None, counts)
+    options = (ignore_index, label_smoothing, z_loss, softcap)
+    _fused_chunks(hidden, weight, bias, target, options, None, lse, grad_loss.reshape(-1), *grads, extras)
+    return tuple(_or_empty(g, lse) for g in grads)
+
+
+def fused_linear_cross_entropy_options_fwd_fake(hidden, weight, target, bias, ce_weight, *options_and_needs):
+    *options, reduction, return_z_loss, return_accuracy, need_hidden, need_weight, need_bias = options_and_needs
+    plain = fused_linear_cross_entropy_fwd_fake(hidden, weight, target, bias, *options, reduction, need_hidden,
+                                                need_weight, need_bias)  # fmt: skip
+    loss = plain[0]
+    return (
+        *plain,
+        hidden.new_empty(loss.shape if return_z_loss else (0,)),
+        hidden.new_empty(loss.shape if return_accuracy else (0,), dtype=torch.float32),
+    )
+
+
+def fused_linear_cross_entropy_options_bwd_fake(grad_loss, hidden, weight, target, bias, ce_weight, lse,
+                                                *options_and_needs):  # fmt: skip
+    *_, need_hidden, need_weight, need_bias = options_and_needs
+    return _fake_grads(hidden, weight, bias, need_hidden, need_weight, need_bias)

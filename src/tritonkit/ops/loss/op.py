@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import torch
 
@@ -10,6 +11,7 @@ from tritonkit._core.autograd import differentiable_op
 from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor, debug_checks
 from tritonkit._core.layout import as_rows
 from tritonkit.ops.loss.launch import (
+    check_extras,
     check_inplace_logits,
     check_options,
     check_target,
@@ -18,78 +20,130 @@ from tritonkit.ops.loss.launch import (
     cross_entropy_bwd_fake,
     cross_entropy_fwd,
     cross_entropy_fwd_fake,
+    cross_entropy_options_bwd,
+    cross_entropy_options_bwd_fake,
+    cross_entropy_options_fwd,
+    cross_entropy_options_fwd_fake,
     fused_linear_cross_entropy_bwd,
     fused_linear_cross_entropy_bwd_fake,
     fused_linear_cross_entropy_fwd,
     fused_linear_cross_entropy_fwd_fake,
+    fused_linear_cross_entropy_options_bwd,
+    fused_linear_cross_entropy_options_bwd_fake,
+    fused_linear_cross_entropy_options_fwd,
+    fused_linear_cross_entropy_options_fwd_fake,
     needs_grad,
     scaled,
 )
 
 
-def _save_ce(ctx, inputs, outputs):
-    logits, target, *options = inputs
-    ctx.save_for_backward(logits, target, outputs[1])
-    ctx.options = tuple(options)
+class CrossEntropyOutput(NamedTuple):
+    """What the losses return when asked for more than the loss (Liger-Kernel's convention): the loss, the z-term on
+    its own (None unless ``return_z_loss``) and the token accuracy (None unless ``return_token_accuracy``)."""
+
+    loss: torch.Tensor
+    z_loss: torch.Tensor | None
+    token_accuracy: torch.Tensor | None
 
 
-def _ce_gradients(ctx, grad_outputs, backward):
-    grad_loss = grad_outputs[0]
-    if grad_loss is None:  # only lse was used downstream, and it carries no gradient
-        return (None,)
-    logits, target, lse = ctx.saved_tensors
-    return (backward(grad_loss, logits, target, lse, *ctx.options),)
+def _ce_parts(class_weights: bool) -> tuple:
+    """save and gradients of the cross-entropy ops; the options' op takes class weights after the target (and its
+    two return flags after the options, which the backward does not need)."""
+
+    def save(ctx, inputs, outputs):
+        logits, target, *rest = inputs
+        weight = [rest.pop(0)] if class_weights else []
+        ctx.save_for_backward(logits, target, *weight, outputs[1])
+        ctx.options = tuple(rest[:5])
+
+    def gradients(ctx, grad_outputs, backward):
+        grad_loss = grad_outputs[0]
+        if grad_loss is None:  # only lse (or the z-term, the accuracy) was used downstream: no gradient
+            return (None,)
+        *tensors, lse = ctx.saved_tensors
+        return (backward(grad_loss, *tensors, lse, *ctx.options),)
+
+    return save, gradients
 
 
-def _ce_gradients_in_place(ctx, grad_outputs, backward):
+def _in_place(gradients):
     """The backward of ``inplace_backward=True``: it overwrites the saved logits with their gradient and returns
     that memory as the gradient, so the op allocates nothing of the logits' size. The version bump makes the
     overwrite safe: any other node that saved these logits for its own backward (or a second backward through this
     one) finds them modified and autograd raises, instead of silently reading gradients as logits."""
-    (grad,) = _ce_gradients(ctx, grad_outputs, functools.partial(backward, in_place=True))
-    if grad is not None:
-        torch.autograd.graph.increment_version(grad)  # grad is the saved logits, overwritten
-    return (grad,)
+
+    def gradients_in_place(ctx, grad_outputs, backward):
+        (grad,) = gradients(ctx, grad_outputs, functools.partial(backward, in_place=True))
+        if grad is not None:
+            torch.autograd.graph.increment_version(grad)  # grad is the saved logits, overwritten
+        return (grad,)
+
+    return gradients_in_place
 
 
-_CE_PARTS = dict(forward=cross_entropy_fwd, forward_fake=cross_entropy_fwd_fake, backward=cross_entropy_bwd,
-                 backward_fake=cross_entropy_bwd_fake, save=_save_ce, non_differentiable=(1,))  # fmt: skip
-cross_entropy_op = differentiable_op("cross_entropy", gradients=_ce_gradients, **_CE_PARTS)
-cross_entropy_inplace_op = differentiable_op(
-    "cross_entropy_inplace", gradients=_ce_gradients_in_place, **_CE_PARTS,
-    compile_error="cross_entropy: inplace_backward=True overwrites the logits in the backward, which torch.compile "
-                  "cannot trace; leave it False under torch.compile, where the compiler plans the gradient's memory",
+_INPLACE_UNDER_COMPILE = (
+    "cross_entropy: inplace_backward=True overwrites the logits in the backward, which torch.compile cannot trace; "
+    "leave it False under torch.compile, where the compiler plans the gradient's memory"
+)
+
+
+def _ce_ops(name, forward, forward_fake, backward, backward_fake, class_weights, non_differentiable):
+    """The op and its in-place twin (eager-only)."""
+    save, gradients = _ce_parts(class_weights)
+    parts = dict(forward=forward, forward_fake=forward_fake, backward=backward, backward_fake=backward_fake,
+                 save=save, non_differentiable=non_differentiable)  # fmt: skip
+    return (differentiable_op(name, gradients=gradients, **parts),
+            differentiable_op(f"{name}_inplace", gradients=_in_place(gradients), **parts,
+                              compile_error=_INPLACE_UNDER_COMPILE))  # fmt: skip
+
+
+cross_entropy_op, cross_entropy_inplace_op = _ce_ops(
+    "cross_entropy", cross_entropy_fwd, cross_entropy_fwd_fake, cross_entropy_bwd, cross_entropy_bwd_fake, False,
+    non_differentiable=(1,),  # lse
+)  # fmt: skip
+# class weights, the z-term and the accuracy: an op of their own, so that a call without them takes the plain one
+cross_entropy_options_op, cross_entropy_options_inplace_op = _ce_ops(
+    "cross_entropy_options", cross_entropy_options_fwd, cross_entropy_options_fwd_fake, cross_entropy_options_bwd,
+    cross_entropy_options_bwd_fake, True, non_differentiable=(1, 2, 3),  # lse, the z-term (for logging), accuracy
 )  # fmt: skip
 
 
-def _save_flce(ctx, inputs, outputs):
-    """mean/sum keep the forward's gradients; "none" keeps what the recomputing backward reads."""
-    hidden, weight, target, bias, *rest = inputs
-    ctx.options, ctx.needs = tuple(rest[:5]), tuple(rest[5:])
-    ctx.dtypes = (hidden.dtype, weight.dtype, bias.dtype if bias is not None else None)
-    ctx.recompute = ctx.options[-1] == "none"
-    if ctx.recompute:
-        ctx.save_for_backward(hidden, weight, target, bias, outputs[1])
-    else:
-        ctx.save_for_backward(*outputs[2:])
+def _flce_parts(class_weights: bool) -> tuple:
+    """save and gradients of the fused ops; the options' op takes class weights after the bias and its two return
+    flags after the options."""
+
+    def save(ctx, inputs, outputs):
+        """mean/sum keep the forward's gradients; "none" keeps what the recomputing backward reads."""
+        hidden, weight, target, bias, *rest = inputs
+        ce_weight = [rest.pop(0)] if class_weights else []
+        ctx.options, ctx.needs = tuple(rest[:5]), tuple(rest[-3:])
+        ctx.dtypes = (hidden.dtype, weight.dtype, bias.dtype if bias is not None else None)
+        ctx.recompute = ctx.options[-1] == "none"
+        if ctx.recompute:
+            ctx.save_for_backward(hidden, weight, target, bias, *ce_weight, outputs[1])
+        else:
+            ctx.save_for_backward(*outputs[2:5])
+
+    def gradients(ctx, grad_outputs, backward):
+        """(grad_hidden, grad_weight, None for target, grad_bias), None where not needed."""
+        grad_loss = grad_outputs[0]
+        if grad_loss is None:  # only lse or the gradients were used downstream: nothing flows back
+            return ()
+        if ctx.recompute:
+            *tensors, lse = ctx.saved_tensors
+            grads = backward(grad_loss, *tensors, lse, *ctx.options[:-1], *ctx.needs)
+            grads = [g.to(dtype) if need else None
+                     for g, dtype, need in zip(grads, ctx.dtypes, ctx.needs, strict=True)]  # fmt: skip
+        else:
+            grads = [scaled(g, grad_loss, dtype) if need else None
+                     for g, dtype, need in zip(ctx.saved_tensors, ctx.dtypes, ctx.needs, strict=True)]  # fmt: skip
+        grad_hidden, grad_weight, grad_bias = grads
+        return grad_hidden, grad_weight, None, grad_bias
+
+    return save, gradients
 
 
-def _flce_gradients(ctx, grad_outputs, backward):
-    """(grad_hidden, grad_weight, None for target, grad_bias), None where not needed."""
-    grad_loss = grad_outputs[0]
-    if grad_loss is None:  # only lse or the gradients were used downstream: nothing flows back
-        return ()
-    if ctx.recompute:
-        hidden, weight, target, bias, lse = ctx.saved_tensors
-        grads = backward(grad_loss, hidden, weight, target, bias, lse, *ctx.options[:-1], *ctx.needs)
-        grads = [g.to(dtype) if need else None for g, dtype, need in zip(grads, ctx.dtypes, ctx.needs, strict=True)]
-    else:
-        grads = [scaled(g, grad_loss, dtype) if need else None
-                 for g, dtype, need in zip(ctx.saved_tensors, ctx.dtypes, ctx.needs, strict=True)]  # fmt: skip
-    grad_hidden, grad_weight, grad_bias = grads
-    return grad_hidden, grad_weight, None, grad_bias
-
-
+_save_flce, _flce_gradients = _flce_parts(False)
 fused_linear_cross_entropy_op = differentiable_op(
     "fused_linear_cross_entropy",
     forward=fused_linear_cross_entropy_fwd,
@@ -102,13 +156,36 @@ fused_linear_cross_entropy_op = differentiable_op(
     # would hand the backward a zero tensor for each, 2.1 GB for a 128256 x 4096 fp32 dW.
     non_differentiable=(1, 2, 3, 4),
 )
+_save_flce_options, _flce_options_gradients = _flce_parts(True)
+fused_linear_cross_entropy_options_op = differentiable_op(
+    "fused_linear_cross_entropy_options",
+    forward=fused_linear_cross_entropy_options_fwd,
+    forward_fake=fused_linear_cross_entropy_options_fwd_fake,
+    backward=fused_linear_cross_entropy_options_bwd,
+    backward_fake=fused_linear_cross_entropy_options_bwd_fake,
+    save=_save_flce_options,
+    gradients=_flce_options_gradients,
+    non_differentiable=(1, 2, 3, 4, 5, 6),  # as the plain op's, and the z-term (for logging) and the accuracy
+)
+
+
+def _with_extras(loss, z_term, accuracy, target, reduction, return_z_loss, return_token_accuracy):
+    """The loss alone, or CrossEntropyOutput where a return flag asks for more; per token for "none"."""
+
+    def shaped(t, asked=True):
+        return None if not asked else t.view(target.shape) if reduction == "none" else t
+
+    if not (return_z_loss or return_token_accuracy):
+        return shaped(loss)
+    return CrossEntropyOutput(shaped(loss), shaped(z_term, return_z_loss), shaped(accuracy, return_token_accuracy))
 
 
 def cross_entropy(
-    logits: torch.Tensor, target: torch.Tensor, *, ignore_index: int = -100, label_smoothing: float = 0.0,
-    z_loss: float = 0.0, softcap: float | None = None, reduction: str = "mean", inplace_backward: bool = False,
-    check_targets: bool | None = None,
-) -> torch.Tensor:  # fmt: skip
+    logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None = None, *, ignore_index: int = -100,
+    label_smoothing: float = 0.0, z_loss: float = 0.0, softcap: float | None = None, reduction: str = "mean",
+    inplace_backward: bool = False, check_targets: bool | None = None, return_z_loss: bool = False,
+    return_token_accuracy: bool = False,
+) -> torch.Tensor | CrossEntropyOutput:  # fmt: skip
     """Cross-entropy of class-last ``logits`` (..., V) against integer ``target`` (...).
 
     ``torch.nn.functional.cross_entropy(y, target, ignore_index=..., label_smoothing=...,
@@ -135,6 +212,16 @@ def cross_entropy(
     one. Under torch.compile it raises ValueError: a backward that overwrites its input cannot be traced,
     and there the compiler plans the gradient's memory.
 
+    Beyond torch's options (each off by default, where the call takes the plain op): ``weight``, class weights (V,)
+    as torch's ``weight`` (``ce_weight`` for the fused op, whose ``weight`` is the head's): each target's loss is
+    scaled by its class's weight, label smoothing weights each class's term, and "mean" divides by the sum of the
+    targets' weights (0 where that sum is 0, where torch gives NaN); the z-term stays a mean over the targets, as
+    Liger-Kernel's; the weights take no gradient. ``return_z_loss=True`` and ``return_token_accuracy=True`` return
+    a :class:`CrossEntropyOutput` (loss, z_loss, token_accuracy; None where not asked for), as Liger-Kernel's: the
+    z-term (already in the loss) reduced like the loss, and the fraction of non-ignored targets that are their
+    row's argmax (the first largest logit), per token (1.0 or 0.0, 0.0 where ignored) for "none". Neither carries
+    a gradient; both come from the loss's own pass over the logits, with no host synchronisation.
+
     Example: ``loss = tk.ops.cross_entropy(logits.view(-1, V), labels.view(-1), z_loss=1e-4)``.
     """
     options = check_options("cross_entropy", ignore_index, label_smoothing, z_loss, softcap, reduction)
@@ -150,15 +237,24 @@ def cross_entropy(
     if debug_checks("cross_entropy: check_targets", check_targets):
         check_target_values("cross_entropy", target, logits.shape[-1], ignore_index)
     rows, target_rows = as_rows(logits), target.reshape(-1)
+    if weight is not None or return_z_loss is not False or return_token_accuracy is not False:
+        check_extras("cross_entropy", "weight", weight, logits.shape[-1], return_z_loss, return_token_accuracy)
+        weight = weight.contiguous() if weight is not None else None
+        if weight is not None:
+            check_device(logits=logits, weight=weight)
+        op = cross_entropy_options_inplace_op if inplace_backward else cross_entropy_options_op
+        loss, _, z_term, accuracy = op(rows, target_rows, weight, *options, return_z_loss, return_token_accuracy)
+        return _with_extras(loss, z_term, accuracy, target, reduction, return_z_loss, return_token_accuracy)
     loss, _ = (cross_entropy_inplace_op if inplace_backward else cross_entropy_op)(rows, target_rows, *options)
     return loss.view(target.shape) if reduction == "none" else loss
 
 
 def fused_linear_cross_entropy(
     hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None = None, *,
-    ignore_index: int = -100, label_smoothing: float = 0.0, z_loss: float = 0.0, softcap: float | None = None,
-    reduction: str = "mean", check_targets: bool | None = None,
-) -> torch.Tensor:  # fmt: skip
+    ce_weight: torch.Tensor | None = None, ignore_index: int = -100, label_smoothing: float = 0.0,
+    z_loss: float = 0.0, softcap: float | None = None, reduction: str = "mean", check_targets: bool | None = None,
+    return_z_loss: bool = False, return_token_accuracy: bool = False,
+) -> torch.Tensor | CrossEntropyOutput:  # fmt: skip
     """``cross_entropy(hidden @ weight.T + bias, target, ...)`` without building the logits.
 
     hidden: (..., H); weight: (V, H) (the LM head's weight, passed at call time so that a gathered
@@ -167,7 +263,8 @@ def fused_linear_cross_entropy(
     it synchronises with the host) and result as :func:`cross_entropy` (the loss in hidden's dtype).
     Tokens are processed in chunks of at most a tenth of them, so the transient logits stay within 10%
     of the full (tokens, V) logits; d(weight) and d(bias) are summed over chunks in fp32 and cast once.
-    The GEMMs are torch's (cuBLAS on CUDA).
+    The GEMMs are torch's (cuBLAS on CUDA). ``ce_weight`` (class weights), ``return_z_loss`` and
+    ``return_token_accuracy`` as :func:`cross_entropy`'s ``weight`` and flags.
 
     Example: ``loss = tk.ops.fused_linear_cross_entropy(h.view(-1, H), lm_head.weight, labels.view(-1))``.
     """
@@ -193,5 +290,14 @@ def fused_linear_cross_entropy(
         check_target_values(name, target, weight.shape[0], ignore_index)
     rows, target_rows = hidden.reshape(-1, hidden.shape[-1]), target.reshape(-1)
     needs = (needs_grad(hidden), needs_grad(weight), needs_grad(bias))
+    if ce_weight is not None or return_z_loss is not False or return_token_accuracy is not False:
+        check_extras(name, "ce_weight", ce_weight, weight.shape[0], return_z_loss, return_token_accuracy)
+        ce_weight = ce_weight.contiguous() if ce_weight is not None else None
+        if ce_weight is not None:
+            check_device(hidden=hidden, ce_weight=ce_weight)
+        outputs = fused_linear_cross_entropy_options_op(rows, weight, target_rows, bias, ce_weight, *options,
+                                                        return_z_loss, return_token_accuracy, *needs)  # fmt: skip
+        loss, *_, z_term, accuracy = outputs
+        return _with_extras(loss, z_term, accuracy, target, reduction, return_z_loss, return_token_accuracy)
     loss = fused_linear_cross_entropy_op(rows, weight, target_rows, bias, *options, *needs)[0]
     return loss.view(target.shape) if reduction == "none" else loss

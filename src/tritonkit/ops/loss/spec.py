@@ -23,6 +23,9 @@ class _LossCase(Case):
     z_loss: float = 0.0
     softcap: float | None = None
     reduction: str = "mean"
+    class_weights: bool = False  # torch's weight= (the fused op's ce_weight=), positive, no gradient
+    return_z_loss: bool = False
+    accuracy: bool = False  # return_token_accuracy; each row's argmax planted, the target's for half the rows
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,26 +45,57 @@ class FusedLinearCrossEntropyCase(_LossCase):
     bias: bool = False
 
 
-def _cross_entropy_reference(logits, target, *, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None,
-                             reduction="mean", inplace_backward=False):  # fmt: skip
-    """torch's cross_entropy per row on the softcapped logits, plus z_loss * lse^2, reduced over the
-    non-ignored rows (an all-ignored mean is 0, where torch gives 0/0). ``inplace_backward`` changes
-    only where the op's gradient lives, so the reference takes it and stays out of place."""
+def _cross_entropy_reference(logits, target, weight=None, *, ignore_index=-100, label_smoothing=0.0, z_loss=0.0,
+                             softcap=None, reduction="mean", inplace_backward=False, return_z_loss=False,
+                             return_token_accuracy=False):  # fmt: skip
+    """torch's cross_entropy per row (class weights too) on the softcapped logits, plus z_loss * lse^2, reduced over
+    the non-ignored rows: a mean divides the cross-entropy by the targets' weights (their count without weights) and
+    the z-term by the count, each 1 where it is 0 (torch gives 0/0). With a return flag: the loss, then the z-term
+    reduced alike and the fraction of rows whose argmax (of the logits as given) is the target, per row for "none".
+    ``inplace_backward`` changes only where the op's gradient lives, so the reference takes it and stays out of
+    place."""
+    first_argmax = logits.reshape(-1, logits.shape[-1]).argmax(-1)
     if softcap is not None:
         logits = softcap * torch.tanh(logits / softcap)
     rows, flat_target = logits.reshape(-1, logits.shape[-1]), target.reshape(-1)
     valid = flat_target != ignore_index
-    loss = F.cross_entropy(rows, flat_target, ignore_index=ignore_index, label_smoothing=label_smoothing,
-                           reduction="none")  # fmt: skip
-    loss = loss + torch.where(valid, z_loss * torch.logsumexp(rows, -1) ** 2, 0.0)
-    if reduction == "none":
-        return loss.view(target.shape)
-    return loss.sum() / valid.sum().clamp_min(1) if reduction == "mean" else loss.sum()
+    loss = F.cross_entropy(rows, flat_target, weight=weight, ignore_index=ignore_index,
+                           label_smoothing=label_smoothing, reduction="none")  # fmt: skip
+    z_term = torch.where(valid, z_loss * torch.logsumexp(rows, -1) ** 2, 0.0)
+    count = valid.sum().clamp_min(1)
+    denominator = count
+    if weight is not None:
+        total = torch.where(valid, weight[flat_target.clamp(0, weight.shape[0] - 1)], 0.0).sum()
+        denominator = torch.where(total == 0, 1.0, total)
+
+    def reduced(rows, denominator):
+        if reduction == "none":
+            return rows.view(target.shape)
+        return rows.sum() / denominator if reduction == "mean" else rows.sum()
+
+    outputs = [reduced(loss, denominator) + reduced(z_term, count)]
+    if return_z_loss:
+        outputs.append(reduced(z_term, count))
+    if return_token_accuracy:
+        correct = (valid & (first_argmax == flat_target)).double()
+        outputs.append(correct.view(target.shape) if reduction == "none" else correct.sum() / count)
+    return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 
-def _fused_linear_cross_entropy_reference(hidden, weight, target, bias=None, **options):
+def _fused_linear_cross_entropy_reference(hidden, weight, target, bias=None, ce_weight=None, **options):
     logits = hidden @ weight.t()
-    return _cross_entropy_reference(logits + bias if bias is not None else logits, target, **options)
+    return _cross_entropy_reference(logits + bias if bias is not None else logits, target, ce_weight, **options)
+
+
+def _present(op):
+    """``op`` with the outputs not asked for (None) left out, as the reference returns them: the spec's fn."""
+
+    @functools.wraps(op)
+    def call(*args, **kwargs):
+        result = op(*args, **kwargs)
+        return tuple(t for t in result if t is not None) if isinstance(result, tuple) else result
+
+    return call
 
 
 def _randn(shape, device, generator, scale=1.0):
@@ -79,31 +113,66 @@ def _targets(case: _LossCase, device, generator, vocab):
 
 
 def _options(case: _LossCase) -> dict:
-    return {key: getattr(case, key) for key in ("ignore_index", "label_smoothing", "z_loss", "softcap", "reduction")}
+    options = {key: getattr(case, key) for key in ("ignore_index", "label_smoothing", "z_loss", "softcap", "reduction")}
+    if case.return_z_loss:
+        options["return_z_loss"] = True
+    if case.accuracy:
+        options["return_token_accuracy"] = True
+    return options
+
+
+def _class_weights(case: _LossCase, vocab, device, generator, dtype):
+    """Positive class weights in [0.5, 1.5), or None."""
+    if not case.class_weights:
+        return None
+    return (0.5 + torch.rand((vocab,), device=device, generator=generator)).to(dtype)
+
+
+def _planted_classes(target, vocab):
+    """Each row's planted argmax: its target on even rows, the next class on odd ones (ignored rows: any)."""
+    classes = target.clamp(0, vocab - 1).clone()
+    classes[1::2] = (classes[1::2] + 1) % vocab
+    return classes
 
 
 def _ce_inputs(case, device, dtype, generator):
     """Logits of scale 3 (peaked rows: the softmax term of the gradient matters), optionally shaped
     (2, tokens / 2, V) to test leading dimensions."""
     tokens, vocab = case.tokens, case.vocab
-    logits = _randn((tokens, vocab), device, generator, case.scale).to(dtype)
+    logits = _randn((tokens, vocab), device, generator, case.scale)
     target = _targets(case, device, generator, vocab)
+    if case.accuracy:  # a clear argmax: ties of 16-bit logits would leave the accuracy to their order
+        classes = _planted_classes(target, vocab)
+        logits[torch.arange(tokens, device=device), classes] = logits.amax(-1) + 2.0
+    logits = logits.to(dtype)
     if case.batched:
         logits, target = logits.view(2, tokens // 2, vocab), target.view(2, tokens // 2)
     options = _options(case)
     if case.inplace_backward:
         options["inplace_backward"] = True
-    return Inputs((logits, target), options)
+    weight = _class_weights(case, vocab, device, generator, dtype)
+    if weight is None:
+        return Inputs((logits, target), options)
+    return Inputs((logits, target), {"weight": weight, **options}, frozen=frozenset({"weight"}))
 
 
 def _flce_inputs(case, device, dtype, generator):
     """hidden of unit scale, weight scaled by 2 / sqrt(H) so that logits have scale ~2."""
     tokens, hidden_size, vocab = case.tokens, case.hidden, case.vocab
-    hidden = _randn((tokens, hidden_size), device, generator).to(dtype)
-    weight = _randn((vocab, hidden_size), device, generator, 2.0 / math.sqrt(hidden_size)).to(dtype)
+    hidden = _randn((tokens, hidden_size), device, generator)
+    weight = _randn((vocab, hidden_size), device, generator, 2.0 / math.sqrt(hidden_size))
     bias = _randn((vocab,), device, generator, 0.5).to(dtype) if case.bias else None
     target = _targets(case, device, generator, vocab)
-    return Inputs((hidden, weight, target), {"bias": bias, **_options(case)} if bias is not None else _options(case))
+    if case.accuracy:  # orthogonal head rows and hidden rows along the planted class's: a margin of 4 in the logits
+        weight = torch.linalg.qr(weight.t())[0].t() * 2.0  # (vocab <= hidden) orthogonal rows of norm 2
+        hidden = 0.1 * hidden + weight[_planted_classes(target, vocab)]
+    hidden, weight = hidden.to(dtype), weight.to(dtype)
+    kwargs = {"bias": bias} if bias is not None else {}
+    ce_weight = _class_weights(case, vocab, device, generator, dtype)
+    frozen = frozenset()
+    if ce_weight is not None:
+        kwargs["ce_weight"], frozen = ce_weight, frozenset({"ce_weight"})
+    return Inputs((hidden, weight, target), {**kwargs, **_options(case)}, frozen)
 
 
 def _ce_bytes(case, dtype, backward=False):
@@ -186,14 +255,30 @@ _CE_TESTS = (
     {"tokens": 6, "vocab": 40, "ignored": True, "label_smoothing": 0.1, "softcap": 5.0, "reduction": "none"},
     {"tokens": 6, "vocab": 9, "batched": True, "ignored": True, "reduction": "none"},
     {"tokens": 2, "vocab": 5000, "label_smoothing": 0.1, "z_loss": 1e-3, "softcap": 20.0},
-)
+    # class weights, the z-term returned, the token accuracy (Liger-Kernel's options)
+    {"tokens": 6, "vocab": 40, "ignored": True, "class_weights": True},
+    {"tokens": 6, "vocab": 40, "ignored": True, "class_weights": True, "label_smoothing": 0.2, "z_loss": 1e-2,
+     "softcap": 5.0},
+    {"tokens": 6, "vocab": 40, "ignored": True, "class_weights": True, "label_smoothing": 0.1, "reduction": "sum"},
+    {"tokens": 6, "vocab": 40, "ignored": True, "class_weights": True, "z_loss": 1e-2, "return_z_loss": True,
+     "reduction": "none"},
+    {"tokens": 6, "vocab": 40, "ignored": True, "z_loss": 1e-2, "return_z_loss": True},
+    {"tokens": 8, "vocab": 40, "ignored": True, "accuracy": True},
+    {"tokens": 8, "vocab": 9, "batched": True, "ignored": True, "accuracy": True, "return_z_loss": True,
+     "z_loss": 1e-3, "reduction": "none"},
+    {"tokens": 3, "vocab": 5000, "class_weights": True, "label_smoothing": 0.1, "z_loss": 1e-3, "accuracy": True},
+    {"tokens": 4, "vocab": 40, "all_ignored": True, "class_weights": True, "return_z_loss": True, "accuracy": True},
+)  # fmt: skip
 _CE_GPU = (
     {"tokens": 4096, "vocab": 32000, "ignored": True},
     {"tokens": 1024, "vocab": 262144, "ignored": True, "label_smoothing": 0.1, "z_loss": 1e-4},
     {"tokens": 2048, "vocab": 128256, "softcap": 30.0, "reduction": "none"},
     {"tokens": 8192, "vocab": 128256},
     {"tokens": 7, "vocab": 32001, "all_ignored": True},
-)
+    {"tokens": 2048, "vocab": 128256, "ignored": True, "class_weights": True, "label_smoothing": 0.1, "z_loss": 1e-4,
+     "return_z_loss": True, "accuracy": True},
+    {"tokens": 1024, "vocab": 32000, "class_weights": True, "softcap": 30.0, "reduction": "none", "accuracy": True},
+)  # fmt: skip
 # inplace_backward has no case here: it refuses the leaf logits the harness times (an LM head's output is not one);
 # its time and memory were measured with produced logits (docs/kernels/loss.md).
 _CE_BENCH = (
@@ -214,12 +299,24 @@ _FLCE_TESTS = (
     {"tokens": 10, "hidden": 8, "vocab": 20, "ignored": True, "bias": True, "label_smoothing": 0.1,
      "reduction": "none"},
     {"tokens": 3, "hidden": 8, "vocab": 32001},
+    {"tokens": 10, "hidden": 8, "vocab": 20, "ignored": True, "class_weights": True, "label_smoothing": 0.2,
+     "z_loss": 1e-2, "softcap": 5.0},
+    {"tokens": 10, "hidden": 8, "vocab": 20, "ignored": True, "bias": True, "class_weights": True,
+     "label_smoothing": 0.1, "reduction": "none"},
+    {"tokens": 12, "hidden": 32, "vocab": 20, "ignored": True, "accuracy": True, "return_z_loss": True,
+     "z_loss": 1e-2},
+    {"tokens": 10, "hidden": 32, "vocab": 20, "class_weights": True, "accuracy": True, "reduction": "sum"},
+    {"tokens": 10, "hidden": 32, "vocab": 20, "ignored": True, "class_weights": True, "accuracy": True,
+     "return_z_loss": True, "z_loss": 1e-2, "reduction": "none"},
 )  # fmt: skip
 _FLCE_GPU = (
     {"tokens": 4096, "hidden": 2048, "vocab": 32000, "ignored": True},
     {"tokens": 2048, "hidden": 1024, "vocab": 128256, "ignored": True, "bias": True, "reduction": "none"},
     {"tokens": 1000, "hidden": 512, "vocab": 32001, "label_smoothing": 0.1, "z_loss": 1e-4, "softcap": 30.0},
-)
+    {"tokens": 4096, "hidden": 2048, "vocab": 32000, "ignored": True, "class_weights": True, "label_smoothing": 0.1,
+     "z_loss": 1e-4, "return_z_loss": True, "accuracy": True},
+    {"tokens": 1000, "hidden": 512, "vocab": 500, "class_weights": True, "reduction": "none", "accuracy": True},
+)  # fmt: skip
 _FLCE_BENCH = (
     {"tokens": 8, "hidden": 4096, "vocab": 128256},
     {"tokens": 8192, "hidden": 4096, "vocab": 128256},
@@ -230,15 +327,19 @@ register(KernelSpec(
     family="loss",
     sweep="vocab",
     case_type=CrossEntropyCase,
-    summary="Cross-entropy with ignore_index, label smoothing, z-loss and softcap; forward and backward.",
+    summary="Cross-entropy with ignore_index, label smoothing, z-loss, softcap and class weights; forward and "
+            "backward.",
     description="One online-softmax pass per row gives the loss and an fp32 log-sum-exp; the backward reads "
                 "the logits once more and writes the gradient already scaled by the upstream gradient, "
                 "over the logits themselves with inplace_backward=True (no allocation of their size). "
-                "Mean over non-ignored targets counted on the device (no host sync); all-ignored batches give 0.",
+                "Mean over non-ignored targets counted on the device (no host sync); all-ignored batches give 0. "
+                "Class weights as torch's; the z-term on its own and the token accuracy (argmax == target) from the "
+                "same pass, as Liger-Kernel's return_z_loss and return_token_accuracy.",
     usage="loss = tk.ops.cross_entropy(logits, labels, ignore_index=-100, label_smoothing=0.1, z_loss=1e-4)",
     tags=("loss", "memory-bound", "backward"),
-    limits="Class-last logits (..., V), any V >= 1; int64/int32 targets; no per-class weights.",
-    fn=cross_entropy,
+    limits="Class-last logits (..., V), any V >= 1; int64/int32 targets; class weights take no gradient.",
+    fn=_present(cross_entropy),
+    covers=(cross_entropy,),
     reference=_cross_entropy_reference,
     make_inputs=_ce_inputs,
     test_cases=_CE_TESTS,
@@ -263,11 +364,13 @@ register(KernelSpec(
     description="Tokens in chunks of at most 10% of them: a cuBLAS GEMM makes a chunk's logits, the "
                 "cross-entropy kernel overwrites them with their gradient, two more GEMMs add the chunk's "
                 "d(hidden) rows and its share of d(weight) (summed in fp32). The backward only scales, "
-                "except for reduction='none', which recomputes the chunks.",
+                "except for reduction='none', which recomputes the chunks. Class weights (ce_weight), the z-term "
+                "and the token accuracy as cross_entropy's.",
     usage="loss = tk.ops.fused_linear_cross_entropy(hidden, lm_head.weight, labels, z_loss=1e-4)",
     tags=("loss", "fused", "compute-bound", "backward"),
     limits="hidden (..., H), weight (V, H), bias (V,) of one float dtype; int64/int32 targets.",
-    fn=fused_linear_cross_entropy,
+    fn=_present(fused_linear_cross_entropy),
+    covers=(fused_linear_cross_entropy,),
     reference=_fused_linear_cross_entropy_reference,
     make_inputs=_flce_inputs,
     test_cases=_FLCE_TESTS,

@@ -11,7 +11,7 @@ a workspace and reduced in a fixed order (deterministic). The schedules:
 - backward: whole rows in registers (_norm_bwd_kernel); rows too wide for registers by column blocks, each row's
   terms summed in a phase of their own first (_norm_bwd_row_sums_kernel, then _norm_bwd_columns_kernel with the terms
   given), or shared between the column blocks as they go (_norm_bwd_columns_kernel, SHARED); then the dweight/dbias
-  workspaces summed (_sum_partials_kernel).
+  workspaces summed (tritonkit._core.jit.row_groups.sum_partials_kernel).
 
 Which schedule a row width takes, and why, is plan.py's (docs/kernels/norm.md has the measurements).
 """
@@ -19,6 +19,8 @@ Which schedule a row width takes, and why, is plan.py's (docs/kernels/norm.md ha
 import triton
 import triton.language as tl
 
+from tritonkit._core.jit.dropout import keep_mask
+from tritonkit._core.jit.row_groups import row_steps, store_partials
 from tritonkit._core.jit.row_sync import publish, publish_and_wait, this_slice, wait_for
 
 
@@ -58,18 +60,58 @@ def _store_normalized(p_y_row, p_w, p_b, o_n, m_n, b_h, b_mean, b_rstd, offset, 
 
 
 @triton.jit
+def _inputs_sum(p_x, p_x1, p_res, p_rowscale, p_seed, p_keep, o_r, m_r, o_n, m_n, n_rows, n_cols, stride_x_row,
+                stride_x1_row, stride_res_row, threshold, keep_scale, HAS_RES: tl.constexpr, HAS_X1: tl.constexpr,
+                HAS_ROWSCALE: tl.constexpr, HAS_DROPOUT: tl.constexpr, STORE_KEEP: tl.constexpr):  # fmt: skip
+    """The options' h = dropout(rowscale * x) + dropout(x1) + residual at rows o_r and columns o_n, in fp32 (0 where
+    masked), and the keep masks of x and x1 (all true without dropout). dropout(v) = v * keep / (1 - p)
+    (keep_scale = 1 / (1 - p)); element (r, c) of x is kept by its counter r * N + c, of x1 by (n_rows + r) * N + c
+    (tritonkit._core.jit.dropout.keep_mask), and with STORE_KEEP the masks are stored at p_keep + counter."""
+    m_rn = m_r[:, None] & m_n[None, :]
+    b_h = tl.load(p_x + o_r[:, None] * stride_x_row + o_n[None, :], mask=m_rn, other=0.0).to(tl.float32)
+    if HAS_ROWSCALE:
+        b_h *= tl.load(p_rowscale + o_r, mask=m_r, other=0.0).to(tl.float32)[:, None]
+    b_keep, b_keep1 = m_rn, m_rn
+    if HAS_DROPOUT:
+        o_counter = o_r[:, None] * n_cols + o_n[None, :]  # int64, as o_r
+        b_keep = keep_mask(p_seed, o_counter, threshold)
+        b_h = tl.where(b_keep, b_h * keep_scale, 0.0)
+        if STORE_KEEP:
+            tl.store(p_keep + o_counter, b_keep, mask=m_rn)
+    if HAS_X1:
+        b_x1 = tl.load(p_x1 + o_r[:, None] * stride_x1_row + o_n[None, :], mask=m_rn, other=0.0).to(tl.float32)
+        if HAS_DROPOUT:
+            o_counter1 = (n_rows + o_r)[:, None] * n_cols + o_n[None, :]
+            b_keep1 = keep_mask(p_seed, o_counter1, threshold)
+            b_x1 = tl.where(b_keep1, b_x1 * keep_scale, 0.0)
+            if STORE_KEEP:
+                tl.store(p_keep + o_counter1, b_keep1, mask=m_rn)
+        b_h += b_x1
+    if HAS_RES:
+        b_h += tl.load(p_res + o_r[:, None] * stride_res_row + o_n[None, :], mask=m_rn, other=0.0).to(tl.float32)
+    return b_h, b_keep, b_keep1
+
+
+@triton.jit
 def _norm_fwd_kernel(
     p_x, p_res, p_w, p_b, p_y, p_h, p_mean, p_rstd,
     n_rows, n_cols, stride_x_row, stride_res_row, stride_y_row, stride_h_row, eps, offset,
     IS_RMS: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
     STORE_H: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, WEIGHT_FIRST: tl.constexpr,
     STORE_STATS: tl.constexpr,
+    p_x1=None, p_rowscale=None, p_seed=None, p_keep=None, p_w1=None, p_b1=None, p_y1=None, stride_x1_row=None,
+    stride_y1_row=None, threshold=None, keep_scale=None, HAS_X1: tl.constexpr = False,
+    HAS_ROWSCALE: tl.constexpr = False, HAS_DROPOUT: tl.constexpr = False, STORE_KEEP: tl.constexpr = False,
+    HAS_W1: tl.constexpr = False, HAS_B1: tl.constexpr = False,
 ):  # fmt: skip
     """Forward of one block of ROWS whole rows in registers.
 
     h = x + res;  LayerNorm: mean = sum(h)/N, var = sum((h - mean)^2)/N;  RMSNorm: mean = 0,
     var = sum(h^2)/N;  rstd = 1/sqrt(var + eps);  y = (h - mean) * rstd * (offset + w) + b.
     Stores y, h (STORE_H), and with STORE_STATS mean (LayerNorm) and rstd (fp32, for the backward).
+    The options, absent by default (constexpr None and False: the plain forward compiles without them):
+    h = dropout(rowscale * x) + dropout(x1) + res (_inputs_sum), and with HAS_W1 a second output from the same
+    normalised rows, y1 = (h - mean) * rstd * (offset + w1) + b1.
     """
     o_rows = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
     m_rows = o_rows < n_rows
@@ -81,10 +123,17 @@ def _norm_fwd_kernel(
     if WEIGHT_FIRST:
         b_w, b_b = _weight_and_bias(p_w, p_b, o_n, m_n, offset, HAS_W, HAS_B)
     m_rn = m_rows[:, None] & m_n[None, :]
-    b_h = tl.load(p_x + o_rows[:, None] * stride_x_row + o_n[None, :], mask=m_rn, other=0.0).to(tl.float32)
-    if HAS_RES:
-        p_res_rn = p_res + o_rows[:, None] * stride_res_row + o_n[None, :]
-        b_h += tl.load(p_res_rn, mask=m_rn, other=0.0).to(tl.float32)  # [ROWS, BLOCK_N]
+    if HAS_X1 or HAS_ROWSCALE or HAS_DROPOUT:
+        b_h, _, _ = _inputs_sum(
+            p_x, p_x1, p_res, p_rowscale, p_seed, p_keep, o_rows, m_rows, o_n, m_n, n_rows, n_cols, stride_x_row,
+            stride_x1_row, stride_res_row, threshold, keep_scale, HAS_RES, HAS_X1, HAS_ROWSCALE, HAS_DROPOUT,
+            STORE_KEEP,
+        )  # fmt: skip
+    else:
+        b_h = tl.load(p_x + o_rows[:, None] * stride_x_row + o_n[None, :], mask=m_rn, other=0.0).to(tl.float32)
+        if HAS_RES:
+            p_res_rn = p_res + o_rows[:, None] * stride_res_row + o_n[None, :]
+            b_h += tl.load(p_res_rn, mask=m_rn, other=0.0).to(tl.float32)  # [ROWS, BLOCK_N]
     if STORE_H:
         tl.store(p_h + o_rows[:, None] * stride_h_row + o_n[None, :], b_h.to(p_h.dtype.element_ty), mask=m_rn)
     if IS_RMS:
@@ -107,6 +156,12 @@ def _norm_fwd_kernel(
     if HAS_B:
         b_y += b_b[None, :]
     tl.store(p_y + o_rows[:, None] * stride_y_row + o_n[None, :], b_y.to(p_y.dtype.element_ty), mask=m_rn)
+    if HAS_W1:  # the parallel output, from the same normalised rows
+        b_w1, b_b1 = _weight_and_bias(p_w1, p_b1, o_n, m_n, offset, HAS_W1, HAS_B1)
+        b_y1 = b_centered * b_rstd[:, None] * b_w1[None, :]
+        if HAS_B1:
+            b_y1 += b_b1[None, :]
+        tl.store(p_y1 + o_rows[:, None] * stride_y1_row + o_n[None, :], b_y1.to(p_y1.dtype.element_ty), mask=m_rn)
 
 
 @triton.jit
@@ -302,22 +357,6 @@ def _publish_step(p_dy, p_x, p_res, p_w, p_mean, p_rstd, p_c_xhat, p_c_one, p_co
 
 
 @triton.jit
-def _row_steps(i_part, rows_per_program, n_rows, ROWS: tl.constexpr, INTERLEAVED: tl.constexpr):
-    """(first row, end, step) of row group ``i_part``'s loop: a block of rows_per_program rows taken ROWS at a time,
-    or with INTERLEAVED the steps i_part, i_part + G, i_part + 2G, ... of ROWS rows each (G groups), so that the
-    groups sweep the rows together, as a non-persistent grid does (int64: row * stride can pass 2**31)."""
-    if INTERLEAVED:
-        row_start = i_part * ROWS
-        row_end = n_rows
-        row_step = tl.num_programs(0) * ROWS
-    else:
-        row_start = i_part * rows_per_program
-        row_end = tl.minimum(row_start + rows_per_program, n_rows)
-        row_step = ROWS
-    return row_start, row_end, row_step
-
-
-@triton.jit
 def _step_terms(p_dy, p_x, p_res, p_w, p_mean, p_rstd, o_r, m_r, stride_dy_row, stride_x_row, stride_res_row, o_n,
                 m_n, b_w, offset, acc_dw, acc_db, IS_RMS: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr,
                 LOW_REGISTERS: tl.constexpr, EVICT: tl.constexpr):  # fmt: skip
@@ -350,17 +389,6 @@ def _step_grads(p_dh, p_dx, p_dres, o_r, m_r, stride_dh_row, stride_dx_row, stri
 
 
 @triton.jit
-def _store_partials(p_dw_part, p_db_part, i_part, n_cols, o_n, m_n, acc_dw, acc_db, HAS_W: tl.constexpr,
-                    HAS_B: tl.constexpr):  # fmt: skip
-    """Row group i_part's share of dw and db into row i_part of the fp32 workspaces, or into dweight and dbias
-    themselves (in their dtype) when one program covers every row."""
-    if HAS_W:
-        tl.store(p_dw_part + i_part * n_cols + o_n, acc_dw.to(p_dw_part.dtype.element_ty), mask=m_n)
-    if HAS_B:
-        tl.store(p_db_part + i_part * n_cols + o_n, acc_db.to(p_db_part.dtype.element_ty), mask=m_n)
-
-
-@triton.jit
 def _norm_bwd_kernel(
     p_dy, p_dh, p_x, p_res, p_w, p_mean, p_rstd, p_dx, p_dres, p_dw_part, p_db_part,
     n_rows, n_cols, rows_per_program, stride_dy_row, stride_dh_row, stride_x_row, stride_res_row,
@@ -369,7 +397,7 @@ def _norm_bwd_kernel(
     HAS_DH: tl.constexpr, STORE_DRES: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
     LOOP_STAGES: tl.constexpr, LOW_REGISTERS: tl.constexpr, INTERLEAVED: tl.constexpr,
 ):  # fmt: skip
-    """Backward over whole rows in registers: row group program_id(0) takes ROWS rows a step (_row_steps), each
+    """Backward over whole rows in registers: row group program_id(0) takes ROWS rows a step (row_steps), each
     row's terms summed from its own tile.
 
     With xhat = (h - mean) * rstd and g = (offset + w) * dy, and per row c_xhat = mean(g * xhat) and
@@ -377,12 +405,12 @@ def _norm_bwd_kernel(
       RMSNorm:   dh = rstd * (g - xhat * c_xhat)
       LayerNorm: dh = rstd * (g - xhat * c_xhat - c_one)
     plus the gradient of the returned h (prenorm); dx = dres = dh. dw = sum_rows(dy * xhat), db = sum_rows(dy): each
-    row group's share goes to its row of the fp32 workspaces (_store_partials), summed by _sum_partials_kernel.
+    row group's share goes to its row of the fp32 workspaces (store_partials), summed by sum_partials_kernel.
     """
     o_n = tl.arange(0, BLOCK_N)
     m_n = o_n < n_cols
     i_part = tl.program_id(0).to(tl.int64)
-    row_start, row_end, row_step = _row_steps(i_part, rows_per_program, n_rows, ROWS, INTERLEAVED)
+    row_start, row_end, row_step = row_steps(i_part, rows_per_program, n_rows, ROWS, INTERLEAVED)
     b_w = _offset_weight(p_w, o_n, m_n, offset, HAS_W) if not LOW_REGISTERS else 0.0
     acc_dw = tl.zeros((BLOCK_N,), dtype=tl.float32)
     acc_db = tl.zeros((BLOCK_N,), dtype=tl.float32)
@@ -401,7 +429,77 @@ def _norm_bwd_kernel(
             p_dh, p_dx, p_dres, o_r, m_r, stride_dh_row, stride_dx_row, stride_dres_row, o_n, m_n, b_xhat, b_dy,
             b_wdy, b_rstd, c_xhat, c_one, acc_dw, acc_db, IS_RMS, HAS_DH, STORE_DRES, LOW_REGISTERS,
         )  # fmt: skip
-    _store_partials(p_dw_part, p_db_part, i_part, n_cols, o_n, m_n, acc_dw, acc_db, HAS_W, HAS_B)
+    store_partials(p_dw_part, p_db_part, i_part, n_cols, o_n, m_n, acc_dw, acc_db, HAS_W, HAS_B)
+
+
+@triton.jit
+def _norm_bwd_options_kernel(
+    p_dy, p_dy1, p_dh, p_x, p_x1, p_res, p_rowscale, p_seed, p_w, p_w1, p_mean, p_rstd,
+    p_dx, p_dx1, p_dres, p_dw_part, p_db_part, p_dw1_part, p_db1_part,
+    n_rows, n_cols, rows_per_program, stride_dy_row, stride_dy1_row, stride_dh_row, stride_x_row, stride_x1_row,
+    stride_res_row, stride_dx_row, stride_dx1_row, stride_dres_row, offset, threshold, keep_scale,
+    IS_RMS: tl.constexpr, HAS_RES: tl.constexpr, HAS_X1: tl.constexpr, HAS_ROWSCALE: tl.constexpr,
+    HAS_DROPOUT: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_W1: tl.constexpr, HAS_B1: tl.constexpr,
+    HAS_DH: tl.constexpr, STORE_DX1: tl.constexpr, STORE_DRES: tl.constexpr, ROWS: tl.constexpr,
+    BLOCK_N: tl.constexpr, LOOP_STAGES: tl.constexpr, INTERLEAVED: tl.constexpr,
+):  # fmt: skip
+    """Backward of the options (dropout, rowscale, x1, the parallel output y1) over whole rows in registers, in
+    _norm_bwd_kernel's loop: h made again as the forward made it (_inputs_sum: the masks come back from the seed),
+    and with y1 = xhat * (offset + w1) + b1, g = (offset + w) * dy + (offset + w1) * dy1. As there,
+    dh = rstd * (g - xhat * c_xhat [- c_one]) plus the gradient of the returned h; then
+      dresidual = dh,  dx = dh * keep / (1 - p) * rowscale,  dx1 = dh * keep1 / (1 - p),
+      dw = sum_rows(dy * xhat), db = sum_rows(dy), dw1 = sum_rows(dy1 * xhat), db1 = sum_rows(dy1),
+    each row group's share of the last four to its workspace rows. Where they equal dh (STORE_DRES, STORE_DX1 off)
+    dx serves as dresidual and dx1 too.
+    """
+    o_n = tl.arange(0, BLOCK_N)
+    m_n = o_n < n_cols
+    i_part = tl.program_id(0).to(tl.int64)
+    row_start, row_end, row_step = row_steps(i_part, rows_per_program, n_rows, ROWS, INTERLEAVED)
+    b_w = _offset_weight(p_w, o_n, m_n, offset, HAS_W)
+    b_w1 = _offset_weight(p_w1, o_n, m_n, offset, HAS_W1)
+    acc_dw = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    acc_db = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    acc_dw1 = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    acc_db1 = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    for r0 in tl.range(row_start, row_end, row_step, num_stages=LOOP_STAGES):
+        o_r = r0 + tl.arange(0, ROWS)
+        m_r = o_r < row_end
+        m_rn = m_r[:, None] & m_n[None, :]
+        b_h, b_keep, b_keep1 = _inputs_sum(
+            p_x, p_x1, p_res, p_rowscale, p_seed, p_x, o_r, m_r, o_n, m_n, n_rows, n_cols, stride_x_row,
+            stride_x1_row, stride_res_row, threshold, keep_scale, HAS_RES, HAS_X1, HAS_ROWSCALE, HAS_DROPOUT, False,
+        )  # fmt: skip
+        b_rstd = tl.load(p_rstd + o_r, mask=m_r, other=0.0)
+        if IS_RMS:
+            b_xhat = b_h * b_rstd[:, None]
+        else:
+            b_mean = tl.load(p_mean + o_r, mask=m_r, other=0.0)
+            b_xhat = tl.where(m_rn, (b_h - b_mean[:, None]) * b_rstd[:, None], 0.0)
+        b_dy = tl.load(p_dy + o_r[:, None] * stride_dy_row + o_n[None, :], mask=m_rn, other=0.0).to(tl.float32)
+        b_wdy = b_dy * b_w[None, :] if HAS_W else b_dy
+        acc_dw += tl.sum(b_dy * b_xhat, axis=0)
+        acc_db += tl.sum(b_dy, axis=0)
+        if HAS_W1:
+            p_dy1_rn = p_dy1 + o_r[:, None] * stride_dy1_row + o_n[None, :]
+            b_dy1 = tl.load(p_dy1_rn, mask=m_rn, other=0.0).to(tl.float32)  # [ROWS, BLOCK_N]
+            b_wdy += b_dy1 * b_w1[None, :]
+            acc_dw1 += tl.sum(b_dy1 * b_xhat, axis=0)
+            acc_db1 += tl.sum(b_dy1, axis=0)
+        c_xhat = tl.sum(b_xhat * b_wdy, axis=1) / n_cols  # [ROWS]
+        c_one = tl.sum(b_wdy, axis=1) / n_cols
+        b_dh = _norm_dh(p_dh, o_r, m_r, stride_dh_row, o_n, m_n, b_xhat, b_wdy, b_rstd, c_xhat, c_one, IS_RMS, HAS_DH)
+        if STORE_DRES:
+            _store_tile_grad(p_dres, p_dres, o_r, m_r, stride_dres_row, 0, o_n, m_n, b_dh, False)
+        b_dx = tl.where(b_keep, b_dh * keep_scale, 0.0) if HAS_DROPOUT else b_dh
+        if HAS_ROWSCALE:
+            b_dx *= tl.load(p_rowscale + o_r, mask=m_r, other=0.0).to(tl.float32)[:, None]
+        _store_tile_grad(p_dx, p_dx, o_r, m_r, stride_dx_row, 0, o_n, m_n, b_dx, False)
+        if STORE_DX1:
+            b_dx1 = tl.where(b_keep1, b_dh * keep_scale, 0.0) if HAS_DROPOUT else b_dh
+            _store_tile_grad(p_dx1, p_dx1, o_r, m_r, stride_dx1_row, 0, o_n, m_n, b_dx1, False)
+    store_partials(p_dw_part, p_db_part, i_part, n_cols, o_n, m_n, acc_dw, acc_db, HAS_W, HAS_B)
+    store_partials(p_dw1_part, p_db1_part, i_part, n_cols, o_n, m_n, acc_dw1, acc_db1, HAS_W1, HAS_B1)
 
 
 @triton.jit
@@ -429,12 +527,12 @@ def _norm_bwd_columns_kernel(
       RMSNorm:   dh = rstd * (g - xhat * c_xhat)
       LayerNorm: dh = rstd * (g - xhat * c_xhat - c_one)
     plus the gradient of the returned h (prenorm); dx = dres = dh. dw = sum_rows(dy * xhat), db = sum_rows(dy): each
-    row group's share goes to its row of the fp32 workspaces (_store_partials), summed by _sum_partials_kernel.
+    row group's share goes to its row of the fp32 workspaces (store_partials), summed by sum_partials_kernel.
     """
     o_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     m_n = o_n < n_cols
     i_part = tl.program_id(1).to(tl.int64)
-    row_start, row_end, row_step = _row_steps(i_part, rows_per_program, n_rows, ROWS, False)
+    row_start, row_end, row_step = row_steps(i_part, rows_per_program, n_rows, ROWS, False)
     b_w = _offset_weight(p_w, o_n, m_n, offset, HAS_W) if not LOW_REGISTERS else 0.0
     acc_dw = tl.zeros((BLOCK_N,), dtype=tl.float32)
     acc_db = tl.zeros((BLOCK_N,), dtype=tl.float32)
@@ -468,7 +566,7 @@ def _norm_bwd_columns_kernel(
             p_dh, p_dx, p_dres, o_r, m_r, stride_dh_row, stride_dx_row, stride_dres_row, o_n, m_n, b_xhat, b_dy,
             b_wdy, b_rstd, c_xhat, c_one, acc_dw, acc_db, IS_RMS, HAS_DH, STORE_DRES, LOW_REGISTERS,
         )  # fmt: skip
-    _store_partials(p_dw_part, p_db_part, i_part, n_cols, o_n, m_n, acc_dw, acc_db, HAS_W, HAS_B)
+    store_partials(p_dw_part, p_db_part, i_part, n_cols, o_n, m_n, acc_dw, acc_db, HAS_W, HAS_B)
 
 
 @triton.jit
@@ -497,29 +595,3 @@ def _norm_bwd_row_sums_kernel(
     tl.store(p_c_xhat + o_r, tl.sum(acc_xhat, axis=1) / n_cols)
     if not IS_RMS:
         tl.store(p_c_one + o_r, tl.sum(acc_one, axis=1) / n_cols)
-
-
-@triton.jit
-def _sum_partials_kernel(
-    p_dw_part, p_db_part, p_dw, p_db, n_parts, n_cols,
-    HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
-):  # fmt: skip
-    """dw = sum over parts of dw_part[part, :], likewise db, in fp32 and in a fixed order (deterministic),
-    each cast once to the weight's dtype. One program per BLOCK_N columns, for both sums: one launch in
-    place of a torch ``sum`` and a cast per gradient."""
-    o_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    m_n = o_n < n_cols
-    acc_dw = tl.zeros((BLOCK_P, BLOCK_N), dtype=tl.float32)
-    acc_db = tl.zeros((BLOCK_P, BLOCK_N), dtype=tl.float32)
-    for start in range(0, n_parts, BLOCK_P):
-        o_p = (start + tl.arange(0, BLOCK_P)).to(tl.int64)
-        offsets = o_p[:, None] * n_cols + o_n[None, :]
-        mask = (o_p < n_parts)[:, None] & m_n[None, :]
-        if HAS_W:
-            acc_dw += tl.load(p_dw_part + offsets, mask=mask, other=0.0)
-        if HAS_B:
-            acc_db += tl.load(p_db_part + offsets, mask=mask, other=0.0)
-    if HAS_W:
-        tl.store(p_dw + o_n, tl.sum(acc_dw, axis=0).to(p_dw.dtype.element_ty), mask=m_n)
-    if HAS_B:
-        tl.store(p_db + o_n, tl.sum(acc_db, axis=0).to(p_db.dtype.element_ty), mask=m_n)

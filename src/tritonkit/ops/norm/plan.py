@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from tritonkit._core.ints import next_power_of_2, prev_power_of_2
+from tritonkit._core.ints import next_power_of_2
 
 MAX_SINGLE_PASS = 16384  # the widest row normalised in one program's registers; wider rows are split across programs
 MANY_ROWS = 32768  # from this many rows the backward takes the many-rows table: fewer, longer row groups
@@ -23,8 +23,6 @@ WEIGHT_FIRST_ELEMENTS = 32  # forward: at most this many row elements a thread l
 ROW_SUMS_CHUNK = 4096  # the wide backward's row-sums phase: columns a step (16 a thread at 8 warps)
 ROW_SUMS_WARPS = 8  # one program a row reads the whole row: 8 warps keep enough loads in flight for it alone
 ROW_SUMS_STAGES = 3  # that phase's pipeline depth: the fastest measured (2 deep was 10% slower; docs/kernels/norm.md)
-PARTIAL_SUM_ELEMENTS = 4096  # a dweight/dbias sum program's tile per loop step (BLOCK_P x BLOCK_N)
-PARTIAL_SUM_WARPS = 4  # that tile is 32 elements a thread at 4 warps: the sum is a few µs, not worth more
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -114,6 +112,14 @@ def norm_fwd_plan(n_cols: int, element_size: int, is_rms: bool, arch: str) -> No
         else:
             plan = _SM90_FWD.get((block_n, element_size, is_rms))
     return plan or fallback_fwd_plan(n_cols)
+
+
+def options_fwd_plan(n_cols: int, element_size: int, is_rms: bool, arch: str) -> FwdRowsPlan:
+    """The forward of the options (dropout, rowscale, x1, weight1), which runs whole rows only (_norm_fwd_kernel, rows
+    up to MAX_SINGLE_PASS): the measured plan where it is a whole-row one, else the fallback's (never measured with
+    the options on)."""
+    plan = norm_fwd_plan(n_cols, element_size, is_rms, arch)
+    return plan if isinstance(plan, FwdRowsPlan) else fallback_fwd_plan(n_cols)
 
 
 def loads_weight_first(rows: int, block_n: int, warps: int) -> bool:
@@ -255,6 +261,14 @@ def norm_bwd_plan(n_cols: int, element_size: int, is_rms: bool, has_bias: bool, 
     return plan or fallback_bwd_plan(n_cols)
 
 
+def options_bwd_plan(n_cols: int, element_size: int, is_rms: bool, has_bias: bool, many_rows: bool,
+                     arch: str) -> BwdRowsPlan:  # fmt: skip
+    """The options' backward, whole rows only (_norm_bwd_options_kernel): the measured plan where it is a whole-row
+    one, else the fallback's (never measured with the options on)."""
+    plan = norm_bwd_plan(n_cols, element_size, is_rms, has_bias, many_rows, arch)
+    return plan if isinstance(plan, BwdRowsPlan) else fallback_bwd_plan(n_cols)
+
+
 def given_plan(element_size: int, arch: str) -> BwdGivenPlan:
     """The two-phase plan that replaces a shared one where programs may not wait for each other."""
     return _SM90_BWD_GIVEN.get(element_size, FALLBACK_BWD_GIVEN) if arch == "sm90" else FALLBACK_BWD_GIVEN
@@ -266,11 +280,3 @@ def saves_registers(rows: int, block_n: int, warps: int) -> bool:
     bf16, 16 warps, the usual order spilled 168 bytes a thread (ptxas) and this one none."""
     per_thread = rows * block_n // (32 * warps)
     return 5 * per_thread > min(255, 65536 // (32 * warps))
-
-
-def partial_sum_block(n_parts: int, n_cols: int, sm_count: int) -> tuple[int, int]:
-    """(BLOCK_P, BLOCK_N) of the dweight/dbias sum: columns split into about two programs per SM (8 to 32 columns
-    each), parts in tiles of PARTIAL_SUM_ELEMENTS. A fixed 32 columns a program left 1024 columns to 32 programs, each
-    reading its hundreds of parts in a long dependent chain, a quarter of the backward's time (docs/kernels/norm.md)."""
-    block_n = min(32, max(8, prev_power_of_2(max(1, n_cols // (2 * sm_count)))))
-    return min(next_power_of_2(n_parts), PARTIAL_SUM_ELEMENTS // block_n), block_n

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from tritonkit._core.checks import FLOAT_DTYPES
+from tritonkit._core.dropout import keep_mask
 from tritonkit.ops.norm.op import layer_norm, rms_norm
 from tritonkit.registry import Case, Inputs, KernelSpec, Tolerance, register
 
@@ -26,6 +27,13 @@ class NormCase(Case):
     no_weight: bool = False
     bias: bool = True
     offset: float = 0.0  # RMSNorm's weight offset (Gemma: 1)
+    # flash-attention's options: a second input x1, a second output (weight1, and bias1 where bias), dropout of x and
+    # x1, rowscale (a scale a row of x, no gradient), and the dropout masks returned
+    x1: bool = False
+    weight1: bool = False
+    dropout_p: float = 0.0
+    rowscale: bool = False
+    masks: bool = False
 
 
 def _lead(case: NormCase) -> tuple[int, ...]:
@@ -33,27 +41,49 @@ def _lead(case: NormCase) -> tuple[int, ...]:
 
 
 def _reference(is_rms, x, weight, bias=None, residual=None, eps=1e-6, prenorm=False, residual_in_fp32=False,
-               offset=0.0):  # fmt: skip
-    h = x + residual if residual is not None else x
+               offset=0.0, *, x1=None, weight1=None, bias1=None, dropout_p=0.0, rowscale=None,
+               return_dropout_mask=False, dropout_seed=None):  # fmt: skip
+    """The fused add + norm with flash-attention's options, dropout's masks from tritonkit._core.dropout.keep_mask
+    (so a case with dropout names its seed)."""
+    masks = [None, None]
+    if rowscale is not None:
+        x = x * rowscale[..., None]
+    if dropout_p > 0:
+        counters = torch.arange(x.numel(), device=x.device).view(x.shape)
+        masks[0] = keep_mask(dropout_seed, counters, dropout_p)
+        x = torch.where(masks[0], x / (1 - dropout_p), 0.0)
+        if x1 is not None:
+            masks[1] = keep_mask(dropout_seed, counters + x.numel(), dropout_p)
+            x1 = torch.where(masks[1], x1 / (1 - dropout_p), 0.0)
+    h = x + x1 if x1 is not None else x
+    h = h + residual if residual is not None else h
     if is_rms:
-        y = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+        normalized = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
     else:
         centered = h - h.mean(-1, keepdim=True)
-        y = centered * torch.rsqrt(centered.pow(2).mean(-1, keepdim=True) + eps)
-    if weight is not None:
-        y = y * (offset + weight)
-    if bias is not None:
-        y = y + bias
-    return (y, h) if prenorm else y
+        normalized = centered * torch.rsqrt(centered.pow(2).mean(-1, keepdim=True) + eps)
+    outputs = [_affine(normalized, weight, bias, offset)]
+    if weight1 is not None:
+        outputs.append(_affine(normalized, weight1, bias1, offset))
+    if prenorm:
+        outputs.append(h)
+    if return_dropout_mask:
+        outputs += masks
+    return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+
+def _affine(normalized, weight, bias, offset):
+    y = normalized * (offset + weight) if weight is not None else normalized
+    return y + bias if bias is not None else y
 
 
 def _rms_norm_reference(x, weight, bias=None, residual=None, eps=1e-6, prenorm=False, residual_in_fp32=False,
-                        offset=0.0):  # fmt: skip
-    return _reference(True, x, weight, bias, residual, eps, prenorm, residual_in_fp32, offset)
+                        offset=0.0, **options):  # fmt: skip
+    return _reference(True, x, weight, bias, residual, eps, prenorm, residual_in_fp32, offset, **options)
 
 
-def _layer_norm_reference(x, weight, bias, residual=None, eps=1e-5, prenorm=False, residual_in_fp32=False):
-    return _reference(False, x, weight, bias, residual, eps, prenorm, residual_in_fp32)
+def _layer_norm_reference(x, weight, bias, residual=None, eps=1e-5, prenorm=False, residual_in_fp32=False, **options):
+    return _reference(False, x, weight, bias, residual, eps, prenorm, residual_in_fp32, **options)
 
 
 def _norm_inputs(case: NormCase, device, dtype, generator):
@@ -81,7 +111,20 @@ def _norm_inputs(case: NormCase, device, dtype, generator):
     bias = 0.1 * randn(n) if case.bias else None
     if case.offset:
         kwargs["offset"] = case.offset
-    return Inputs((x, weight), {"bias": bias, **kwargs})
+    frozen = frozenset()
+    if case.x1:
+        kwargs["x1"] = randn(*x.shape)
+    if case.weight1:
+        kwargs["weight1"] = (1.0 + 0.1 * randn(n).float()).to(dtype)
+        kwargs["bias1"] = 0.1 * randn(n) if case.bias else None
+    if case.rowscale:
+        kwargs["rowscale"], frozen = randn(*x.shape[:-1]), frozenset({"rowscale"})
+    if case.dropout_p:
+        seed = torch.randint(2**62, (1,), device=device, generator=generator)
+        kwargs.update(dropout_p=case.dropout_p, dropout_seed=int(seed))
+    if case.masks:
+        kwargs["return_dropout_mask"] = True
+    return Inputs((x, weight), {"bias": bias, **kwargs}, frozen)
 
 
 def _layer_norm_inputs(case, device, dtype, generator):
@@ -90,15 +133,18 @@ def _layer_norm_inputs(case, device, dtype, generator):
     kwargs = dict(inputs.kwargs)
     bias = kwargs.pop("bias")
     kwargs.pop("offset", None)
-    return Inputs((x, weight, bias), kwargs)
+    return Inputs((x, weight, bias), kwargs, inputs.frozen)
 
 
 def _norm_bytes(case, dtype, backward=False):
-    """Fewest bytes moved. Forward: x (and residual) in, y (and h) out. Backward: x (and residual)
-    and dy (and dh) in, dx out (which is also dresidual). The weight and bias are counted once."""
+    """Fewest bytes moved. Forward: x (and residual, x1) in, y (and h, y1) out. Backward: x (and residual, x1)
+    and dy (and dh, dy1) in, dx out (which is also dresidual, and dx1 without dropout). The weights and biases are
+    counted once; dropout's masks are recomputed, not moved."""
     elements = math.prod(_lead(case)) * case.n
-    tensors = (3 + case.residual + case.prenorm) if backward else (2 + case.residual + case.prenorm)
-    return tensors * elements * dtype.itemsize + 2 * case.n * dtype.itemsize
+    inputs = 1 + case.residual + case.x1
+    outputs = 1 + case.prenorm + case.weight1  # forward; the backward reads their gradients
+    tensors = inputs + outputs + 1 if backward else inputs + outputs
+    return tensors * elements * dtype.itemsize + 2 * (1 + case.weight1) * case.n * dtype.itemsize
 
 
 def _liger_rms_norm():
@@ -163,7 +209,24 @@ _NORM_BENCH = (
     {"rows": 16384, "n": 4096, "bias": False, "residual": True, "prenorm": True},
 )
 
-_RMS_TESTS = (*_NORM_TESTS, {"rows": 5, "n": 64, "offset": 1.0})
+# flash-attention's options (whole rows only): dropout of x and x1 with the masks returned and the parallel output;
+# rowscale with dropout; x1 alone (its gradient is dx's); the parallel output with rowscale; row groups' partial sums.
+_OPTION_TESTS = (
+    {"rows": 5, "n": 40, "residual": True, "x1": True, "weight1": True, "dropout_p": 0.27, "prenorm": True,
+     "masks": True},
+    {"rows": 6, "n": 33, "residual": True, "rowscale": True, "dropout_p": 0.1},
+    {"rows": 4, "n": 24, "residual": True, "x1": True, "prenorm": True, "residual_in_fp32": True},
+    {"rows": 7, "n": 50, "weight1": True, "rowscale": True, "layout": "sliced"},
+    {"rows": 40, "n": 1000, "residual": True, "x1": True, "dropout_p": 0.27},
+)  # fmt: skip
+_OPTION_GPU = (
+    {"rows": 4096, "n": 4096, "residual": True, "x1": True, "weight1": True, "dropout_p": 0.1, "prenorm": True},
+    {"rows": 1000, "n": 5120, "residual": True, "rowscale": True, "dropout_p": 0.27, "residual_in_fp32": True,
+     "prenorm": True},
+    {"rows": 333, "n": 16384, "residual": True, "x1": True, "weight1": True, "masks": True, "dropout_p": 0.5},
+)  # fmt: skip
+_RMS_TESTS = (*_NORM_TESTS, {"rows": 5, "n": 64, "offset": 1.0}, *_OPTION_TESTS,
+              {"rows": 5, "n": 64, "offset": 1.0, "weight1": True, "dropout_p": 0.1})  # fmt: skip
 
 
 def _norm_tolerance(case, dtype):
@@ -182,7 +245,7 @@ for _name, _fn, _reference_fn, _inputs, _tests, _bench, _liger in (
         layer_norm,
         _layer_norm_reference,
         _layer_norm_inputs,
-        _NORM_TESTS,
+        (*_NORM_TESTS, *_OPTION_TESTS),
         _LAYER_NORM_BENCH,
         _liger_layer_norm,
     ),
@@ -196,16 +259,19 @@ for _name, _fn, _reference_fn, _inputs, _tests, _bench, _liger in (
         description="h = x + residual, y = normalize(h) * (offset + weight) + bias, with prenorm returning h "
                     "(optionally fp32), as mamba_ssm's fused add+norm. One pass in registers up to 16384 "
                     "columns; beyond, programs share each row (forward, and the backward where faster); fp32 "
-                    "statistics; deterministic fp32 dweight/dbias.",
+                    "statistics; deterministic fp32 dweight/dbias. flash-attention's layer_norm_fn options: "
+                    "dropout of x (seeded, recomputed in the backward), rowscale, a second input x1 and a second "
+                    "output from weight1/bias1.",
         usage=f"y, h = tk.ops.{_name}(x, weight{', bias' if _name == 'layer_norm' else ''}, residual=h, "
               "prenorm=True)",
         tags=("norm", "fused", "memory-bound", "backward"),
-        limits="Normalises the last dimension; any leading shape; hidden sizes from 1 up (wide rows split).",
+        limits="Normalises the last dimension; any leading shape; hidden sizes from 1 up (wide rows split); with "
+               "dropout_p, rowscale, x1 or weight1 up to 16384.",
         fn=_fn,
         reference=_reference_fn,
         make_inputs=_inputs,
         test_cases=_tests,
-        gpu_cases=_NORM_GPU,
+        gpu_cases=(*_NORM_GPU, *_OPTION_GPU),
         bench_cases=_bench,
         bytes_moved=_norm_bytes,
         bytes_moved_bwd=functools.partial(_norm_bytes, backward=True),
