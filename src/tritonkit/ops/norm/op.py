@@ -13,6 +13,7 @@ import functools
 import torch
 
 from tritonkit._core.autograd import differentiable_op
+from tritonkit._core.distributed import local_shards, row_axes
 from tritonkit._core.layout import as_rows
 from tritonkit.ops.norm.launch import check_norm_args, norm_bwd, norm_bwd_fake, norm_fwd, norm_fwd_fake, shares_dres
 
@@ -73,6 +74,11 @@ def _norm(name, is_rms, x, weight, bias, residual, eps, prenorm, residual_in_fp3
     return (y, h) if prenorm else y
 
 
+# DTensor inputs: rows split across ranks run on each rank's rows (docs/distributed.md); the features stay whole.
+_SHARDS = dict(axes=row_axes(("x", "residual"), ("weight", "bias")), whole=("features",), outputs=("x",))
+
+
+@local_shards("rms_norm", **_SHARDS)
 def rms_norm(x, weight, bias=None, residual=None, eps=1e-6, prenorm=False, residual_in_fp32=False, offset=0.0):
     """RMSNorm of the last dimension, fused with a residual add.
 
@@ -86,6 +92,7 @@ def rms_norm(x, weight, bias=None, residual=None, eps=1e-6, prenorm=False, resid
     return _norm("rms_norm", True, x, weight, bias, residual, eps, prenorm, residual_in_fp32, offset)
 
 
+@local_shards("layer_norm", **_SHARDS)
 def layer_norm(x, weight, bias, residual=None, eps=1e-5, prenorm=False, residual_in_fp32=False):
     """LayerNorm of the last dimension, fused with a residual add.
 
