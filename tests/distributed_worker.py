@@ -167,6 +167,7 @@ def check_norms(mesh, generator) -> None:
         record(f"{label} h", h_d.full_tensor(), h)
         for name, mine, theirs in (("dx", got[0], ref[0]), ("dresidual", got[1], ref[1]), ("dweight", w, ref[2])):
             record(f"{label} {name}", mine.grad.full_tensor(), theirs.grad)
+    check_sequence_parallel_module(mesh, x, upstream[0])
     expected = tk.ops.layer_norm(x, weight, bias)
     sharded_x = distribute_tensor(x, mesh, [Shard(1)])
     got = tk.ops.layer_norm(sharded_x, *(distribute_tensor(t, mesh, [Replicate()]) for t in (weight, bias)))
@@ -186,6 +187,26 @@ def check_norms(mesh, generator) -> None:
             sharded_x, distribute_tensor(weight, mesh, [Replicate()]), residual=distribute_tensor(x, mesh, [Shard(0)])
         ),
     )
+
+
+def check_sequence_parallel_module(mesh, x, upstream) -> None:
+    """tk.nn.RMSNorm under torch's SequenceParallel (inputs split by sequence, the weight replicated, its gradient
+    a Partial sum) and one SGD step: the module and step on the whole tensors."""
+    from torch.distributed.tensor.parallel import SequenceParallel, parallelize_module
+
+    torch.manual_seed(3)
+    reference = tk.nn.RMSNorm(x.shape[-1], eps=1e-6).to(DEVICE)
+    torch.nn.init.normal_(reference.weight)
+    module = parallelize_module(copy.deepcopy(reference), mesh, SequenceParallel())
+    expected = reference(x)
+    expected.backward(upstream)
+    got = module(slice_of(x, 1))  # each rank's part of the sequence, as the previous layer leaves it
+    got.backward(distribute_tensor(upstream, mesh, [Shard(1)]))
+    record("rms_norm SequenceParallel y", got.full_tensor(), expected)
+    record("rms_norm SequenceParallel dweight", module.weight.grad.full_tensor(), reference.weight.grad)
+    for parameters in (module.parameters(), reference.parameters()):
+        torch.optim.SGD(parameters, lr=0.5).step()
+    record("rms_norm SequenceParallel weight after a step", module.weight.full_tensor(), reference.weight)
 
 
 def check_rope(mesh, generator) -> None:
