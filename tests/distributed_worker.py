@@ -168,6 +168,7 @@ def check_norms(mesh, generator) -> None:
         for name, mine, theirs in (("dx", got[0], ref[0]), ("dresidual", got[1], ref[1]), ("dweight", w, ref[2])):
             record(f"{label} {name}", mine.grad.full_tensor(), theirs.grad)
     check_sequence_parallel_module(mesh, x, upstream[0])
+    check_compiled_norm(mesh, x, weight, upstream[0])
     expected = tk.ops.layer_norm(x, weight, bias)
     sharded_x = distribute_tensor(x, mesh, [Shard(1)])
     got = tk.ops.layer_norm(sharded_x, *(distribute_tensor(t, mesh, [Replicate()]) for t in (weight, bias)))
@@ -187,6 +188,22 @@ def check_norms(mesh, generator) -> None:
             sharded_x, distribute_tensor(weight, mesh, [Replicate()]), residual=distribute_tensor(x, mesh, [Shard(0)])
         ),
     )
+
+
+def check_compiled_norm(mesh, x, weight, upstream) -> None:
+    """torch.compile(fullgraph=True) traces the DTensor path whole (torchtitan compiles its blocks around DTensor
+    activations): outputs and gradients of the eager op on the whole tensors."""
+    compiled_x, compiled_w = (
+        leaf(distribute_tensor(x, mesh, [Shard(1)])),
+        leaf(distribute_tensor(weight, mesh, [Replicate()])),
+    )
+    y_c = torch.compile(tk.ops.rms_norm, fullgraph=True)(compiled_x, compiled_w)
+    y_c.backward(distribute_tensor(upstream, mesh, [Shard(1)]))
+    expected_x, expected_w = leaf(x), leaf(weight)
+    tk.ops.rms_norm(expected_x, expected_w).backward(upstream)
+    record("rms_norm compiled Shard(1) y", y_c.full_tensor(), tk.ops.rms_norm(x, weight))
+    record("rms_norm compiled Shard(1) dx", compiled_x.grad.full_tensor(), expected_x.grad)
+    record("rms_norm compiled Shard(1) dweight", compiled_w.grad.full_tensor(), expected_w.grad)
 
 
 def check_sequence_parallel_module(mesh, x, upstream) -> None:
