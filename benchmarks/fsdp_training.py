@@ -99,7 +99,8 @@ def build(provider: str, config_values: dict, tiny: bool, mesh):
     torch.manual_seed(0)  # the same weights on every rank and for both providers
     config = transformers.LlamaConfig(**config_values, attn_implementation="sdpa", bos_token_id=None,
                                       eos_token_id=None)  # fmt: skip
-    model = transformers.LlamaForCausalLM(config).to("cpu" if tiny else "cuda")
+    with torch.device("cpu" if tiny else "cuda"):  # initialised on the GPU: seconds, not a minute, for 1.2B
+        model = transformers.LlamaForCausalLM(config)
     if provider == "tritonkit":
         from tritonkit.integrations import transformers as tk_hf
 
