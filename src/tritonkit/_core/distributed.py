@@ -19,7 +19,7 @@ mesh dimension by a placement: ``Shard(d)`` (split along dimension d), ``Replica
 - Plain tensors beside DTensors are this rank's local values. One that requires grad is refused (its gradient
   would be this rank's share only, silently); constants (RoPE's tables) are taken as given.
 
-Inputs without DTensors go straight to the op (one ``isinstance`` per argument). FSDP2 needs none of this: inside a
+Inputs without DTensors go straight to the op (one type check per argument). FSDP2 needs none of this: inside a
 module's forward its parameters are plain tensors (gathered), and activations are plain tensors.
 """
 
