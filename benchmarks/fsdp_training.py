@@ -30,13 +30,11 @@ import tempfile
 import time
 from pathlib import Path
 
+import hf_training  # this folder's one-GPU benchmark (torchrun and python put the script's folder on sys.path)
+
 PROVIDERS = ("hf", "tritonkit")
-# About 1.2B parameters: Llama 3.2 1B's shape with its 128256-token vocabulary (as benchmarks/hf_training.py).
-CONFIG = {
-    "vocab_size": 128256, "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
-    "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64, "max_position_embeddings": 8192,
-    "tie_word_embeddings": True, "rope_theta": 500000.0,
-}  # fmt: skip
+# About 1.2B parameters: Llama 3.2 1B's shape with its 128256-token vocabulary, as in the one-GPU benchmark.
+CONFIG = hf_training.CONFIG
 # Small enough for the interpreter: a few seconds a step on a CPU.
 TINY_CONFIG = {
     "vocab_size": 64, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 1, "num_attention_heads": 4,
