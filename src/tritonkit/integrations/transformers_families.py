@@ -23,6 +23,7 @@ fused loss only, the causal-LM forward's tail after the decoder (head, softcaps 
 
 from __future__ import annotations
 
+import sys
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from tritonkit import ops
+from tritonkit._core.distributed import is_dtensor
 
 
 @dataclass(frozen=True)
@@ -292,6 +294,49 @@ def causal_lm_loss(logits, labels, vocab_size, num_items_in_batch=None, ignore_i
     return _mean_or_per_item(loss, num_items_in_batch)
 
 
+def _linear_loss(head: torch.nn.Linear, hidden, target, **options):
+    """The fused loss of a linear head: vocabulary-parallel when tensor parallelism made its weight a DTensor
+    split along the vocabulary (``ColwiseParallel``), else on the whole weight."""
+    if is_dtensor(head.weight):
+        return ops.vocab_parallel_fused_linear_cross_entropy(hidden, head.weight, target, head.bias, **options)
+    return ops.fused_linear_cross_entropy(hidden, head.weight, target, head.bias, **options)
+
+
+_HEAD_LOSS = "_tritonkit_fused_loss"  # the method of an FSDP2-sharded head that FSDP runs as a forward
+
+
+def head_loss(head: torch.nn.Linear, hidden, target, **options):
+    """The fused loss of ``head``, which the patched forward computes instead of calling the head.
+
+    FSDP2 gathers a module's parameters only around its forward (or a method registered as one). A head inside a
+    larger FSDP unit (the model's root, or a group with the final norm) has been gathered by then; a head sharded on
+    its own has not, so the loss runs as a forward method of it, registered once with
+    ``register_fsdp_forward_method`` (the head keeps that method after revert(): it is only ever called from here).
+    """
+    if _is_fsdp_module(head):
+        if _HEAD_LOSS not in head.__dict__:
+            from torch.distributed.fsdp import register_fsdp_forward_method
+
+            head.__dict__[_HEAD_LOSS] = types.MethodType(_linear_loss, head)
+            register_fsdp_forward_method(head, _HEAD_LOSS)
+        return getattr(head, _HEAD_LOSS)(hidden, target, **options)
+    return _linear_loss(head, hidden, target, **options)
+
+
+def _is_fsdp_module(module) -> bool:
+    fsdp = sys.modules.get("torch.distributed.fsdp")  # not imported: no module can be sharded by it
+    return fsdp is not None and isinstance(module, fsdp.FSDPModule)
+
+
+def _plain_linear(module) -> bool:
+    """An ``nn.Linear`` itself, also once FSDP2 has sharded it (``fully_shard`` swaps its class for ``FSDPLinear``, a
+    subclass of FSDPModule and nn.Linear); not a subclass such as a PEFT adapter or a quantized layer."""
+    cls = type(module)
+    if _is_fsdp_module(module):
+        cls = cls.__bases__[-1]
+    return cls is torch.nn.Linear
+
+
 def _cache_name(output_type) -> str:
     """What the model's forward and outputs call the KV cache: transformers 5.x renamed past_key_values to cache."""
     return "cache" if "cache" in output_type.__dataclass_fields__ else "past_key_values"
@@ -311,7 +356,7 @@ def causal_lm_forward(original_forward: Callable, family: Family, modeling: type
         if cache is not None:  # by position or by name: handed on under the name this version's forward takes
             kwargs[cache_name] = cache
         head = self.lm_head
-        if labels is None or not self.training or type(head) is not torch.nn.Linear:
+        if labels is None or not self.training or not _plain_linear(head):
             return original_forward(
                 input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                 inputs_embeds=inputs_embeds, labels=labels, use_cache=use_cache, logits_to_keep=logits_to_keep,
@@ -334,10 +379,8 @@ def causal_lm_forward(original_forward: Callable, family: Family, modeling: type
         flat = hidden.reshape(-1, hidden.shape[-1])
 
         def loss(reduction):
-            return ops.fused_linear_cross_entropy(
-                flat, head.weight, target, bias=head.bias, ignore_index=ignore_index, softcap=softcap,
-                reduction=reduction,
-            ).float()  # fmt: skip
+            return head_loss(head, flat, target, ignore_index=ignore_index, softcap=softcap,
+                             reduction=reduction).float()  # fmt: skip
 
         fields = {
             "loss": _mean_or_per_item(loss, kwargs.get("num_items_in_batch")),

@@ -26,6 +26,7 @@ from tritonkit.ops.quant.op import (
 from tritonkit.ops.rotary.op import rope
 from tritonkit.ops.row_softmax.op import log_softmax, softmax
 from tritonkit.ops.tutorial.op import add, add_relu, copy, matmul, rgb_to_grey
+from tritonkit.ops.vocab_parallel.op import vocab_parallel_cross_entropy, vocab_parallel_fused_linear_cross_entropy
 
 speed_up_if_interpreting()  # helper calls inside interpreted kernels skip a redundant repatching of triton.language
 
@@ -63,4 +64,6 @@ __all__ = [
     "silu",
     "softmax",
     "swiglu",
+    "vocab_parallel_cross_entropy",
+    "vocab_parallel_fused_linear_cross_entropy",
 ]

@@ -9,6 +9,7 @@ import torch
 
 from tritonkit._core.autograd import differentiable_op
 from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor, debug_checks
+from tritonkit._core.distributed import refuse_dtensors
 from tritonkit._core.layout import as_rows
 from tritonkit.ops.loss.launch import (
     check_extras,
@@ -180,6 +181,12 @@ def _with_extras(loss, z_term, accuracy, target, reduction, return_z_loss, retur
     return CrossEntropyOutput(shaped(loss), shaped(z_term, return_z_loss), shaped(accuracy, return_token_accuracy))
 
 
+@refuse_dtensors(
+    "cross_entropy",
+    ("logits", "target"),
+    "for logits split along the vocabulary (Shard(-1)) call "
+    "tk.ops.vocab_parallel_cross_entropy; for replicated logits pass logits.to_local()",
+)
 def cross_entropy(
     logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None = None, *, ignore_index: int = -100,
     label_smoothing: float = 0.0, z_loss: float = 0.0, softcap: float | None = None, reduction: str = "mean",
@@ -249,6 +256,14 @@ def cross_entropy(
     return loss.view(target.shape) if reduction == "none" else loss
 
 
+@refuse_dtensors(
+    "fused_linear_cross_entropy",
+    ("hidden", "weight", "target", "bias"),
+    "for an LM head split along the vocabulary (tensor parallelism: weight Shard(0)) call "
+    "tk.ops.vocab_parallel_fused_linear_cross_entropy; under FSDP2, call the loss where the head's "
+    "weight is gathered (inside its module's forward, or a method registered with "
+    "torch.distributed.fsdp.register_fsdp_forward_method)",
+)
 def fused_linear_cross_entropy(
     hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None = None, *,
     ce_weight: torch.Tensor | None = None, ignore_index: int = -100, label_smoothing: float = 0.0,

@@ -14,6 +14,7 @@ import functools
 import torch
 
 from tritonkit._core.autograd import differentiable_op
+from tritonkit._core.distributed import local_shards, row_axes
 from tritonkit._core.dropout import seed_tensor
 from tritonkit._core.layout import as_rows
 from tritonkit.ops.norm.launch import (
@@ -169,6 +170,17 @@ def _norm_with_options(name, is_rms, x, weight, bias, residual, eps, prenorm, re
     return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 
+def _norm_axes(arguments) -> dict:
+    """x, residual and x1 over (rows..., features), the weights and biases over the features, rowscale over the rows."""
+    axes = row_axes(("x", "residual", "x1"), ("weight", "bias", "weight1", "bias1"))(arguments)
+    return {**axes, "rowscale": axes["x"][:-1]}
+
+
+# DTensor inputs: rows split across ranks run on each rank's rows (docs/distributed.md); the features stay whole.
+_SHARDS = dict(axes=_norm_axes, whole=("features",), outputs=("x",))
+
+
+@local_shards("rms_norm", **_SHARDS)
 def rms_norm(x, weight, bias=None, residual=None, eps=1e-6, prenorm=False, residual_in_fp32=False, offset=0.0, *,
              x1=None, weight1=None, bias1=None, dropout_p=0.0, rowscale=None, return_dropout_mask=False,
              dropout_seed=None):  # fmt: skip
@@ -198,6 +210,7 @@ def rms_norm(x, weight, bias=None, residual=None, eps=1e-6, prenorm=False, resid
                  bias1, dropout_p, rowscale, return_dropout_mask, dropout_seed)  # fmt: skip
 
 
+@local_shards("layer_norm", **_SHARDS)
 def layer_norm(x, weight, bias, residual=None, eps=1e-5, prenorm=False, residual_in_fp32=False, *, x1=None,
                weight1=None, bias1=None, dropout_p=0.0, rowscale=None, return_dropout_mask=False,
                dropout_seed=None):  # fmt: skip

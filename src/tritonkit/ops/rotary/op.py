@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from tritonkit._core.autograd import differentiable_op
+from tritonkit._core.distributed import local_shards
 from tritonkit.ops.rotary.launch import HEADS_DIM, check_rope_args, rope_fake, rope_fwd
 
 
@@ -38,6 +39,19 @@ def _gradients(ctx, grad_outputs, rope):
 rope_op = differentiable_op("rope", forward=rope_fwd, forward_fake=rope_fake, save=_save, gradients=_gradients)
 
 
+def _axes(arguments) -> dict:
+    """Each dimension's axis, for DTensor inputs: q and k split by batch, tokens or heads run shard by shard; the
+    tables follow the tokens (or, gathered by position_ids, are whole), and head_dim is never split."""
+    qk = ("batch", "tokens", "heads", "head_dim") if arguments["layout"] == "bthd" else ("batch", "heads", "tokens",
+                                                                                       "head_dim")  # fmt: skip
+    if arguments["position_ids"] is not None:
+        table = ("positions", "head_dim")
+    else:
+        table = ("batch", "tokens", "head_dim")[-getattr(arguments["cos"], "ndim", 3) :]
+    return {"q": qk, "k": qk, "cos": table, "sin": table, "position_ids": ("batch", "tokens")}
+
+
+@local_shards("rope", axes=_axes, whole=("head_dim", "positions"), outputs=("q", "k"))
 def rope(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -62,6 +76,8 @@ def rope(
     - R must be even and at most head_dim. Differentiable in q and k (each embedding requires grad
       only when its input does); cos and sin are constants (no gradient: cos or sin requiring grad
       raises ValueError).
+    - DTensor q and k split by batch, heads or tokens run on each rank's shard (the tables split like the
+      tokens or, with position_ids, whole); head_dim cannot be split (docs/distributed.md).
 
     Example: ``q, k = tk.ops.rope(q, k, cos, sin)`` with cos, sin from a ``LlamaRotaryEmbedding``.
     """
