@@ -226,7 +226,7 @@ def _int8_part(device, generator) -> None:
 
 def _nf4_part(device, generator) -> torch.Tensor:
     import tritonkit as tk
-    from tritonkit.ops.quant.launch import NF4_CODE
+    from tritonkit._core.fourbit import NF4_CODE
 
     derived = nf4_values_from_the_normal()
     table = torch.tensor(NF4_CODE, dtype=torch.float32)

@@ -46,7 +46,7 @@ def nf4_dequantize(packed: torch.Tensor, absmax: torch.Tensor, code: torch.Tenso
 
 
 # ===== checker data: not part of the learner's file =====
-from tritonkit.ops.quant.launch import NF4_CODE  # noqa: E402
+from tritonkit._core.fourbit import NF4_CODE  # noqa: E402
 from tritonkit.puzzles._base import Mistake, Probe, Puzzle  # noqa: E402
 
 _BLOCK = 64  # the launcher's bytes per program, for a mistake's reference when the learner's launch does not say
