@@ -53,8 +53,9 @@ install: $(STAMP)
 check: $(STAMP)
 	$(BIN)/tritonkit check
 
+# The interpreter runs one kernel on one core: a worker per core (pytest-xdist) divides the suite's time by the cores.
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests
