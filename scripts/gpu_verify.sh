@@ -11,7 +11,10 @@
 #   bash scripts/gpu_verify.sh attention   # attention, attention_varlen (determinism, CUDA-graph capture)
 #   bash scripts/gpu_verify.sh decoding    # decode_attention, kv_cache_append, the KV formats (a captured step)
 #   bash scripts/gpu_verify.sh quant       # quantize, dequantize
-#   bash scripts/gpu_verify.sh gemm        # scaled_linear, QuantizedLinear
+#   bash scripts/gpu_verify.sh gemm        # scaled_linear (tiled and split-K GEMV), QuantizedLinear
+#   bash scripts/gpu_verify.sh fourbit     # nf4_linear, int4_linear, Linear4bit, LoRALinear over 4-bit bases
+#   bash scripts/gpu_verify.sh options     # the norms' dropout/rowscale/parallel input, rms_norm_gated, the losses' options
+#   bash scripts/gpu_verify.sh vocab       # vocab_parallel_* on one GPU (two ranks: scripts/gpu_distributed.sh)
 #   bash scripts/gpu_verify.sh hf          # Hugging Face patching: bf16 training against unpatched
 #   bash scripts/gpu_verify.sh learn       # puzzle solutions and lessons, compiled
 #   bash scripts/gpu_verify.sh check       # tritonkit check over the catalog, compiled
@@ -20,10 +23,10 @@
 #                                          # parts overlap well), each stopped after SECONDS; a summary line each
 # Runs from a checkout without installing (PYTHONPATH=src); logs go to $OUT or ./gpu-logs.
 set -uo pipefail
-part=${1:?part: core, norm, softmax, activation, lora, rope, ce, attention, decoding, quant, gemm, hf, learn, check or all}
+part=${1:?part: core, norm, softmax, activation, lora, rope, ce, attention, decoding, quant, gemm, fourbit, options, vocab, hf, learn, check or all}
 if [ "$part" = all ]; then
   rc=0
-  for p in core norm softmax activation lora rope ce attention decoding quant gemm hf learn check; do bash "$0" "$p" || rc=1; done
+  for p in core norm softmax activation lora rope ce attention decoding quant gemm fourbit options vocab hf learn check; do bash "$0" "$p" || rc=1; done
   exit $rc
 fi
 if [ "$part" = parallel ]; then
@@ -55,7 +58,8 @@ case "$part" in
   core) selection="not norm and not softmax and not gelu and not silu and not activation and not lora and not rope"
         selection="$selection and not cross_entropy and not attention and not transformers and not puzzles"
         selection="$selection and not lessons and not decod and not kv_cache and not quant and not scaled_linear"
-        selection="$selection and not gemm" ;;
+        selection="$selection and not gemm and not fourbit and not nf4_linear and not int4_linear and not qlora"
+        selection="$selection and not options and not gated and not vocab_parallel and not distributed" ;;
   norm) selection="norm" ;;
   softmax) selection="softmax" ;;
   activation) selection="gelu or silu or activation" ;;
@@ -66,6 +70,9 @@ case "$part" in
   decoding) selection="decod or kv_cache or quantize_kv" ;;
   quant) selection="quant and not quantize_kv and not decod and not quantized_linear" ;;
   gemm) selection="scaled_linear or gemm or quantized_linear" ;;
+  fourbit) selection="fourbit or nf4_linear or int4_linear or qlora" ;;
+  options) selection="options or gated" ;;
+  vocab) selection="vocab_parallel" ;;
   hf) selection="transformers" ;;
   learn) selection="puzzles or lessons" ;;
   check)  # one kernel at a time, so that a run stopped at its time limit still leaves each finished table
