@@ -11,11 +11,10 @@ from tritonkit._core.autograd import differentiable_op
 from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor, debug_checks
 from tritonkit._core.distributed import refuse_dtensors
 from tritonkit._core.layout import as_rows
+from tritonkit._core.losses import check_linear_head, check_loss_options, check_target, head_grads, needs_grad
 from tritonkit.ops.loss.launch import (
     check_extras,
     check_inplace_logits,
-    check_options,
-    check_target,
     check_target_values,
     cross_entropy_bwd,
     cross_entropy_bwd_fake,
@@ -33,8 +32,6 @@ from tritonkit.ops.loss.launch import (
     fused_linear_cross_entropy_options_bwd_fake,
     fused_linear_cross_entropy_options_fwd,
     fused_linear_cross_entropy_options_fwd_fake,
-    needs_grad,
-    scaled,
 )
 
 
@@ -133,11 +130,9 @@ def _flce_parts(class_weights: bool) -> tuple:
         if ctx.recompute:
             *tensors, lse = ctx.saved_tensors
             grads = backward(grad_loss, *tensors, lse, *ctx.options[:-1], *ctx.needs)
-            grads = [g.to(dtype) if need else None
-                     for g, dtype, need in zip(grads, ctx.dtypes, ctx.needs, strict=True)]  # fmt: skip
         else:
-            grads = [scaled(g, grad_loss, dtype) if need else None
-                     for g, dtype, need in zip(ctx.saved_tensors, ctx.dtypes, ctx.needs, strict=True)]  # fmt: skip
+            grads = ctx.saved_tensors
+        grads = head_grads(grads, grad_loss, ctx.dtypes, ctx.needs, ctx.recompute)
         grad_hidden, grad_weight, grad_bias = grads
         return grad_hidden, grad_weight, None, grad_bias
 
@@ -231,7 +226,7 @@ def cross_entropy(
 
     Example: ``loss = tk.ops.cross_entropy(logits.view(-1, V), labels.view(-1), z_loss=1e-4)``.
     """
-    options = check_options("cross_entropy", ignore_index, label_smoothing, z_loss, softcap, reduction)
+    options = check_loss_options("cross_entropy", ignore_index, label_smoothing, z_loss, softcap, reduction)
     if not isinstance(inplace_backward, bool):
         raise TypeError(f"cross_entropy: inplace_backward must be a bool, got {type(inplace_backward).__name__}")
     check_tensor("logits", logits, dtypes=FLOAT_DTYPES)
@@ -284,23 +279,12 @@ def fused_linear_cross_entropy(
     Example: ``loss = tk.ops.fused_linear_cross_entropy(h.view(-1, H), lm_head.weight, labels.view(-1))``.
     """
     name = "fused_linear_cross_entropy"
-    options = check_options(name, ignore_index, label_smoothing, z_loss, softcap, reduction)
-    check_tensor("hidden", hidden, dtypes=FLOAT_DTYPES)
-    check_tensor("weight", weight, ndim=2, dtypes=FLOAT_DTYPES)
-    if hidden.dim() == 0 or hidden.shape[-1] != weight.shape[1]:
-        raise ValueError(f"{name}: hidden must be (..., H) with H = weight.shape[1] = {weight.shape[1]}, "
-                         f"got shape {tuple(hidden.shape)}")  # fmt: skip
+    options = check_loss_options(name, ignore_index, label_smoothing, z_loss, softcap, reduction)
+    check_linear_head(name, hidden, weight, bias)
     if weight.shape[0] == 0:
         raise ValueError(f"{name}: weight must have at least one row (class), got shape {tuple(weight.shape)}")
-    if bias is not None:
-        check_tensor("bias", bias, ndim=1, dtypes=FLOAT_DTYPES)
-        if bias.shape[0] != weight.shape[0]:
-            raise ValueError(f"{name}: bias must have shape ({weight.shape[0]},), got {tuple(bias.shape)}")
-    for other, value in (("weight", weight), ("bias", bias)):
-        if value is not None and value.dtype != hidden.dtype:
-            raise TypeError(f"{name}: {other} must have hidden's dtype {hidden.dtype}, got {value.dtype}")
     check_target(name, target, tuple(hidden.shape[:-1]))
-    check_device(hidden=hidden, weight=weight, target=target, **({"bias": bias} if bias is not None else {}))
+    check_device(hidden=hidden, target=target)
     if debug_checks(f"{name}: check_targets", check_targets):
         check_target_values(name, target, weight.shape[0], ignore_index)
     rows, target_rows = hidden.reshape(-1, hidden.shape[-1]), target.reshape(-1)

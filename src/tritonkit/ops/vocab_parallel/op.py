@@ -23,7 +23,7 @@ from tritonkit._core.autograd import differentiable_op
 from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor
 from tritonkit._core.distributed import describe, group_name, group_rank_and_size, is_dtensor, sharded_dim
 from tritonkit._core.layout import as_rows
-from tritonkit._core.losses import check_loss_options, check_targets, scaled
+from tritonkit._core.losses import check_linear_head, check_loss_options, check_target, head_grads, needs_grad
 from tritonkit.ops.vocab_parallel.launch import (
     vocab_parallel_cross_entropy_bwd,
     vocab_parallel_cross_entropy_bwd_fake,
@@ -75,12 +75,8 @@ def _fused_gradients(ctx, grad_outputs, backward):
     grad_loss = grad_outputs[0]
     if grad_loss is None:
         return ()
-    if ctx.recompute:
-        grads = backward(grad_loss, *ctx.saved_tensors, *ctx.rest, *ctx.needs)
-        grads = [g.to(dtype) if need else None for g, dtype, need in zip(grads, ctx.dtypes, ctx.needs, strict=True)]
-    else:
-        grads = [scaled(g, grad_loss, dtype) if need else None
-                 for g, dtype, need in zip(ctx.saved_tensors, ctx.dtypes, ctx.needs, strict=True)]  # fmt: skip
+    grads = backward(grad_loss, *ctx.saved_tensors, *ctx.rest, *ctx.needs) if ctx.recompute else ctx.saved_tensors
+    grads = head_grads(grads, grad_loss, ctx.dtypes, ctx.needs, ctx.recompute)
     return grads[0], grads[1], None, grads[2]
 
 
@@ -158,7 +154,7 @@ def vocab_parallel_cross_entropy(
     check_tensor("logits", logits, dtypes=FLOAT_DTYPES)
     if logits.dim() == 0:
         raise ValueError(f"{name}: logits must be (..., n), this rank's n classes, got a 0-d tensor")
-    check_targets(name, target, tuple(logits.shape[:-1]))
+    check_target(name, target, tuple(logits.shape[:-1]))
     check_device(logits=logits, target=target)
     loss, _ = vocab_parallel_cross_entropy_op(as_rows(logits), target.reshape(-1), start, size, group, *options)
     return loss.view(target.shape) if reduction == "none" else loss
@@ -189,23 +185,10 @@ def vocab_parallel_fused_linear_cross_entropy(
     local, start, size, group = _vocab_slice(name, {"weight": weight, "bias": bias},
                                              {"hidden": hidden, "target": target}, 0, process_group)  # fmt: skip
     hidden, weight, target, bias = local["hidden"], local["weight"], local["target"], local["bias"]
-    check_tensor("hidden", hidden, dtypes=FLOAT_DTYPES)
-    check_tensor("weight", weight, ndim=2, dtypes=FLOAT_DTYPES)
-    if hidden.dim() == 0 or hidden.shape[-1] != weight.shape[1]:
-        raise ValueError(f"{name}: hidden must be (..., H) with H = weight.shape[1] = {weight.shape[1]}, got shape "
-                         f"{tuple(hidden.shape)}")  # fmt: skip
-    tensors = {"hidden": hidden, "weight": weight, "target": target}
-    if bias is not None:
-        check_tensor("bias", bias, ndim=1, dtypes=FLOAT_DTYPES)
-        if bias.shape[0] != weight.shape[0]:
-            raise ValueError(f"{name}: bias must have shape ({weight.shape[0]},), got {tuple(bias.shape)}")
-        tensors["bias"] = bias
-    for key in ("weight", "bias"):
-        if key in tensors and tensors[key].dtype != hidden.dtype:
-            raise TypeError(f"{name}: {key} must have hidden's dtype {hidden.dtype}, got {tensors[key].dtype}")
-    check_targets(name, target, tuple(hidden.shape[:-1]))
-    check_device(**tensors)
-    needs = tuple(t is not None and torch.is_grad_enabled() and t.requires_grad for t in (hidden, weight, bias))
+    check_linear_head(name, hidden, weight, bias)
+    check_target(name, target, tuple(hidden.shape[:-1]))
+    check_device(hidden=hidden, target=target)
+    needs = (needs_grad(hidden), needs_grad(weight), needs_grad(bias))
     rows, target_rows = hidden.reshape(-1, hidden.shape[-1]), target.reshape(-1)
     loss = vocab_parallel_fused_linear_cross_entropy_op(rows, weight, target_rows, bias, start, size, group, *options,
                                                         *needs)[0]  # fmt: skip
