@@ -79,10 +79,10 @@ def test_out_of_range_target_gives_nan_for_its_row_and_is_never_an_address(bad, 
     def backward(x, t, lse):
         return cross_entropy_bwd(torch.ones(4, device=device), x, t, lse, -100, 0.0, 0.0, 0.0, "none")
 
-    _, lse = cross_entropy_fwd(logits.detach(), target, -100, 0.0, 0.0, 0.0, "none")
+    _, lse = cross_entropy_fwd(logits.detach(), target, -100, 0.0, 0.0, 0.0, "none", logits.dtype)
     debug.guard_bounds(backward, logits.detach(), target, lse).raise_if_bad()
     debug.guard_bounds(
-        lambda x, t: cross_entropy_fwd(x, t, -100, 0.1, 1e-2, 0.0, "none"), logits.detach(), target
+        lambda x, t: cross_entropy_fwd(x, t, -100, 0.1, 1e-2, 0.0, "none", x.dtype), logits.detach(), target
     ).raise_if_bad()
 
 

@@ -38,6 +38,19 @@ def check_loss_options(name, ignore_index, label_smoothing, z_loss, softcap, red
     return int(ignore_index), float(label_smoothing), float(z_loss), float(softcap or 0.0), reduction
 
 
+def check_loss_dtype(name: str, loss_dtype, input_dtype: torch.dtype) -> torch.dtype:
+    """The dtype the loss is returned in: ``input_dtype`` for None (torch's F.cross_entropy returns its input's), else
+    one of the float dtypes. The per-row losses and their sum are fp32 either way; the result is rounded once."""
+    if loss_dtype is None:
+        return input_dtype
+    if not isinstance(loss_dtype, torch.dtype):
+        raise TypeError(f"{name}: loss_dtype must be None or a torch.dtype, got {type(loss_dtype).__name__}")
+    if loss_dtype not in FLOAT_DTYPES:
+        raise ValueError(f"{name}: loss_dtype must be None (the input's dtype) or one of "
+                         f"{tuple(str(d) for d in FLOAT_DTYPES)}, got {loss_dtype}")  # fmt: skip
+    return loss_dtype
+
+
 def check_target(name: str, target, expected_shape: tuple) -> None:
     check_tensor("target", target, dtypes=TARGET_DTYPES)
     if tuple(target.shape) != expected_shape:
@@ -126,6 +139,13 @@ def add_chunk_grads(dlogits, h_chunk, weight, rows: slice, grads) -> None:
 def or_empty(t: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
     """Custom ops cannot return None: an absent output is an empty tensor."""
     return t if t is not None else like.new_empty((0,))
+
+
+def fake_loss_and_lse(rows: torch.Tensor, reduction: str, loss_dtype: torch.dtype) -> tuple:
+    """The forwards' loss (0-d, or one a row of ``rows`` for "none", in ``loss_dtype``) and fp32 lse, for the fakes."""
+    n_rows = rows.shape[0]
+    return (rows.new_empty((n_rows,) if reduction == "none" else (), dtype=loss_dtype),
+            rows.new_empty((n_rows,), dtype=torch.float32))  # fmt: skip
 
 
 def fake_grads(hidden, weight, bias, need_hidden, need_weight, need_bias) -> tuple:

@@ -26,6 +26,7 @@ from tritonkit._core.losses import (
     add_chunk_grads,
     chunk_logits,
     fake_grads,
+    fake_loss_and_lse,
     grad_buffers,
     grad_scale,
     mean_count,
@@ -101,16 +102,16 @@ def _launch_rows(x, target, loss, lse, scale, dx, options, compute_loss, write_g
 
 def cross_entropy_fwd(
     logits: torch.Tensor, target: torch.Tensor, ignore_index: int, label_smoothing: float, z_loss: float,
-    softcap: float, reduction: str, *, plan: CrossEntropyPlan | None = None,
+    softcap: float, reduction: str, loss_dtype: torch.dtype, *, plan: CrossEntropyPlan | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """logits: (rows, V) with unit column stride; target: (rows,). Returns the reduced loss (logits'
-    dtype; 0-d, or (rows,) for "none") and the fp32 row lse the backward needs."""
+    """logits: (rows, V) with unit column stride; target: (rows,). Returns the reduced loss (in ``loss_dtype``, from
+    fp32 per-row losses; 0-d, or (rows,) for "none") and the fp32 row lse the backward needs."""
     n_rows = logits.shape[0]
     loss_rows = torch.empty((n_rows,), dtype=torch.float32, device=logits.device)
     lse = torch.empty((n_rows,), dtype=torch.float32, device=logits.device)
     options = (ignore_index, label_smoothing, z_loss, softcap)
     _launch_rows(logits, target, loss_rows, lse, lse, logits, options, True, False, plan)
-    return reduced(loss_rows, reduction, logits.dtype, mean_count(target, ignore_index, reduction)), lse
+    return reduced(loss_rows, reduction, loss_dtype, mean_count(target, ignore_index, reduction)), lse
 
 
 def cross_entropy_bwd(grad_loss: torch.Tensor, logits: torch.Tensor, target: torch.Tensor, lse: torch.Tensor,
@@ -151,14 +152,14 @@ def _fused_chunks(hidden, weight, bias, target, options, loss_rows, lse, scale, 
 
 def fused_linear_cross_entropy_fwd(
     hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None,
-    ignore_index: int, label_smoothing: float, z_loss: float, softcap: float, reduction: str,
+    ignore_index: int, label_smoothing: float, z_loss: float, softcap: float, reduction: str, loss_dtype: torch.dtype,
     need_hidden: bool, need_weight: bool, need_bias: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """hidden: (tokens, H); weight: (V, H); bias: (V,) or None; target: (tokens,).
 
-    Returns (loss, lse, grad_hidden, grad_weight, grad_bias). For "mean" and "sum" the gradients asked
-    for by the need_* flags are computed here, for an upstream gradient of 1 (grad_weight and
-    grad_bias in fp32); absent ones, and all of them for "none", are empty tensors.
+    Returns (loss, lse, grad_hidden, grad_weight, grad_bias), the loss in ``loss_dtype``. For "mean" and
+    "sum" the gradients asked for by the need_* flags are computed here, for an upstream gradient of 1
+    (grad_weight and grad_bias in fp32); absent ones, and all of them for "none", are empty tensors.
     """
     n_tokens = hidden.shape[0]
     loss_rows = torch.empty((n_tokens,), dtype=torch.float32, device=hidden.device)
@@ -171,7 +172,7 @@ def fused_linear_cross_entropy_fwd(
         scale = grad_scale(torch.ones((), dtype=torch.float32, device=hidden.device), reduction, count)
     options = (ignore_index, label_smoothing, z_loss, softcap)
     _fused_chunks(hidden, weight, bias, target, options, loss_rows, lse, scale, grads)
-    loss = reduced(loss_rows, reduction, hidden.dtype, count)
+    loss = reduced(loss_rows, reduction, loss_dtype, count)
     return loss, lse, *(or_empty(g, lse) for g in grads)
 
 
@@ -189,10 +190,8 @@ def fused_linear_cross_entropy_bwd(
     return tuple(or_empty(g, lse) for g in grads)
 
 
-def cross_entropy_fwd_fake(logits, target, ignore_index, label_smoothing, z_loss, softcap, reduction):
-    n_rows = logits.shape[0]
-    loss_shape = (n_rows,) if reduction == "none" else ()
-    return logits.new_empty(loss_shape), logits.new_empty((n_rows,), dtype=torch.float32)
+def cross_entropy_fwd_fake(logits, target, ignore_index, label_smoothing, z_loss, softcap, reduction, loss_dtype):
+    return fake_loss_and_lse(logits, reduction, loss_dtype)
 
 
 def cross_entropy_bwd_fake(grad_loss, logits, target, lse, ignore_index, label_smoothing, z_loss, softcap, reduction):
@@ -200,12 +199,10 @@ def cross_entropy_bwd_fake(grad_loss, logits, target, lse, ignore_index, label_s
 
 
 def fused_linear_cross_entropy_fwd_fake(hidden, weight, target, bias, *options_and_needs):
-    *_, reduction, need_hidden, need_weight, need_bias = options_and_needs
-    n_tokens = hidden.shape[0]
+    *_, reduction, loss_dtype, need_hidden, need_weight, need_bias = options_and_needs
     now = reduction != "none"
     return (
-        hidden.new_empty((n_tokens,) if reduction == "none" else ()),
-        hidden.new_empty((n_tokens,), dtype=torch.float32),
+        *fake_loss_and_lse(hidden, reduction, loss_dtype),
         *fake_grads(hidden, weight, bias, need_hidden and now, need_weight and now, need_bias and now),
     )
 
@@ -324,18 +321,18 @@ def _option_rows(n_rows, device, weight, target, ignore_index, label_smoothing, 
 
 def cross_entropy_options_fwd(
     logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, ignore_index: int,
-    label_smoothing: float, z_loss: float, softcap: float, reduction: str, return_z_loss: bool,
-    return_accuracy: bool, *, plan: CrossEntropyPlan | None = None,
+    label_smoothing: float, z_loss: float, softcap: float, reduction: str, loss_dtype: torch.dtype,
+    return_z_loss: bool, return_accuracy: bool, *, plan: CrossEntropyPlan | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """cross_entropy_fwd with class weights (V,) or None, and the z-term and token accuracy. Returns the loss, the
-    fp32 row lse, the z-term reduced like the loss (logits' dtype; empty unless return_z_loss) and the accuracy
-    (fp32; empty unless return_accuracy)."""
+    fp32 row lse, the z-term reduced like the loss (in ``loss_dtype`` too; empty unless return_z_loss) and the
+    accuracy (fp32; empty unless return_accuracy)."""
     flags = (label_smoothing, reduction, return_z_loss, return_accuracy)
     loss_rows, lse, counts, extras = _option_rows(logits.shape[0], logits.device, weight, target, ignore_index,
                                                   *flags)  # fmt: skip
     options = (ignore_index, label_smoothing, z_loss, softcap)
     _launch_rows(logits, target, loss_rows, lse, lse, logits, options, True, False, plan, extras)
-    loss, z_term, accuracy = _option_results(loss_rows, extras, counts, reduction, logits.dtype, return_z_loss,
+    loss, z_term, accuracy = _option_results(loss_rows, extras, counts, reduction, loss_dtype, return_z_loss,
                                              return_accuracy)  # fmt: skip
     return loss, lse, z_term, accuracy
 
@@ -356,13 +353,16 @@ def cross_entropy_options_bwd(
 
 
 def cross_entropy_options_fwd_fake(logits, target, weight, ignore_index, label_smoothing, z_loss, softcap, reduction,
-                                   return_z_loss, return_accuracy):  # fmt: skip
-    loss, lse = cross_entropy_fwd_fake(logits, target, ignore_index, label_smoothing, z_loss, softcap, reduction)
+                                   loss_dtype, return_z_loss, return_accuracy):  # fmt: skip
+    loss, lse = fake_loss_and_lse(logits, reduction, loss_dtype)
+    return loss, lse, *_fake_extras(loss, return_z_loss, return_accuracy)
+
+
+def _fake_extras(loss, return_z_loss, return_accuracy) -> tuple[torch.Tensor, torch.Tensor]:
+    """The options' z-term (the loss's shape and dtype) and accuracy (fp32), or empty ones, for the fakes."""
     return (
-        loss,
-        lse,
-        logits.new_empty(loss.shape if return_z_loss else (0,)),
-        logits.new_empty(loss.shape if return_accuracy else (0,), dtype=torch.float32),
+        loss.new_empty(loss.shape if return_z_loss else (0,)),
+        loss.new_empty(loss.shape if return_accuracy else (0,), dtype=torch.float32),
     )
 
 
@@ -373,8 +373,8 @@ def cross_entropy_options_bwd_fake(grad_loss, logits, target, weight, lse, *opti
 def fused_linear_cross_entropy_options_fwd(
     hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None,
     ce_weight: torch.Tensor | None, ignore_index: int, label_smoothing: float, z_loss: float, softcap: float,
-    reduction: str, return_z_loss: bool, return_accuracy: bool, need_hidden: bool, need_weight: bool,
-    need_bias: bool,
+    reduction: str, loss_dtype: torch.dtype, return_z_loss: bool, return_accuracy: bool, need_hidden: bool,
+    need_weight: bool, need_bias: bool,
 ) -> tuple[
     torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor
 ]:  # fmt: skip
@@ -389,7 +389,7 @@ def fused_linear_cross_entropy_options_fwd(
     scale = grad_scale(torch.ones((), dtype=torch.float32, device=hidden.device), reduction, counts[1]) if now else None
     options = (ignore_index, label_smoothing, z_loss, softcap)
     _fused_chunks(hidden, weight, bias, target, options, loss_rows, lse, scale, grads, extras)
-    loss, z_term, accuracy = _option_results(loss_rows, extras, counts, reduction, hidden.dtype, return_z_loss,
+    loss, z_term, accuracy = _option_results(loss_rows, extras, counts, reduction, loss_dtype, return_z_loss,
                                              return_accuracy)  # fmt: skip
     return loss, lse, *(or_empty(g, lse) for g in grads), z_term, accuracy
 
@@ -409,15 +409,10 @@ def fused_linear_cross_entropy_options_bwd(
 
 
 def fused_linear_cross_entropy_options_fwd_fake(hidden, weight, target, bias, ce_weight, *options_and_needs):
-    *options, reduction, return_z_loss, return_accuracy, need_hidden, need_weight, need_bias = options_and_needs
-    plain = fused_linear_cross_entropy_fwd_fake(hidden, weight, target, bias, *options, reduction, need_hidden,
-                                                need_weight, need_bias)  # fmt: skip
-    loss = plain[0]
-    return (
-        *plain,
-        hidden.new_empty(loss.shape if return_z_loss else (0,)),
-        hidden.new_empty(loss.shape if return_accuracy else (0,), dtype=torch.float32),
-    )
+    *options, return_z_loss, return_accuracy, need_hidden, need_weight, need_bias = options_and_needs
+    plain = fused_linear_cross_entropy_fwd_fake(hidden, weight, target, bias, *options, need_hidden, need_weight,
+                                                need_bias)  # fmt: skip
+    return *plain, *_fake_extras(plain[0], return_z_loss, return_accuracy)
 
 
 def fused_linear_cross_entropy_options_bwd_fake(grad_loss, hidden, weight, target, bias, ce_weight, lse,

@@ -29,6 +29,7 @@ from tritonkit._core.losses import (
     add_chunk_grads,
     chunk_logits,
     fake_grads,
+    fake_loss_and_lse,
     grad_buffers,
     grad_scale,
     mean_count,
@@ -89,14 +90,15 @@ def _combine(stats, target, vocab_size, options, group) -> tuple[torch.Tensor, t
 
 def vocab_parallel_cross_entropy_fwd(
     logits: torch.Tensor, target: torch.Tensor, vocab_start: int, vocab_size: int, group: str, ignore_index: int,
-    label_smoothing: float, z_loss: float, softcap: float, reduction: str, *, plan: SlicePlan | None = None,
+    label_smoothing: float, z_loss: float, softcap: float, reduction: str, loss_dtype: torch.dtype, *,
+    plan: SlicePlan | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """logits: (rows, n) this rank's slice, unit column stride; target: (rows,) global class indices. Returns the
-    reduced loss (logits' dtype) and the fp32 global lse per row, the same on every rank of ``group``."""
+    reduced loss (in ``loss_dtype``) and the fp32 global lse per row, the same on every rank of ``group``."""
     options = (ignore_index, label_smoothing, z_loss, softcap)
     stats = _launch_stats(logits, target, vocab_start, softcap, label_smoothing, plan)
     loss_rows, lse = _combine(stats, target, vocab_size, options, group)
-    return reduced(loss_rows, reduction, logits.dtype, mean_count(target, ignore_index, reduction)), lse
+    return reduced(loss_rows, reduction, loss_dtype, mean_count(target, ignore_index, reduction)), lse
 
 
 def vocab_parallel_cross_entropy_bwd(
@@ -140,14 +142,14 @@ def _chunks(hidden, weight, bias, target, vocab_start, vocab_size, group, option
 def vocab_parallel_fused_linear_cross_entropy_fwd(
     hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None, vocab_start: int,
     vocab_size: int, group: str, ignore_index: int, label_smoothing: float, z_loss: float, softcap: float,
-    reduction: str, need_hidden: bool, need_weight: bool, need_bias: bool,
+    reduction: str, loss_dtype: torch.dtype, need_hidden: bool, need_weight: bool, need_bias: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """hidden: (tokens, H), the same on every rank; weight: (n, H) this rank's rows of the head (classes
     [vocab_start, vocab_start + n)); bias: (n,) or None; target: (tokens,).
 
-    Returns (loss, lse, grad_hidden, grad_weight, grad_bias): for "mean" and "sum" the gradients the need_* flags
-    ask for, for an upstream gradient of 1 (d(hidden) summed over the group; d(weight), d(bias) of this slice in
-    fp32); absent ones, and all of them for "none", are empty tensors.
+    Returns (loss, lse, grad_hidden, grad_weight, grad_bias), the loss in ``loss_dtype``: for "mean" and "sum" the
+    gradients the need_* flags ask for, for an upstream gradient of 1 (d(hidden) summed over the group; d(weight),
+    d(bias) of this slice in fp32); absent ones, and all of them for "none", are empty tensors.
     """
     n_tokens = hidden.shape[0]
     loss_rows = torch.empty((n_tokens,), dtype=torch.float32, device=hidden.device)
@@ -160,7 +162,7 @@ def vocab_parallel_fused_linear_cross_entropy_fwd(
     if any(g is not None for g in grads):
         scale = grad_scale(torch.ones((), dtype=torch.float32, device=hidden.device), reduction, count)
     _chunks(hidden, weight, bias, target, vocab_start, vocab_size, group, options, loss_rows, lse, scale, grads)
-    loss = reduced(loss_rows, reduction, hidden.dtype, count)
+    loss = reduced(loss_rows, reduction, loss_dtype, count)
     return loss, lse, *(or_empty(g, lse) for g in grads)
 
 
@@ -179,9 +181,8 @@ def vocab_parallel_fused_linear_cross_entropy_bwd(
 
 
 def vocab_parallel_cross_entropy_fwd_fake(logits, target, vocab_start, vocab_size, group, ignore_index,
-                                          label_smoothing, z_loss, softcap, reduction):  # fmt: skip
-    n_rows = logits.shape[0]
-    return logits.new_empty((n_rows,) if reduction == "none" else ()), logits.new_empty((n_rows,), dtype=torch.float32)
+                                          label_smoothing, z_loss, softcap, reduction, loss_dtype):  # fmt: skip
+    return fake_loss_and_lse(logits, reduction, loss_dtype)
 
 
 def vocab_parallel_cross_entropy_bwd_fake(grad_loss, logits, *rest):
@@ -189,12 +190,10 @@ def vocab_parallel_cross_entropy_bwd_fake(grad_loss, logits, *rest):
 
 
 def vocab_parallel_fused_linear_cross_entropy_fwd_fake(hidden, weight, target, bias, *options_and_needs):
-    *_, reduction, need_hidden, need_weight, need_bias = options_and_needs
+    *_, reduction, loss_dtype, need_hidden, need_weight, need_bias = options_and_needs
     now = reduction != "none"
-    n_tokens = hidden.shape[0]
     return (
-        hidden.new_empty((n_tokens,) if reduction == "none" else ()),
-        hidden.new_empty((n_tokens,), dtype=torch.float32),
+        *fake_loss_and_lse(hidden, reduction, loss_dtype),
         *fake_grads(hidden, weight, bias, need_hidden and now, need_weight and now, need_bias and now),
     )
 
