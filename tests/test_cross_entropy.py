@@ -79,10 +79,10 @@ def test_out_of_range_target_gives_nan_for_its_row_and_is_never_an_address(bad, 
     def backward(x, t, lse):
         return cross_entropy_bwd(torch.ones(4, device=device), x, t, lse, -100, 0.0, 0.0, 0.0, "none")
 
-    _, lse = cross_entropy_fwd(logits.detach(), target, -100, 0.0, 0.0, 0.0, "none")
+    _, lse = cross_entropy_fwd(logits.detach(), target, -100, 0.0, 0.0, 0.0, "none", logits.dtype)
     debug.guard_bounds(backward, logits.detach(), target, lse).raise_if_bad()
     debug.guard_bounds(
-        lambda x, t: cross_entropy_fwd(x, t, -100, 0.1, 1e-2, 0.0, "none"), logits.detach(), target
+        lambda x, t: cross_entropy_fwd(x, t, -100, 0.1, 1e-2, 0.0, "none", x.dtype), logits.detach(), target
     ).raise_if_bad()
 
 
@@ -406,6 +406,10 @@ def test_bad_input(device):
         tk.ops.cross_entropy(logits, target, softcap=0)
     with pytest.raises(ValueError, match=r"z_loss must be a finite number >= 0, got -1"):
         tk.ops.cross_entropy(logits, target, z_loss=-1)
+    with pytest.raises(TypeError, match=r"label_smoothing must be a number in \[0, 1\], got '0.1'"):
+        tk.ops.cross_entropy(logits, target, label_smoothing="0.1")
+    with pytest.raises(ValueError, match=r"vocab_parallel_cross_entropy: z_loss must be a finite number >= 0, got inf"):
+        tk.ops.vocab_parallel_cross_entropy(logits, target, z_loss=float("inf"))
     with pytest.raises(TypeError, match=r"inplace_backward must be a bool, got int"):
         tk.ops.cross_entropy(logits, target, inplace_backward=1)
     with pytest.raises(ValueError, match=r"V >= 1 classes, got shape \(4, 0\)"):
@@ -482,10 +486,10 @@ def test_fused_peak_memory_is_within_a_tenth_of_the_logits():
     # zero tensor per unused output (autograd's default) would add a whole fp32 dW.
     hidden.grad = weight.grad = None
     loss = tk.ops.fused_linear_cross_entropy(hidden, weight, target)
-    from tritonkit.ops.loss.launch import _SCALE_CHUNK
+    from tritonkit._core.losses import _SCALE_PIECE
 
     returned = 2 * (hidden.numel() + weight.numel())
-    assert _peak_extra_bytes(loss.backward) <= returned + 4 * min(_SCALE_CHUNK, weight.numel()) + 4 * 2**20
+    assert _peak_extra_bytes(loss.backward) <= returned + 4 * min(_SCALE_PIECE, weight.numel()) + 4 * 2**20
 
 
 @pytest.mark.gpu

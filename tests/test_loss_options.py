@@ -163,3 +163,62 @@ def test_bad_class_weights_of_the_fused_op_name_ce_weight():
         tk.ops.fused_linear_cross_entropy(hidden, head, target, ce_weight=torch.ones(11))
     with pytest.raises(TypeError, match="fused_linear_cross_entropy: return_z_loss must be a bool"):
         tk.ops.fused_linear_cross_entropy(hidden, head, target, return_z_loss=None)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_cross_entropy_module_with_class_weights_is_torchs(reduction, device):
+    """tk.nn.CrossEntropyLoss(weight) as torch.nn.CrossEntropyLoss(weight) (the weight positional, a buffer): the
+    loss and the logits' gradient against torch's module in float64."""
+    logits = (3 * torch.randn(9, 20, device=device)).requires_grad_()
+    target, weight = _targets(9, 20, device), 0.5 + torch.rand(20, device=device)
+    module = tk.nn.CrossEntropyLoss(weight, label_smoothing=0.1, reduction=reduction)
+    torch_module = torch.nn.CrossEntropyLoss(weight.double(), label_smoothing=0.1, reduction=reduction)
+    loss, expected = module(logits, target), torch_module(logits.double(), target)
+    torch.testing.assert_close(loss.double(), expected, rtol=1e-5, atol=1e-6)
+    upstream = torch.randn_like(loss)
+    (grad,) = torch.autograd.grad(loss, logits, upstream)
+    (expected_grad,) = torch.autograd.grad(expected, logits, upstream.double())
+    torch.testing.assert_close(grad, expected_grad, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["cross_entropy", "fused"])
+def test_modules_take_the_ops_options(fused, device):
+    """The modules hold class weights (``weight``, the fused one's ``ce_weight``) as a buffer that follows .to() and
+    the state dict, and pass every option: their results are the ops' to the bit, a CrossEntropyOutput with the
+    return flags, the loss and z-term in fp32 for bf16 inputs with loss_dtype."""
+    hidden = torch.randn(9, 8, device=device).bfloat16()
+    head = (torch.randn(20, 8, device=device) / 4).bfloat16()
+    target, weight = _targets(9, 20, device), 0.5 + torch.rand(20, device=device)
+    options = dict(ignore_index=-100, label_smoothing=0.1, z_loss=1e-3, softcap=8.0, reduction="sum",
+                   loss_dtype=torch.float32, return_z_loss=True, return_token_accuracy=True)  # fmt: skip
+    if fused:
+        module, name = tk.nn.FusedLinearCrossEntropyLoss(ce_weight=weight, **options), "ce_weight"
+        out = module(hidden, head, target)
+        expected = tk.ops.fused_linear_cross_entropy(hidden, head, target, ce_weight=weight, **options)
+    else:
+        module, name = tk.nn.CrossEntropyLoss(weight=weight, **options), "weight"
+        logits = hidden @ head.t()
+        out = module(logits, target)
+        expected = tk.ops.cross_entropy(logits, target, weight, **options)
+    assert isinstance(out, CrossEntropyOutput) and (out.loss.dtype, out.z_loss.dtype) == (torch.float32,) * 2
+    for ours, theirs in zip(out, expected, strict=True):
+        assert torch.equal(ours, theirs)
+    assert [key for key, _ in module.named_buffers()] == [name] and module.get_buffer(name) is weight
+    assert torch.equal(module.state_dict()[name], weight)
+    assert module.to(torch.float64).get_buffer(name).dtype == torch.float64
+    assert f"{name}=(20,)" in repr(module) and "loss_dtype=torch.float32" in repr(module)
+    plain = type(module)()
+    assert list(plain.named_buffers()) == [] and plain.state_dict() == {}
+
+
+def test_module_with_class_weights_compiles_fullgraph(device):
+    """The weight buffer and the return flags under torch.compile(fullgraph=True): eager's loss and gradients."""
+    module = tk.nn.CrossEntropyLoss(0.5 + torch.rand(20, device=device), z_loss=1e-3, return_z_loss=True)
+    target = _targets(6, 20, device)
+
+    def block(hidden, head):
+        out = module(hidden @ head.t(), target)
+        return out.loss + out.z_loss.detach() * 0
+
+    inputs = [torch.randn(6, 8, device=device), torch.randn(20, 8, device=device)]
+    assert_compiled_matches_eager(block, [t.requires_grad_() for t in inputs], device)

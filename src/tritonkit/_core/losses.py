@@ -1,5 +1,5 @@
-"""What the loss families share on the host: argument checks, means over non-ignored targets counted on the device,
-the fused ops' gradient buffers, and the scaling of saved gradients by the upstream one."""
+"""What the loss families share on the host: argument checks, reductions and means over non-ignored targets counted
+on the device, the fused ops' chunk GEMMs, gradient buffers and gradients, and the fakes' gradient shapes."""
 
 from __future__ import annotations
 
@@ -7,11 +7,15 @@ import math
 
 import torch
 
-from tritonkit._core.checks import check_choice, check_tensor
+from tritonkit._core.checks import FLOAT_DTYPES, check_choice, check_device, check_tensor
 from tritonkit._core.cublas import addmm_into_fp32
 
 REDUCTIONS = ("mean", "sum", "none")
 TARGET_DTYPES = (torch.int64, torch.int32)
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def check_loss_options(name, ignore_index, label_smoothing, z_loss, softcap, reduction) -> tuple:
@@ -19,24 +23,59 @@ def check_loss_options(name, ignore_index, label_smoothing, z_loss, softcap, red
     reduction)."""
     if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
         raise TypeError(f"{name}: ignore_index must be an int, got {type(ignore_index).__name__}")
-    numbers = {"label_smoothing": label_smoothing, "z_loss": z_loss, "softcap": 1.0 if softcap is None else softcap}
-    for key, value in numbers.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise TypeError(f"{name}: {key} must be a finite number, got {value!r}")
-    if not 0.0 <= label_smoothing <= 1.0:
-        raise ValueError(f"{name}: label_smoothing must be in [0, 1], got {label_smoothing}")
-    if z_loss < 0:
-        raise ValueError(f"{name}: z_loss must be >= 0, got {z_loss}")
-    if softcap is not None and softcap <= 0:
-        raise ValueError(f"{name}: softcap must be None or > 0, got {softcap}")
+    expected = {
+        "label_smoothing": ("a number in [0, 1]", _number(label_smoothing) and 0.0 <= label_smoothing <= 1.0),
+        "z_loss": ("a finite number >= 0", _number(z_loss) and math.isfinite(z_loss) and z_loss >= 0),
+        "softcap": ("None or a finite number > 0",
+                    softcap is None or (_number(softcap) and math.isfinite(softcap) and softcap > 0)),
+    }  # fmt: skip
+    values = {"label_smoothing": label_smoothing, "z_loss": z_loss, "softcap": softcap}
+    for key, (what, ok) in expected.items():
+        if not ok:
+            error = ValueError if _number(values[key]) else TypeError
+            raise error(f"{name}: {key} must be {what}, got {values[key]!r}")
     check_choice("reduction", reduction, REDUCTIONS)
     return int(ignore_index), float(label_smoothing), float(z_loss), float(softcap or 0.0), reduction
 
 
-def check_targets(name: str, target, expected_shape: tuple) -> None:
+def check_loss_dtype(name: str, loss_dtype, input_dtype: torch.dtype) -> torch.dtype:
+    """The dtype the loss is returned in: ``input_dtype`` for None (torch's F.cross_entropy returns its input's), else
+    one of the float dtypes. The per-row losses and their sum are fp32 either way; the result is rounded once."""
+    if loss_dtype is None:
+        return input_dtype
+    if not isinstance(loss_dtype, torch.dtype):
+        raise TypeError(f"{name}: loss_dtype must be None or a torch.dtype, got {type(loss_dtype).__name__}")
+    if loss_dtype not in FLOAT_DTYPES:
+        raise ValueError(f"{name}: loss_dtype must be None (the input's dtype) or one of "
+                         f"{tuple(str(d) for d in FLOAT_DTYPES)}, got {loss_dtype}")  # fmt: skip
+    return loss_dtype
+
+
+def check_target(name: str, target, expected_shape: tuple) -> None:
     check_tensor("target", target, dtypes=TARGET_DTYPES)
     if tuple(target.shape) != expected_shape:
         raise ValueError(f"{name}: target must have shape {expected_shape}, got {tuple(target.shape)}")
+
+
+def check_linear_head(name: str, hidden, weight, bias) -> None:
+    """hidden (..., H), an LM head's weight (V, H) and bias (V,) or None, of one float dtype, on one device."""
+    check_tensor("hidden", hidden, dtypes=FLOAT_DTYPES)
+    check_tensor("weight", weight, ndim=2, dtypes=FLOAT_DTYPES)
+    if hidden.dim() == 0 or hidden.shape[-1] != weight.shape[1]:
+        raise ValueError(f"{name}: hidden must be (..., H) with H = weight.shape[1] = {weight.shape[1]}, got shape "
+                         f"{tuple(hidden.shape)}")  # fmt: skip
+    if bias is not None:
+        check_tensor("bias", bias, ndim=1, dtypes=FLOAT_DTYPES)
+        if bias.shape[0] != weight.shape[0]:
+            raise ValueError(f"{name}: bias must have shape ({weight.shape[0]},), got {tuple(bias.shape)}")
+    for other, value in (("weight", weight), ("bias", bias)):
+        if value is not None and value.dtype != hidden.dtype:
+            raise TypeError(f"{name}: {other} must have hidden's dtype {hidden.dtype}, got {value.dtype}")
+    check_device(hidden=hidden, weight=weight, **({"bias": bias} if bias is not None else {}))
+
+
+def needs_grad(t: torch.Tensor | None) -> bool:
+    return t is not None and torch.is_grad_enabled() and t.requires_grad
 
 
 def valid_count(target: torch.Tensor, ignore_index: int) -> torch.Tensor:
@@ -44,25 +83,41 @@ def valid_count(target: torch.Tensor, ignore_index: int) -> torch.Tensor:
     return (target != ignore_index).sum().clamp_min(1).to(torch.float32)
 
 
-def reduced(loss_rows, target, ignore_index, reduction, dtype) -> torch.Tensor:
-    """fp32 per-row losses (0 on ignored rows) reduced, in ``dtype``."""
+def mean_count(target: torch.Tensor, ignore_index: int, reduction: str) -> torch.Tensor | None:
+    """What a mean over the non-ignored targets divides by (:func:`valid_count`); None for "sum" and "none", which
+    divide by nothing (no count computed)."""
+    return valid_count(target, ignore_index) if reduction == "mean" else None
+
+
+def reduced(rows: torch.Tensor, reduction: str, dtype: torch.dtype, denominator: torch.Tensor | None) -> torch.Tensor:
+    """fp32 per-row values (0 on ignored rows) reduced, in ``dtype``: as they are for "none", summed for "sum",
+    summed and divided by ``denominator`` (a 0-d device tensor) for "mean"."""
     if reduction == "none":
-        return loss_rows.to(dtype)
-    total = loss_rows.sum()
-    return (total / valid_count(target, ignore_index) if reduction == "mean" else total).to(dtype)
+        return rows.to(dtype)
+    total = rows.sum()
+    return (total / denominator if reduction == "mean" else total).to(dtype)
 
 
-def grad_scale(grad_loss, target, ignore_index, reduction) -> torch.Tensor:
-    """Each row's factor on d(loss)/d(logits): the upstream gradient (per row for "none"), over the count for
-    "mean"."""
+def grad_scale(grad_loss: torch.Tensor, reduction: str, denominator: torch.Tensor | None) -> torch.Tensor:
+    """Each row's factor on d(loss)/d(logits): the upstream gradient (per row for "none", possibly expanded with
+    stride 0), divided by the mean's ``denominator`` for "mean". Any float dtype: the kernels load it in fp32."""
     if reduction == "none":
         return grad_loss.reshape(-1)
-    grad_loss = grad_loss.reshape(()).float()
-    return grad_loss / valid_count(target, ignore_index) if reduction == "mean" else grad_loss
+    grad_loss = grad_loss.reshape(())
+    return grad_loss.float() / denominator if reduction == "mean" else grad_loss
+
+
+def chunk_logits(h_chunk: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor) -> None:
+    """A fused op's chunk of logits, h W^T (+ b), by one GEMM into ``out`` (a reused buffer)."""
+    if bias is None:
+        torch.mm(h_chunk, weight.t(), out=out)
+    else:
+        torch.addmm(bias, h_chunk, weight.t(), out=out)
 
 
 def grad_buffers(hidden, weight, bias, need_hidden, need_weight, need_bias):
-    """d(hidden) in hidden's dtype (each chunk's rows from one GEMM), fp32 accumulators for d(weight), d(bias)."""
+    """d(hidden) in hidden's dtype (each chunk's rows from one GEMM, rounded once), fp32 accumulators for d(weight)
+    and d(bias) (zeroed); None where not needed."""
     grad_hidden = torch.empty_like(hidden) if need_hidden else None
     grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_weight else None
     grad_bias = torch.zeros(bias.shape, dtype=torch.float32, device=bias.device) if need_bias else None
@@ -86,12 +141,39 @@ def or_empty(t: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
     return t if t is not None else like.new_empty((0,))
 
 
+def fake_loss_and_lse(rows: torch.Tensor, reduction: str, loss_dtype: torch.dtype) -> tuple:
+    """The forwards' loss (0-d, or one a row of ``rows`` for "none", in ``loss_dtype``) and fp32 lse, for the fakes."""
+    n_rows = rows.shape[0]
+    return (rows.new_empty((n_rows,) if reduction == "none" else (), dtype=loss_dtype),
+            rows.new_empty((n_rows,), dtype=torch.float32))  # fmt: skip
+
+
+def fake_grads(hidden, weight, bias, need_hidden, need_weight, need_bias) -> tuple:
+    """:func:`grad_buffers`' shapes and dtypes as the custom ops return them (absent: empty fp32), for the fakes."""
+    fp32 = torch.float32
+    return (
+        hidden.new_empty(hidden.shape) if need_hidden else hidden.new_empty((0,), dtype=fp32),
+        hidden.new_empty(weight.shape if need_weight else (0,), dtype=fp32),
+        hidden.new_empty(bias.shape if need_bias else (0,), dtype=fp32),
+    )
+
+
+def head_grads(grads, grad_loss, dtypes, needs, recomputed: bool) -> list:
+    """The fused ops' (d(hidden), d(weight), d(bias)), each in its input's dtype, None where not needed: ``grads``
+    from the recomputing backward of "none" (already weighted by the upstream gradient), or the forward's, saved for
+    an upstream gradient of 1 and now multiplied by the 0-d ``grad_loss``."""
+    if recomputed:
+        return [g.to(dtype) if need else None for g, dtype, need in zip(grads, dtypes, needs, strict=True)]
+    return [scaled(g, grad_loss, dtype) if need else None for g, dtype, need in zip(grads, dtypes, needs, strict=True)]
+
+
 _SCALE_PIECE = 1 << 24  # elements per piece of scaled(): a 64 MB fp32 temporary at most
 
 
 def scaled(grad: torch.Tensor, grad_loss: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """grad * grad_loss (0-d) in ``dtype`` with one rounding and no full-size temporary (torch's mul into another
-    dtype computes a whole temporary of grad's dtype first: 1 GB for a 64128 x 4096 fp32 slice of dW)."""
+    """grad * grad_loss (0-d) in ``dtype`` with one rounding, without mutating grad, and in pieces: torch's mul into
+    an output of another dtype first computes into a temporary of the input's dtype (torch's profiler shows a full
+    fp32 copy), which for a whole fp32 dW would add 2.1 GB at 128256 x 4096."""
     out = torch.empty(grad.shape, dtype=dtype, device=grad.device)
     factor = grad_loss.reshape(()).float()
     for flat_grad, flat_out in zip(grad.reshape(-1).split(_SCALE_PIECE), out.view(-1).split(_SCALE_PIECE),

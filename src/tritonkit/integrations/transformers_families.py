@@ -284,12 +284,14 @@ def _mean_or_per_item(loss_fn, num_items_in_batch):
 
 
 def causal_lm_loss(logits, labels, vocab_size, num_items_in_batch=None, ignore_index=-100, shift_labels=None, **_):
-    """transformers' ``ForCausalLMLoss`` on ``tk.ops.cross_entropy``."""
+    """transformers' ``ForCausalLMLoss`` on ``tk.ops.cross_entropy``: the loss in fp32, unrounded, as transformers'
+    own (which upcasts the logits) gives it for a 16-bit model."""
     target = _shifted_targets(labels, shift_labels, ignore_index).to(logits.device)
     flat = logits.reshape(-1, vocab_size)
 
     def loss(reduction):
-        return ops.cross_entropy(flat, target, ignore_index=ignore_index, reduction=reduction).float()
+        return ops.cross_entropy(flat, target, ignore_index=ignore_index, reduction=reduction,
+                                 loss_dtype=torch.float32)  # fmt: skip
 
     return _mean_or_per_item(loss, num_items_in_batch)
 
@@ -379,8 +381,8 @@ def causal_lm_forward(original_forward: Callable, family: Family, modeling: type
         flat = hidden.reshape(-1, hidden.shape[-1])
 
         def loss(reduction):
-            return head_loss(head, flat, target, ignore_index=ignore_index, softcap=softcap,
-                             reduction=reduction).float()  # fmt: skip
+            return head_loss(head, flat, target, ignore_index=ignore_index, softcap=softcap, reduction=reduction,
+                             loss_dtype=torch.float32)  # fmt: skip
 
         fields = {
             "loss": _mean_or_per_item(loss, kwargs.get("num_items_in_batch")),

@@ -11,16 +11,8 @@ return_token_accuracy), each behind a switch that is off by default.
 import triton
 import triton.language as tl
 
+from tritonkit._core.jit.cross_entropy import softcapped, write_logit_grads
 from tritonkit._core.jit.online_softmax import finite_or_zero, online_update
-
-
-@triton.jit
-def _softcapped(b_x, softcap, HAS_SOFTCAP: tl.constexpr):
-    """softcap * tanh(x / softcap), with tanh(u) = 1 - 2 / (exp(2u) + 1): exact at +-inf (exp
-    overflowing to inf gives 1) and within a few fp32 ulp of 1 elsewhere, which is all y needs."""
-    if HAS_SOFTCAP:
-        b_x = softcap * (1.0 - 2.0 / (tl.exp(2.0 * b_x / softcap) + 1.0))
-    return b_x
 
 
 @triton.jit
@@ -82,7 +74,7 @@ def _cross_entropy_kernel(
             o_n = start + tl.arange(0, BLOCK_N)
             m_n = o_n < n_cols
             b_x = tl.load(p_x_row + o_n, mask=m_n, other=0.0).to(tl.float32)
-            b_y = tl.where(m_n, _softcapped(b_x, softcap, HAS_SOFTCAP), float("-inf"))  # [BLOCK_N]
+            b_y = tl.where(m_n, softcapped(b_x, softcap, HAS_SOFTCAP), float("-inf"))  # [BLOCK_N]
             m, s = online_update(m, s, b_y)
             if HAS_SMOOTHING:  # sum_j y_j, or sum_j w_j y_j
                 b_wy = b_y * tl.load(p_weight + o_n, mask=m_n, other=0.0).to(tl.float32) if HAS_WEIGHT else b_y
@@ -93,9 +85,9 @@ def _cross_entropy_kernel(
         x_t = tl.load(p_x_row + target, mask=in_range & ~ignored, other=0.0).to(tl.float32)
         if HAS_WEIGHT:
             w_t = _class_weight(p_weight, target, in_range & ~ignored)
-            loss = (1.0 - label_smoothing) * w_t * (lse - _softcapped(x_t, softcap, HAS_SOFTCAP))
+            loss = (1.0 - label_smoothing) * w_t * (lse - softcapped(x_t, softcap, HAS_SOFTCAP))
         else:
-            loss = lse - (1.0 - label_smoothing) * _softcapped(x_t, softcap, HAS_SOFTCAP)
+            loss = lse - (1.0 - label_smoothing) * softcapped(x_t, softcap, HAS_SOFTCAP)
         if not SPLIT_Z:
             loss += z_loss * lse * lse
         if HAS_SMOOTHING:
@@ -122,21 +114,8 @@ def _cross_entropy_kernel(
             if HAS_SMOOTHING:
                 grad_factor += label_smoothing / n_cols * tl.load(p_weight_sum)
         else:
+            target_weight = None  # write_logit_grads' unweighted form: 1 - label_smoothing
             grad_factor = 1.0 + 2.0 * z_loss * lse
-        p_dx_row = p_dx + i_row * stride_dx_row
-        for start in range(0, n_cols, BLOCK_N):
-            o_n = start + tl.arange(0, BLOCK_N)
-            m_n = o_n < n_cols
-            b_y = _softcapped(tl.load(p_x_row + o_n, mask=m_n, other=0.0).to(tl.float32), softcap, HAS_SOFTCAP)
-            if HAS_WEIGHT:
-                b_dy = tl.exp(b_y - lse) * grad_factor - tl.where(o_n == target, target_weight, 0.0)
-                if HAS_SMOOTHING:
-                    b_dy -= label_smoothing / n_cols * tl.load(p_weight + o_n, mask=m_n, other=0.0).to(tl.float32)
-            else:
-                b_dy = tl.exp(b_y - lse) * grad_factor - tl.where(o_n == target, 1.0 - label_smoothing, 0.0)
-                if HAS_SMOOTHING:
-                    b_dy -= label_smoothing / n_cols
-            if HAS_SOFTCAP:
-                b_dy *= 1.0 - (b_y / softcap) * (b_y / softcap)
-            b_dx = tl.where(ignored, 0.0, b_dy * scale)  # [BLOCK_N]
-            tl.store(p_dx_row + o_n, b_dx.to(p_dx.dtype.element_ty), mask=m_n)
+        write_logit_grads(p_x_row, p_dx + i_row * stride_dx_row, n_cols, lse, grad_factor, target, target_weight,
+                          scale, ignored, label_smoothing, n_cols, softcap, p_weight, BLOCK_N, HAS_SMOOTHING,
+                          HAS_SOFTCAP, HAS_WEIGHT)  # fmt: skip

@@ -16,39 +16,27 @@ on request (the ops' ``check_targets=True`` or ``TRITONKIT_DEBUG=1``).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 import torch
 
-from tritonkit._core.checks import FLOAT_DTYPES, check_choice, check_tensor, overlaps_in_memory
-from tritonkit._core.cublas import addmm_into_fp32
+from tritonkit._core.checks import FLOAT_DTYPES, check_tensor, overlaps_in_memory
 from tritonkit._core.device import arch
+from tritonkit._core.losses import (
+    add_chunk_grads,
+    chunk_logits,
+    fake_grads,
+    fake_loss_and_lse,
+    grad_buffers,
+    grad_scale,
+    mean_count,
+    needs_grad,
+    or_empty,
+    reduced,
+    valid_count,
+)
 from tritonkit.ops.loss.kernels import _cross_entropy_kernel
 from tritonkit.ops.loss.plan import CrossEntropyPlan, cross_entropy_plan, fused_chunk_rows
-
-REDUCTIONS = ("mean", "sum", "none")
-TARGET_DTYPES = (torch.int64, torch.int32)
-
-
-def check_options(name, ignore_index, label_smoothing, z_loss, softcap, reduction) -> tuple:
-    """Validated options as the kernels take them (softcap None -> 0.0)."""
-    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
-        raise TypeError(f"{name}: ignore_index must be an int, got {type(ignore_index).__name__}")
-    if not isinstance(label_smoothing, (int, float)) or not 0.0 <= label_smoothing <= 1.0:
-        raise ValueError(f"{name}: label_smoothing must be a number in [0, 1], got {label_smoothing!r}")
-    if not isinstance(z_loss, (int, float)) or not math.isfinite(z_loss) or z_loss < 0:
-        raise ValueError(f"{name}: z_loss must be a finite number >= 0, got {z_loss!r}")
-    if softcap is not None and (not isinstance(softcap, (int, float)) or not math.isfinite(softcap) or softcap <= 0):
-        raise ValueError(f"{name}: softcap must be None or a finite number > 0, got {softcap!r}")
-    check_choice("reduction", reduction, REDUCTIONS)
-    return int(ignore_index), float(label_smoothing), float(z_loss), float(softcap or 0.0), reduction
-
-
-def check_target(name: str, target, expected_shape: tuple) -> None:
-    check_tensor("target", target, dtypes=TARGET_DTYPES)
-    if tuple(target.shape) != expected_shape:
-        raise ValueError(f"{name}: target must have shape {expected_shape}, got {tuple(target.shape)}")
 
 
 def check_inplace_logits(logits: torch.Tensor) -> None:
@@ -92,10 +80,6 @@ def check_target_values(name: str, target: torch.Tensor, n_classes: int, ignore_
     )
 
 
-def needs_grad(t: torch.Tensor | None) -> bool:
-    return t is not None and torch.is_grad_enabled() and t.requires_grad
-
-
 def _launch_rows(x, target, loss, lse, scale, dx, options, compute_loss, write_grad, plan=None, extras=None):
     """Run the kernel over every row of x (rows, V), unit column stride. ``options`` is
     (ignore_index, label_smoothing, z_loss, softcap), softcap 0 for none. Absent tensors may be any
@@ -116,41 +100,18 @@ def _launch_rows(x, target, loss, lse, scale, dx, options, compute_loss, write_g
     )  # fmt: skip
 
 
-def _n_valid(target: torch.Tensor, ignore_index: int) -> torch.Tensor:
-    """Non-ignored targets, at least 1 (so an all-ignored mean is 0 / 1 = 0), as a 0-d fp32 tensor
-    on the device: no synchronisation."""
-    return (target != ignore_index).sum().clamp_min(1).to(torch.float32)
-
-
-def _reduce(loss_rows: torch.Tensor, target: torch.Tensor, ignore_index: int, reduction: str, dtype) -> torch.Tensor:
-    """fp32 per-row losses (0 on ignored rows) to the reduction's result in ``dtype``."""
-    if reduction == "none":
-        return loss_rows.to(dtype)
-    total = loss_rows.sum()
-    return (total / _n_valid(target, ignore_index) if reduction == "mean" else total).to(dtype)
-
-
-def _row_scale(grad_loss: torch.Tensor, target: torch.Tensor, ignore_index: int, reduction: str) -> torch.Tensor:
-    """What each row's d(loss)/d(logits) is multiplied by: the upstream gradient (per row for "none",
-    possibly expanded with stride 0), divided by the count of non-ignored targets for "mean"."""
-    if reduction == "none":
-        return grad_loss.reshape(-1)
-    grad_loss = grad_loss.reshape(())
-    return grad_loss.float() / _n_valid(target, ignore_index) if reduction == "mean" else grad_loss
-
-
 def cross_entropy_fwd(
     logits: torch.Tensor, target: torch.Tensor, ignore_index: int, label_smoothing: float, z_loss: float,
-    softcap: float, reduction: str, *, plan: CrossEntropyPlan | None = None,
+    softcap: float, reduction: str, loss_dtype: torch.dtype, *, plan: CrossEntropyPlan | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """logits: (rows, V) with unit column stride; target: (rows,). Returns the reduced loss (logits'
-    dtype; 0-d, or (rows,) for "none") and the fp32 row lse the backward needs."""
+    """logits: (rows, V) with unit column stride; target: (rows,). Returns the reduced loss (in ``loss_dtype``, from
+    fp32 per-row losses; 0-d, or (rows,) for "none") and the fp32 row lse the backward needs."""
     n_rows = logits.shape[0]
     loss_rows = torch.empty((n_rows,), dtype=torch.float32, device=logits.device)
     lse = torch.empty((n_rows,), dtype=torch.float32, device=logits.device)
     options = (ignore_index, label_smoothing, z_loss, softcap)
     _launch_rows(logits, target, loss_rows, lse, lse, logits, options, True, False, plan)
-    return _reduce(loss_rows, target, ignore_index, reduction, logits.dtype), lse
+    return reduced(loss_rows, reduction, loss_dtype, mean_count(target, ignore_index, reduction)), lse
 
 
 def cross_entropy_bwd(grad_loss: torch.Tensor, logits: torch.Tensor, target: torch.Tensor, lse: torch.Tensor,
@@ -159,18 +120,17 @@ def cross_entropy_bwd(grad_loss: torch.Tensor, logits: torch.Tensor, target: tor
     """d(loss)/d(logits), (rows, V) in logits' dtype, already multiplied by ``grad_loss``; written over
     ``logits`` itself when ``in_place`` (the kernel reads each block before writing it)."""
     dx = logits if in_place else torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
-    scale = _row_scale(grad_loss, target, ignore_index, reduction)
+    scale = grad_scale(grad_loss, reduction, mean_count(target, ignore_index, reduction))
     options = (ignore_index, label_smoothing, z_loss, softcap)
     _launch_rows(logits, target, lse, lse, scale, dx, options, False, True, plan)
     return dx
 
 
-def _fused_chunks(hidden, weight, bias, target, options, loss_rows, lse, scale, grad_hidden, grad_weight, grad_bias,
-                  extras=None):  # fmt: skip
+def _fused_chunks(hidden, weight, bias, target, options, loss_rows, lse, scale, grads, extras=None):
     """The chunk loop of the fused op. With ``loss_rows`` the kernel computes loss and lse (forward),
     without it it reads lse (the recomputing backward of "none"). With a ``scale`` it writes each
-    chunk's logit gradient over its logits and adds the chunk's share to whichever of grad_hidden
-    (hidden's dtype), grad_weight and grad_bias (fp32 accumulators, zeroed) are given."""
+    chunk's logit gradient over its logits and adds the chunk's share to whichever of ``grads``
+    (grad_buffers': grad_hidden, grad_weight, grad_bias) are given."""
     n_tokens = hidden.shape[0]
     chunk = fused_chunk_rows(n_tokens)
     buffer = torch.empty((min(chunk, n_tokens), weight.shape[0]), dtype=hidden.dtype, device=hidden.device)
@@ -179,62 +139,41 @@ def _fused_chunks(hidden, weight, bias, target, options, loss_rows, lse, scale, 
         end = min(start + chunk, n_tokens)
         rows = slice(start, end)
         h_chunk, logits = hidden[rows], buffer[: end - start]
-        if bias is None:
-            torch.mm(h_chunk, weight.t(), out=logits)
-        else:
-            torch.addmm(bias, h_chunk, weight.t(), out=logits)
+        chunk_logits(h_chunk, weight, bias, logits)
         row_scale = scale[rows] if write_grad and scale.dim() else scale
         _launch_rows(
             logits, target[rows], loss_rows[rows] if loss_rows is not None else lse[rows], lse[rows],
             row_scale if write_grad else lse, logits, options, compute_loss=loss_rows is not None,
             write_grad=write_grad, extras=extras.rows(rows) if extras is not None else None,
         )  # fmt: skip
-        if grad_hidden is not None:
-            torch.mm(logits, weight, out=grad_hidden[rows])
-        if grad_weight is not None:
-            addmm_into_fp32(grad_weight, logits.t(), h_chunk)
-        if grad_bias is not None:
-            grad_bias.add_(logits.sum(0, dtype=torch.float32))
-
-
-def _or_empty(t: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
-    """Custom ops cannot return None: an absent output is an empty tensor."""
-    return t if t is not None else like.new_empty((0,))
-
-
-def _grad_buffers(hidden, weight, bias, need_hidden, need_weight, need_bias):
-    """grad_hidden (hidden's dtype: each row is one full GEMM, rounded once) and fp32 accumulators for
-    grad_weight and grad_bias, or None where not needed."""
-    grad_hidden = torch.empty_like(hidden) if need_hidden else None
-    grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_weight else None
-    grad_bias = torch.zeros(bias.shape, dtype=torch.float32, device=bias.device) if need_bias else None
-    return grad_hidden, grad_weight, grad_bias
+        if write_grad:
+            add_chunk_grads(logits, h_chunk, weight, rows, grads)
 
 
 def fused_linear_cross_entropy_fwd(
     hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None,
-    ignore_index: int, label_smoothing: float, z_loss: float, softcap: float, reduction: str,
+    ignore_index: int, label_smoothing: float, z_loss: float, softcap: float, reduction: str, loss_dtype: torch.dtype,
     need_hidden: bool, need_weight: bool, need_bias: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """hidden: (tokens, H); weight: (V, H); bias: (V,) or None; target: (tokens,).
 
-    Returns (loss, lse, grad_hidden, grad_weight, grad_bias). For "mean" and "sum" the gradients asked
-    for by the need_* flags are computed here, for an upstream gradient of 1 (grad_weight and
-    grad_bias in fp32); absent ones, and all of them for "none", are empty tensors.
+    Returns (loss, lse, grad_hidden, grad_weight, grad_bias), the loss in ``loss_dtype``. For "mean" and
+    "sum" the gradients asked for by the need_* flags are computed here, for an upstream gradient of 1
+    (grad_weight and grad_bias in fp32); absent ones, and all of them for "none", are empty tensors.
     """
     n_tokens = hidden.shape[0]
     loss_rows = torch.empty((n_tokens,), dtype=torch.float32, device=hidden.device)
     lse = torch.empty((n_tokens,), dtype=torch.float32, device=hidden.device)
     now = reduction != "none" and (need_hidden or need_weight or need_bias)
-    grads = _grad_buffers(hidden, weight, bias, need_hidden and now, need_weight and now, need_bias and now)
+    grads = grad_buffers(hidden, weight, bias, need_hidden and now, need_weight and now, need_bias and now)
+    count = mean_count(target, ignore_index, reduction)
     scale = None
     if now:
-        ones = torch.ones((), dtype=torch.float32, device=hidden.device)
-        scale = _row_scale(ones, target, ignore_index, reduction)
+        scale = grad_scale(torch.ones((), dtype=torch.float32, device=hidden.device), reduction, count)
     options = (ignore_index, label_smoothing, z_loss, softcap)
-    _fused_chunks(hidden, weight, bias, target, options, loss_rows, lse, scale, *grads)
-    loss = _reduce(loss_rows, target, ignore_index, reduction, hidden.dtype)
-    return loss, lse, *(_or_empty(g, lse) for g in grads)
+    _fused_chunks(hidden, weight, bias, target, options, loss_rows, lse, scale, grads)
+    loss = reduced(loss_rows, reduction, loss_dtype, count)
+    return loss, lse, *(or_empty(g, lse) for g in grads)
 
 
 def fused_linear_cross_entropy_bwd(
@@ -245,16 +184,14 @@ def fused_linear_cross_entropy_bwd(
     """The backward of reduction="none": recompute each chunk's logits, write their gradient weighted
     by the per-token ``grad_loss``, and project it. Returns grad_hidden, grad_weight, grad_bias (the
     last two fp32; absent ones empty)."""
-    grads = _grad_buffers(hidden, weight, bias, need_hidden, need_weight, need_bias)
+    grads = grad_buffers(hidden, weight, bias, need_hidden, need_weight, need_bias)
     options = (ignore_index, label_smoothing, z_loss, softcap)
-    _fused_chunks(hidden, weight, bias, target, options, None, lse, grad_loss.reshape(-1), *grads)
-    return tuple(_or_empty(g, lse) for g in grads)
+    _fused_chunks(hidden, weight, bias, target, options, None, lse, grad_loss.reshape(-1), grads)
+    return tuple(or_empty(g, lse) for g in grads)
 
 
-def cross_entropy_fwd_fake(logits, target, ignore_index, label_smoothing, z_loss, softcap, reduction):
-    n_rows = logits.shape[0]
-    loss_shape = (n_rows,) if reduction == "none" else ()
-    return logits.new_empty(loss_shape), logits.new_empty((n_rows,), dtype=torch.float32)
+def cross_entropy_fwd_fake(logits, target, ignore_index, label_smoothing, z_loss, softcap, reduction, loss_dtype):
+    return fake_loss_and_lse(logits, reduction, loss_dtype)
 
 
 def cross_entropy_bwd_fake(grad_loss, logits, target, lse, ignore_index, label_smoothing, z_loss, softcap, reduction):
@@ -262,48 +199,17 @@ def cross_entropy_bwd_fake(grad_loss, logits, target, lse, ignore_index, label_s
 
 
 def fused_linear_cross_entropy_fwd_fake(hidden, weight, target, bias, *options_and_needs):
-    *_, reduction, need_hidden, need_weight, need_bias = options_and_needs
-    n_tokens = hidden.shape[0]
+    *_, reduction, loss_dtype, need_hidden, need_weight, need_bias = options_and_needs
     now = reduction != "none"
     return (
-        hidden.new_empty((n_tokens,) if reduction == "none" else ()),
-        hidden.new_empty((n_tokens,), dtype=torch.float32),
-        *_fake_grads(hidden, weight, bias, need_hidden and now, need_weight and now, need_bias and now),
-    )
-
-
-def _fake_grads(hidden, weight, bias, need_hidden, need_weight, need_bias):
-    """Shapes and dtypes of _grad_buffers' results as the custom ops return them (absent: empty fp32)."""
-    fp32 = torch.float32
-    return (
-        hidden.new_empty(hidden.shape) if need_hidden else hidden.new_empty((0,), dtype=fp32),
-        hidden.new_empty(weight.shape if need_weight else (0,), dtype=fp32),
-        hidden.new_empty(bias.shape if need_bias else (0,), dtype=fp32),
+        *fake_loss_and_lse(hidden, reduction, loss_dtype),
+        *fake_grads(hidden, weight, bias, need_hidden and now, need_weight and now, need_bias and now),
     )
 
 
 def fused_linear_cross_entropy_bwd_fake(grad_loss, hidden, weight, target, bias, lse, *options_and_needs):
     *_, need_hidden, need_weight, need_bias = options_and_needs
-    return _fake_grads(hidden, weight, bias, need_hidden, need_weight, need_bias)
-
-
-_SCALE_CHUNK = 1 << 24  # elements per piece of scaled: a 64 MB fp32 temporary at most
-
-
-def scaled(grad: torch.Tensor, grad_loss: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """grad * grad_loss (a 0-d upstream gradient) in ``dtype``, one rounding, without mutating grad.
-
-    In pieces: torch's mul into an output of another dtype first computes into a temporary of the
-    input's dtype (torch's profiler shows a full fp32 copy), which for a whole fp32 dW would add
-    2.1 GB at 128256 x 4096.
-    """
-    out = torch.empty(grad.shape, dtype=dtype, device=grad.device)
-    factor = grad_loss.reshape(()).float()
-    flat_grad, flat_out = grad.reshape(-1), out.view(-1)
-    for start in range(0, flat_grad.numel(), _SCALE_CHUNK):
-        piece = slice(start, start + _SCALE_CHUNK)
-        torch.mul(flat_grad[piece], factor, out=flat_out[piece])
-    return out
+    return fake_grads(hidden, weight, bias, need_hidden, need_weight, need_bias)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -359,7 +265,7 @@ def _counts(weight, target, ignore_index) -> tuple[torch.Tensor, torch.Tensor]:
     """0-d fp32 device tensors (no synchronisation): the non-ignored targets, at least 1, and what a mean divides
     the loss by: that count, or with class weights the sum of the targets' weights (torch's weighted mean), 1 where
     it is 0 (every target ignored or weighted 0: a loss of 0, where torch gives NaN)."""
-    count = _n_valid(target, ignore_index)
+    count = valid_count(target, ignore_index)
     if weight is None:
         return count, count
     # clamped: an out-of-range target is never an address (its row is NaN anyway)
@@ -378,38 +284,23 @@ def _extras(weight, target, ignore_index, label_smoothing, reduction, z_rows, co
     return Extras(weight, weight_sum, z_ratio, z_rows, correct)
 
 
-def _options_scale(grad_loss, counts, reduction) -> torch.Tensor:
-    """_row_scale with class weights: a mean divides by the targets' weights (the z-term's share by z_ratio)."""
-    if reduction == "none":
-        return grad_loss.reshape(-1)
-    grad_loss = grad_loss.reshape(())
-    return grad_loss.float() / counts[1] if reduction == "mean" else grad_loss
-
-
-def _reduced(rows: torch.Tensor, denominator: torch.Tensor, reduction: str, dtype) -> torch.Tensor:
-    if reduction == "none":
-        return rows.to(dtype)
-    total = rows.sum()
-    return (total / denominator if reduction == "mean" else total).to(dtype)
-
-
 def _option_results(loss_rows, extras: Extras, counts, reduction, dtype, return_z_loss, return_accuracy) -> tuple:
     """The loss (with the z-term, which a weighted mean divides by the count, not the weights), the z-term alone and
     the token accuracy (a fraction of the non-ignored targets for mean and sum, per token for none), or empty."""
     count, denominator = counts
     if extras.z_rows is None:
-        loss = _reduced(loss_rows, denominator, reduction, dtype)
+        loss = reduced(loss_rows, reduction, dtype, denominator)
     elif reduction == "none":
         loss = (loss_rows + extras.z_rows).to(dtype)
     else:
-        loss = (_reduced(loss_rows, denominator, reduction, torch.float32)
-                + _reduced(extras.z_rows, count, reduction, torch.float32)).to(dtype)  # fmt: skip
+        loss = (reduced(loss_rows, reduction, torch.float32, denominator)
+                + reduced(extras.z_rows, reduction, torch.float32, count)).to(dtype)  # fmt: skip
     z_loss = (
-        _reduced(extras.z_rows, count, reduction, dtype) if return_z_loss else loss_rows.new_empty((0,), dtype=dtype)
+        reduced(extras.z_rows, reduction, dtype, count) if return_z_loss else loss_rows.new_empty((0,), dtype=dtype)
     )
     accuracy = loss_rows.new_empty((0,))
     if return_accuracy:
-        accuracy = _reduced(extras.correct, count, "mean" if reduction != "none" else "none", torch.float32)
+        accuracy = reduced(extras.correct, "mean" if reduction != "none" else "none", torch.float32, count)
     return loss, z_loss, accuracy
 
 
@@ -430,18 +321,18 @@ def _option_rows(n_rows, device, weight, target, ignore_index, label_smoothing, 
 
 def cross_entropy_options_fwd(
     logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, ignore_index: int,
-    label_smoothing: float, z_loss: float, softcap: float, reduction: str, return_z_loss: bool,
-    return_accuracy: bool, *, plan: CrossEntropyPlan | None = None,
+    label_smoothing: float, z_loss: float, softcap: float, reduction: str, loss_dtype: torch.dtype,
+    return_z_loss: bool, return_accuracy: bool, *, plan: CrossEntropyPlan | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """cross_entropy_fwd with class weights (V,) or None, and the z-term and token accuracy. Returns the loss, the
-    fp32 row lse, the z-term reduced like the loss (logits' dtype; empty unless return_z_loss) and the accuracy
-    (fp32; empty unless return_accuracy)."""
+    fp32 row lse, the z-term reduced like the loss (in ``loss_dtype`` too; empty unless return_z_loss) and the
+    accuracy (fp32; empty unless return_accuracy)."""
     flags = (label_smoothing, reduction, return_z_loss, return_accuracy)
     loss_rows, lse, counts, extras = _option_rows(logits.shape[0], logits.device, weight, target, ignore_index,
                                                   *flags)  # fmt: skip
     options = (ignore_index, label_smoothing, z_loss, softcap)
     _launch_rows(logits, target, loss_rows, lse, lse, logits, options, True, False, plan, extras)
-    loss, z_term, accuracy = _option_results(loss_rows, extras, counts, reduction, logits.dtype, return_z_loss,
+    loss, z_term, accuracy = _option_results(loss_rows, extras, counts, reduction, loss_dtype, return_z_loss,
                                              return_accuracy)  # fmt: skip
     return loss, lse, z_term, accuracy
 
@@ -456,19 +347,22 @@ def cross_entropy_options_bwd(
     counts = _counts(weight, target, ignore_index)
     extras = _extras(weight, target, ignore_index, label_smoothing, reduction, None, None, counts)
     options = (ignore_index, label_smoothing, z_loss, softcap)
-    _launch_rows(logits, target, lse, lse, _options_scale(grad_loss, counts, reduction), dx, options, False, True,
+    _launch_rows(logits, target, lse, lse, grad_scale(grad_loss, reduction, counts[1]), dx, options, False, True,
                  plan, extras)  # fmt: skip
     return dx
 
 
 def cross_entropy_options_fwd_fake(logits, target, weight, ignore_index, label_smoothing, z_loss, softcap, reduction,
-                                   return_z_loss, return_accuracy):  # fmt: skip
-    loss, lse = cross_entropy_fwd_fake(logits, target, ignore_index, label_smoothing, z_loss, softcap, reduction)
+                                   loss_dtype, return_z_loss, return_accuracy):  # fmt: skip
+    loss, lse = fake_loss_and_lse(logits, reduction, loss_dtype)
+    return loss, lse, *_fake_extras(loss, return_z_loss, return_accuracy)
+
+
+def _fake_extras(loss, return_z_loss, return_accuracy) -> tuple[torch.Tensor, torch.Tensor]:
+    """The options' z-term (the loss's shape and dtype) and accuracy (fp32), or empty ones, for the fakes."""
     return (
-        loss,
-        lse,
-        logits.new_empty(loss.shape if return_z_loss else (0,)),
-        logits.new_empty(loss.shape if return_accuracy else (0,), dtype=torch.float32),
+        loss.new_empty(loss.shape if return_z_loss else (0,)),
+        loss.new_empty(loss.shape if return_accuracy else (0,), dtype=torch.float32),
     )
 
 
@@ -479,8 +373,8 @@ def cross_entropy_options_bwd_fake(grad_loss, logits, target, weight, lse, *opti
 def fused_linear_cross_entropy_options_fwd(
     hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None,
     ce_weight: torch.Tensor | None, ignore_index: int, label_smoothing: float, z_loss: float, softcap: float,
-    reduction: str, return_z_loss: bool, return_accuracy: bool, need_hidden: bool, need_weight: bool,
-    need_bias: bool,
+    reduction: str, loss_dtype: torch.dtype, return_z_loss: bool, return_accuracy: bool, need_hidden: bool,
+    need_weight: bool, need_bias: bool,
 ) -> tuple[
     torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor
 ]:  # fmt: skip
@@ -491,15 +385,13 @@ def fused_linear_cross_entropy_options_fwd(
     loss_rows, lse, counts, extras = _option_rows(hidden.shape[0], hidden.device, ce_weight, target, ignore_index,
                                                   *flags)  # fmt: skip
     now = reduction != "none" and (need_hidden or need_weight or need_bias)
-    grads = _grad_buffers(hidden, weight, bias, need_hidden and now, need_weight and now, need_bias and now)
-    scale = (
-        _options_scale(torch.ones((), dtype=torch.float32, device=hidden.device), counts, reduction) if now else None
-    )
+    grads = grad_buffers(hidden, weight, bias, need_hidden and now, need_weight and now, need_bias and now)
+    scale = grad_scale(torch.ones((), dtype=torch.float32, device=hidden.device), reduction, counts[1]) if now else None
     options = (ignore_index, label_smoothing, z_loss, softcap)
-    _fused_chunks(hidden, weight, bias, target, options, loss_rows, lse, scale, *grads, extras)
-    loss, z_term, accuracy = _option_results(loss_rows, extras, counts, reduction, hidden.dtype, return_z_loss,
+    _fused_chunks(hidden, weight, bias, target, options, loss_rows, lse, scale, grads, extras)
+    loss, z_term, accuracy = _option_results(loss_rows, extras, counts, reduction, loss_dtype, return_z_loss,
                                              return_accuracy)  # fmt: skip
-    return loss, lse, *(_or_empty(g, lse) for g in grads), z_term, accuracy
+    return loss, lse, *(or_empty(g, lse) for g in grads), z_term, accuracy
 
 
 def fused_linear_cross_entropy_options_bwd(
@@ -508,27 +400,22 @@ def fused_linear_cross_entropy_options_bwd(
     label_smoothing: float, z_loss: float, softcap: float, need_hidden: bool, need_weight: bool, need_bias: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """fused_linear_cross_entropy_bwd (reduction "none", recomputing the chunks) with class weights."""
-    grads = _grad_buffers(hidden, weight, bias, need_hidden, need_weight, need_bias)
+    grads = grad_buffers(hidden, weight, bias, need_hidden, need_weight, need_bias)
     counts = _counts(ce_weight, target, ignore_index)
     extras = _extras(ce_weight, target, ignore_index, label_smoothing, "none", None, None, counts)
     options = (ignore_index, label_smoothing, z_loss, softcap)
-    _fused_chunks(hidden, weight, bias, target, options, None, lse, grad_loss.reshape(-1), *grads, extras)
-    return tuple(_or_empty(g, lse) for g in grads)
+    _fused_chunks(hidden, weight, bias, target, options, None, lse, grad_loss.reshape(-1), grads, extras)
+    return tuple(or_empty(g, lse) for g in grads)
 
 
 def fused_linear_cross_entropy_options_fwd_fake(hidden, weight, target, bias, ce_weight, *options_and_needs):
-    *options, reduction, return_z_loss, return_accuracy, need_hidden, need_weight, need_bias = options_and_needs
-    plain = fused_linear_cross_entropy_fwd_fake(hidden, weight, target, bias, *options, reduction, need_hidden,
-                                                need_weight, need_bias)  # fmt: skip
-    loss = plain[0]
-    return (
-        *plain,
-        hidden.new_empty(loss.shape if return_z_loss else (0,)),
-        hidden.new_empty(loss.shape if return_accuracy else (0,), dtype=torch.float32),
-    )
+    *options, return_z_loss, return_accuracy, need_hidden, need_weight, need_bias = options_and_needs
+    plain = fused_linear_cross_entropy_fwd_fake(hidden, weight, target, bias, *options, need_hidden, need_weight,
+                                                need_bias)  # fmt: skip
+    return *plain, *_fake_extras(plain[0], return_z_loss, return_accuracy)
 
 
 def fused_linear_cross_entropy_options_bwd_fake(grad_loss, hidden, weight, target, bias, ce_weight, lse,
                                                 *options_and_needs):  # fmt: skip
     *_, need_hidden, need_weight, need_bias = options_and_needs
-    return _fake_grads(hidden, weight, bias, need_hidden, need_weight, need_bias)
+    return fake_grads(hidden, weight, bias, need_hidden, need_weight, need_bias)

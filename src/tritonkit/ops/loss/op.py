@@ -11,11 +11,17 @@ from tritonkit._core.autograd import differentiable_op
 from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor, debug_checks
 from tritonkit._core.distributed import refuse_dtensors
 from tritonkit._core.layout import as_rows
+from tritonkit._core.losses import (
+    check_linear_head,
+    check_loss_dtype,
+    check_loss_options,
+    check_target,
+    head_grads,
+    needs_grad,
+)
 from tritonkit.ops.loss.launch import (
     check_extras,
     check_inplace_logits,
-    check_options,
-    check_target,
     check_target_values,
     cross_entropy_bwd,
     cross_entropy_bwd_fake,
@@ -33,8 +39,6 @@ from tritonkit.ops.loss.launch import (
     fused_linear_cross_entropy_options_bwd_fake,
     fused_linear_cross_entropy_options_fwd,
     fused_linear_cross_entropy_options_fwd_fake,
-    needs_grad,
-    scaled,
 )
 
 
@@ -133,11 +137,9 @@ def _flce_parts(class_weights: bool) -> tuple:
         if ctx.recompute:
             *tensors, lse = ctx.saved_tensors
             grads = backward(grad_loss, *tensors, lse, *ctx.options[:-1], *ctx.needs)
-            grads = [g.to(dtype) if need else None
-                     for g, dtype, need in zip(grads, ctx.dtypes, ctx.needs, strict=True)]  # fmt: skip
         else:
-            grads = [scaled(g, grad_loss, dtype) if need else None
-                     for g, dtype, need in zip(ctx.saved_tensors, ctx.dtypes, ctx.needs, strict=True)]  # fmt: skip
+            grads = ctx.saved_tensors
+        grads = head_grads(grads, grad_loss, ctx.dtypes, ctx.needs, ctx.recompute)
         grad_hidden, grad_weight, grad_bias = grads
         return grad_hidden, grad_weight, None, grad_bias
 
@@ -190,8 +192,8 @@ def _with_extras(loss, z_term, accuracy, target, reduction, return_z_loss, retur
 def cross_entropy(
     logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None = None, *, ignore_index: int = -100,
     label_smoothing: float = 0.0, z_loss: float = 0.0, softcap: float | None = None, reduction: str = "mean",
-    inplace_backward: bool = False, check_targets: bool | None = None, return_z_loss: bool = False,
-    return_token_accuracy: bool = False,
+    loss_dtype: torch.dtype | None = None, inplace_backward: bool = False, check_targets: bool | None = None,
+    return_z_loss: bool = False, return_token_accuracy: bool = False,
 ) -> torch.Tensor | CrossEntropyOutput:  # fmt: skip
     """Cross-entropy of class-last ``logits`` (..., V) against integer ``target`` (...).
 
@@ -200,8 +202,11 @@ def cross_entropy(
     ``y = softcap * tanh(logits / softcap)`` when ``softcap`` is given, else ``y = logits``. "mean"
     divides by the number of non-ignored targets; an all-ignored batch gives 0 loss and 0 gradient
     (torch gives NaN). Returns a 0-d tensor ("mean", "sum") or target's shape ("none"), in logits'
-    dtype. logits fp32/fp16/bf16, any vocabulary size; target int64/int32. Differentiable in logits;
-    the backward allocates only the gradient.
+    dtype, as torch's, or in ``loss_dtype``: the per-token losses and their sum are fp32, and
+    ``loss_dtype=torch.float32`` returns that value unrounded (a bf16 model's loss as transformers,
+    which upcasts the logits, and Liger-Kernel report it); the gradient is the same either way.
+    logits fp32/fp16/bf16, any vocabulary size; target int64/int32. Differentiable in logits; the
+    backward allocates only the gradient.
 
     A target outside [0, V) other than ``ignore_index`` makes its row's loss and gradient NaN, and so a
     NaN mean: by default nothing checks the range, since reading the targets on the host synchronises
@@ -226,12 +231,13 @@ def cross_entropy(
     Liger-Kernel's; the weights take no gradient. ``return_z_loss=True`` and ``return_token_accuracy=True`` return
     a :class:`CrossEntropyOutput` (loss, z_loss, token_accuracy; None where not asked for), as Liger-Kernel's: the
     z-term (already in the loss) reduced like the loss, and the fraction of non-ignored targets that are their
-    row's argmax (the first largest logit), per token (1.0 or 0.0, 0.0 where ignored) for "none". Neither carries
+    row's argmax (the first largest logit), per token (1.0 or 0.0, 0.0 where ignored) for "none"; the z-term in the
+    loss's dtype, the accuracy in fp32. Neither carries
     a gradient; both come from the loss's own pass over the logits, with no host synchronisation.
 
     Example: ``loss = tk.ops.cross_entropy(logits.view(-1, V), labels.view(-1), z_loss=1e-4)``.
     """
-    options = check_options("cross_entropy", ignore_index, label_smoothing, z_loss, softcap, reduction)
+    options = check_loss_options("cross_entropy", ignore_index, label_smoothing, z_loss, softcap, reduction)
     if not isinstance(inplace_backward, bool):
         raise TypeError(f"cross_entropy: inplace_backward must be a bool, got {type(inplace_backward).__name__}")
     check_tensor("logits", logits, dtypes=FLOAT_DTYPES)
@@ -244,6 +250,7 @@ def cross_entropy(
     if debug_checks("cross_entropy: check_targets", check_targets):
         check_target_values("cross_entropy", target, logits.shape[-1], ignore_index)
     rows, target_rows = as_rows(logits), target.reshape(-1)
+    options = (*options, check_loss_dtype("cross_entropy", loss_dtype, logits.dtype))
     if weight is not None or return_z_loss is not False or return_token_accuracy is not False:
         check_extras("cross_entropy", "weight", weight, logits.shape[-1], return_z_loss, return_token_accuracy)
         weight = weight.contiguous() if weight is not None else None
@@ -267,15 +274,16 @@ def cross_entropy(
 def fused_linear_cross_entropy(
     hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None = None, *,
     ce_weight: torch.Tensor | None = None, ignore_index: int = -100, label_smoothing: float = 0.0,
-    z_loss: float = 0.0, softcap: float | None = None, reduction: str = "mean", check_targets: bool | None = None,
-    return_z_loss: bool = False, return_token_accuracy: bool = False,
+    z_loss: float = 0.0, softcap: float | None = None, reduction: str = "mean", loss_dtype: torch.dtype | None = None,
+    check_targets: bool | None = None, return_z_loss: bool = False, return_token_accuracy: bool = False,
 ) -> torch.Tensor | CrossEntropyOutput:  # fmt: skip
     """``cross_entropy(hidden @ weight.T + bias, target, ...)`` without building the logits.
 
     hidden: (..., H); weight: (V, H) (the LM head's weight, passed at call time so that a gathered
     FSDP weight, a tied embedding or any view works); bias: (V,) or None; target: hidden's leading
     shape. hidden, weight and bias share one float dtype. Options, ``check_targets`` (off by default:
-    it synchronises with the host) and result as :func:`cross_entropy` (the loss in hidden's dtype).
+    it synchronises with the host) and result as :func:`cross_entropy` (the loss in hidden's dtype, or
+    ``loss_dtype``).
     Tokens are processed in chunks of at most a tenth of them, so the transient logits stay within 10%
     of the full (tokens, V) logits; d(weight) and d(bias) are summed over chunks in fp32 and cast once.
     The GEMMs are torch's (cuBLAS on CUDA). ``ce_weight`` (class weights), ``return_z_loss`` and
@@ -284,26 +292,16 @@ def fused_linear_cross_entropy(
     Example: ``loss = tk.ops.fused_linear_cross_entropy(h.view(-1, H), lm_head.weight, labels.view(-1))``.
     """
     name = "fused_linear_cross_entropy"
-    options = check_options(name, ignore_index, label_smoothing, z_loss, softcap, reduction)
-    check_tensor("hidden", hidden, dtypes=FLOAT_DTYPES)
-    check_tensor("weight", weight, ndim=2, dtypes=FLOAT_DTYPES)
-    if hidden.dim() == 0 or hidden.shape[-1] != weight.shape[1]:
-        raise ValueError(f"{name}: hidden must be (..., H) with H = weight.shape[1] = {weight.shape[1]}, "
-                         f"got shape {tuple(hidden.shape)}")  # fmt: skip
+    options = check_loss_options(name, ignore_index, label_smoothing, z_loss, softcap, reduction)
+    check_linear_head(name, hidden, weight, bias)
     if weight.shape[0] == 0:
         raise ValueError(f"{name}: weight must have at least one row (class), got shape {tuple(weight.shape)}")
-    if bias is not None:
-        check_tensor("bias", bias, ndim=1, dtypes=FLOAT_DTYPES)
-        if bias.shape[0] != weight.shape[0]:
-            raise ValueError(f"{name}: bias must have shape ({weight.shape[0]},), got {tuple(bias.shape)}")
-    for other, value in (("weight", weight), ("bias", bias)):
-        if value is not None and value.dtype != hidden.dtype:
-            raise TypeError(f"{name}: {other} must have hidden's dtype {hidden.dtype}, got {value.dtype}")
     check_target(name, target, tuple(hidden.shape[:-1]))
-    check_device(hidden=hidden, weight=weight, target=target, **({"bias": bias} if bias is not None else {}))
+    check_device(hidden=hidden, target=target)
     if debug_checks(f"{name}: check_targets", check_targets):
         check_target_values(name, target, weight.shape[0], ignore_index)
     rows, target_rows = hidden.reshape(-1, hidden.shape[-1]), target.reshape(-1)
+    options = (*options, check_loss_dtype(name, loss_dtype, hidden.dtype))
     needs = (needs_grad(hidden), needs_grad(weight), needs_grad(bias))
     if ce_weight is not None or return_z_loss is not False or return_token_accuracy is not False:
         check_extras(name, "ce_weight", ce_weight, weight.shape[0], return_z_loss, return_token_accuracy)

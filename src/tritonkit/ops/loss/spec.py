@@ -26,6 +26,7 @@ class _LossCase(Case):
     class_weights: bool = False  # torch's weight= (the fused op's ce_weight=), positive, no gradient
     return_z_loss: bool = False
     accuracy: bool = False  # return_token_accuracy; each row's argmax planted, the target's for half the rows
+    fp32_loss: bool = False  # loss_dtype=torch.float32: the loss (and z-term) unrounded, its upstream gradient fp32
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,13 +48,13 @@ class FusedLinearCrossEntropyCase(_LossCase):
 
 def _cross_entropy_reference(logits, target, weight=None, *, ignore_index=-100, label_smoothing=0.0, z_loss=0.0,
                              softcap=None, reduction="mean", inplace_backward=False, return_z_loss=False,
-                             return_token_accuracy=False):  # fmt: skip
+                             return_token_accuracy=False, loss_dtype=None):  # fmt: skip
     """torch's cross_entropy per row (class weights too) on the softcapped logits, plus z_loss * lse^2, reduced over
     the non-ignored rows: a mean divides the cross-entropy by the targets' weights (their count without weights) and
     the z-term by the count, each 1 where it is 0 (torch gives 0/0). With a return flag: the loss, then the z-term
     reduced alike and the fraction of rows whose argmax (of the logits as given) is the target, per row for "none".
-    ``inplace_backward`` changes only where the op's gradient lives, so the reference takes it and stays out of
-    place."""
+    ``inplace_backward`` changes only where the op's gradient lives and ``loss_dtype`` only the result's rounding, so
+    the reference takes them and stays out of place, in float64."""
     first_argmax = logits.reshape(-1, logits.shape[-1]).argmax(-1)
     if softcap is not None:
         logits = softcap * torch.tanh(logits / softcap)
@@ -118,6 +119,8 @@ def _options(case: _LossCase) -> dict:
         options["return_z_loss"] = True
     if case.accuracy:
         options["return_token_accuracy"] = True
+    if case.fp32_loss:
+        options["loss_dtype"] = torch.float32
     return options
 
 
@@ -268,6 +271,11 @@ _CE_TESTS = (
      "z_loss": 1e-3, "reduction": "none"},
     {"tokens": 3, "vocab": 5000, "class_weights": True, "label_smoothing": 0.1, "z_loss": 1e-3, "accuracy": True},
     {"tokens": 4, "vocab": 40, "all_ignored": True, "class_weights": True, "return_z_loss": True, "accuracy": True},
+    # the loss returned in fp32 whatever the logits' dtype (an fp32 upstream gradient per row for "none")
+    {"tokens": 6, "vocab": 40, "ignored": True, "fp32_loss": True},
+    {"tokens": 6, "vocab": 9, "batched": True, "ignored": True, "z_loss": 1e-2, "reduction": "none", "fp32_loss": True},
+    {"tokens": 6, "vocab": 40, "ignored": True, "class_weights": True, "z_loss": 1e-2, "return_z_loss": True,
+     "reduction": "sum", "fp32_loss": True},
 )  # fmt: skip
 _CE_GPU = (
     {"tokens": 4096, "vocab": 32000, "ignored": True},
@@ -308,6 +316,10 @@ _FLCE_TESTS = (
     {"tokens": 10, "hidden": 32, "vocab": 20, "class_weights": True, "accuracy": True, "reduction": "sum"},
     {"tokens": 10, "hidden": 32, "vocab": 20, "ignored": True, "class_weights": True, "accuracy": True,
      "return_z_loss": True, "z_loss": 1e-2, "reduction": "none"},
+    {"tokens": 10, "hidden": 8, "vocab": 20, "ignored": True, "fp32_loss": True},
+    {"tokens": 10, "hidden": 8, "vocab": 20, "ignored": True, "bias": True, "reduction": "none", "fp32_loss": True},
+    {"tokens": 10, "hidden": 32, "vocab": 20, "ignored": True, "class_weights": True, "return_z_loss": True,
+     "z_loss": 1e-2, "reduction": "none", "fp32_loss": True},
 )  # fmt: skip
 _FLCE_GPU = (
     {"tokens": 4096, "hidden": 2048, "vocab": 32000, "ignored": True},

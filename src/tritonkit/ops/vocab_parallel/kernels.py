@@ -11,7 +11,7 @@ global lse: each rank writes d(loss)/d(logits) over its own slice, with no commu
 import triton
 import triton.language as tl
 
-from tritonkit._core.jit.cross_entropy import logit_grad, softcapped
+from tritonkit._core.jit.cross_entropy import softcapped, write_logit_grads
 from tritonkit._core.jit.online_softmax import online_update
 
 
@@ -72,13 +72,8 @@ def _vocab_slice_grad_kernel(
     valid = (target >= 0) & (target < vocab_size)
     lse = tl.load(p_lse + i_row)
     scale = tl.load(p_scale + i_row * stride_scale).to(tl.float32)
-    scale = tl.where(ignored, 0.0, tl.where(valid, scale, float("nan")))
-    local_target = target - vocab_start
-    p_dx_row = p_dx + i_row * stride_dx_row
-    for start in range(0, n_cols, BLOCK_N):
-        o_n = start + tl.arange(0, BLOCK_N)
-        m_n = o_n < n_cols
-        b_y = softcapped(tl.load(p_x_row + o_n, mask=m_n, other=0.0).to(tl.float32), softcap, HAS_SOFTCAP)
-        b_dy = logit_grad(b_y, lse, o_n == local_target, label_smoothing, z_loss, vocab_size, softcap, HAS_SMOOTHING,
-                          HAS_SOFTCAP)  # fmt: skip
-        tl.store(p_dx_row + o_n, (b_dy * scale).to(p_dx.dtype.element_ty), mask=m_n)  # [BLOCK_N]
+    scale = tl.where(valid | ignored, scale, float("nan"))
+    grad_factor = 1.0 + 2.0 * z_loss * lse
+    write_logit_grads(p_x_row, p_dx + i_row * stride_dx_row, n_cols, lse, grad_factor, target - vocab_start, None,
+                      scale, ignored, label_smoothing, vocab_size, softcap, None, BLOCK_N, HAS_SMOOTHING, HAS_SOFTCAP,
+                      False)  # fmt: skip

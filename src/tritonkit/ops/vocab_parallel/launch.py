@@ -25,7 +25,17 @@ import torch
 
 from tritonkit._core.device import arch
 from tritonkit._core.distributed import all_reduce
-from tritonkit._core.losses import add_chunk_grads, grad_buffers, grad_scale, or_empty, reduced
+from tritonkit._core.losses import (
+    add_chunk_grads,
+    chunk_logits,
+    fake_grads,
+    fake_loss_and_lse,
+    grad_buffers,
+    grad_scale,
+    mean_count,
+    or_empty,
+    reduced,
+)
 from tritonkit.ops.vocab_parallel.kernels import _vocab_slice_grad_kernel, _vocab_slice_stats_kernel
 from tritonkit.ops.vocab_parallel.plan import SlicePlan, chunk_rows, slice_plan
 
@@ -80,14 +90,15 @@ def _combine(stats, target, vocab_size, options, group) -> tuple[torch.Tensor, t
 
 def vocab_parallel_cross_entropy_fwd(
     logits: torch.Tensor, target: torch.Tensor, vocab_start: int, vocab_size: int, group: str, ignore_index: int,
-    label_smoothing: float, z_loss: float, softcap: float, reduction: str, *, plan: SlicePlan | None = None,
+    label_smoothing: float, z_loss: float, softcap: float, reduction: str, loss_dtype: torch.dtype, *,
+    plan: SlicePlan | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """logits: (rows, n) this rank's slice, unit column stride; target: (rows,) global class indices. Returns the
-    reduced loss (logits' dtype) and the fp32 global lse per row, the same on every rank of ``group``."""
+    reduced loss (in ``loss_dtype``) and the fp32 global lse per row, the same on every rank of ``group``."""
     options = (ignore_index, label_smoothing, z_loss, softcap)
     stats = _launch_stats(logits, target, vocab_start, softcap, label_smoothing, plan)
     loss_rows, lse = _combine(stats, target, vocab_size, options, group)
-    return reduced(loss_rows, target, ignore_index, reduction, logits.dtype), lse
+    return reduced(loss_rows, reduction, loss_dtype, mean_count(target, ignore_index, reduction)), lse
 
 
 def vocab_parallel_cross_entropy_bwd(
@@ -97,7 +108,7 @@ def vocab_parallel_cross_entropy_bwd(
 ) -> torch.Tensor:  # fmt: skip
     """d(loss)/d(logits) of this rank's slice, (rows, n) in logits' dtype, times ``grad_loss``; no communication."""
     dx = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
-    scale = grad_scale(grad_loss, target, ignore_index, reduction)
+    scale = grad_scale(grad_loss, reduction, mean_count(target, ignore_index, reduction))
     options = (ignore_index, label_smoothing, z_loss, softcap)
     _launch_grad(logits, target, lse, scale, dx, vocab_start, vocab_size, options, plan)
     return dx
@@ -115,10 +126,7 @@ def _chunks(hidden, weight, bias, target, vocab_start, vocab_size, group, option
     for start in range(0, n_tokens, rows_per_chunk):
         rows = slice(start, min(start + rows_per_chunk, n_tokens))
         h_chunk, t_chunk, logits = hidden[rows], target[rows], buffer[: rows.stop - start]
-        if bias is None:
-            torch.mm(h_chunk, weight.t(), out=logits)
-        else:
-            torch.addmm(bias, h_chunk, weight.t(), out=logits)
+        chunk_logits(h_chunk, weight, bias, logits)
         if loss_rows is not None:
             stats = _launch_stats(logits, t_chunk, vocab_start, options[3], options[1])
             loss_rows[rows], lse[rows] = _combine(stats, t_chunk, vocab_size, options, group)
@@ -134,14 +142,14 @@ def _chunks(hidden, weight, bias, target, vocab_start, vocab_size, group, option
 def vocab_parallel_fused_linear_cross_entropy_fwd(
     hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None, vocab_start: int,
     vocab_size: int, group: str, ignore_index: int, label_smoothing: float, z_loss: float, softcap: float,
-    reduction: str, need_hidden: bool, need_weight: bool, need_bias: bool,
+    reduction: str, loss_dtype: torch.dtype, need_hidden: bool, need_weight: bool, need_bias: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """hidden: (tokens, H), the same on every rank; weight: (n, H) this rank's rows of the head (classes
     [vocab_start, vocab_start + n)); bias: (n,) or None; target: (tokens,).
 
-    Returns (loss, lse, grad_hidden, grad_weight, grad_bias): for "mean" and "sum" the gradients the need_* flags
-    ask for, for an upstream gradient of 1 (d(hidden) summed over the group; d(weight), d(bias) of this slice in
-    fp32); absent ones, and all of them for "none", are empty tensors.
+    Returns (loss, lse, grad_hidden, grad_weight, grad_bias), the loss in ``loss_dtype``: for "mean" and "sum" the
+    gradients the need_* flags ask for, for an upstream gradient of 1 (d(hidden) summed over the group; d(weight),
+    d(bias) of this slice in fp32); absent ones, and all of them for "none", are empty tensors.
     """
     n_tokens = hidden.shape[0]
     loss_rows = torch.empty((n_tokens,), dtype=torch.float32, device=hidden.device)
@@ -149,11 +157,12 @@ def vocab_parallel_fused_linear_cross_entropy_fwd(
     now = reduction != "none"
     grads = grad_buffers(hidden, weight, bias, need_hidden and now, need_weight and now, need_bias and now)
     options = (ignore_index, label_smoothing, z_loss, softcap)
+    count = mean_count(target, ignore_index, reduction)
     scale = None
     if any(g is not None for g in grads):
-        scale = grad_scale(torch.ones((), device=hidden.device), target, ignore_index, reduction)
+        scale = grad_scale(torch.ones((), dtype=torch.float32, device=hidden.device), reduction, count)
     _chunks(hidden, weight, bias, target, vocab_start, vocab_size, group, options, loss_rows, lse, scale, grads)
-    loss = reduced(loss_rows, target, ignore_index, reduction, hidden.dtype)
+    loss = reduced(loss_rows, reduction, loss_dtype, count)
     return loss, lse, *(or_empty(g, lse) for g in grads)
 
 
@@ -172,36 +181,23 @@ def vocab_parallel_fused_linear_cross_entropy_bwd(
 
 
 def vocab_parallel_cross_entropy_fwd_fake(logits, target, vocab_start, vocab_size, group, ignore_index,
-                                          label_smoothing, z_loss, softcap, reduction):  # fmt: skip
-    n_rows = logits.shape[0]
-    return logits.new_empty((n_rows,) if reduction == "none" else ()), logits.new_empty((n_rows,), dtype=torch.float32)
+                                          label_smoothing, z_loss, softcap, reduction, loss_dtype):  # fmt: skip
+    return fake_loss_and_lse(logits, reduction, loss_dtype)
 
 
 def vocab_parallel_cross_entropy_bwd_fake(grad_loss, logits, *rest):
     return torch.empty_like(logits)
 
 
-def _fake_grads(hidden, weight, bias, need_hidden, need_weight, need_bias):
-    """_grad_buffers' shapes and dtypes as the custom ops return them (absent: empty fp32)."""
-    fp32 = torch.float32
-    return (
-        hidden.new_empty(hidden.shape if need_hidden else (0,), dtype=hidden.dtype if need_hidden else fp32),
-        hidden.new_empty(weight.shape if need_weight else (0,), dtype=fp32),
-        hidden.new_empty(bias.shape if need_bias else (0,), dtype=fp32),
-    )
-
-
 def vocab_parallel_fused_linear_cross_entropy_fwd_fake(hidden, weight, target, bias, *options_and_needs):
-    *_, reduction, need_hidden, need_weight, need_bias = options_and_needs
+    *_, reduction, loss_dtype, need_hidden, need_weight, need_bias = options_and_needs
     now = reduction != "none"
-    n_tokens = hidden.shape[0]
     return (
-        hidden.new_empty((n_tokens,) if reduction == "none" else ()),
-        hidden.new_empty((n_tokens,), dtype=torch.float32),
-        *_fake_grads(hidden, weight, bias, need_hidden and now, need_weight and now, need_bias and now),
+        *fake_loss_and_lse(hidden, reduction, loss_dtype),
+        *fake_grads(hidden, weight, bias, need_hidden and now, need_weight and now, need_bias and now),
     )
 
 
 def vocab_parallel_fused_linear_cross_entropy_bwd_fake(grad_loss, hidden, weight, target, bias, *options_and_needs):
     *_, need_hidden, need_weight, need_bias = options_and_needs
-    return _fake_grads(hidden, weight, bias, need_hidden, need_weight, need_bias)
+    return fake_grads(hidden, weight, bias, need_hidden, need_weight, need_bias)

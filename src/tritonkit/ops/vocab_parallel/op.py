@@ -23,7 +23,14 @@ from tritonkit._core.autograd import differentiable_op
 from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor
 from tritonkit._core.distributed import describe, group_name, group_rank_and_size, is_dtensor, sharded_dim
 from tritonkit._core.layout import as_rows
-from tritonkit._core.losses import check_loss_options, check_targets, scaled
+from tritonkit._core.losses import (
+    check_linear_head,
+    check_loss_dtype,
+    check_loss_options,
+    check_target,
+    head_grads,
+    needs_grad,
+)
 from tritonkit.ops.vocab_parallel.launch import (
     vocab_parallel_cross_entropy_bwd,
     vocab_parallel_cross_entropy_bwd_fake,
@@ -37,7 +44,7 @@ from tritonkit.ops.vocab_parallel.launch import (
 
 
 def _save_ce(ctx, inputs, outputs):
-    logits, target, vocab_start, vocab_size, _group, *options = inputs
+    logits, target, vocab_start, vocab_size, _group, *options, _loss_dtype = inputs
     ctx.save_for_backward(logits, target, outputs[1])
     ctx.slice, ctx.options = (vocab_start, vocab_size), tuple(options)
 
@@ -64,9 +71,10 @@ vocab_parallel_cross_entropy_op = differentiable_op(
 def _save_fused(ctx, inputs, outputs):
     """mean/sum keep the forward's gradients; "none" keeps what the recomputing backward reads."""
     hidden, weight, target, bias, *rest = inputs
-    ctx.rest, ctx.needs = tuple(rest[:-4]), tuple(rest[-3:])  # (start, size, group, options...), need_* flags
+    # rest: start, size, group, the four options, reduction, loss_dtype, the need_* flags
+    ctx.rest, ctx.needs = tuple(rest[:-5]), tuple(rest[-3:])
     ctx.dtypes = (hidden.dtype, weight.dtype, bias.dtype if bias is not None else None)
-    ctx.recompute = rest[-4] == "none"
+    ctx.recompute = rest[-5] == "none"
     ctx.save_for_backward(*((hidden, weight, target, bias, outputs[1]) if ctx.recompute else outputs[2:]))
 
 
@@ -75,12 +83,8 @@ def _fused_gradients(ctx, grad_outputs, backward):
     grad_loss = grad_outputs[0]
     if grad_loss is None:
         return ()
-    if ctx.recompute:
-        grads = backward(grad_loss, *ctx.saved_tensors, *ctx.rest, *ctx.needs)
-        grads = [g.to(dtype) if need else None for g, dtype, need in zip(grads, ctx.dtypes, ctx.needs, strict=True)]
-    else:
-        grads = [scaled(g, grad_loss, dtype) if need else None
-                 for g, dtype, need in zip(ctx.saved_tensors, ctx.dtypes, ctx.needs, strict=True)]  # fmt: skip
+    grads = backward(grad_loss, *ctx.saved_tensors, *ctx.rest, *ctx.needs) if ctx.recompute else ctx.saved_tensors
+    grads = head_grads(grads, grad_loss, ctx.dtypes, ctx.needs, ctx.recompute)
     return grads[0], grads[1], None, grads[2]
 
 
@@ -139,14 +143,15 @@ def _vocab_slice(name: str, sliced: dict, shared: dict, dim: int, process_group)
 def vocab_parallel_cross_entropy(
     logits: torch.Tensor, target: torch.Tensor, *, process_group=None, ignore_index: int = -100,
     label_smoothing: float = 0.0, z_loss: float = 0.0, softcap: float | None = None, reduction: str = "mean",
+    loss_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """Cross-entropy of logits split along the vocabulary across a tensor-parallel group, never gathered.
 
     ``logits``: (..., n) this rank's slice of the classes (plain, with ``process_group``: rank r holds classes
     [r n, (r + 1) n), Megatron's ``vocab_parallel_cross_entropy`` layout; the default group is the world), or a
     DTensor (..., V) ``Shard(-1)`` over one mesh dimension (torchtitan's ``loss_parallel`` layout). ``target``:
-    (...) global class indices, the same on every rank. Options and result as :func:`cross_entropy` (the loss in
-    logits' dtype, a plain tensor, equal on every rank). Differentiable in logits: each rank gets its slice's
+    (...) global class indices, the same on every rank. Options (``loss_dtype`` too) and result as
+    :func:`cross_entropy` (a plain tensor, equal on every rank). Differentiable in logits: each rank gets its slice's
     gradient (a DTensor placed as the logits for DTensor logits). Two all-reduces of a few floats per row.
 
     Example: ``loss = tk.ops.vocab_parallel_cross_entropy(local_logits, labels, process_group=tp_group)``.
@@ -158,16 +163,18 @@ def vocab_parallel_cross_entropy(
     check_tensor("logits", logits, dtypes=FLOAT_DTYPES)
     if logits.dim() == 0:
         raise ValueError(f"{name}: logits must be (..., n), this rank's n classes, got a 0-d tensor")
-    check_targets(name, target, tuple(logits.shape[:-1]))
+    check_target(name, target, tuple(logits.shape[:-1]))
     check_device(logits=logits, target=target)
-    loss, _ = vocab_parallel_cross_entropy_op(as_rows(logits), target.reshape(-1), start, size, group, *options)
+    loss_dtype = check_loss_dtype(name, loss_dtype, logits.dtype)
+    loss, _ = vocab_parallel_cross_entropy_op(as_rows(logits), target.reshape(-1), start, size, group, *options,
+                                              loss_dtype)  # fmt: skip
     return loss.view(target.shape) if reduction == "none" else loss
 
 
 def vocab_parallel_fused_linear_cross_entropy(
     hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None = None, *,
     process_group=None, ignore_index: int = -100, label_smoothing: float = 0.0, z_loss: float = 0.0,
-    softcap: float | None = None, reduction: str = "mean",
+    softcap: float | None = None, reduction: str = "mean", loss_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """``cross_entropy(hidden @ weight.T + bias, target)`` for an LM head split along the vocabulary, without
     building the logits or gathering anything of the vocabulary's size.
@@ -189,24 +196,12 @@ def vocab_parallel_fused_linear_cross_entropy(
     local, start, size, group = _vocab_slice(name, {"weight": weight, "bias": bias},
                                              {"hidden": hidden, "target": target}, 0, process_group)  # fmt: skip
     hidden, weight, target, bias = local["hidden"], local["weight"], local["target"], local["bias"]
-    check_tensor("hidden", hidden, dtypes=FLOAT_DTYPES)
-    check_tensor("weight", weight, ndim=2, dtypes=FLOAT_DTYPES)
-    if hidden.dim() == 0 or hidden.shape[-1] != weight.shape[1]:
-        raise ValueError(f"{name}: hidden must be (..., H) with H = weight.shape[1] = {weight.shape[1]}, got shape "
-                         f"{tuple(hidden.shape)}")  # fmt: skip
-    tensors = {"hidden": hidden, "weight": weight, "target": target}
-    if bias is not None:
-        check_tensor("bias", bias, ndim=1, dtypes=FLOAT_DTYPES)
-        if bias.shape[0] != weight.shape[0]:
-            raise ValueError(f"{name}: bias must have shape ({weight.shape[0]},), got {tuple(bias.shape)}")
-        tensors["bias"] = bias
-    for key in ("weight", "bias"):
-        if key in tensors and tensors[key].dtype != hidden.dtype:
-            raise TypeError(f"{name}: {key} must have hidden's dtype {hidden.dtype}, got {tensors[key].dtype}")
-    check_targets(name, target, tuple(hidden.shape[:-1]))
-    check_device(**tensors)
-    needs = tuple(t is not None and torch.is_grad_enabled() and t.requires_grad for t in (hidden, weight, bias))
+    check_linear_head(name, hidden, weight, bias)
+    check_target(name, target, tuple(hidden.shape[:-1]))
+    check_device(hidden=hidden, target=target)
+    needs = (needs_grad(hidden), needs_grad(weight), needs_grad(bias))
     rows, target_rows = hidden.reshape(-1, hidden.shape[-1]), target.reshape(-1)
+    loss_dtype = check_loss_dtype(name, loss_dtype, hidden.dtype)
     loss = vocab_parallel_fused_linear_cross_entropy_op(rows, weight, target_rows, bias, start, size, group, *options,
-                                                        *needs)[0]  # fmt: skip
+                                                        loss_dtype, *needs)[0]  # fmt: skip
     return loss.view(target.shape) if reduction == "none" else loss

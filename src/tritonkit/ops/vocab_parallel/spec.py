@@ -26,12 +26,13 @@ class VocabParallelCase(Case):
     softcap: float | None = None
     reduction: str = "mean"
     bias: bool = False
+    fp32_loss: bool = False  # loss_dtype=torch.float32
 
 
 def _loss_reference(logits, target, *, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None,
-                    reduction="mean"):  # fmt: skip
+                    reduction="mean", loss_dtype=None):  # fmt: skip
     """loss = lse - (1 - e) y_t - (e / V) sum_j y_j + z lse^2 with y = softcap tanh(logits / softcap), 0 on ignored
-    targets; the mean over the non-ignored ones (0 when none)."""
+    targets; the mean over the non-ignored ones (0 when none). In float64 (``loss_dtype`` rounds only the op's)."""
     y = logits if softcap is None else softcap * torch.tanh(logits / softcap)
     y = y.reshape(-1, y.shape[-1])
     flat = target.reshape(-1)
@@ -58,8 +59,11 @@ def _targets(case, device, generator):
 
 
 def _options(case) -> dict:
-    return {"label_smoothing": case.label_smoothing, "z_loss": case.z_loss, "softcap": case.softcap,
-            "reduction": case.reduction}  # fmt: skip
+    options = {"label_smoothing": case.label_smoothing, "z_loss": case.z_loss, "softcap": case.softcap,
+               "reduction": case.reduction}  # fmt: skip
+    if case.fp32_loss:
+        options["loss_dtype"] = torch.float32
+    return options
 
 
 def _logits_inputs(case, device, dtype, generator):
@@ -102,6 +106,7 @@ _LOGITS_TESTS = (
     {"tokens": 6, "vocab": 33, "ignored": True, "reduction": "sum"},
     {"tokens": 6, "vocab": 20, "ignored": True, "label_smoothing": 0.2, "reduction": "none"},
     {"tokens": 2, "vocab": 5000, "z_loss": 1e-3, "softcap": 20.0},
+    {"tokens": 6, "vocab": 20, "ignored": True, "reduction": "none", "fp32_loss": True},
 )
 _LOGITS_GPU = (
     {"tokens": 4096, "vocab": 64128, "ignored": True},
@@ -116,6 +121,7 @@ _FUSED_TESTS = (
     {"tokens": 25, "vocab": 20, "hidden": 8, "label_smoothing": 0.2, "z_loss": 1e-2, "softcap": 5.0},
     {"tokens": 10, "vocab": 20, "hidden": 8, "bias": True, "ignored": True, "reduction": "sum"},
     {"tokens": 10, "vocab": 20, "hidden": 8, "bias": True, "label_smoothing": 0.1, "reduction": "none"},
+    {"tokens": 10, "vocab": 20, "hidden": 8, "ignored": True, "fp32_loss": True},
 )
 _FUSED_GPU = (
     {"tokens": 4096, "vocab": 64128, "hidden": 2048, "ignored": True},
