@@ -288,6 +288,16 @@ def test_fused_loss_of_a_bf16_llama_is_transformers_fp32_loss():
         assert not torch.allclose(expected.bfloat16().float(), expected, **fp32_sum)
 
 
+@pytest.mark.parametrize("model_type", sorted(_FAMILIES))
+def test_every_layer_is_patched(model_type):
+    """Each decoder layer adds the same number of patched norms and attentions, one or more (the convergence test
+    trains one-layer models of most families)."""
+    counts = [tk_hf.apply(_tiny_model(model_type, layers=layers)) for layers in (1, 2, 3)]
+    for switch in ("rms_norm", "attention"):
+        one, two, three = (count[switch] for count in counts)
+        assert two - one == three - two >= 1, (switch, one, two, three)
+
+
 def test_base_model_without_head_patches_the_layers_only():
     config_cls, _, _ = _FAMILIES["llama"]
     config = config_cls(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
@@ -383,7 +393,15 @@ def test_whole_model_compiles_without_graph_breaks():
     torch._dynamo.reset()
 
 
-LEARNING_RATE = 0.2
+LEARNING_RATE = 0.1
+# Granite scales its residual branches down (residual_multiplier): at 0.1 its loss falls by only 0.08; at 0.2 by 0.145
+# or more over 60 seeds. At 0.2 the others overshoot on some seeds (OLMo 2's loss rose over the three steps; a Gemma 3
+# loss spike amplified the kernels' ulp differences to 4e-5 in its embedding), at 0.1 none did.
+LEARNING_RATES = {"granite": 0.2}
+# Layers of the convergence test: one, except where layers differ in what the patch replaces with the attention off:
+# Qwen3-MoE's dense layer (mlp_only_layers) and Gemma 3's local layers' RoPE table. Every kernel call of a layer
+# costs about a second under the interpreter; the other tests check that every layer is patched.
+TRAINING_LAYERS = {"qwen3_moe": 2, "gemma3_text": 2}
 
 
 def _train(model, batches, lr=LEARNING_RATE):
@@ -408,8 +426,8 @@ def _top_log_probs(model, ids, k=5):
 
 # Tolerances of the convergence test, fp32 under the interpreter. Largest differences measured: at
 # lr 0.5, 6 seeds x 5 families: loss 6.7e-7 relative, parameters 1.2e-6, top-5 log-probs 6.7e-5, but
-# some seeds overshot into loss spikes that amplify them (one qwen2 run failed); at lr 0.2 (now), 14
-# qwen2 seeds: 2.3e-7, 1.2e-7 and 2.5e-6, every loss falling smoothly.
+# some seeds overshot into loss spikes that amplify them (one qwen2 run failed); at lr 0.2, 14 qwen2
+# seeds: 2.3e-7, 1.2e-7 and 2.5e-6, but a Gemma 3 spike reached 4e-5 in the parameters (lr 0.1 now: 9e-8 there).
 CONVERGENCE_TOLERANCE = {"loss": 1e-5, "parameters": 1e-5, "log_probs": 5e-4}
 
 
@@ -433,13 +451,15 @@ def test_training_matches_unpatched(model_type):
     print(f"seed={seed}")  # shown with a failure, to reproduce it
     generator = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
-    reference = _tiny_model(model_type)
+    reference = _tiny_model(model_type, layers=TRAINING_LAYERS.get(model_type, 1))
     patched = copy.deepcopy(reference)
     tk_hf.apply(patched, attention=False)
     batches = [_batch(generator, batch=1, tokens=16)] * steps  # one batch again and again: the loss must fall
-    losses_ref, losses_tk = _train(reference, batches), _train(patched, batches)
+    lr = LEARNING_RATES.get(model_type, LEARNING_RATE)
+    losses_ref, losses_tk = _train(reference, batches, lr), _train(patched, batches, lr)
     torch.testing.assert_close(losses_tk, losses_ref, atol=0, rtol=CONVERGENCE_TOLERANCE["loss"])
-    # It is training, not sitting at a fixed point: the loss falls well below its start.
+    # It is training, not sitting at a fixed point: the loss falls well below its start (the smallest fall of the
+    # unpatched models over 60 seeds each, granite's, was 0.145; the next, OLMo 2's, 0.315).
     assert losses_ref[1:].min() < losses_ref[0] - 0.1
     for (name, mine), (_, theirs) in zip(patched.named_parameters(), reference.named_parameters(), strict=True):
         torch.testing.assert_close(mine, theirs, atol=CONVERGENCE_TOLERANCE["parameters"], rtol=0, msg=name)
