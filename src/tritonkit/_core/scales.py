@@ -6,9 +6,15 @@ Scales of codes with shape (..., K) (a 2-D (M, K) for blocks): "tensor" (), "row
 
 from __future__ import annotations
 
+import math
+
+import torch
+
 from tritonkit._core.ints import cdiv
 
 MIN_BLOCK = 16  # the smallest group or block side: the smallest K step of the tensor cores
+FORMATS = {torch.int8: "int8", torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}  # code dtype -> kernels' KIND
+QMAX = {torch.int8: 127.0, torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}  # each format's largest value
 
 
 def granularity_of(codes_shape: tuple, scale_shape_: tuple) -> tuple[str, int] | None:
@@ -49,3 +55,41 @@ def expand_scale(scale, shape: tuple, granularity: str, size: int):
     if granularity == "group":
         return wide
     return wide.repeat_interleave(size, dim=0)[: shape[0]]
+
+
+def _regions(x: torch.Tensor, granularity: str, block_size: int) -> torch.Tensor:
+    """x (fp32) viewed so that each region is one row of the last dim: (regions..., region elements)."""
+    if granularity == "tensor":
+        return x.reshape(1, -1)
+    k = x.shape[-1]
+    if granularity == "row":
+        return x.reshape(*x.shape[:-1], 1, k)
+    padded = torch.nn.functional.pad(x, (0, cdiv(k, block_size) * block_size - k), value=0.0)
+    if granularity == "group":
+        return padded.unflatten(-1, (-1, block_size))
+    m = x.shape[0]
+    padded = torch.nn.functional.pad(padded, (0, 0, 0, cdiv(m, block_size) * block_size - m), value=0.0)
+    blocks = padded.unflatten(0, (-1, block_size)).unflatten(-1, (-1, block_size))  # (bm, bs, bk, bs)
+    return blocks.transpose(1, 2).flatten(-2)  # (bm, bk, bs * bs)
+
+
+def quantize_reference(x, dtype, *, granularity="row", block_size=128):
+    """quantize's definition (_core/jit/quantize.py) in torch: x cast to fp32 (every input dtype is exact in it),
+    then the definition step by step with torch's IEEE operations (tensor by tensor divisions, round half to even,
+    torch's own float8 conversions). Returns (codes, fp32 scales), which the kernels must match exactly."""
+    x = x.float()
+    top = QMAX[dtype]
+    magnitude = x.abs()
+    finite = torch.where(magnitude < math.inf, magnitude, torch.zeros_like(magnitude))
+    amax = _regions(finite, granularity, block_size).amax(-1)
+    if granularity == "row":
+        amax = amax.reshape(*x.shape[:-1], 1)
+    elif granularity == "tensor":
+        amax = amax.reshape(())
+    scale = torch.where(amax > 0, amax / torch.full_like(amax, top), torch.ones_like(amax))
+    y = (x / expand_scale(scale, tuple(x.shape), granularity, block_size)).clamp(-top, top)
+    if dtype == torch.int8:
+        codes = torch.where(torch.isnan(x), torch.zeros_like(y), torch.round(y)).to(torch.int8)
+    else:
+        codes = torch.where(torch.isnan(x), x, y).to(dtype)
+    return codes, scale

@@ -15,45 +15,8 @@ a tensor, so the codes follow the definition exactly.
 import triton
 import triton.language as tl
 
-from tritonkit._core.jit.rounding import round_half_even, round_to_float8
-
-
-@triton.jit
-def _qmax(KIND: tl.constexpr):
-    """The format's largest value: int8 127, e4m3 448, e5m2 57344."""
-    top: tl.constexpr = 127.0 if KIND == "int8" else (448.0 if KIND == "e4m3" else 57344.0)
-    return top
-
-
-@triton.jit
-def _finite_abs(b_x):
-    """|x| where x is finite, 0 elsewhere (inf and NaN set no scale)."""
-    b_abs = tl.abs(b_x)
-    return tl.where(b_abs < float("inf"), b_abs, 0.0)
-
-
-@triton.jit
-def _scale(amax, KIND: tl.constexpr):
-    """amax / qmax, or 1 for a region of zeros."""
-    return tl.where(amax > 0.0, tl.math.div_rn(amax, _qmax(KIND)), 1.0)
-
-
-@triton.jit
-def _codes(b_x, b_scale, KIND: tl.constexpr):
-    """The codes of b_x (fp32) at b_scale (broadcast to it): see the module docstring."""
-    top = _qmax(KIND)
-    b_y = tl.minimum(tl.maximum(tl.math.div_rn(b_x, b_scale), -top), top)
-    nan = b_x != b_x
-    if KIND == "int8":
-        b_q = tl.where(nan, 0.0, round_half_even(b_y)).to(tl.int8)
-    else:
-        if KIND == "e4m3":
-            b_q = round_to_float8(b_y, 3, -6).to(tl.float8e4nv)
-        else:
-            b_q = round_to_float8(b_y, 2, -14).to(tl.float8e5)
-        # NaN by its bits, 0x7F in both formats: the interpreter converts an fp32 NaN to e4m3 as 384.
-        b_q = tl.where(nan, tl.full(b_q.shape, 0x7F, tl.uint8).to(b_q.dtype, bitcast=True), b_q)
-    return b_q
+from tritonkit._core.jit.quantize import amax_scale, codes, finite_abs
+from tritonkit._core.jit.rounding import round_half_even
 
 
 @triton.jit
@@ -64,7 +27,7 @@ def _amax_kernel(p_x, p_amax, n_rows, n_cols, stride_x_r, BLOCK_R: tl.constexpr,
     o_c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     m_x = (o_r < n_rows)[:, None] & (o_c < n_cols)[None, :]
     b_x = tl.load(p_x + o_r.to(tl.int64)[:, None] * stride_x_r + o_c[None, :], mask=m_x, other=0.0).to(tl.float32)
-    tl.atomic_max(p_amax, tl.max(tl.max(_finite_abs(b_x), axis=1), axis=0))
+    tl.atomic_max(p_amax, tl.max(tl.max(finite_abs(b_x), axis=1), axis=0))
 
 
 @triton.jit
@@ -83,7 +46,7 @@ def _quantize_groups_kernel(
     c_hi = tl.minimum(c_lo + group, n_cols)
     o_c = tl.arange(0, BLOCK_C)
     if TENSOR:
-        scale = _scale(tl.load(p_amax), KIND) + tl.zeros([BLOCK_R], tl.float32)
+        scale = amax_scale(tl.load(p_amax), KIND) + tl.zeros([BLOCK_R], tl.float32)
         if (tl.program_id(0) == 0) & (i_g == 0):
             tl.store(p_scale, tl.max(scale, axis=0))
     else:
@@ -91,13 +54,13 @@ def _quantize_groups_kernel(
         for c in range(c_lo, c_hi, BLOCK_C):
             m_x = m_r[:, None] & (c + o_c < c_hi)[None, :]
             b_x = tl.load(p_x + r64[:, None] * stride_x_r + (c + o_c)[None, :], mask=m_x, other=0.0)  # [R, C]
-            amax = tl.maximum(amax, tl.max(_finite_abs(b_x.to(tl.float32)), axis=1))
-        scale = _scale(amax, KIND)
+            amax = tl.maximum(amax, tl.max(finite_abs(b_x.to(tl.float32)), axis=1))
+        scale = amax_scale(amax, KIND)
         tl.store(p_scale + r64 * stride_s_r + i_g, scale, mask=m_r)
     for c in range(c_lo, c_hi, BLOCK_C):
         m_x = m_r[:, None] & (c + o_c < c_hi)[None, :]
         b_x = tl.load(p_x + r64[:, None] * stride_x_r + (c + o_c)[None, :], mask=m_x, other=0.0).to(tl.float32)
-        tl.store(p_q + r64[:, None] * stride_q_r + (c + o_c)[None, :], _codes(b_x, scale[:, None], KIND), mask=m_x)
+        tl.store(p_q + r64[:, None] * stride_q_r + (c + o_c)[None, :], codes(b_x, scale[:, None], KIND), mask=m_x)
 
 
 @triton.jit
@@ -116,14 +79,14 @@ def _quantize_blocks_kernel(
         r64 = (r + o_r).to(tl.int64)
         m_x = (r + o_r < n_rows)[:, None] & m_c[None, :]
         b_x = tl.load(p_x + r64[:, None] * stride_x_r + o_c[None, :], mask=m_x, other=0.0).to(tl.float32)
-        amax = tl.maximum(amax, tl.max(_finite_abs(b_x), axis=1))
-    scale = _scale(tl.max(amax, axis=0), KIND)
+        amax = tl.maximum(amax, tl.max(finite_abs(b_x), axis=1))
+    scale = amax_scale(tl.max(amax, axis=0), KIND)
     tl.store(p_scale + i_br.to(tl.int64) * stride_s_r + i_bc, scale)
     for r in range(i_br * BLOCK, tl.minimum(i_br * BLOCK + BLOCK, n_rows), CHUNK_R):
         r64 = (r + o_r).to(tl.int64)
         m_x = (r + o_r < n_rows)[:, None] & m_c[None, :]
         b_x = tl.load(p_x + r64[:, None] * stride_x_r + o_c[None, :], mask=m_x, other=0.0).to(tl.float32)
-        tl.store(p_q + r64[:, None] * stride_q_r + o_c[None, :], _codes(b_x, scale, KIND), mask=m_x)
+        tl.store(p_q + r64[:, None] * stride_q_r + o_c[None, :], codes(b_x, scale, KIND), mask=m_x)
 
 
 @triton.jit

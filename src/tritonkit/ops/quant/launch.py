@@ -18,7 +18,7 @@ from tritonkit._core.fourbit import (
     nf4_tables,
 )
 from tritonkit._core.ints import cdiv
-from tritonkit._core.scales import MIN_BLOCK, granularity_of
+from tritonkit._core.scales import FORMATS, MIN_BLOCK, granularity_of
 from tritonkit.ops.quant.kernels import (
     _amax_kernel,
     _dequantize_kernel,
@@ -31,8 +31,6 @@ from tritonkit.ops.quant.kernels import (
 )
 from tritonkit.ops.quant.plan import QuantPlan, blocks_plan, elementwise_plan, groups_plan
 
-KINDS = {torch.int8: "int8", torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}  # dtype -> the kernels' name
-QMAX = {torch.int8: 127.0, torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}
 GRANULARITIES = ("tensor", "row", "group", "block")
 
 
@@ -50,8 +48,8 @@ def check_block_size(name: str, block_size) -> None:
 def check_quantize(x, dtype, granularity, block_size) -> None:
     name = "quantize"
     check_tensor(f"{name}: x", x, dtypes=FLOAT_DTYPES)
-    if dtype not in KINDS:
-        raise TypeError(f"{name}: dtype must be one of {_names(KINDS)}, got {dtype}")
+    if dtype not in FORMATS:
+        raise TypeError(f"{name}: dtype must be one of {_names(FORMATS)}, got {dtype}")
     if granularity not in GRANULARITIES:
         raise ValueError(f"{name}: granularity must be one of {GRANULARITIES}, got {granularity!r}")
     check_block_size(name, block_size)
@@ -89,7 +87,7 @@ def quantize_fwd(
     rows = _rows(x)
     code_rows = codes.view(rows.shape)
     n_rows, n_cols = rows.shape
-    kind = KINDS[dtype]
+    kind = FORMATS[dtype]
     if granularity == "block":
         tiles = plan or blocks_plan(arch(x.device), block_size)
         _quantize_blocks_kernel[(scale.shape[0], scale.shape[1])](
@@ -124,7 +122,7 @@ def quantize_fake(x, dtype, granularity, block_size):
 
 def check_dequantize(codes, scale, dtype) -> tuple[str, int]:
     name = "dequantize"
-    check_tensor(f"{name}: xq", codes, dtypes=tuple(KINDS))
+    check_tensor(f"{name}: xq", codes, dtypes=tuple(FORMATS))
     check_tensor(f"{name}: scale", scale, dtypes=(torch.float32,))
     if dtype not in FLOAT_DTYPES:
         raise TypeError(f"{name}: dtype must be one of {_names(FLOAT_DTYPES)}, got {dtype}")

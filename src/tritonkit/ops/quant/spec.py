@@ -15,8 +15,8 @@ import torch
 from tritonkit._core.checks import FLOAT_DTYPES
 from tritonkit._core.fourbit import NESTED_BLOCK, NF4_CODE, dynamic_code, int4_weight, nf4_weight
 from tritonkit._core.ints import cdiv
-from tritonkit._core.scales import expand_scale, granularity_of
-from tritonkit.ops.quant.launch import QMAX, scale_shape
+from tritonkit._core.scales import expand_scale, granularity_of, quantize_reference
+from tritonkit.ops.quant.launch import scale_shape
 from tritonkit.ops.quant.op import (
     NF4State,
     dequantize,
@@ -53,42 +53,6 @@ def _x(case, device, dtype, generator):
 def _quantize_inputs(case, device, dtype, generator):
     return Inputs((_x(case, device, dtype, generator), FORMATS[case.fmt]),
                   {"granularity": case.granularity, "block_size": case.block_size})  # fmt: skip
-
-
-def _regions(x: torch.Tensor, granularity: str, block_size: int) -> torch.Tensor:
-    """x (fp32) viewed so that each region is one row of the last dim: (regions..., region elements)."""
-    if granularity == "tensor":
-        return x.reshape(1, -1)
-    k = x.shape[-1]
-    if granularity == "row":
-        return x.reshape(*x.shape[:-1], 1, k)
-    padded = torch.nn.functional.pad(x, (0, cdiv(k, block_size) * block_size - k), value=0.0)
-    if granularity == "group":
-        return padded.unflatten(-1, (-1, block_size))
-    m = x.shape[0]
-    padded = torch.nn.functional.pad(padded, (0, 0, 0, cdiv(m, block_size) * block_size - m), value=0.0)
-    blocks = padded.unflatten(0, (-1, block_size)).unflatten(-1, (-1, block_size))  # (bm, bs, bk, bs)
-    return blocks.transpose(1, 2).flatten(-2)  # (bm, bk, bs * bs)
-
-
-def _quantize_reference(x, dtype, *, granularity="row", block_size=128):
-    """The definition in fp32 (see the module docstring)."""
-    x = x.float()
-    top = QMAX[dtype]
-    magnitude = x.abs()
-    finite = torch.where(magnitude < math.inf, magnitude, torch.zeros_like(magnitude))
-    amax = _regions(finite, granularity, block_size).amax(-1)
-    if granularity == "row":
-        amax = amax.reshape(*x.shape[:-1], 1)
-    elif granularity == "tensor":
-        amax = amax.reshape(())
-    scale = torch.where(amax > 0, amax / torch.full_like(amax, top), torch.ones_like(amax))
-    y = (x / expand_scale(scale, tuple(x.shape), granularity, block_size)).clamp(-top, top)
-    if dtype == torch.int8:
-        codes = torch.where(torch.isnan(x), torch.zeros_like(y), torch.round(y)).to(torch.int8)
-    else:
-        codes = torch.where(torch.isnan(x), x, y).to(dtype)
-    return codes, scale
 
 
 def _quantize_bytes(case, dtype) -> int:
@@ -144,7 +108,7 @@ register(KernelSpec(
     tags=("quantization", "fp8", "int8", "memory-bound", "inference"),
     limits="block granularity: a 2-D x; block_size a power of two >= 16; forward only.",
     fn=quantize,
-    reference=_quantize_reference,
+    reference=quantize_reference,
     make_inputs=_quantize_inputs,
     test_cases=_TESTS,
     gpu_cases=_GPU,
@@ -164,7 +128,7 @@ def _dequantize_inputs(case, device, dtype, generator):
     """Codes and scales of a case's x (quantized by the reference, so that the inputs do not depend on the op being
     checked); the output in ``dtype``."""
     x = _x(case, device, torch.float32, generator)
-    codes, scale = _quantize_reference(x, FORMATS[case.fmt], granularity=case.granularity,
+    codes, scale = quantize_reference(x, FORMATS[case.fmt], granularity=case.granularity,
                                        block_size=case.block_size)  # fmt: skip
     return Inputs((codes, scale), {"dtype": dtype})
 
