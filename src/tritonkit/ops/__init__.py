@@ -10,7 +10,7 @@ from tritonkit.ops.decoding.op import decode_attention, dequantize_kv, kv_cache_
 from tritonkit.ops.flash_attention.op import attention, attention_varlen
 from tritonkit.ops.fourbit.op import int4_linear, nf4_linear
 from tritonkit.ops.gated_norm.op import rms_norm_gated
-from tritonkit.ops.gemm.op import scaled_linear
+from tritonkit.ops.gemm.op import dynamic_scaled_linear, scaled_linear
 from tritonkit.ops.lora.op import lora_linear
 from tritonkit.ops.loss.op import cross_entropy, fused_linear_cross_entropy
 from tritonkit.ops.norm.op import layer_norm, rms_norm
@@ -40,6 +40,7 @@ __all__ = [
     "decode_attention",
     "dequantize",
     "dequantize_kv",
+    "dynamic_scaled_linear",
     "fused_linear_cross_entropy",
     "geglu",
     "gelu",

@@ -18,6 +18,11 @@ a block of rows and outputs and split s writes the fp32 partial P_s[m, n] = sum_
 w[n, k], and a second kernel sums them in split order, out[m, n] = (sum_{s=0}^{S-1} P_s[m, n]) s_w(n) + bias[n]
 (s_w(n) for scales that do not vary along K; those that do are inside P_s): the same sums in the same order on every
 run. With S = 1 the split kernel writes out itself.
+
+Dynamic activations (X_SCALE "dynamic", dynamic_scaled_linear): x holds bf16/fp16/fp32 values and is quantized to
+w's format as it is read, one 1 x G group per K step (BLOCK_K = G): s_x(m, step) = amax over the step's finite
+|x[m, k]| / qmax and the codes round(x / s_x) (_core/jit/quantize.py, the codes quantize writes), then the step
+proceeds as with group scales. Neither the codes nor the scales go to memory.
 """
 
 import triton
@@ -25,6 +30,7 @@ import triton.language as tl
 
 from tritonkit._core.jit.dots import dot_fp32
 from tritonkit._core.jit.gemm import grouped_tile
+from tritonkit._core.jit.quantize import amax_scale, codes, finite_abs
 
 
 @triton.jit
@@ -94,9 +100,11 @@ def _scaled_linear_kernel(
     X_SCALE: tl.constexpr, W_SCALE: tl.constexpr, G: tl.constexpr, HAS_BIAS: tl.constexpr, INT_ACC: tl.constexpr,
     DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_SIZE: tl.constexpr,
+    KIND: tl.constexpr = "",
 ):  # fmt: skip
     """One BLOCK_M x BLOCK_N tile of out (tiles in grouped order); x and w have unit stride along K. INT_ACC: int8
-    codes summed in int32 (no scale varies along K)."""
+    codes summed in int32 (no scale varies along K). KIND: w's format ("int8", "e4m3", "e5m2") when X_SCALE is
+    "dynamic" (BLOCK_K = G)."""
     i_m, i_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_SIZE)
     o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
     o_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -104,7 +112,8 @@ def _scaled_linear_kernel(
     m_m, m_n = o_m < M, o_n < N
     p_x_tile = p_x + o_m.to(tl.int64)[:, None] * stride_x_m + o_k[None, :]
     p_w_tile = p_w + o_n.to(tl.int64)[:, None] * stride_w_n + o_k[None, :]
-    PER_STEP: tl.constexpr = X_SCALE == "group" or W_SCALE == "group" or W_SCALE == "block"
+    DYNAMIC: tl.constexpr = X_SCALE == "dynamic"
+    PER_STEP: tl.constexpr = DYNAMIC or X_SCALE == "group" or W_SCALE == "group" or W_SCALE == "block"
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.int32 if INT_ACC else tl.float32)
     for k in range(0, K, BLOCK_K):
         m_k = o_k < K - k
@@ -112,11 +121,16 @@ def _scaled_linear_kernel(
         b_w = _load_zero_padded(p_w_tile, m_n[:, None] & m_k[None, :], "")  # [N, K]
         if X_SCALE == "none":  # weight-only: the codes in x's dtype
             b_w = _codes_as(b_w, b_x.dtype, UPCAST)
+        if DYNAMIC:  # this step is one group of each row: its scale, then its codes (the padding's are 0)
+            b_x = b_x.to(tl.float32)
+            x_scale = amax_scale(tl.max(finite_abs(b_x), axis=1), KIND)
+            b_x = codes(b_x, x_scale[:, None], KIND)
         if INT_ACC:
             acc = tl.dot(b_x, tl.trans(b_w), acc, out_dtype=tl.int32)
         elif PER_STEP:
             k_block = k // G
-            x_scale = _row_scales(p_x_scale, o_m, m_m, stride_xs_m, k_block, X_SCALE, G)
+            if not DYNAMIC:
+                x_scale = _row_scales(p_x_scale, o_m, m_m, stride_xs_m, k_block, X_SCALE, G)
             w_scale = _row_scales(p_w_scale, o_n, m_n, stride_ws_n, k_block, W_SCALE, G)
             acc += dot_fp32(b_x, tl.trans(b_w), DOT_PRECISION, UPCAST) * x_scale[:, None] * w_scale[None, :]
         else:

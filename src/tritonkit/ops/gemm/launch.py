@@ -12,7 +12,7 @@ from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor, deb
 from tritonkit._core.device import arch, sm_count
 from tritonkit._core.env import interpreting
 from tritonkit._core.ints import cdiv, next_power_of_2
-from tritonkit._core.scales import granularity_of
+from tritonkit._core.scales import FORMATS, granularity_of
 from tritonkit.ops.gemm.kernels import _gemv_split_k_kernel, _scaled_linear_kernel, _split_k_reduce_kernel
 from tritonkit.ops.gemm.plan import (
     REDUCE_OUTPUTS,
@@ -30,6 +30,9 @@ X_GRANULARITIES = ("tensor", "row", "group")
 MIN_CODE_K = 32
 MIN_VALUE_K = 16
 W_GRANULARITIES = ("tensor", "row", "group", "block")
+# dynamic_scaled_linear's groups are its K step: from the 8-bit codes' smallest to the tiles' largest step (a wider
+# one would not fit the tiled kernel's pipeline in sm86/sm89's shared memory).
+DYNAMIC_GROUPS = (32, 64, 128)
 
 
 def _names(dtypes) -> str:
@@ -43,6 +46,15 @@ def _granularity(name: str, arg: str, codes_shape: tuple, scale, allowed: tuple)
         raise ValueError(f"{name}: {arg} of shape {tuple(scale.shape)} is no {'/'.join(allowed)} scale of codes "
                          f"{codes_shape}")  # fmt: skip
     return found
+
+
+def _check_bias_and_out_dtype(name: str, w, bias, out_dtype) -> None:
+    if bias is not None:
+        check_tensor(f"{name}: bias", bias, ndim=1, dtypes=FLOAT_DTYPES)
+        if bias.shape[0] != w.shape[0]:
+            raise ValueError(f"{name}: bias must have w_q's {w.shape[0]} output features, got {bias.shape[0]}")
+    if out_dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{name}: out_dtype must be one of {_names(FLOAT_DTYPES)}, got {out_dtype}")
 
 
 def check_scaled_linear(x, w, x_scale, w_scale, bias, out_dtype, check_inputs) -> None:
@@ -75,12 +87,7 @@ def check_scaled_linear(x, w, x_scale, w_scale, bias, out_dtype, check_inputs) -
     if sizes and not weight_only and min(sizes) < MIN_CODE_K:
         raise ValueError(f"{name}: groups and blocks of {min(sizes)} K values are too short for 8-bit codes: the "
                          f"tensor cores take them {MIN_CODE_K} at a time (quantize with block_size >= 32)")  # fmt: skip
-    if bias is not None:
-        check_tensor(f"{name}: bias", bias, ndim=1, dtypes=FLOAT_DTYPES)
-        if bias.shape[0] != w.shape[0]:
-            raise ValueError(f"{name}: bias must have w_q's {w.shape[0]} output features, got {bias.shape[0]}")
-    if out_dtype not in FLOAT_DTYPES:
-        raise TypeError(f"{name}: out_dtype must be one of {_names(FLOAT_DTYPES)}, got {out_dtype}")
+    _check_bias_and_out_dtype(name, w, bias, out_dtype)
     tensors = {"x_q": x, "w_q": w, "w_scale": w_scale, **({"x_scale": x_scale} if x_scale is not None else {})}
     check_device(**tensors, **({"bias": bias} if bias is not None else {}))
     if debug_checks(f"{name}: check_inputs", check_inputs) or x.device.type == "cpu":
@@ -99,6 +106,15 @@ def _scale_rows(scale: torch.Tensor | None, granularity: str) -> tuple[torch.Ten
         return scale, 0
     rows = _unit_k(scale.reshape(-1, scale.shape[-1]))
     return rows, rows.stride(0)
+
+
+def _output(x, w, bias, out_dtype) -> torch.Tensor:
+    """out (..., N), allocated; already its value where there is nothing to multiply (no rows or outputs, or K = 0:
+    the bias, or zeros)."""
+    out = torch.empty((*x.shape[:-1], w.shape[0]), dtype=out_dtype, device=x.device)
+    if out.numel() and w.shape[1] == 0:
+        out.copy_(bias.expand(out.shape) if bias is not None else torch.zeros_like(out))
+    return out
 
 
 def choose_plan(weight_only: bool, m: int, device: torch.device) -> GemmTiles | GemvPlan:
@@ -125,14 +141,10 @@ def scaled_linear_fwd(
         raise ValueError(f"scaled_linear: plan: the split-K GEMV takes weight-only calls (x in bf16, fp16 or fp32), "
                          f"got x_q in {x.dtype}")  # fmt: skip
     n_out, k = w.shape
-    out = torch.empty((*x.shape[:-1], n_out), dtype=out_dtype, device=x.device)
-    if out.numel() == 0:
+    out = _output(x, w, bias, out_dtype)
+    if out.numel() == 0 or k == 0:
         return out
-    if k == 0:
-        return out.copy_(bias.expand(out.shape) if bias is not None else torch.zeros_like(out))
-    rows = _unit_k(x.reshape(-1, k))
-    w = _unit_k(w)
-    out_rows = out.view(-1, n_out)
+    rows, w, out_rows = _unit_k(x.reshape(-1, k)), _unit_k(w), out.view(-1, n_out)
     x_granularity, x_size = ("none", 0) if weight_only else granularity_of(tuple(x.shape), tuple(x_scale.shape))
     w_granularity, w_size = granularity_of(tuple(w.shape), tuple(w_scale.shape))
     group = max(x_size, w_size)
@@ -158,6 +170,71 @@ def scaled_linear_fwd(
         num_warps=tiles.warps, num_stages=tiles.stages,
     )  # fmt: skip
     return out
+
+
+def check_dynamic_scaled_linear(x, w, w_scale, bias, out_dtype, group_size, x_dtype, check_inputs) -> None:
+    """Validate dynamic_scaled_linear's arguments (those it shares with scaled_linear as scaled_linear does)."""
+    name = "dynamic_scaled_linear"
+    check_tensor(f"{name}: x", x, dtypes=FLOAT_DTYPES)
+    if not isinstance(group_size, int) or isinstance(group_size, bool) or group_size not in DYNAMIC_GROUPS:
+        raise ValueError(f"{name}: group_size must be one of {', '.join(map(str, DYNAMIC_GROUPS))}, got "
+                         f"{group_size!r}")  # fmt: skip
+    check_tensor(f"{name}: w_q", w, ndim=2, dtypes=tuple(CODE_KINDS))
+    if x_dtype not in CODE_KINDS or CODE_KINDS[x_dtype] != CODE_KINDS[w.dtype]:
+        raise TypeError(f"{name}: x_dtype must be int8 with int8 w_q, or a float8 with float8 w_q; got {x_dtype} "
+                        f"with w_q in {w.dtype}")  # fmt: skip
+    if x.dim() == 0 or x.shape[-1] != w.shape[1]:
+        raise ValueError(f"{name}: x's last dim and w_q's dim 1 (K) must match, got shapes {tuple(x.shape)} and "
+                         f"{tuple(w.shape)}")  # fmt: skip
+    w_granularity, w_size = _granularity(name, "w_scale", tuple(w.shape), w_scale, W_GRANULARITIES)
+    if w_size and w_size != group_size:
+        raise ValueError(f"{name}: w_scale's {w_granularity}s span {w_size} K values, but group_size is "
+                         f"{group_size}: they must match")  # fmt: skip
+    _check_bias_and_out_dtype(name, w, bias, out_dtype)
+    check_device(x=x, w_q=w, w_scale=w_scale, **({"bias": bias} if bias is not None else {}))
+    checked = debug_checks(f"{name}: check_inputs", check_inputs) or x.device.type == "cpu"
+    if checked and not torch.compiler.is_compiling() and not bool(torch.isfinite(w_scale).all()):
+        raise ValueError(f"{name}: w_scale holds a non-finite value")
+
+
+def dynamic_scaled_linear_fwd(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    w_scale: torch.Tensor,
+    bias: torch.Tensor | None,
+    out_dtype: torch.dtype,
+    group_size: int,
+    x_dtype: torch.dtype,
+    *,
+    plan: GemmTiles | None = None,
+) -> torch.Tensor:
+    """out (..., N) of validated arguments: x quantized to x_dtype in 1 x group_size groups inside the tiled
+    kernel (kernels.py, dynamic activations), whose K step is the group. ``plan``: GemmTiles (its block_k is
+    replaced by group_size), or None: the tiled kernel's plan for x's rows."""
+    if plan is not None and not isinstance(plan, GemmTiles):
+        raise TypeError(f"dynamic_scaled_linear: plan must be a GemmTiles, got {type(plan).__name__}")
+    n_out, k = w.shape
+    out = _output(x, w, bias, out_dtype)
+    if out.numel() == 0 or k == 0:
+        return out
+    rows, w, out_rows = _unit_k(x.reshape(-1, k)), _unit_k(w), out.view(-1, n_out)
+    w_granularity, _ = granularity_of(tuple(w.shape), tuple(w_scale.shape))
+    w_scale, stride_ws = _scale_rows(w_scale, w_granularity)
+    tiles = plan or gemm_tiles(arch(x.device), rows.shape[0])
+    grid = (cdiv(rows.shape[0], tiles.block_m) * cdiv(n_out, tiles.block_n),)
+    _scaled_linear_kernel[grid](
+        rows, w, None, w_scale, bias, out_rows, rows.shape[0], n_out, k,
+        rows.stride(0), w.stride(0), 0, stride_ws, out_rows.stride(0),
+        X_SCALE="dynamic", W_SCALE=w_granularity, G=group_size, HAS_BIAS=bias is not None, INT_ACC=False,
+        DOT_PRECISION="tf32", UPCAST=interpreting(),
+        BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=group_size, GROUP_SIZE=tiles.group,
+        KIND=FORMATS[x_dtype], num_warps=tiles.warps, num_stages=tiles.stages,
+    )  # fmt: skip
+    return out
+
+
+def dynamic_scaled_linear_fake(x, w, w_scale, bias, out_dtype, group_size, x_dtype):
+    return x.new_empty((*x.shape[:-1], w.shape[0]), dtype=out_dtype)
 
 
 def _gemv(rows, w, w_scale, stride_ws, w_granularity, group, bias, out_rows, plan: GemvPlan, block_k: int,

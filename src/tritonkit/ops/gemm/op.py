@@ -1,14 +1,24 @@
-"""scaled_linear: the public function, a forward-only custom op (``tritonkit::scaled_linear``) that torch.compile
-traces and CUDA graphs capture."""
+"""scaled_linear and dynamic_scaled_linear: the public functions, forward-only custom ops (``tritonkit::scaled_linear``,
+``tritonkit::dynamic_scaled_linear``) that torch.compile traces and CUDA graphs capture."""
 
 from __future__ import annotations
 
 import torch
 
 from tritonkit._core.autograd import inference_op
-from tritonkit.ops.gemm.launch import check_scaled_linear, scaled_linear_fake, scaled_linear_fwd
+from tritonkit.ops.gemm.launch import (
+    check_dynamic_scaled_linear,
+    check_scaled_linear,
+    dynamic_scaled_linear_fake,
+    dynamic_scaled_linear_fwd,
+    scaled_linear_fake,
+    scaled_linear_fwd,
+)
 
 scaled_linear_op = inference_op("scaled_linear", launcher=scaled_linear_fwd, fake=scaled_linear_fake)
+dynamic_scaled_linear_op = inference_op(
+    "dynamic_scaled_linear", launcher=dynamic_scaled_linear_fwd, fake=dynamic_scaled_linear_fake
+)
 
 
 def scaled_linear(
@@ -40,3 +50,36 @@ def scaled_linear(
                          "torch.no_grad()")  # fmt: skip
     check_scaled_linear(x_q, w_q, x_scale, w_scale, bias, out_dtype, check_inputs)
     return scaled_linear_op(x_q, w_q, x_scale, w_scale, bias, out_dtype)
+
+
+def dynamic_scaled_linear(
+    x: torch.Tensor,
+    w_q: torch.Tensor,
+    w_scale: torch.Tensor,
+    *,
+    bias: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
+    group_size: int = 128,
+    x_dtype: torch.dtype | None = None,
+    check_inputs: bool | None = None,
+) -> torch.Tensor:
+    """x @ dequantize(w_q).T + bias with x quantized on the fly to ``x_dtype`` (default w_q's dtype: int8 with int8
+    weights, float8 e4m3 or e5m2 with float8 weights) in 1 x ``group_size`` groups along K, inside the GEMM: W8A8
+    with per-token-group activation scales (DeepSeek-V3's 1 x 128) in one kernel, no codes or scales of x written to
+    memory.
+
+    Equal to ``scaled_linear(*quantize(x, x_dtype, granularity="group", block_size=group_size), w_q, w_scale)``:
+    the same codes and scales, each group's partial sum scaled before it is added. x (..., K) in bf16, fp16 or fp32;
+    w_q (N, K) with w_scale per tensor, row, 1 x group_size group or group_size x group_size block; group_size 32,
+    64 or 128. Returns (..., N) in ``out_dtype`` (default: x's dtype). Forward only (inference).
+
+    Example: ``wq, w_scale = tk.ops.quantize(w, torch.float8_e4m3fn, granularity="block")`` once, then
+    ``y = tk.ops.dynamic_scaled_linear(x, wq, w_scale)`` per call.
+    """
+    if torch.is_grad_enabled() and isinstance(x, torch.Tensor) and x.requires_grad:
+        raise ValueError("dynamic_scaled_linear is forward only (inference), but x requires grad; call it under "
+                         "torch.no_grad()")  # fmt: skip
+    out_dtype = x.dtype if out_dtype is None and isinstance(x, torch.Tensor) else out_dtype
+    x_dtype = w_q.dtype if x_dtype is None and isinstance(w_q, torch.Tensor) else x_dtype
+    check_dynamic_scaled_linear(x, w_q, w_scale, bias, out_dtype, group_size, x_dtype, check_inputs)
+    return dynamic_scaled_linear_op(x, w_q, w_scale, bias, out_dtype, group_size, x_dtype)

@@ -1,5 +1,6 @@
-"""scaled_linear in the registry: a float64 reference on the dequantized operands (so only the kernel's error is
-measured), typed cases, the cost model."""
+"""scaled_linear and dynamic_scaled_linear in the registry: float64 references on the dequantized operands (so only
+the kernel's error is measured; dynamic_scaled_linear's x codes from quantize's definition), typed cases, cost
+models."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import torch
 
 from tritonkit._core.checks import FLOAT_DTYPES
 from tritonkit._core.ints import cdiv
-from tritonkit._core.scales import expand_scale, granularity_of
-from tritonkit.ops.gemm.op import scaled_linear
+from tritonkit._core.scales import expand_scale, granularity_of, quantize_reference
+from tritonkit.ops.gemm.op import dynamic_scaled_linear, scaled_linear
 from tritonkit.registry import TOLERANCES, Case, Inputs, KernelSpec, Tolerance, register
 
 CODES = {"int8": torch.int8, "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
@@ -186,5 +187,92 @@ register(KernelSpec(
     dtypes=FLOAT_DTYPES,
     tolerance=_tolerance,
     peers={"scaled_mm": _peer("scaled_mm"), "int_mm": _peer("int_mm"), "cublas": _peer("cublas")},
+    status="experimental",
+))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DynamicLinearCase(Case):
+    m: int  # rows of x
+    n: int  # output features
+    k: int
+    w: str  # w's codes: "int8", "e4m3", "e5m2"
+    x: str = ""  # the format x is quantized to, or "" for w's
+    w_scale: str = "block"  # "tensor", "row", "group", "block"
+    group: int = 128  # x's groups along K (and w's groups and blocks)
+    bias: bool = False
+    lead: tuple = ()  # leading dims of x before m
+
+
+def _dynamic_inputs(case, device, dtype, generator):
+    """x with magnitudes from 1e-2 to 1e1 along K (groups of different scales), w's codes and scales."""
+    x = torch.randn((*case.lead, case.m, case.k), device=device, generator=generator)
+    if case.k > 1:
+        x = x * torch.logspace(-2, 1, case.k, device=device)
+    w = _codes((case.n, case.k), case.w, device, generator)
+    w_scale = _scale((case.n, case.k), case.w_scale, case.group, device, generator)
+    bias = torch.randn(case.n, device=device, generator=generator).to(dtype) if case.bias else None
+    kwargs = {"bias": bias, "out_dtype": dtype, "group_size": case.group, "x_dtype": CODES[case.x or case.w]}
+    return Inputs((x.to(dtype), w, w_scale), kwargs)
+
+
+def _dynamic_reference(x, w_q, w_scale, *, bias=None, out_dtype=None, group_size=128, x_dtype=None,
+                       check_inputs=None):  # fmt: skip
+    """x's codes from quantize's definition in x_dtype (always given by the cases: w_q reaches a reference upcast to
+    float64, its float8 format gone), then scaled_linear's reference."""
+    x_q, x_scale = quantize_reference(x, x_dtype, granularity="group", block_size=group_size)
+    return _reference(x_q, w_q, x_scale, w_scale, bias=bias)
+
+
+def _dynamic_bytes(case, dtype) -> int:
+    rows = math.prod(case.lead) * case.m
+    scales = _scale_count(case.n, case.k, case.w_scale, case.group)
+    return rows * case.k * dtype.itemsize + case.n * case.k + 4 * scales + rows * case.n * dtype.itemsize
+
+
+def _dynamic_tolerance(case, dtype):
+    return _tolerance(ScaledLinearCase(m=case.m, n=case.n, k=case.k, w=case.w, x=case.x or case.w), dtype)
+
+
+_DYNAMIC_TESTS = (
+    {"m": 20, "n": 37, "k": 300, "w": "e4m3"},  # K % 128 != 0, block scales
+    {"m": 9, "n": 24, "k": 96, "w": "int8", "w_scale": "group", "group": 32, "bias": True},
+    {"m": 1, "n": 33, "k": 130, "w": "e5m2", "w_scale": "row"},  # one row, a group of 2 at the end
+    {"m": 5, "n": 20, "k": 128, "w": "e4m3", "x": "e5m2", "w_scale": "group"},  # e5m2 activations, e4m3 weights
+    {"m": 17, "n": 18, "k": 64, "w": "e4m3", "w_scale": "tensor", "group": 64, "lead": (2,)},
+    {"m": 0, "n": 8, "k": 32, "w": "int8", "group": 32},
+)  # fmt: skip
+_DYNAMIC_GPU = (
+    {"m": 4096, "n": 7168, "k": 7168, "w": "e4m3"},
+    {"m": 2049, "n": 2112, "k": 7168, "w": "e4m3", "bias": True},
+    {"m": 16, "n": 7168, "k": 7168, "w": "e4m3"},
+    {"m": 1000, "n": 4096, "k": 4100, "w": "int8", "w_scale": "row"},
+)  # fmt: skip
+_DYNAMIC_BENCH = tuple({"m": m, "n": 7168, "k": 7168, "w": "e4m3"} for m in (16, 128, 2048, 4096, 8192))
+
+register(KernelSpec(
+    name="dynamic_scaled_linear",
+    family="gemm",
+    sweep="m",
+    case_type=DynamicLinearCase,
+    summary="W8A8 linear layers that quantize their activations inside the GEMM (1 x 128 groups, int8 or float8).",
+    description="scaled_linear with x's quantization fused into it: each K step of the tiled kernel is one 1 x G "
+                "group of every row of x, whose amax, scale and codes are computed in registers before the "
+                "product, so x's codes and scales never reach memory; the codes are quantize's, bit for bit, and "
+                "w takes tensor, row, group or G x G block scales (DeepSeek-V3's recipe).",
+    usage="y = tk.ops.dynamic_scaled_linear(x, wq, w_scale)  # x (..., K) bf16, wq (N, K) float8 or int8",
+    tags=("gemm", "quantization", "fp8", "int8", "compute-bound", "inference"),
+    limits="groups of 32, 64 or 128 along K; x in bf16, fp16 or fp32; forward only.",
+    fn=dynamic_scaled_linear,
+    reference=_dynamic_reference,
+    make_inputs=_dynamic_inputs,
+    test_cases=_DYNAMIC_TESTS,
+    gpu_cases=_DYNAMIC_GPU,
+    bench_cases=_DYNAMIC_BENCH,
+    bytes_moved=_dynamic_bytes,
+    flops=lambda case, dtype: 2 * math.prod(case.lead) * case.m * case.n * case.k,
+    dtypes=FLOAT_DTYPES,
+    tolerance=_dynamic_tolerance,
+    peers={},
     status="experimental",
 ))  # fmt: skip
