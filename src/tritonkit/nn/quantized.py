@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from tritonkit import ops
+from tritonkit.ops.gemm.launch import DYNAMIC_GROUPS  # the group sizes dynamic_scaled_linear takes
 
 GRANULARITIES = {  # the module's granularity -> (activations', weight's) scales
     "tensor": ("tensor", "tensor"),
@@ -12,7 +13,6 @@ GRANULARITIES = {  # the module's granularity -> (activations', weight's) scales
     "block": ("group", "block"),  # DeepSeek-V3: activations per 1 x 128, weights per 128 x 128
 }
 ACTIVATIONS = ("dynamic", "weight_only")
-FUSED_GROUPS = (32, 64, 128)  # the block sizes whose activations dynamic_scaled_linear quantizes in the GEMM
 
 
 class QuantizedLinear(torch.nn.Module):
@@ -67,7 +67,7 @@ class QuantizedLinear(torch.nn.Module):
                              "torch.no_grad() or torch.inference_mode()")  # fmt: skip
         if self.activations == "weight_only":
             return ops.scaled_linear(x, self.weight_codes, None, self.weight_scale, bias=self.bias, out_dtype=x.dtype)
-        if self.granularity == "block" and self.block_size in FUSED_GROUPS:
+        if self.granularity == "block" and self.block_size in DYNAMIC_GROUPS:
             return ops.dynamic_scaled_linear(x, self.weight_codes, self.weight_scale, bias=self.bias,
                                              group_size=self.block_size)  # fmt: skip
         x_codes, x_scale = ops.quantize(x, self.weight_codes.dtype, granularity=GRANULARITIES[self.granularity][0],

@@ -57,6 +57,16 @@ def _check_bias_and_out_dtype(name: str, w, bias, out_dtype) -> None:
         raise TypeError(f"{name}: out_dtype must be one of {_names(FLOAT_DTYPES)}, got {out_dtype}")
 
 
+def _check_finite_scales(name: str, check_inputs, x, **scales) -> None:
+    """Non-finite scales raise where reading them costs no synchronisation (CPU tensors), or when asked
+    (check_inputs, TRITONKIT_DEBUG=1); never while torch.compile traces."""
+    if not (debug_checks(f"{name}: check_inputs", check_inputs) or x.device.type == "cpu"):
+        return
+    for arg, scale in scales.items():
+        if scale is not None and not torch.compiler.is_compiling() and not bool(torch.isfinite(scale).all()):
+            raise ValueError(f"{name}: {arg} holds a non-finite value")
+
+
 def check_scaled_linear(x, w, x_scale, w_scale, bias, out_dtype, check_inputs) -> None:
     """Validate scaled_linear's arguments; non-finite scales only with a host read (check_inputs, TRITONKIT_DEBUG=1,
     or CPU tensors)."""
@@ -90,10 +100,7 @@ def check_scaled_linear(x, w, x_scale, w_scale, bias, out_dtype, check_inputs) -
     _check_bias_and_out_dtype(name, w, bias, out_dtype)
     tensors = {"x_q": x, "w_q": w, "w_scale": w_scale, **({"x_scale": x_scale} if x_scale is not None else {})}
     check_device(**tensors, **({"bias": bias} if bias is not None else {}))
-    if debug_checks(f"{name}: check_inputs", check_inputs) or x.device.type == "cpu":
-        for arg, scale in (("x_scale", x_scale), ("w_scale", w_scale)):
-            if scale is not None and not torch.compiler.is_compiling() and not bool(torch.isfinite(scale).all()):
-                raise ValueError(f"{name}: {arg} holds a non-finite value")
+    _check_finite_scales(name, check_inputs, x, x_scale=x_scale, w_scale=w_scale)
 
 
 def _unit_k(t: torch.Tensor) -> torch.Tensor:
@@ -159,17 +166,24 @@ def scaled_linear_fwd(
     if isinstance(tiles, GemvPlan):
         _gemv(rows, w, w_scale, stride_ws, w_granularity, max(group, 1), bias, out_rows, tiles, block_k, precision)
         return out
-    grid = (cdiv(rows.shape[0], tiles.block_m) * cdiv(n_out, tiles.block_n),)
-    _scaled_linear_kernel[grid](
-        rows, w, x_scale, w_scale, bias, out_rows, rows.shape[0], n_out, k,
+    _tiled(rows, w, x_scale, stride_xs, w_scale, stride_ws, bias, out_rows, tiles, block_k, X_SCALE=x_granularity,
+           W_SCALE=w_granularity, G=max(group, 1), INT_ACC=x.dtype == torch.int8 and not per_step and not upcast,
+           DOT_PRECISION=precision)  # fmt: skip
+    return out
+
+
+def _tiled(rows, w, x_scale, stride_xs, w_scale, stride_ws, bias, out_rows, tiles: GemmTiles, block_k: int,
+           **constexprs) -> None:  # fmt: skip
+    """The tiled kernel over rows (M, K) and w (N, K) into out_rows (M, N), with tiles' plan and a K step of
+    block_k; ``constexprs``: the scales' forms and the product's (kernels.py)."""
+    m, n = out_rows.shape
+    _scaled_linear_kernel[(cdiv(m, tiles.block_m) * cdiv(n, tiles.block_n),)](
+        rows, w, x_scale, w_scale, bias, out_rows, m, n, w.shape[1],
         rows.stride(0), w.stride(0), stride_xs, stride_ws, out_rows.stride(0),
-        X_SCALE=x_granularity, W_SCALE=w_granularity, G=max(group, 1), HAS_BIAS=bias is not None,
-        INT_ACC=x.dtype == torch.int8 and not per_step and not upcast,
-        DOT_PRECISION=precision, UPCAST=upcast,
+        HAS_BIAS=bias is not None, UPCAST=interpreting(), **constexprs,
         BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=block_k, GROUP_SIZE=tiles.group,
         num_warps=tiles.warps, num_stages=tiles.stages,
     )  # fmt: skip
-    return out
 
 
 def check_dynamic_scaled_linear(x, w, w_scale, bias, out_dtype, group_size, x_dtype, check_inputs) -> None:
@@ -192,9 +206,7 @@ def check_dynamic_scaled_linear(x, w, w_scale, bias, out_dtype, group_size, x_dt
                          f"{group_size}: they must match")  # fmt: skip
     _check_bias_and_out_dtype(name, w, bias, out_dtype)
     check_device(x=x, w_q=w, w_scale=w_scale, **({"bias": bias} if bias is not None else {}))
-    checked = debug_checks(f"{name}: check_inputs", check_inputs) or x.device.type == "cpu"
-    if checked and not torch.compiler.is_compiling() and not bool(torch.isfinite(w_scale).all()):
-        raise ValueError(f"{name}: w_scale holds a non-finite value")
+    _check_finite_scales(name, check_inputs, x, w_scale=w_scale)
 
 
 def dynamic_scaled_linear_fwd(
@@ -221,15 +233,24 @@ def dynamic_scaled_linear_fwd(
     w_granularity, _ = granularity_of(tuple(w.shape), tuple(w_scale.shape))
     w_scale, stride_ws = _scale_rows(w_scale, w_granularity)
     tiles = plan or gemm_tiles(arch(x.device), rows.shape[0])
-    grid = (cdiv(rows.shape[0], tiles.block_m) * cdiv(n_out, tiles.block_n),)
-    _scaled_linear_kernel[grid](
-        rows, w, None, w_scale, bias, out_rows, rows.shape[0], n_out, k,
-        rows.stride(0), w.stride(0), 0, stride_ws, out_rows.stride(0),
-        X_SCALE="dynamic", W_SCALE=w_granularity, G=group_size, HAS_BIAS=bias is not None, INT_ACC=False,
-        DOT_PRECISION="tf32", UPCAST=interpreting(),
-        BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=group_size, GROUP_SIZE=tiles.group,
-        KIND=FORMATS[x_dtype], num_warps=tiles.warps, num_stages=tiles.stages,
-    )  # fmt: skip
+    _tiled(
+        rows,
+        w,
+        None,
+        0,
+        w_scale,
+        stride_ws,
+        bias,
+        out_rows,
+        tiles,
+        group_size,
+        X_SCALE="dynamic",
+        W_SCALE=w_granularity,
+        G=group_size,
+        INT_ACC=False,
+        DOT_PRECISION="tf32",
+        KIND=FORMATS[x_dtype],
+    )
     return out
 
 
