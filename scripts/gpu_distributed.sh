@@ -9,7 +9,7 @@ set -uo pipefail
 part=${1:-all}
 out=${OUT:-bench-out}
 mkdir -p "$out"
-export PYTHONPATH="$PWD/src" PYTHONUNBUFFERED=1 TRITONKIT_CACHE_DIR=/tmp/tritonkit-cache
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TRITONKIT_CACHE_DIR=/tmp/tritonkit-cache
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 unset TRITON_INTERPRET
 gpus=$(nvidia-smi --list-gpus | wc -l)
