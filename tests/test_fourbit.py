@@ -2,6 +2,9 @@
 bitsandbytes' (n / 2, 1) codes, every plan (split-K forced, the other tiles), a deterministic split sum, torch.compile
 with the backward, the frozen weight, the benchmark peers, bad input; on a GPU a CUDA-graph capture."""
 
+import functools
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -9,7 +12,7 @@ import tritonkit as tk
 from helpers import assert_compiled_matches_eager, assert_graph_replay_matches_eager
 from tritonkit import catalog
 from tritonkit.ops.fourbit import launch
-from tritonkit.ops.fourbit.plan import FALLBACK, Linear4Tiles, choose_splits
+from tritonkit.ops.fourbit.plan import DEQUANTIZE_FIRST_ROWS, FALLBACK, DequantizeFirst, Linear4Tiles, choose_splits
 
 
 def _weight(n=40, k=96, device="cpu"):
@@ -51,10 +54,18 @@ PLANS = [
     Linear4Tiles(16, 64, 32, 4, 1, 1, splits=3),  # split-K forced: three partial sums over K (or over N for dx)
     *(tiles for _, tiles in FALLBACK),
     Linear4Tiles(32, 16, 32, 2, 2, 4),  # the smallest tile: tl.dot's 16 on every side
+    DequantizeFirst(),  # many rows: the weight written once, then cuBLAS
+    DequantizeFirst(block_n=16, block_k=32),  # K = 100 in steps of 32: a partial last step
 ]
 
 
-@pytest.mark.parametrize("plan", PLANS, ids=lambda p: f"{p.block_m}x{p.block_n}x{p.block_k}-s{p.splits}")
+def _plan_id(plan) -> str:
+    if isinstance(plan, DequantizeFirst):
+        return f"dequantize-first-{plan.block_n}x{plan.block_k}"
+    return f"{plan.block_m}x{plan.block_n}x{plan.block_k}-s{plan.splits}"
+
+
+@pytest.mark.parametrize("plan", PLANS, ids=_plan_id)
 def test_every_plan_gives_the_product_and_its_input_gradient(plan):
     x, packed, state, dense = _nf4_case(m=20)
     args = launch.nf4_arguments(packed, state)
@@ -83,6 +94,29 @@ def test_few_rows_split_k_and_the_split_sum_is_deterministic(monkeypatch):
     x, packed, state, _ = _nf4_case(m=200, n=300, k=64)
     tk.ops.nf4_linear(x, packed, state)
     assert launched == []  # many rows, many tiles: one split, no sum kernel
+
+
+def test_many_rows_dequantize_the_weight_once(monkeypatch):
+    """From DEQUANTIZE_FIRST_ROWS rows the weight is dequantized by its own kernel, and the fused ones do not run;
+    odd K (NF4 pairs across rows) and INT4 too."""
+    launched = []
+    real = launch._dequantized
+
+    def spy(*args):
+        launched.append(args[-1])
+        return real(*args)
+
+    monkeypatch.setattr(launch, "_dequantized", spy)
+    m = DEQUANTIZE_FIRST_ROWS
+    x, packed, state, dense = _nf4_case(m=m, n=20, k=33)
+    torch.testing.assert_close(tk.ops.nf4_linear(x, packed, state).double(), x.double() @ dense.t(), rtol=1e-5,
+                               atol=1e-5)  # fmt: skip
+    qweight, scales, zeros = tk.ops.int4_quantize(_weight(20, 64), group_size=32)
+    x = torch.randn(m, 64)
+    expected = x.double() @ tk.ops.int4_dequantize(qweight, scales, zeros, group_size=32, dtype=x.dtype).double().t()
+    torch.testing.assert_close(tk.ops.int4_linear(x, qweight, scales, zeros, group_size=32).double(), expected,
+                               rtol=1e-5, atol=1e-5)  # fmt: skip
+    assert launched == [DequantizeFirst(), DequantizeFirst()]
 
 
 def test_tiles_below_the_dots_smallest_side_are_refused():
@@ -159,37 +193,43 @@ def _int4(**changes):
     return tk.ops.int4_linear(args.pop("x"), args.pop("qweight"), args.pop("scales"), args.pop("zeros"), **args)
 
 
-_, STATE = tk.ops.nf4_quantize(_weight(8, 64))
-_, NESTED = tk.ops.nf4_quantize(_weight(8, 64), double_quant=True)
-QWEIGHT, SCALES, ZEROS = tk.ops.int4_quantize(_weight(8, 64), group_size=32)
+@functools.cache
+def _made() -> SimpleNamespace:
+    """Valid states to break, made on first use: at import a GPU run (no interpreter) cannot quantize CPU tensors."""
+    _, nf4 = tk.ops.nf4_quantize(_weight(8, 64))
+    _, nested = tk.ops.nf4_quantize(_weight(8, 64), double_quant=True)
+    qweight, scales, zeros = tk.ops.int4_quantize(_weight(8, 64), group_size=32)
+    return SimpleNamespace(nf4=nf4, nested=nested, qweight=qweight, scales=scales, zeros=zeros)
+
 
 BAD = [
     (lambda: _nf4(x=torch.randn(3, 63)), ValueError, r"x's last dimension must equal the weight's in_features 64"),
-    (lambda: _nf4(packed=QWEIGHT), ValueError,
+    (lambda: _nf4(packed=_made().qweight), ValueError,
      r"packed must hold NF4's flat codes, \(256,\) or bitsandbytes' \(256, 1\), got shape \(8, 32\); a 2-D"),
-    (lambda: _nf4(state=tk.ops.NF4State((2, 4, 64), torch.float32, 64, absmax=STATE.absmax)), ValueError,
+    (lambda: _nf4(state=tk.ops.NF4State((2, 4, 64), torch.float32, 64, absmax=_made().nf4.absmax)), ValueError,
      r"state.shape must be a linear layer's weight \(N, K\), got \(2, 4, 64\)"),
-    (lambda: _nf4(state=tk.ops.NF4State((8, 64), torch.float32, 64, absmax=STATE.absmax.half())), TypeError,
+    (lambda: _nf4(state=tk.ops.NF4State((8, 64), torch.float32, 64, absmax=_made().nf4.absmax.half())), TypeError,
      r"state.absmax must have dtype in \(float32\), got torch.float16"),
-    (lambda: _nf4(state=tk.ops.NF4State((8, 64), torch.float32, 48, absmax=STATE.absmax)), ValueError,
+    (lambda: _nf4(state=tk.ops.NF4State((8, 64), torch.float32, 48, absmax=_made().nf4.absmax)), ValueError,
      r"state.blocksize must be one of"),
-    (lambda: _nf4(state=tk.ops.NF4State((8, 64), torch.float32, 64, absmax_codes=NESTED.absmax_codes,
-                                        offset=NESTED.offset)), ValueError,
+    (lambda: _nf4(state=tk.ops.NF4State((8, 64), torch.float32, 64, absmax_codes=_made().nested.absmax_codes,
+                                        offset=_made().nested.offset)), ValueError,
      r"a double-quantized state needs state.absmax_scales, its second level, got None"),
     (lambda: _nf4(state=tk.ops.NF4State((8, 64), torch.float32, 64)), ValueError,
      "state has neither absmax nor the double-quantized absmax_codes"),
-    (lambda: _nf4(state=(SCALES, ZEROS)), TypeError, "state must be an NF4State"),
-    (lambda: _nf4(state=tk.ops.NF4State((8, 64), torch.float32, 64, absmax=STATE.absmax.clone().requires_grad_())),
+    (lambda: _nf4(state=(_made().scales, _made().zeros)), TypeError, "state must be an NF4State"),
+    (lambda: _nf4(state=tk.ops.NF4State((8, 64), torch.float32, 64,
+                                        absmax=_made().nf4.absmax.clone().requires_grad_())),
      ValueError, "the 4-bit weight is frozen .* state.absmax requires grad"),
     (lambda: _nf4(bias=torch.randn(8).half()), TypeError, "bias must have x's dtype torch.float32"),
     (lambda: _nf4(bias=torch.randn(9)), ValueError, r"bias must have shape \(8,\)"),
     (lambda: _int4(x=torch.randn(3, 63)), ValueError, "x's last dimension K must be even"),
     (lambda: _int4(group_size=16), ValueError, r"scales must have shape \(8, 4\) \(N, ceil\(K / group_size\)\)"),
     (lambda: _int4(group_size=48), ValueError, "group_size must be a power of two >= 16, got 48"),
-    (lambda: _int4(scales=STATE), TypeError, "got an NF4State; NF4 codes go to the NF4 ops"),
-    (lambda: _int4(qweight=QWEIGHT.reshape(-1)), ValueError, "qweight must have 2 dimensions"),
-    (lambda: _int4(zeros=ZEROS.float()), TypeError, "zeros must have dtype"),
-    (lambda: _int4(scales=SCALES.clone().requires_grad_()), ValueError, "frozen .* scales requires grad"),
+    (lambda: _int4(scales=_made().nf4), TypeError, "got an NF4State; NF4 codes go to the NF4 ops"),
+    (lambda: _int4(qweight=_made().qweight.reshape(-1)), ValueError, "qweight must have 2 dimensions"),
+    (lambda: _int4(zeros=_made().zeros.float()), TypeError, "zeros must have dtype"),
+    (lambda: _int4(scales=_made().scales.clone().requires_grad_()), ValueError, "frozen .* scales requires grad"),
     (lambda: _int4(x=torch.ones(3, 64, dtype=torch.int32)), TypeError, "int4_linear: x must have dtype"),
 ]  # fmt: skip
 

@@ -14,6 +14,9 @@ that dtype, so y equals F.linear(x, dequantize(W)) up to the order of the fp32 s
 because a byte holds a pair: a program's K step splits x into its even and odd columns and multiplies each by the
 matching half of the weight tile, two tensor-core products over K / 2 each, so that no nibble is ever interleaved.
 
+With many rows of x (plan.DequantizeFirst) the weight is instead written once in x's dtype by _dequantize_kernel
+and the products run on cuBLAS: the fused kernels dequantize every weight tile again for each block of rows.
+
 Forward, per output tile (tiles in grouped order) and split s of K:  y[m, n] = sum_k x[m, k] w[n, k]  (fp32).
 Backward (the weight is frozen, so only the input gradient): dx[m, k] = sum_n dy[m, n] w[n, k], the same pairs as
 output columns. With one split the kernel adds the bias and stores the output in its dtype; with several, each split
@@ -200,6 +203,29 @@ def _linear4_dx_kernel(
         p_rows = p_dx + o_m.to(tl.int64)[:, None] * stride_dx_m
         tl.store(p_rows + o_even, acc_even.to(p_dx.dtype.element_ty), mask=m_even)
         tl.store(p_rows + o_even + 1, acc_odd.to(p_dx.dtype.element_ty), mask=m_odd)
+
+
+@triton.jit
+def _dequantize_kernel(
+    p_w, p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros,
+    N, K, stride_w_n, stride_q_n, stride_s_n,
+    FORMAT: tl.constexpr, NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr, EVEN_K: tl.constexpr,
+    GROUP: tl.constexpr, UPCAST: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """w[n, k] of a BLOCK_N x BLOCK_K tile, in p_w's dtype: the operands the fused kernels multiply (the same
+    _weight_operands, so the same rounding), written once for a cuBLAS product when x has many rows."""
+    o_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    o_pair = tl.program_id(1) * (BLOCK_K // 2) + tl.arange(0, BLOCK_K // 2)
+    m_n = o_n < N
+    m_even_k, m_odd_k = 2 * o_pair < K, 2 * o_pair + 1 < K
+    b_even, b_odd = _weight_operands(
+        p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros, o_n,
+        o_pair, m_n, m_even_k, m_odd_k, K, stride_q_n, stride_s_n, FORMAT, NESTED, NESTED_BLOCK, EVEN_K, GROUP,
+        p_w.dtype.element_ty, UPCAST,
+    )  # fmt: skip
+    p_rows = p_w + o_n.to(tl.int64)[:, None] * stride_w_n + (2 * o_pair)[None, :]
+    tl.store(p_rows, b_even.to(p_w.dtype.element_ty), mask=m_n[:, None] & m_even_k[None, :])
+    tl.store(p_rows + 1, b_odd.to(p_w.dtype.element_ty), mask=m_n[:, None] & m_odd_k[None, :])
 
 
 @triton.jit

@@ -17,8 +17,13 @@ from tritonkit._core.env import upcast_bf16_dots
 from tritonkit._core.fourbit import NESTED_BLOCK, NF4State, check_int4_weight, check_nf4_state, nf4_tables
 from tritonkit._core.gemm_plan import input_precision
 from tritonkit._core.ints import cdiv
-from tritonkit.ops.fourbit.kernels import _linear4_dx_kernel, _linear4_fwd_kernel, _split_sum_kernel
-from tritonkit.ops.fourbit.plan import Linear4Tiles, choose_splits, linear4_tiles
+from tritonkit.ops.fourbit.kernels import (
+    _dequantize_kernel,
+    _linear4_dx_kernel,
+    _linear4_fwd_kernel,
+    _split_sum_kernel,
+)
+from tritonkit.ops.fourbit.plan import DequantizeFirst, Linear4Tiles, choose_splits, linear4_plan
 
 _SUM_TILE = (16, 256)  # rows x columns per program of the split sum: 4096 fp32 partials a split, 4 warps
 
@@ -125,14 +130,27 @@ def _sum_splits(part, bias, out) -> None:
                                                             BLOCK_N=block_n, num_warps=4)  # fmt: skip
 
 
-def _forward(x: torch.Tensor, bias, weight: _Weight, n: int, k: int, plan: Linear4Tiles | None) -> torch.Tensor:
+def _dequantized(weight: _Weight, n: int, k: int, dtype: torch.dtype, device, plan: DequantizeFirst) -> torch.Tensor:
+    """The weight (N, K) in ``dtype``, as the fused kernels' operands hold it."""
+    w = torch.empty((n, k), dtype=dtype, device=device)
+    _dequantize_kernel[(cdiv(n, plan.block_n), cdiv(k, plan.block_k))](
+        w, *weight.pointers, n, k, w.stride(0), weight.stride_q_n, weight.stride_s_n, **weight.flags,
+        UPCAST=upcast_bf16_dots(dtype), BLOCK_N=plan.block_n, BLOCK_K=plan.block_k, num_warps=plan.warps,
+        enable_fp_fusion=False,  # the nested absmax rounds twice, as in the fused kernels
+    )  # fmt: skip
+    return w
+
+
+def _forward(x: torch.Tensor, bias, weight: _Weight, n: int, k: int, plan) -> torch.Tensor:
     m = x.shape[0]
+    tiles = plan or linear4_plan(arch(x.device), m)
+    if isinstance(tiles, DequantizeFirst) and m and n and k:
+        return torch.nn.functional.linear(x, _dequantized(weight, n, k, x.dtype, x.device, tiles), bias)
     out = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0 or n == 0:
         return out
     if k == 0:
         return out.copy_(bias.expand(m, n)) if bias is not None else out.zero_()
-    tiles = plan or linear4_tiles(arch(x.device), m)
     n_tiles = cdiv(m, tiles.block_m) * cdiv(n, tiles.block_n)
     splits, pairs_per_split = _split(tiles, n_tiles, cdiv(k, 2), tiles.block_k // 2, m * n, x.device)
     part = torch.empty((splits, m, n), dtype=torch.float32, device=x.device) if splits > 1 else out
@@ -154,12 +172,14 @@ def _backward(dy, weight: _Weight, n: int, k: int, need_dx: bool, need_dbias: bo
     dbias = dy.sum(0, dtype=torch.float32).to(dy.dtype) if need_dbias else dy.new_empty((0,))
     if not need_dx:
         return dy.new_empty((0,)), dbias
+    tiles = plan or linear4_plan(arch(dy.device), m)
+    if isinstance(tiles, DequantizeFirst) and m and n and k:
+        return dy @ _dequantized(weight, n, k, dy.dtype, dy.device, tiles), dbias
     dx = torch.empty((m, k), dtype=dy.dtype, device=dy.device)
     if m == 0 or k == 0:
         return dx, dbias
     if n == 0:
         return dx.zero_(), dbias
-    tiles = plan or linear4_tiles(arch(dy.device), m)
     n_tiles = cdiv(m, tiles.block_m) * cdiv(k, tiles.block_k)
     splits, rows_per_split = _split(tiles, n_tiles, n, tiles.block_n, m * k, dy.device)
     part = torch.empty((splits, m, k), dtype=torch.float32, device=dy.device) if splits > 1 else dx
@@ -191,7 +211,7 @@ def nf4_linear_fwd(
     k: int,
     blocksize: int,
     *,
-    plan: Linear4Tiles | None = None,
+    plan: Linear4Tiles | DequantizeFirst | None = None,
 ) -> torch.Tensor:
     """y = x W^T + bias (M, N) for x (M, K) and NF4 codes of W (N, K) (validated arguments)."""
     weight = _nf4_weight(packed, absmax, absmax_codes, absmax_scales, offset, nested_code, k, blocksize)
@@ -216,7 +236,7 @@ def nf4_linear_bwd(
     need_dx: bool,
     need_dbias: bool,
     *,
-    plan: Linear4Tiles | None = None,
+    plan: Linear4Tiles | DequantizeFirst | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(dx = dy W, dbias = sum of dy's rows), each empty unless asked for."""
     weight = _nf4_weight(packed, absmax, absmax_codes, absmax_scales, offset, nested_code, k, blocksize)
@@ -240,7 +260,7 @@ def int4_linear_fwd(
     zeros: torch.Tensor,
     group_size: int,
     *,
-    plan: Linear4Tiles | None = None,
+    plan: Linear4Tiles | DequantizeFirst | None = None,
 ) -> torch.Tensor:
     """y = x W^T + bias (M, N) for x (M, K) and INT4 codes of W (N, K) (validated arguments)."""
     return _forward(x, bias, _int4_weight(qweight, scales, zeros, group_size), qweight.shape[0], x.shape[1], plan)
@@ -259,7 +279,7 @@ def int4_linear_bwd(
     need_dx: bool,
     need_dbias: bool,
     *,
-    plan: Linear4Tiles | None = None,
+    plan: Linear4Tiles | DequantizeFirst | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(dx = dy W, dbias = sum of dy's rows), each empty unless asked for."""
     weight = _int4_weight(qweight, scales, zeros, group_size)

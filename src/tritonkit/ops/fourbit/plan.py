@@ -6,8 +6,9 @@ until there are about SPLIT_TARGET_WAVES programs per multiprocessor, and a seco
 partial sums in order. Many rows: GEMM tiles in grouped order, one split. The same rule serves the input gradient,
 whose contraction runs over N.
 
-No table has been measured yet: every architecture takes FALLBACK (not yet run on a GPU), with tiles whose two
-operands fit three pipeline stages in the 99 KB of shared memory of sm86/sm89.
+No table has been measured yet: every architecture takes FALLBACK. On an H100 its many-rows tile at three stages
+asked for 240 KB (bf16, double-quantized NF4) and 288 KB (fp32) of shared memory against 227 KB: the gathered
+per-value absmax and code lookups are pipelined beside the operands. Two stages leave a third of that.
 """
 
 from __future__ import annotations
@@ -35,11 +36,27 @@ class Linear4Tiles:
             raise ValueError(f"Linear4Tiles: block_m, block_n and block_k / 2 must be >= {MIN_DOT}, got {self}")
 
 
+@dataclass(frozen=True)
+class DequantizeFirst:
+    """Many rows: the weight dequantized once into x's dtype (N x K, freed after the call) by a tiled kernel of
+    block_n x block_k, then y = F.linear(x, W) and dx = dy W on cuBLAS, as bitsandbytes does for more than one row.
+    The fused tiles dequantize each weight tile again for every block_m rows: at 4096 rows (a QLoRA step of 4 x
+    1024 tokens) that ran at 0.09x of the bf16 model's tokens/s on an H100."""
+
+    block_n: int = 32
+    block_k: int = 128  # even: whole bytes
+    warps: int = 4
+
+
+# Rows of x from which the weight is dequantized first: not yet timed against the fused tiles (the issue's bound for
+# the 4-bit layer is dequantize + cuBLAS's time at M >= 1024; decoding and small batches stay fused).
+DEQUANTIZE_FIRST_ROWS = 256
+
 # Rows of x (M) -> tiles: the first entry whose bound is >= M.
 FALLBACK = (
     (16, Linear4Tiles(16, 64, 128, 4, 3, 1)),  # decoding: tl.dot's smallest M; wide K steps for the weight's bytes
     (64, Linear4Tiles(64, 64, 64, 4, 3, 8)),
-    (1 << 62, Linear4Tiles(128, 128, 64, 8, 3, 8)),
+    (1 << 62, Linear4Tiles(128, 128, 64, 8, 2, 8)),  # two stages: three overflowed an H100 (docstring)
 )
 MEASURED: dict[str, tuple] = {}
 
@@ -49,9 +66,14 @@ MAX_PARTIAL_ELEMENTS = 1 << 28  # partial sums stay far below 2**31 elements (in
 
 
 def linear4_tiles(arch: str, m: int) -> Linear4Tiles:
-    """The tiles for ``m`` rows of x."""
+    """The fused kernels' tiles for ``m`` rows of x."""
     table = MEASURED.get(arch, FALLBACK)
     return next((tiles for bound, tiles in table if m <= bound), table[-1][1])
+
+
+def linear4_plan(arch: str, m: int) -> Linear4Tiles | DequantizeFirst:
+    """The plan for ``m`` rows of x: the fused tiles, or DequantizeFirst from DEQUANTIZE_FIRST_ROWS rows."""
+    return DequantizeFirst() if m >= DEQUANTIZE_FIRST_ROWS else linear4_tiles(arch, m)
 
 
 def choose_splits(tiles: int, steps: int, outputs: int, sm_count: int) -> int:
