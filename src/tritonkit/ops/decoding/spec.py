@@ -328,13 +328,14 @@ def _append_reference(k_new, v_new, k_cache, v_cache, cache_seqlens, *, block_ta
 
 def _format_tolerance(case, dtype):
     """A plain cache holds the new values exactly. A quantized one holds them within the format's rounding, relative
-    to the rms of unit-normal values: int8 half a step, max|x| / 254 (max|x| < 5.5 rms); fp8 half a step, 2^-4 of the
+    to the rms of unit-normal values: int8 half a step, max|x| / 254 (max|x| < 7 rms: the GPU cases draw 2.6e7 values,
+    whose largest is near 5.8 rms, and 7 is passed once in 4e11 draws); fp8 half a step, 2^-4 of the
     value (and 2^-10 of the row's step below e4m3's normal range); int4 half a step, (max - min) / 30 (a range < 11
     rms), plus the fp16 rounding of the zero."""
     if case.kv == "plain":
         return Tolerance(atol=0.0, rtol=0.0)
     if case.kv == "int8":
-        return Tolerance(atol=0.0, rtol=1e-6, rms_atol=5.5 / 254)
+        return Tolerance(atol=0.0, rtol=1e-6, rms_atol=7.0 / 254)
     if case.kv == "fp8":
         return Tolerance(atol=0.0, rtol=2.0**-4 + 1e-6, rms_atol=1e-4)
     return Tolerance(atol=0.0, rtol=2.0**-11, rms_atol=11.0 / 30)
