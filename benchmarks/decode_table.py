@@ -8,9 +8,9 @@ GQA 32:8, d128.
 
 GB/s from the spec's cost model: the keys and values of every token in its format (data and scales), q, the output
 and the block table's used entries; % of the calibrated copy bandwidth. Also measured: a sweep of page sizes at one
-shape, kv_cache_append's GB/s, a whole decode step (append + attention) replayed from a CUDA graph, and the host
-time of one eager decode_attention call (µs, median of calls that each wait for the GPU first, so that only the
-host's work is timed).
+shape, kv_cache_append's GB/s in place (a decode step's token and a prompt's), a whole decode step (append +
+attention) replayed from a CUDA graph, and the host time of one eager decode_attention call (µs, median of calls that
+each wait for the GPU first, so that only the host's work is timed).
 
 Writes into DIR: ``<date>-decode-table.json`` and ``.md`` (every measurement, as ``tritonkit bench`` writes them,
 with its plots), and ``<date>-decode-table-peers.md``: per batch and length, tritonkit paged against SDPA and
@@ -83,11 +83,36 @@ def timed(entries: list[dict]) -> tuple[list, object]:
         case = spec.parse_case(entry["case"])
         results += measure_case(spec, case, torch.bfloat16, "fwd", select_providers(spec, entry["providers"]),
                                 ceilings, cuda_graph=True)  # fmt: skip
-    append = catalog.get("kv_cache_append")
-    for case in append.bench_cases:
-        results += measure_case(append, case, torch.bfloat16, "fwd", select_providers(append, ("tritonkit",)),
-                                ceilings, cuda_graph=True)  # fmt: skip
     return results, ceilings
+
+
+# kv_cache_append in place: a decode step's one token per sequence, and a prompt's keys and values (prefill).
+APPEND_CASES = tuple({"b": b, "s": 4096, "sq": 1, "hk": 8, "d": 128, "page_size": PAGE, "kv": kv}
+                     for b in (8, 256) for kv in ("plain", "int8")) + tuple(
+    {"b": b, "s": 0, "sq": sq, "hk": 8, "d": 128, "page_size": PAGE, "kv": kv, "capacity": sq}
+    for b, sq in ((1, 8192), (8, 2048)) for kv in ("plain", "int8", "fp8", "int4"))  # fmt: skip
+
+
+def append_in_place(copy_gbps: float) -> list[dict]:
+    """kv_cache_append called on the cache itself (the registry's benchmark checks it on copies, whose clone and
+    read-back would be timed too): CUDA-graph GPU time, GB/s of the spec's bytes (new keys and values read, written
+    in the cache's format). The call is idempotent: cache_seqlens is not advanced, so every replay writes the same
+    slots."""
+    import torch
+
+    import tritonkit as tk
+    from tritonkit import catalog
+    from tritonkit.bench.harness import graph_replay_ms
+
+    spec = catalog.get("kv_cache_append")
+    rows = []
+    for values in APPEND_CASES:
+        case = spec.parse_case(values)
+        inputs = spec.make_inputs(case, torch.device("cuda"), torch.bfloat16, torch.Generator("cuda").manual_seed(0))
+        ms = graph_replay_ms(lambda inputs=inputs: tk.ops.kv_cache_append(*inputs.args, **inputs.kwargs))
+        gbps = spec.bytes_moved(case, torch.bfloat16) / ms / 1e6
+        rows.append({"case_id": spec.case_id(case), "ms": ms, "gbps": gbps, "percent": 100 * gbps / copy_gbps})
+    return rows
 
 
 def dry(entries: list[dict]) -> list[dict]:
@@ -215,9 +240,10 @@ def comparison(results: list[dict], entries: list[dict], ceilings_gbps: float | 
         if found and found.get("gbps"):
             size, percent = entry["case"]["page_size"], found["percent_of_ceiling"]
             lines.append(f"| {size} | {found['gbps']:.0f} | {percent:.0f}% |")
-    lines += ["", "| kv_cache_append case | GB/s | % of copy |", "|---|---|---|"]
-    for found in (r for r in results if r["spec"] == "kv_cache_append" and r.get("gbps")):
-        lines.append(f"| {found['case_id']} | {found['gbps']:.0f} | {found['percent_of_ceiling']:.0f}% |")
+    lines += ["", "| kv_cache_append in place | µs | GB/s | % of copy |", "|---|---|---|---|"]
+    for found in extra.get("append", ()):
+        lines.append(f"| {found['case_id']} | {found['ms'] * 1000:.1f} | {found['gbps']:.0f} | "
+                     f"{found['percent']:.0f}% |")  # fmt: skip
     if extra:
         lines += ["", f"A decode step (append + attention, B8 S4096 paged {PAGE}) from a CUDA graph: "
                   f"{extra['decode_step_graph_ms'] * 1000:.1f} µs; one eager decode_attention call costs "
@@ -249,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         if not torch.cuda.is_available():
             parser.error("timing needs a CUDA GPU (--dry-run checks the script on the CPU)")
         results, ceilings = timed(entries)
-        extra = decode_step_and_host_cost()
+        extra = {**decode_step_and_host_cost(), "append": append_in_place(ceilings.bandwidth_gbps)}
     meta = {"date": date, "dtype": "float32" if args.dry_run else "bfloat16", "cuda_graph": not args.dry_run,
             "sizes": "given cases", "dry_run": args.dry_run, **extra}  # fmt: skip
     paths = report.write_all(args.out, stem, results, meta, ceilings)
