@@ -100,11 +100,12 @@ def _scaled_linear_kernel(
     X_SCALE: tl.constexpr, W_SCALE: tl.constexpr, G: tl.constexpr, HAS_BIAS: tl.constexpr, INT_ACC: tl.constexpr,
     DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_SIZE: tl.constexpr,
-    KIND: tl.constexpr = "",
+    KIND: tl.constexpr = "", FP8_PROMOTE: tl.constexpr = None,
 ):  # fmt: skip
     """One BLOCK_M x BLOCK_N tile of out (tiles in grouped order); x and w have unit stride along K. INT_ACC: int8
     codes summed in int32 (no scale varies along K). KIND: w's format ("int8", "e4m3", "e5m2") when X_SCALE is
-    "dynamic" (BLOCK_K = G)."""
+    "dynamic" (BLOCK_K = G). FP8_PROMOTE: float8 products summed by the tensor cores before an fp32 promotion
+    (dot_fp32's MAX_IMPRECISE)."""
     i_m, i_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_SIZE)
     o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
     o_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -132,9 +133,11 @@ def _scaled_linear_kernel(
             if not DYNAMIC:
                 x_scale = _row_scales(p_x_scale, o_m, m_m, stride_xs_m, k_block, X_SCALE, G)
             w_scale = _row_scales(p_w_scale, o_n, m_n, stride_ws_n, k_block, W_SCALE, G)
-            acc += dot_fp32(b_x, tl.trans(b_w), DOT_PRECISION, UPCAST) * x_scale[:, None] * w_scale[None, :]
+            acc += (
+                dot_fp32(b_x, tl.trans(b_w), DOT_PRECISION, UPCAST, FP8_PROMOTE) * x_scale[:, None] * w_scale[None, :]
+            )
         else:
-            acc += dot_fp32(b_x, tl.trans(b_w), DOT_PRECISION, UPCAST)
+            acc += dot_fp32(b_x, tl.trans(b_w), DOT_PRECISION, UPCAST, FP8_PROMOTE)
         p_x_tile += BLOCK_K
         p_w_tile += BLOCK_K
     _store_output(acc.to(tl.float32), p_x_scale, p_w_scale, p_bias, p_out, o_m, o_n, M, N, stride_xs_m,

@@ -126,7 +126,7 @@ def _output(x, w, bias, out_dtype) -> torch.Tensor:
 
 def choose_plan(weight_only: bool, m: int, device: torch.device) -> GemmTiles | GemvPlan:
     """The split-K GEMV for weight-only calls with few rows of x (plan.gemv_plan's bound), else the tiled kernel."""
-    return (weight_only and gemv_plan(arch(device), m)) or gemm_tiles(arch(device), m)
+    return (weight_only and gemv_plan(arch(device), m)) or gemm_tiles(arch(device), m, weight_only=weight_only)
 
 
 def scaled_linear_fwd(
@@ -177,10 +177,12 @@ def _tiled(rows, w, x_scale, stride_xs, w_scale, stride_ws, bias, out_rows, tile
     """The tiled kernel over rows (M, K) and w (N, K) into out_rows (M, N), with tiles' plan and a K step of
     block_k; ``constexprs``: the scales' forms and the product's (kernels.py)."""
     m, n = out_rows.shape
+    float8_product = w.dtype in (torch.float8_e4m3fn, torch.float8_e5m2) and constexprs["X_SCALE"] != "none"
     _scaled_linear_kernel[(cdiv(m, tiles.block_m) * cdiv(n, tiles.block_n),)](
         rows, w, x_scale, w_scale, bias, out_rows, m, n, w.shape[1],
         rows.stride(0), w.stride(0), stride_xs, stride_ws, out_rows.stride(0),
         HAS_BIAS=bias is not None, UPCAST=interpreting(), **constexprs,
+        FP8_PROMOTE=(min(tiles.fp8_promote, block_k) or None) if float8_product else None,
         BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=block_k, GROUP_SIZE=tiles.group,
         num_warps=tiles.warps, num_stages=tiles.stages,
     )  # fmt: skip
