@@ -93,16 +93,16 @@ APPEND_CASES = tuple({"b": b, "s": 4096, "sq": 1, "hk": 8, "d": 128, "page_size"
     for b, sq in ((1, 8192), (8, 2048)) for kv in ("plain", "int8", "fp8", "int4"))  # fmt: skip
 
 
-def append_in_place(copy_gbps: float) -> list[dict]:
+def append_in_place(copy_gbps: float) -> list:
     """kv_cache_append called on the cache itself (the registry's benchmark checks it on copies, whose clone and
     read-back would be timed too): CUDA-graph GPU time, GB/s of the spec's bytes (new keys and values read, written
-    in the cache's format). The call is idempotent: cache_seqlens is not advanced, so every replay writes the same
-    slots."""
+    in the cache's format), as report rows. The call is idempotent: cache_seqlens is not advanced, so every replay
+    writes the same slots."""
     import torch
 
     import tritonkit as tk
     from tritonkit import catalog
-    from tritonkit.bench.harness import graph_replay_ms
+    from tritonkit.bench.harness import Measurement, graph_replay_ms
 
     spec = catalog.get("kv_cache_append")
     rows = []
@@ -111,7 +111,8 @@ def append_in_place(copy_gbps: float) -> list[dict]:
         inputs = spec.make_inputs(case, torch.device("cuda"), torch.bfloat16, torch.Generator("cuda").manual_seed(0))
         ms = graph_replay_ms(lambda inputs=inputs: tk.ops.kv_cache_append(*inputs.args, **inputs.kwargs))
         gbps = spec.bytes_moved(case, torch.bfloat16) / ms / 1e6
-        rows.append({"case_id": spec.case_id(case), "ms": ms, "gbps": gbps, "percent": 100 * gbps / copy_gbps})
+        rows.append(Measurement(spec.name, spec.family, dict(case), spec.case_id(case), "bfloat16", "fwd", "tritonkit",
+                                ms=ms, gbps=gbps, percent_of_ceiling=100 * gbps / copy_gbps))  # fmt: skip
     return rows
 
 
@@ -241,9 +242,9 @@ def comparison(results: list[dict], entries: list[dict], ceilings_gbps: float | 
             size, percent = entry["case"]["page_size"], found["percent_of_ceiling"]
             lines.append(f"| {size} | {found['gbps']:.0f} | {percent:.0f}% |")
     lines += ["", "| kv_cache_append in place | µs | GB/s | % of copy |", "|---|---|---|---|"]
-    for found in extra.get("append", ()):
+    for found in (r for r in results if r["spec"] == "kv_cache_append" and r.get("gbps")):
         lines.append(f"| {found['case_id']} | {found['ms'] * 1000:.1f} | {found['gbps']:.0f} | "
-                     f"{found['percent']:.0f}% |")  # fmt: skip
+                     f"{found['percent_of_ceiling']:.0f}% |")  # fmt: skip
     if extra:
         lines += ["", f"A decode step (append + attention, B8 S4096 paged {PAGE}) from a CUDA graph: "
                   f"{extra['decode_step_graph_ms'] * 1000:.1f} µs; one eager decode_attention call costs "
@@ -275,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
         if not torch.cuda.is_available():
             parser.error("timing needs a CUDA GPU (--dry-run checks the script on the CPU)")
         results, ceilings = timed(entries)
-        extra = {**decode_step_and_host_cost(), "append": append_in_place(ceilings.bandwidth_gbps)}
+        results += append_in_place(ceilings.bandwidth_gbps)
+        extra = decode_step_and_host_cost()
     meta = {"date": date, "dtype": "float32" if args.dry_run else "bfloat16", "cuda_graph": not args.dry_run,
             "sizes": "given cases", "dry_run": args.dry_run, **extra}  # fmt: skip
     paths = report.write_all(args.out, stem, results, meta, ceilings)
