@@ -177,7 +177,7 @@ def _tiled(rows, w, x_scale, stride_xs, w_scale, stride_ws, bias, out_rows, tile
     """The tiled kernel over rows (M, K) and w (N, K) into out_rows (M, N), with tiles' plan and a K step of
     block_k; ``constexprs``: the scales' forms and the product's (kernels.py)."""
     m, n = out_rows.shape
-    float8_product = w.dtype in (torch.float8_e4m3fn, torch.float8_e5m2) and constexprs["X_SCALE"] != "none"
+    float8_product = CODE_KINDS.get(w.dtype) == "fp8" and constexprs["X_SCALE"] != "none"
     _scaled_linear_kernel[(cdiv(m, tiles.block_m) * cdiv(n, tiles.block_n),)](
         rows, w, x_scale, w_scale, bias, out_rows, m, n, w.shape[1],
         rows.stride(0), w.stride(0), stride_xs, stride_ws, out_rows.stride(0),
