@@ -21,6 +21,8 @@
 #   bash scripts/gpu_verify.sh all         # every part in turn (on a machine without the time limit)
 #   bash scripts/gpu_verify.sh parallel SECONDS PART...  # the parts at once (Triton compiles on the CPU cores, so
 #                                          # parts overlap well), each stopped after SECONDS; a summary line each
+#   A test part written PART:I/N runs only its I-th of N shards (pytest --shard), so that one slow part can run
+#   as N processes: bash scripts/gpu_verify.sh parallel 500 attention:0/3 attention:1/3 attention:2/3
 # Runs from a checkout without installing (PYTHONPATH=src); logs go to $OUT or ./gpu-logs.
 set -uo pipefail
 part=${1:?part: core, norm, softmax, activation, lora, rope, ce, attention, decoding, quant, gemm, fourbit, options, vocab, hf, learn, check or all}
@@ -44,6 +46,13 @@ if [ "$part" = parallel ]; then
   failed=$(grep -cv ": exit 0 " "$summary")
   tar czf "$top/gpu-logs.tgz" -C "$OUT" . && rm -rf "$OUT"
   exit $((failed > 0))
+fi
+shard=()
+log_name=$part
+if [[ "$part" == *:* ]]; then  # PART:I/N
+  shard=(--shard "${part#*:}")
+  log_name="${part%%:*}-${part#*:}"; log_name=${log_name//\//-of-}
+  part=${part%%:*}
 fi
 out=${OUT:-gpu-logs}
 mkdir -p "$out"
@@ -85,5 +94,6 @@ case "$part" in
   *) echo "unknown part: $part" >&2; exit 2 ;;
 esac
 # test_notebooks holds no GPU test, and nbformat is not installed on the lent machines
-python3 -m pytest -m gpu -q -p no:cacheprovider --ignore=tests/test_notebooks.py -k "$selection" -rf --durations=8 2>&1 | tee "$out/pytest-gpu-$part.log"
+python3 -m pytest -m gpu -q -p no:cacheprovider --ignore=tests/test_notebooks.py -k "$selection" "${shard[@]}" -rf \
+  --durations=8 2>&1 | tee "$out/pytest-gpu-$log_name.log"
 exit "${PIPESTATUS[0]}"

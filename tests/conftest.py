@@ -16,6 +16,30 @@ def _gpu_run(config) -> bool:
     return "gpu" in expression and "not gpu" not in expression
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--shard", default=None, metavar="I/N",
+        help="run only every N-th selected test, starting at the I-th (0-based): scripts/gpu_verify.sh runs one "
+        "slow part as N processes at once this way",
+    )
+
+
+@pytest.hookimpl(trylast=True)  # after `-m` and `-k` deselected theirs, so the shards come out even
+def pytest_collection_modifyitems(config, items):
+    shard = config.getoption("shard")
+    if shard is None:
+        return
+    try:
+        index, count = (int(part) for part in shard.split("/"))
+    except ValueError:
+        raise pytest.UsageError(f"--shard expects I/N such as 0/4, got {shard!r}") from None
+    if not 0 <= index < count:
+        raise pytest.UsageError(f"--shard {shard}: I must be at least 0 and below N")
+    kept = [item for position, item in enumerate(items) if position % count == index]
+    config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+    items[:] = kept
+
+
 def pytest_configure(config):
     if _gpu_run(config):
         import torch

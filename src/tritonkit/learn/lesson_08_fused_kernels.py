@@ -283,9 +283,10 @@ def _norm_part(device, dtype, generator) -> dict:
 def _loss_part(device, dtype, generator) -> dict:
     import tritonkit as tk
 
-    # The fp32 d(weight) every method allocates is V H 4 bytes: a hidden size well below the tokens keeps it small
-    # beside the logits, so that what is measured is the logits.
-    tokens, hidden_size, vocab = (128, 16, 1000) if device == "cpu" else (8192, 1024, 128256)
+    # The fp32 d(weight) every method allocates is V H 4 bytes, and each of the lesson's chunks adds a V H product in
+    # x's dtype into it: a hidden size well below the tokens keeps both small beside the logits, so that what is
+    # measured is the logits (at H 1024 on a GPU, they and one chunk outgrew half the logits).
+    tokens, hidden_size, vocab = (128, 16, 1000) if device == "cpu" else (8192, 512, 128256)
     chunk = tokens // 8
     hidden = (torch.randn(tokens, hidden_size, device=device, generator=generator) / 4).to(dtype)
     weight = (torch.randn(vocab, hidden_size, device=device, generator=generator) / 4).to(dtype)

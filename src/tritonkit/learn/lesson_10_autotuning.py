@@ -2,7 +2,8 @@
 
 A Triton kernel leaves three kinds of choices to its launch, and the best values depend on the GPU and the shape.
 The lesson's kernel is a plain matmul, C = A @ B, one [BLOCK_M, BLOCK_N] tile of C per program, walking K in
-steps of BLOCK_K.
+steps of BLOCK_K. (On a GPU, tl.dot multiplies float32 inputs as TF32, 10 mantissa bits: each element
+of C is exact to about 2^-10 of sum_k |a_ik b_kj|, not to float32's precision.)
 
 * Block sizes set the work of one program. A program loads BLOCK_M rows of A and BLOCK_N columns of B for
   each K step and reuses every loaded value BLOCK_N (or BLOCK_M) times, so the whole matmul loads
@@ -191,8 +192,15 @@ def compile_report(shapes: list[tuple], arch: int = 90) -> list[dict]:
 # --------------------------------------------------------------------------------------------------
 # The lesson
 # --------------------------------------------------------------------------------------------------
-def _max_error(got, expected) -> float:
-    return (got.double() - expected).abs().max().item()
+def _product_error(c, a, b, device: str) -> float:
+    """C's largest error against float64 A @ B, after checking every element against its bound. On a GPU tl.dot
+    takes float32 inputs as TF32 (10 explicit mantissa bits, each input rounded by up to 2^-11): an element may be off
+    by 2^-10 of sum_k |a_ik b_kj|, and 2^-9 leaves room for the float32 sums. The interpreter computes in float32."""
+    a, b = a.double(), b.double()
+    error = (c.double() - a @ b).abs()
+    bound = 1e-4 if device == "cpu" else 2.0**-9 * (a.abs() @ b.abs())
+    assert (error <= bound).all(), f"an element beyond its bound: largest error {error.max().item():.2e}"
+    return error.max().item()
 
 
 def _chosen() -> str:
@@ -213,20 +221,17 @@ def _autotuner_mechanics(device: str, generator) -> None:
         b = torch.randn(k, n, device=device, generator=generator)
         CONFIG_RUNS.runs.clear()
         c = matmul(a, b)
-        error = _max_error(c, a.double() @ b.double())
+        error = _product_error(c, a, b, device)
         ran = set(CONFIG_RUNS.runs)
         print(f"    M, N, K = {m}, {n}, {k}: ran {len(ran)} configs ({len(CONFIG_RUNS.runs)} runs), launched "
               f"{_chosen()}; max abs error against float64 {error:.1e}")  # fmt: skip
-        assert error < (1e-4 if device == "cpu" else 5e-2), error
         assert len(ran) == expected, (ran, expected)
     if device == "cpu":
         print("    the second call had the same key and ran no config; a new M ran them all again")
         a = torch.randn(40, 64, device=device, generator=generator)
         b = torch.randn(64, 80, device=device, generator=generator)
-        expected = a.double() @ b.double()
-        errors = [_max_error(matmul(a, b, config=shape), expected) for shape in SHAPES_OF_CONFIGS]
+        errors = [_product_error(matmul(a, b, config=shape), a, b, device) for shape in SHAPES_OF_CONFIGS]
         print(f"    every config computes the same C: largest error over the six {max(errors):.1e}")
-        assert max(errors) < 1e-4, errors
 
 
 def _block_sizes() -> None:
@@ -320,9 +325,8 @@ def run(out_dir: str | None = None) -> None:
             plot(measured, out_dir)
     a = torch.randn(100, 70, device=device, generator=generator)
     b = torch.randn(70, 90, device=device, generator=generator)
-    error = _max_error(tk.ops.matmul(a, b, variant="autotuned"), a.double() @ b.double())
+    error = _product_error(tk.ops.matmul(a, b, variant="autotuned"), a, b, device)
     print(f"\nThe production op: tk.ops.matmul(a, b, variant='autotuned'), max abs error {error:.1e} here")
-    assert error < (1e-4 if device == "cpu" else 5e-2), error
 
 
 if __name__ == "__main__":

@@ -223,9 +223,12 @@ def _dequantize_kernel(
         o_pair, m_n, m_even_k, m_odd_k, K, stride_q_n, stride_s_n, FORMAT, NESTED, NESTED_BLOCK, EVEN_K, GROUP,
         p_w.dtype.element_ty, UPCAST,
     )  # fmt: skip
-    p_rows = p_w + o_n.to(tl.int64)[:, None] * stride_w_n + (2 * o_pair)[None, :]
-    tl.store(p_rows, b_even.to(p_w.dtype.element_ty), mask=m_n[:, None] & m_even_k[None, :])
-    tl.store(p_rows + 1, b_odd.to(p_w.dtype.element_ty), mask=m_n[:, None] & m_odd_k[None, :])
+    # The halves interleaved back into columns 2p, 2p + 1 and stored as one contiguous tile: two stores of every other
+    # element had the compiler lay lanes along rows, 32 rows a warp's store, and ran 10x below nf4_dequantize's speed.
+    b_w = tl.reshape(tl.join(b_even, b_odd), (BLOCK_N, BLOCK_K))
+    o_k = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
+    p_w_tile = p_w + o_n.to(tl.int64)[:, None] * stride_w_n + o_k[None, :]
+    tl.store(p_w_tile, b_w.to(p_w.dtype.element_ty), mask=m_n[:, None] & (o_k < K)[None, :])
 
 
 @triton.jit
