@@ -7,7 +7,8 @@ dtype=, bias=) for NF4 and (x, qweight, scales, zeros, group_size=, dtype=, bias
   timed calls are cuBLAS's GEMM alone): the layer the 4-bit one replaces, reading four times the weight's bytes.
 - ``dequantize_cublas``: tritonkit's nf4_dequantize / int4_dequantize, then F.linear, each call: what QLoRA does with
   bitsandbytes' kernels (the weight written and read back in full precision).
-- ``compiled_dequantize``: torch.compile of the dequantization written plainly in torch, then F.linear.
+- ``compiled_dequantize``: torch.compile of the dequantization written plainly in torch, then F.linear (NF4's lookup
+  tables passed in as tensors: made inside the graph, they were host copies that no CUDA graph captures).
 - ``bitsandbytes``: ``bitsandbytes.matmul_4bit`` on the same NF4 codes (a QuantState built from them; NF4 only).
 
 This module is imported only by the fourbit spec's peer factories and benchmark scripts, never by an op.
@@ -19,14 +20,14 @@ from collections.abc import Callable
 
 import torch
 
-from tritonkit._core.fourbit import NF4State, int4_weight, nf4_weight
+from tritonkit._core.fourbit import NF4State, int4_weight, nf4_tables, nf4_weight
 from tritonkit.bench.attention_peers import Unsupported
 
 
 def _weight(args: tuple, kwargs: dict) -> torch.Tensor:
     """The fp32 weight of a call's 4-bit tensors (torch, from the format's definition)."""
     if "shape" in kwargs:
-        return nf4_weight(*args, shape=kwargs["shape"], blocksize=kwargs["blocksize"])
+        return nf4_weight(*args, shape=kwargs["shape"], blocksize=kwargs["blocksize"], tables=kwargs.get("tables"))
     return int4_weight(*args, group_size=kwargs["group_size"])
 
 
@@ -73,6 +74,8 @@ def compiled_dequantize() -> Callable:
     compiled = torch.compile(linear, dynamic=False)
 
     def run(x, *weight, dtype=None, bias=None, **kwargs):
+        if "shape" in kwargs:  # NF4's lookup tables as inputs of the graph (module docstring)
+            kwargs = {**kwargs, "tables": nf4_tables(x.device)}
         return compiled(x, weight, kwargs, bias)
 
     run.__name__ = "compiled_dequantize"

@@ -44,44 +44,73 @@ def _nf4_absmax(p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_co
 
 
 @triton.jit
-def _weight_pairs(
+def _weight_pairs_by_group(
     p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros,
-    o_n, o_pair, m_even, m_odd, K, stride_q_n, stride_s_n,
-    FORMAT: tl.constexpr, NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr, EVEN_K: tl.constexpr,
-    GROUP: tl.constexpr,
+    o_n, pair_lo, m_n, K, stride_q_n, stride_s_n,
+    FORMAT: tl.constexpr, NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr, GROUP: tl.constexpr, PAIRS: tl.constexpr,
 ):  # fmt: skip
-    """(w[o_n, 2 o_pair], w[o_n, 2 o_pair + 1]), two [R, P] fp32 tiles (module docstring); masked lanes hold finite
-    values (code 0 times a masked scale). GROUP: INT4's group, or NF4's block size. EVEN_K: rows start on a byte
-    (always for INT4; for NF4 when K is even), so a pair is one byte and both halves share a block; otherwise (NF4
-    with an odd K) each half is gathered on its own."""
-    n64 = o_n.to(tl.int64)[:, None]
+    """(w[o_n, 2p], w[o_n, 2p + 1]) for the PAIRS pairs p from pair_lo, two [R, PAIRS] fp32 tiles, where every group
+    (INT4's, or an NF4 block) lies within one row: the bytes read as [R, groups, pairs of a group] and each group's
+    scale, zero or absmax read once, [R, groups], and broadcast. (Read per value, those loads had a warp's lanes on
+    32 rows, 32 cache lines an instruction, and held the 4-bit layers at 2% of the memory bandwidth.) pair_lo is a
+    multiple of PAIRS, so a step of fewer columns than a group lies in one group."""
+    N_GROUPS: tl.constexpr = (2 * PAIRS) // GROUP if 2 * PAIRS >= GROUP else 1
+    GROUP_PAIRS: tl.constexpr = PAIRS // N_GROUPS
+    rows: tl.constexpr = o_n.shape[0]
+    n64 = o_n.to(tl.int64)
+    o_g = tl.arange(0, N_GROUPS)
+    o_pair = pair_lo + o_g[:, None] * GROUP_PAIRS + tl.arange(0, GROUP_PAIRS)[None, :]  # [G, GP]
+    # K is even here: both columns of a pair, or none. (o_pair < K / 2, not 2 o_pair < K: a mask of contiguous lanes
+    # against a multiple of 8 keeps the byte loads vectorized.)
+    m_pair = m_n[:, None, None] & (o_pair < K // 2)[None, :, :]
+    i_group = (2 * pair_lo) // GROUP + o_g
+    m_group = m_n[:, None] & (i_group * GROUP < K)[None, :]  # [R, G]
     if FORMAT == "int4":
-        b_byte = tl.load(p_q + n64 * stride_q_n + o_pair[None, :], mask=m_even, other=0).to(tl.int32)  # [R, P]
-        o_group = n64 * stride_s_n + ((2 * o_pair) // GROUP)[None, :]  # a pair never straddles a group
-        b_scale = tl.load(p_scales + o_group, mask=m_even, other=0.0)
-        b_zero = tl.load(p_zeros + o_group, mask=m_even, other=0).to(tl.float32)
+        b_byte = tl.load(p_q + n64[:, None, None] * stride_q_n + o_pair[None, :, :], mask=m_pair, other=0)
+        b_byte = b_byte.to(tl.int32)  # [R, G, GP]
+        o_group = n64[:, None] * stride_s_n + i_group[None, :]
+        b_scale = tl.load(p_scales + o_group, mask=m_group, other=0.0).to(tl.float32)[:, :, None]
+        b_zero = tl.load(p_zeros + o_group, mask=m_group, other=0).to(tl.float32)[:, :, None]
         b_even = ((b_byte & 15).to(tl.float32) - b_zero) * b_scale
         b_odd = ((b_byte >> 4).to(tl.float32) - b_zero) * b_scale
     else:
-        f_even = n64 * K + (2 * o_pair)[None, :]  # [R, P] flattened index of the even column
-        if EVEN_K:
-            b_byte = tl.load(p_q + n64 * (K // 2) + o_pair[None, :], mask=m_even, other=0).to(tl.int32)
-            q_even = b_byte >> 4
-            q_odd = b_byte & 15
-            a_even = _nf4_absmax(p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code,
-                                 f_even // GROUP, m_even, NESTED, NESTED_BLOCK)  # fmt: skip
-            a_odd = a_even
-        else:
-            f_odd = f_even + 1
-            q_even = (tl.load(p_q + f_even // 2, mask=m_even, other=0).to(tl.int32) >> (4 - 4 * (f_even % 2))) & 15
-            q_odd = (tl.load(p_q + f_odd // 2, mask=m_odd, other=0).to(tl.int32) >> (4 - 4 * (f_odd % 2))) & 15
-            a_even = _nf4_absmax(p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code,
-                                 f_even // GROUP, m_even, NESTED, NESTED_BLOCK)  # fmt: skip
-            a_odd = _nf4_absmax(p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code,
-                                f_odd // GROUP, m_odd, NESTED, NESTED_BLOCK)  # fmt: skip
-        b_even = tl.load(p_code + q_even) * a_even
-        b_odd = tl.load(p_code + q_odd) * a_odd
-    return b_even, b_odd
+        b_byte = tl.load(p_q + n64[:, None, None] * (K // 2) + o_pair[None, :, :], mask=m_pair, other=0)
+        b_byte = b_byte.to(tl.int32)
+        i_block = n64[:, None] * (K // GROUP) + i_group[None, :]  # blocks run along the flattened weight
+        b_absmax = _nf4_absmax(p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code, i_block, m_group,
+                               NESTED, NESTED_BLOCK)[:, :, None]  # fmt: skip
+        b_even = tl.load(p_code + (b_byte >> 4)) * b_absmax
+        b_odd = tl.load(p_code + (b_byte & 15)) * b_absmax
+    return tl.reshape(b_even, (rows, PAIRS)), tl.reshape(b_odd, (rows, PAIRS))
+
+
+@triton.jit
+def _weight_pairs_by_value(
+    p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code,
+    o_n, o_pair, m_even, m_odd, K, NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr, EVEN_K: tl.constexpr,
+    GROUP: tl.constexpr,
+):  # fmt: skip
+    """As _weight_pairs_by_group for NF4 whose blocks cross rows (K not a multiple of the block size): the absmax
+    looked up per value. EVEN_K: rows start on a byte, so a pair is one byte and both halves share a block;
+    otherwise (an odd K) each half is gathered on its own."""
+    n64 = o_n.to(tl.int64)[:, None]
+    f_even = n64 * K + (2 * o_pair)[None, :]  # [R, P] flattened index of the even column
+    if EVEN_K:
+        b_byte = tl.load(p_q + n64 * (K // 2) + o_pair[None, :], mask=m_even, other=0).to(tl.int32)
+        q_even = b_byte >> 4
+        q_odd = b_byte & 15
+        a_even = _nf4_absmax(p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code,
+                             f_even // GROUP, m_even, NESTED, NESTED_BLOCK)  # fmt: skip
+        a_odd = a_even
+    else:
+        f_odd = f_even + 1
+        q_even = (tl.load(p_q + f_even // 2, mask=m_even, other=0).to(tl.int32) >> (4 - 4 * (f_even % 2))) & 15
+        q_odd = (tl.load(p_q + f_odd // 2, mask=m_odd, other=0).to(tl.int32) >> (4 - 4 * (f_odd % 2))) & 15
+        a_even = _nf4_absmax(p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code,
+                             f_even // GROUP, m_even, NESTED, NESTED_BLOCK)  # fmt: skip
+        a_odd = _nf4_absmax(p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code,
+                            f_odd // GROUP, m_odd, NESTED, NESTED_BLOCK)  # fmt: skip
+    return tl.load(p_code + q_even) * a_even, tl.load(p_code + q_odd) * a_odd
 
 
 @triton.jit
@@ -94,17 +123,25 @@ def _operand(b_w, DTYPE: tl.constexpr, UPCAST: tl.constexpr):
 @triton.jit
 def _weight_operands(
     p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros,
-    o_n, o_pair, m_n, m_even_k, m_odd_k, K, stride_q_n, stride_s_n,
+    o_n, pair_lo, m_n, K, stride_q_n, stride_s_n,
     FORMAT: tl.constexpr, NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr, EVEN_K: tl.constexpr,
-    GROUP: tl.constexpr, DTYPE: tl.constexpr, UPCAST: tl.constexpr,
+    BY_GROUP: tl.constexpr, GROUP: tl.constexpr, PAIRS: tl.constexpr, DTYPE: tl.constexpr, UPCAST: tl.constexpr,
 ):  # fmt: skip
-    """The weight's even and odd columns 2 o_pair (+ 1) of rows o_n as dot operands, [R, P] each (m_n: the rows in
-    range; m_even_k, m_odd_k: the columns)."""
-    b_even, b_odd = _weight_pairs(
-        p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros, o_n,
-        o_pair, m_n[:, None] & m_even_k[None, :], m_n[:, None] & m_odd_k[None, :], K, stride_q_n, stride_s_n, FORMAT,
-        NESTED, NESTED_BLOCK, EVEN_K, GROUP,
-    )  # fmt: skip
+    """The weight's even and odd columns of rows o_n (m_n: the rows in range), PAIRS pairs from pair_lo, as dot
+    operands [R, PAIRS] each; masked values are finite (code 0 times a masked scale). BY_GROUP: every group lies in
+    one row (INT4 always; NF4 when the block size divides K)."""
+    if BY_GROUP:
+        b_even, b_odd = _weight_pairs_by_group(
+            p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros, o_n,
+            pair_lo, m_n, K, stride_q_n, stride_s_n, FORMAT, NESTED, NESTED_BLOCK, GROUP, PAIRS,
+        )  # fmt: skip
+    else:
+        o_pair = pair_lo + tl.arange(0, PAIRS)
+        b_even, b_odd = _weight_pairs_by_value(
+            p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, o_n, o_pair,
+            m_n[:, None] & (2 * o_pair < K)[None, :], m_n[:, None] & (2 * o_pair + 1 < K)[None, :], K, NESTED,
+            NESTED_BLOCK, EVEN_K, GROUP,
+        )  # fmt: skip
     return _operand(b_even, DTYPE, UPCAST), _operand(b_odd, DTYPE, UPCAST)
 
 
@@ -114,7 +151,7 @@ def _linear4_fwd_kernel(
     p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros,
     M, N, K, pairs_per_split, stride_x_m, stride_x_k, stride_out_m, stride_q_n, stride_s_n,
     FORMAT: tl.constexpr, NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr, EVEN_K: tl.constexpr,
-    GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr, UPCAST: tl.constexpr,
+    BY_GROUP: tl.constexpr, GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr, UPCAST: tl.constexpr,
     DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
 ):  # fmt: skip
@@ -138,8 +175,8 @@ def _linear4_fwd_kernel(
         b_x_odd = tl.load(p_x_even + stride_x_k, mask=m_m[:, None] & m_odd_k[None, :], other=0.0)
         b_w_even, b_w_odd = _weight_operands(
             p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros, o_n,
-            o_pair, m_n, m_even_k, m_odd_k, K, stride_q_n, stride_s_n, FORMAT, NESTED, NESTED_BLOCK, EVEN_K, GROUP,
-            p_x.dtype.element_ty, UPCAST,
+            pair, m_n, K, stride_q_n, stride_s_n, FORMAT, NESTED, NESTED_BLOCK, EVEN_K, BY_GROUP, GROUP,
+            BLOCK_K // 2, p_x.dtype.element_ty, UPCAST,
         )  # [N, P]  # fmt: skip
         if UPCAST:
             b_x_even, b_x_odd = b_x_even.to(tl.float32), b_x_odd.to(tl.float32)
@@ -162,7 +199,7 @@ def _linear4_dx_kernel(
     p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros,
     M, N, K, rows_per_split, stride_dy_m, stride_dy_n, stride_dx_m, stride_q_n, stride_s_n,
     FORMAT: tl.constexpr, NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr, EVEN_K: tl.constexpr,
-    GROUP: tl.constexpr, SPLIT: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    BY_GROUP: tl.constexpr, GROUP: tl.constexpr, SPLIT: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):  # fmt: skip
     """dx[m, k] = sum_n dy[m, n] w[n, k] over split program_id(1)'s rows of W (BLOCK_N a step), for the tile of
@@ -171,9 +208,7 @@ def _linear4_dx_kernel(
     i_m, i_k = grouped_tile(tl.program_id(0), M, K, BLOCK_M, BLOCK_K, GROUP_M)
     i_split = tl.program_id(1)
     o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    o_pair = i_k * (BLOCK_K // 2) + tl.arange(0, BLOCK_K // 2)
     m_m = o_m < M
-    m_even_k, m_odd_k = 2 * o_pair < K, 2 * o_pair + 1 < K
     row_lo = i_split * rows_per_split
     row_hi = tl.minimum(row_lo + rows_per_split, N)
     acc_even = tl.zeros([BLOCK_M, BLOCK_K // 2], dtype=tl.float32)
@@ -185,24 +220,22 @@ def _linear4_dx_kernel(
         b_dy = tl.load(p_dy_tile, mask=m_m[:, None] & m_n[None, :], other=0.0)  # [M, N]
         b_w_even, b_w_odd = _weight_operands(
             p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros, o_n,
-            o_pair, m_n, m_even_k, m_odd_k, K, stride_q_n, stride_s_n, FORMAT, NESTED, NESTED_BLOCK, EVEN_K, GROUP,
-            p_dy.dtype.element_ty, UPCAST,
+            i_k * (BLOCK_K // 2), m_n, K, stride_q_n, stride_s_n, FORMAT, NESTED, NESTED_BLOCK, EVEN_K, BY_GROUP,
+            GROUP, BLOCK_K // 2, p_dy.dtype.element_ty, UPCAST,
         )  # [N, P]  # fmt: skip
         if UPCAST:
             b_dy = b_dy.to(tl.float32)
         acc_even = tl.dot(b_dy, b_w_even, acc_even, input_precision=DOT_PRECISION)
         acc_odd = tl.dot(b_dy, b_w_odd, acc_odd, input_precision=DOT_PRECISION)
-    m_even = m_m[:, None] & m_even_k[None, :]
-    m_odd = m_m[:, None] & m_odd_k[None, :]
-    o_even = (2 * o_pair)[None, :]
+    # Interleaved back into columns and stored as one tile (as _dequantize_kernel's store, for the same reason).
+    acc = tl.reshape(tl.join(acc_even, acc_odd), (BLOCK_M, BLOCK_K))
+    o_k = i_k * BLOCK_K + tl.arange(0, BLOCK_K)
+    m_dx = m_m[:, None] & (o_k < K)[None, :]
     if SPLIT:
-        p_rows = p_part + (i_split * M + o_m).to(tl.int64)[:, None] * K
-        tl.store(p_rows + o_even, acc_even, mask=m_even)
-        tl.store(p_rows + o_even + 1, acc_odd, mask=m_odd)
+        tl.store(p_part + (i_split * M + o_m).to(tl.int64)[:, None] * K + o_k[None, :], acc, mask=m_dx)
     else:
         p_rows = p_dx + o_m.to(tl.int64)[:, None] * stride_dx_m
-        tl.store(p_rows + o_even, acc_even.to(p_dx.dtype.element_ty), mask=m_even)
-        tl.store(p_rows + o_even + 1, acc_odd.to(p_dx.dtype.element_ty), mask=m_odd)
+        tl.store(p_rows + o_k[None, :], acc.to(p_dx.dtype.element_ty), mask=m_dx)
 
 
 @triton.jit
@@ -210,18 +243,16 @@ def _dequantize_kernel(
     p_w, p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros,
     N, K, stride_w_n, stride_q_n, stride_s_n,
     FORMAT: tl.constexpr, NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr, EVEN_K: tl.constexpr,
-    GROUP: tl.constexpr, UPCAST: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    BY_GROUP: tl.constexpr, GROUP: tl.constexpr, UPCAST: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """w[n, k] of a BLOCK_N x BLOCK_K tile, in p_w's dtype: the operands the fused kernels multiply (the same
     _weight_operands, so the same rounding), written once for a cuBLAS product when x has many rows."""
     o_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    o_pair = tl.program_id(1) * (BLOCK_K // 2) + tl.arange(0, BLOCK_K // 2)
     m_n = o_n < N
-    m_even_k, m_odd_k = 2 * o_pair < K, 2 * o_pair + 1 < K
     b_even, b_odd = _weight_operands(
         p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros, o_n,
-        o_pair, m_n, m_even_k, m_odd_k, K, stride_q_n, stride_s_n, FORMAT, NESTED, NESTED_BLOCK, EVEN_K, GROUP,
-        p_w.dtype.element_ty, UPCAST,
+        tl.program_id(1) * (BLOCK_K // 2), m_n, K, stride_q_n, stride_s_n, FORMAT, NESTED, NESTED_BLOCK, EVEN_K,
+        BY_GROUP, GROUP, BLOCK_K // 2, p_w.dtype.element_ty, UPCAST,
     )  # fmt: skip
     # The halves interleaved back into columns 2p, 2p + 1 and stored as one contiguous tile: two stores of every other
     # element had the compiler lay lanes along rows, 32 rows a warp's store, and ran 10x below nf4_dequantize's speed.

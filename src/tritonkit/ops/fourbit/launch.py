@@ -102,7 +102,7 @@ def _nf4_weight(packed, absmax, absmax_codes, absmax_scales, offset, nested_code
     flat = [_flat(t) for t in (packed, absmax, absmax_codes, absmax_scales, offset)]
     pointers = (*flat, code, _flat(table), None, None)
     flags = {"FORMAT": "nf4", "NESTED": nested, "NESTED_BLOCK": NESTED_BLOCK, "EVEN_K": k % 2 == 0,
-             "GROUP": blocksize}  # fmt: skip
+             "BY_GROUP": k % blocksize == 0, "GROUP": blocksize}  # fmt: skip
     return _Weight(pointers, 0, 0, flags)
 
 
@@ -110,7 +110,8 @@ def _int4_weight(qweight, scales, zeros, group_size) -> _Weight:
     qweight = qweight if qweight.stride(1) == 1 else qweight.contiguous()
     scales, zeros = scales.contiguous(), zeros.contiguous()
     pointers = (qweight, None, None, None, None, None, None, scales, zeros)
-    flags = {"FORMAT": "int4", "NESTED": False, "NESTED_BLOCK": NESTED_BLOCK, "EVEN_K": True, "GROUP": group_size}
+    flags = {"FORMAT": "int4", "NESTED": False, "NESTED_BLOCK": NESTED_BLOCK, "EVEN_K": True, "BY_GROUP": True,
+             "GROUP": group_size}  # fmt: skip
     return _Weight(pointers, qweight.stride(0), scales.stride(0), flags)
 
 
