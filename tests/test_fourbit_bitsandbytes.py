@@ -53,5 +53,7 @@ def test_nf4_linear_equals_bitsandbytes_matmul_4bit(rows, device="cuda"):
     theirs = bnb.matmul_4bit(x, data.t(), quant_state=quant_state)
     ours = tk.ops.nf4_linear(x, data, tk.ops.NF4State.from_bitsandbytes(quant_state))
     exact = x.double() @ bnb.functional.dequantize_4bit(data, quant_state).double().t()
-    for got in (ours, theirs):  # each within bf16's rounding of the output
-        torch.testing.assert_close(got.double(), exact, rtol=2**-7, atol=1e-3)
+    for name, got in (("tritonkit", ours), ("bitsandbytes", theirs)):  # each within bf16's rounding of the output
+        torch.testing.assert_close(
+            got.double(), exact, rtol=2**-7, atol=1e-3, msg=lambda text, name=name: f"{name}: {text}"
+        )
