@@ -221,8 +221,8 @@ def _tolerance(case, dtype):
 
     In fp32 nothing is rounded to 16 bits, and what is left is the fp32 sums (and exp2's approximation) over the
     longest sum: keys for O and dQ, the query group's rows for dK and dV. Their error grows as the square root of the
-    terms: 4 ulps times sqrt(terms) of the rms, at least 16 (a fixed 16 ulps missed 1 of 2 million dV elements by 2x, at the first
-    key of a causal GQA 32:8 case of 1000 rows, which sums 4000 products)."""
+    terms: 4 ulps times sqrt(terms) of the rms, at least 16 (a fixed 16 ulps missed 1 of 2 million dV elements by
+    2x, at the first key of a causal GQA 32:8 case of 1000 rows, which sums 4000 products)."""
     base = TOLERANCES[dtype]
     if dtype == torch.float32:
         rows, keys = (case.sq, case.sk) if hasattr(case, "sq") else (max(case.lens_q), max(_lens_k(case)))
