@@ -18,7 +18,9 @@ def _gpu_run(config) -> bool:
 
 def pytest_addoption(parser):
     parser.addoption(
-        "--shard", default=None, metavar="I/N",
+        "--shard",
+        default=None,
+        metavar="I/N",
         help="run only every N-th selected test, starting at the I-th (0-based): scripts/gpu_verify.sh runs one "
         "slow part as N processes at once this way",
     )
