@@ -65,9 +65,10 @@ def _plan_id(plan) -> str:
     return f"{plan.block_m}x{plan.block_n}x{plan.block_k}-s{plan.splits}"
 
 
+@pytest.mark.parametrize("k", [100, 128], ids=["blocks-across-rows", "blocks-within-rows"])  # the two weight loaders
 @pytest.mark.parametrize("plan", PLANS, ids=_plan_id)
-def test_every_plan_gives_the_product_and_its_input_gradient(plan):
-    x, packed, state, dense = _nf4_case(m=20)
+def test_every_plan_gives_the_product_and_its_input_gradient(plan, k):
+    x, packed, state, dense = _nf4_case(m=20, k=k)
     args = launch.nf4_arguments(packed, state)
     dy = torch.randn(20, 24)
     y = launch.nf4_linear_fwd(x, None, *args, plan=plan)

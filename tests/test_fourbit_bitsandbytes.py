@@ -53,7 +53,8 @@ def test_nf4_linear_equals_bitsandbytes_matmul_4bit(rows, device="cuda"):
     theirs = bnb.matmul_4bit(x, data.t(), quant_state=quant_state)
     ours = tk.ops.nf4_linear(x, data, tk.ops.NF4State.from_bitsandbytes(quant_state))
     exact = x.double() @ bnb.functional.dequantize_4bit(data, quant_state).double().t()
-    for name, got in (("tritonkit", ours), ("bitsandbytes", theirs)):  # each within bf16's rounding of the output
-        torch.testing.assert_close(
-            got.double(), exact, rtol=2**-7, atol=1e-3, msg=lambda text, name=name: f"{name}: {text}"
-        )
+    torch.testing.assert_close(ours.double(), exact, rtol=2**-7, atol=1e-3)  # within bf16's rounding of the output
+    # bitsandbytes' own kernel for few rows (gemv_4bit) misses that bound: largest errors 4.0e-3 and 5.9e-3 at 1 and
+    # 16 rows on an H200, outputs of rms 0.4, as 16-bit sums would. It is held to 2e-2: a wrong code or absmax
+    # would be off by the weight's whole scale.
+    torch.testing.assert_close(theirs.double(), exact, rtol=2**-7, atol=1e-3 if rows > 16 else 2e-2)

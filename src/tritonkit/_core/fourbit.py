@@ -45,7 +45,6 @@ def dynamic_code() -> torch.Tensor:
     return torch.tensor(sorted([*values, 0.0, 1.0]), dtype=torch.float32)
 
 
-@torch.compiler.disable  # traced, it would copy host tensors in the graph, which no CUDA graph can capture
 @functools.cache
 def nf4_tables(device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(NF4 code, its 15 midpoints, the nested dynamic code) as fp32 tensors on ``device``, made once per device."""
@@ -162,12 +161,18 @@ def check_int4_weight(name: str, qweight, scales, zeros, group_size) -> None:
                              f"{tuple(tensor.shape)}")  # fmt: skip
 
 
+@torch.compiler.disable  # traced, the tables would be host copies in the graph, which no CUDA graph captures
+def _nf4_tables_untraced(device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """nf4_tables for torch code that may be compiled (the launchers call nf4_tables: this wrapper costs host time)."""
+    return nf4_tables(device)
+
+
 def nf4_weight(packed: torch.Tensor, *tensors: torch.Tensor, shape: tuple, blocksize: int,
                tables: tuple | None = None) -> torch.Tensor:  # fmt: skip
     """The NF4 weight in fp32, in torch from the format's definition (references and benchmark peers): ``tensors``
     the absmax, or the absmax codes, their scales and the offset (decoded in fp32, two roundings). ``tables``:
     nf4_tables(packed.device), passed by a caller that compiles this (so that the graph does not break to get them)."""
-    code, _, dynamic = tables if tables is not None else nf4_tables(packed.device)
+    code, _, dynamic = tables if tables is not None else _nf4_tables_untraced(packed.device)
     n = math.prod(shape)
     codes = torch.stack((packed.reshape(-1) >> 4, packed.reshape(-1) & 15), dim=-1).reshape(-1)[:n].long()
     if len(tensors) == 1:

@@ -182,8 +182,8 @@ _NF4_TESTS = (
     {"m": 1, "n": 33, "k": 64},  # one row: split K
     {"m": 5, "n": 40, "k": 77, "blocksize": 32, "bias": True},  # odd K: rows start mid-byte and blocks span rows
     {"lead": (2, 3), "n": 24, "k": 200, "double_quant": True, "blocksize": 32},  # K not a multiple of the block
-    {"m": 40, "n": 70, "k": 96, "bias": True, "x_transposed": True},  # 17 to a few hundred rows: tiled
-    {"m": 130, "n": 17, "k": 72, "blocksize": 128, "double_quant": True},  # two tile-rows of 128, odd N
+    {"m": 40, "n": 70, "k": 96, "bias": True, "x_transposed": True},  # from 17 rows: dequantized first
+    {"m": 130, "n": 17, "k": 72, "blocksize": 128, "double_quant": True},  # odd N
     {"m": 3, "n": 9, "k": 1},  # K = 1: half a byte a row
     {"m": 0, "n": 8, "k": 64, "bias": True},
 )
@@ -191,7 +191,7 @@ _INT4_TESTS = (
     {"m": 1, "n": 33, "k": 256},
     {"m": 6, "n": 40, "k": 200, "group_size": 64, "bias": True},  # K not a multiple of the group
     {"lead": (2, 5), "n": 17, "k": 96, "group_size": 32, "x_transposed": True},
-    {"m": 70, "n": 50, "k": 160, "group_size": 16, "bias": True},  # tiled
+    {"m": 70, "n": 50, "k": 160, "group_size": 16, "bias": True},  # dequantized first
     {"m": 4, "n": 0, "k": 64},
 )
 _NF4_GPU = (
