@@ -66,7 +66,8 @@ def nf4_linear(
       double quantization; bias (N,) in x's dtype or None. Returns (..., N) in x's dtype.
     - Each weight value is dequantized in fp32 and rounded to x's dtype (as nf4_dequantize would give it), the
       products summed in fp32 (tensor cores), rounded once. Few rows (M <= 16, decoding) split K across programs
-      and add the splits' partial sums in a fixed order (deterministic); many rows run as a tiled GEMM.
+      and add the splits' partial sums in a fixed order (deterministic); from 17 rows the weight is dequantized
+      once into x's dtype (a temporary of N x K) and multiplied on cuBLAS with fp32 sums, as bitsandbytes does.
     - Differentiable in x and bias; the weight is frozen, and a state tensor that requires grad is refused.
 
     Example: ``y = tk.ops.nf4_linear(x, *tk.ops.nf4_quantize(linear.weight.detach(), double_quant=True))``.
