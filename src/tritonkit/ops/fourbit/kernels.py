@@ -3,7 +3,7 @@ registers, tile by tile, so that no full-precision copy of W is ever written.
 
 The weight, per element (formats: tritonkit/_core/fourbit.py):
 
-    NF4:  w[n, k] = code[q(f)] * absmax[f // BLOCKSIZE],  f = n K + k (the flattened index), q(f) the high nibble of
+    NF4:  w[n, k] = NF4_CODE[q(f)] * absmax[f // BLOCKSIZE],  f = n K + k (the flattened index), q(f) the high nibble of
           byte f // 2 for an even f, the low one for an odd f; double-quantized: absmax[b] = nested_code[c[b]] *
           absmax_scales[b // NESTED_BLOCK] + offset, two fp32 roundings (the launch turns off fused multiply-adds).
     INT4: w[n, k] = (q[n, k] - zero[n, g]) * scale[n, g],  g = k // GROUP, q the low nibble of byte (n, k // 2) for
@@ -27,6 +27,7 @@ import triton
 import triton.language as tl
 
 from tritonkit._core.jit.gemm import grouped_tile
+from tritonkit._core.jit.nf4 import nf4_value
 from tritonkit._core.jit.rounding import round_to_bf16_grid
 
 
@@ -45,7 +46,7 @@ def _nf4_absmax(p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_co
 
 @triton.jit
 def _weight_pairs_by_group(
-    p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros,
+    p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code, p_scales, p_zeros,
     o_n, pair_lo, m_n, K, stride_q_n, stride_s_n,
     FORMAT: tl.constexpr, NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr, GROUP: tl.constexpr, PAIRS: tl.constexpr,
 ):  # fmt: skip
@@ -79,14 +80,14 @@ def _weight_pairs_by_group(
         i_block = n64[:, None] * (K // GROUP) + i_group[None, :]  # blocks run along the flattened weight
         b_absmax = _nf4_absmax(p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code, i_block, m_group,
                                NESTED, NESTED_BLOCK)[:, :, None]  # fmt: skip
-        b_even = tl.load(p_code + (b_byte >> 4)) * b_absmax
-        b_odd = tl.load(p_code + (b_byte & 15)) * b_absmax
+        b_even = nf4_value(b_byte >> 4) * b_absmax
+        b_odd = nf4_value(b_byte & 15) * b_absmax
     return tl.reshape(b_even, (rows, PAIRS)), tl.reshape(b_odd, (rows, PAIRS))
 
 
 @triton.jit
 def _weight_pairs_by_value(
-    p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code,
+    p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code,
     o_n, o_pair, m_even, m_odd, K, NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr, EVEN_K: tl.constexpr,
     GROUP: tl.constexpr,
 ):  # fmt: skip
@@ -110,7 +111,7 @@ def _weight_pairs_by_value(
                              f_even // GROUP, m_even, NESTED, NESTED_BLOCK)  # fmt: skip
         a_odd = _nf4_absmax(p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code,
                             f_odd // GROUP, m_odd, NESTED, NESTED_BLOCK)  # fmt: skip
-    return tl.load(p_code + q_even) * a_even, tl.load(p_code + q_odd) * a_odd
+    return nf4_value(q_even) * a_even, nf4_value(q_odd) * a_odd
 
 
 @triton.jit
@@ -122,7 +123,7 @@ def _operand(b_w, DTYPE: tl.constexpr, UPCAST: tl.constexpr):
 
 @triton.jit
 def _weight_operands(
-    p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros,
+    p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code, p_scales, p_zeros,
     o_n, pair_lo, m_n, K, stride_q_n, stride_s_n,
     FORMAT: tl.constexpr, NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr, EVEN_K: tl.constexpr,
     BY_GROUP: tl.constexpr, GROUP: tl.constexpr, PAIRS: tl.constexpr, DTYPE: tl.constexpr, UPCAST: tl.constexpr,
@@ -132,13 +133,13 @@ def _weight_operands(
     one row (INT4 always; NF4 when the block size divides K)."""
     if BY_GROUP:
         b_even, b_odd = _weight_pairs_by_group(
-            p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros, o_n,
+            p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code, p_scales, p_zeros, o_n,
             pair_lo, m_n, K, stride_q_n, stride_s_n, FORMAT, NESTED, NESTED_BLOCK, GROUP, PAIRS,
         )  # fmt: skip
     else:
         o_pair = pair_lo + tl.arange(0, PAIRS)
         b_even, b_odd = _weight_pairs_by_value(
-            p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, o_n, o_pair,
+            p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code, o_n, o_pair,
             m_n[:, None] & (2 * o_pair < K)[None, :], m_n[:, None] & (2 * o_pair + 1 < K)[None, :], K, NESTED,
             NESTED_BLOCK, EVEN_K, GROUP,
         )  # fmt: skip
@@ -148,7 +149,7 @@ def _weight_operands(
 @triton.jit
 def _linear4_fwd_kernel(
     p_x, p_out, p_part, p_bias,
-    p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros,
+    p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code, p_scales, p_zeros,
     M, N, K, pairs_per_split, stride_x_m, stride_x_k, stride_out_m, stride_q_n, stride_s_n,
     FORMAT: tl.constexpr, NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr, EVEN_K: tl.constexpr,
     BY_GROUP: tl.constexpr, GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr, UPCAST: tl.constexpr,
@@ -174,7 +175,7 @@ def _linear4_fwd_kernel(
         b_x_even = tl.load(p_x_even, mask=m_m[:, None] & m_even_k[None, :], other=0.0)  # [M, P]
         b_x_odd = tl.load(p_x_even + stride_x_k, mask=m_m[:, None] & m_odd_k[None, :], other=0.0)
         b_w_even, b_w_odd = _weight_operands(
-            p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros, o_n,
+            p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code, p_scales, p_zeros, o_n,
             pair, m_n, K, stride_q_n, stride_s_n, FORMAT, NESTED, NESTED_BLOCK, EVEN_K, BY_GROUP, GROUP,
             BLOCK_K // 2, p_x.dtype.element_ty, UPCAST,
         )  # [N, P]  # fmt: skip
@@ -196,7 +197,7 @@ def _linear4_fwd_kernel(
 @triton.jit
 def _linear4_dx_kernel(
     p_dy, p_dx, p_part,
-    p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros,
+    p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code, p_scales, p_zeros,
     M, N, K, rows_per_split, stride_dy_m, stride_dy_n, stride_dx_m, stride_q_n, stride_s_n,
     FORMAT: tl.constexpr, NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr, EVEN_K: tl.constexpr,
     BY_GROUP: tl.constexpr, GROUP: tl.constexpr, SPLIT: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
@@ -219,7 +220,7 @@ def _linear4_dx_kernel(
         p_dy_tile = p_dy + o_m.to(tl.int64)[:, None] * stride_dy_m + o_n.to(tl.int64)[None, :] * stride_dy_n
         b_dy = tl.load(p_dy_tile, mask=m_m[:, None] & m_n[None, :], other=0.0)  # [M, N]
         b_w_even, b_w_odd = _weight_operands(
-            p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros, o_n,
+            p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code, p_scales, p_zeros, o_n,
             i_k * (BLOCK_K // 2), m_n, K, stride_q_n, stride_s_n, FORMAT, NESTED, NESTED_BLOCK, EVEN_K, BY_GROUP,
             GROUP, BLOCK_K // 2, p_dy.dtype.element_ty, UPCAST,
         )  # [N, P]  # fmt: skip
@@ -240,7 +241,7 @@ def _linear4_dx_kernel(
 
 @triton.jit
 def _dequantize_kernel(
-    p_w, p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros,
+    p_w, p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code, p_scales, p_zeros,
     N, K, stride_w_n, stride_q_n, stride_s_n,
     FORMAT: tl.constexpr, NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr, EVEN_K: tl.constexpr,
     BY_GROUP: tl.constexpr, GROUP: tl.constexpr, UPCAST: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -250,7 +251,7 @@ def _dequantize_kernel(
     o_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     m_n = o_n < N
     b_even, b_odd = _weight_operands(
-        p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros, o_n,
+        p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code, p_scales, p_zeros, o_n,
         tl.program_id(1) * (BLOCK_K // 2), m_n, K, stride_q_n, stride_s_n, FORMAT, NESTED, NESTED_BLOCK, EVEN_K,
         BY_GROUP, GROUP, BLOCK_K // 2, p_w.dtype.element_ty, UPCAST,
     )  # fmt: skip
