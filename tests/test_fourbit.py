@@ -126,7 +126,7 @@ def test_tiles_below_the_dots_smallest_side_are_refused():
 
 
 def test_choose_splits_fills_the_gpu_within_the_steps():
-    assert choose_splits(tiles=224, steps=32, outputs=14336, sm_count=132) == 2  # M = 1, N 14336 in tiles of 64
+    assert choose_splits(tiles=224, steps=32, outputs=14336, sm_count=132) == 4  # M = 1, N 14336 in tiles of 64
     assert choose_splits(tiles=1024, steps=64, outputs=1 << 20, sm_count=132) == 1
     assert choose_splits(tiles=1, steps=3, outputs=64, sm_count=132) == 3  # never more splits than steps
     assert choose_splits(tiles=1, steps=100, outputs=64, sm_count=132) == 15  # 16 wanted; 15 splits of 7 steps

@@ -3,7 +3,7 @@ registers, tile by tile, so that no full-precision copy of W is ever written.
 
 The weight, per element (formats: tritonkit/_core/fourbit.py):
 
-    NF4:  w[n, k] = NF4_CODE[q(f)] * absmax[f // BLOCKSIZE],  f = n K + k (the flattened index), q(f) the high nibble of
+    NF4:  w[n, k] = code[q(f)] * absmax[f // BLOCKSIZE],  f = n K + k (the flattened index), q(f) the high nibble of
           byte f // 2 for an even f, the low one for an odd f; double-quantized: absmax[b] = nested_code[c[b]] *
           absmax_scales[b // NESTED_BLOCK] + offset, two fp32 roundings (the launch turns off fused multiply-adds).
     INT4: w[n, k] = (q[n, k] - zero[n, g]) * scale[n, g],  g = k // GROUP, q the low nibble of byte (n, k // 2) for
@@ -45,10 +45,22 @@ def _nf4_absmax(p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_co
 
 
 @triton.jit
+def _nf4_code(p_code, q, IN_REGISTERS: tl.constexpr):
+    """NF4_CODE[q] in fp32: selected in registers (nf4_value) or gathered from the table at p_code. Measured on an
+    H200: the gather held the one-row layer L1-bound (0.47 ms, 10x INT4's time; 0.10 ms selected), while the
+    dequantize-first kernel, with no products to feed, ran 1.4x slower selecting (0.07 ms against 0.05 for 14336 x
+    4096), so each takes its own."""
+    if IN_REGISTERS:
+        return nf4_value(q)
+    return tl.load(p_code + q)
+
+
+@triton.jit
 def _weight_pairs_by_group(
-    p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code, p_scales, p_zeros,
+    p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros,
     o_n, pair_lo, m_n, K, stride_q_n, stride_s_n,
     FORMAT: tl.constexpr, NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr, GROUP: tl.constexpr, PAIRS: tl.constexpr,
+    CODES_IN_REGISTERS: tl.constexpr,
 ):  # fmt: skip
     """(w[o_n, 2p], w[o_n, 2p + 1]) for the PAIRS pairs p from pair_lo, two [R, PAIRS] fp32 tiles, where every group
     (INT4's, or an NF4 block) lies within one row: the bytes read as [R, groups, pairs of a group] and each group's
@@ -80,16 +92,16 @@ def _weight_pairs_by_group(
         i_block = n64[:, None] * (K // GROUP) + i_group[None, :]  # blocks run along the flattened weight
         b_absmax = _nf4_absmax(p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code, i_block, m_group,
                                NESTED, NESTED_BLOCK)[:, :, None]  # fmt: skip
-        b_even = nf4_value(b_byte >> 4) * b_absmax
-        b_odd = nf4_value(b_byte & 15) * b_absmax
+        b_even = _nf4_code(p_code, b_byte >> 4, CODES_IN_REGISTERS) * b_absmax
+        b_odd = _nf4_code(p_code, b_byte & 15, CODES_IN_REGISTERS) * b_absmax
     return tl.reshape(b_even, (rows, PAIRS)), tl.reshape(b_odd, (rows, PAIRS))
 
 
 @triton.jit
 def _weight_pairs_by_value(
-    p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code,
+    p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code,
     o_n, o_pair, m_even, m_odd, K, NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr, EVEN_K: tl.constexpr,
-    GROUP: tl.constexpr,
+    GROUP: tl.constexpr, CODES_IN_REGISTERS: tl.constexpr,
 ):  # fmt: skip
     """As _weight_pairs_by_group for NF4 whose blocks cross rows (K not a multiple of the block size): the absmax
     looked up per value. EVEN_K: rows start on a byte, so a pair is one byte and both halves share a block;
@@ -111,7 +123,10 @@ def _weight_pairs_by_value(
                              f_even // GROUP, m_even, NESTED, NESTED_BLOCK)  # fmt: skip
         a_odd = _nf4_absmax(p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code,
                             f_odd // GROUP, m_odd, NESTED, NESTED_BLOCK)  # fmt: skip
-    return nf4_value(q_even) * a_even, nf4_value(q_odd) * a_odd
+    return (
+        _nf4_code(p_code, q_even, CODES_IN_REGISTERS) * a_even,
+        _nf4_code(p_code, q_odd, CODES_IN_REGISTERS) * a_odd,
+    )
 
 
 @triton.jit
@@ -123,25 +138,26 @@ def _operand(b_w, DTYPE: tl.constexpr, UPCAST: tl.constexpr):
 
 @triton.jit
 def _weight_operands(
-    p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code, p_scales, p_zeros,
+    p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros,
     o_n, pair_lo, m_n, K, stride_q_n, stride_s_n,
     FORMAT: tl.constexpr, NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr, EVEN_K: tl.constexpr,
     BY_GROUP: tl.constexpr, GROUP: tl.constexpr, PAIRS: tl.constexpr, DTYPE: tl.constexpr, UPCAST: tl.constexpr,
+    CODES_IN_REGISTERS: tl.constexpr,
 ):  # fmt: skip
     """The weight's even and odd columns of rows o_n (m_n: the rows in range), PAIRS pairs from pair_lo, as dot
     operands [R, PAIRS] each; masked values are finite (code 0 times a masked scale). BY_GROUP: every group lies in
-    one row (INT4 always; NF4 when the block size divides K)."""
+    one row (INT4 always; NF4 when the block size divides K). CODES_IN_REGISTERS: NF4's lookup (_nf4_code)."""
     if BY_GROUP:
         b_even, b_odd = _weight_pairs_by_group(
-            p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code, p_scales, p_zeros, o_n,
-            pair_lo, m_n, K, stride_q_n, stride_s_n, FORMAT, NESTED, NESTED_BLOCK, GROUP, PAIRS,
+            p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros, o_n,
+            pair_lo, m_n, K, stride_q_n, stride_s_n, FORMAT, NESTED, NESTED_BLOCK, GROUP, PAIRS, CODES_IN_REGISTERS,
         )  # fmt: skip
     else:
         o_pair = pair_lo + tl.arange(0, PAIRS)
         b_even, b_odd = _weight_pairs_by_value(
-            p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code, o_n, o_pair,
+            p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, o_n, o_pair,
             m_n[:, None] & (2 * o_pair < K)[None, :], m_n[:, None] & (2 * o_pair + 1 < K)[None, :], K, NESTED,
-            NESTED_BLOCK, EVEN_K, GROUP,
+            NESTED_BLOCK, EVEN_K, GROUP, CODES_IN_REGISTERS,
         )  # fmt: skip
     return _operand(b_even, DTYPE, UPCAST), _operand(b_odd, DTYPE, UPCAST)
 
@@ -149,7 +165,7 @@ def _weight_operands(
 @triton.jit
 def _linear4_fwd_kernel(
     p_x, p_out, p_part, p_bias,
-    p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code, p_scales, p_zeros,
+    p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros,
     M, N, K, pairs_per_split, stride_x_m, stride_x_k, stride_out_m, stride_q_n, stride_s_n,
     FORMAT: tl.constexpr, NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr, EVEN_K: tl.constexpr,
     BY_GROUP: tl.constexpr, GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr, UPCAST: tl.constexpr,
@@ -175,9 +191,9 @@ def _linear4_fwd_kernel(
         b_x_even = tl.load(p_x_even, mask=m_m[:, None] & m_even_k[None, :], other=0.0)  # [M, P]
         b_x_odd = tl.load(p_x_even + stride_x_k, mask=m_m[:, None] & m_odd_k[None, :], other=0.0)
         b_w_even, b_w_odd = _weight_operands(
-            p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code, p_scales, p_zeros, o_n,
+            p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros, o_n,
             pair, m_n, K, stride_q_n, stride_s_n, FORMAT, NESTED, NESTED_BLOCK, EVEN_K, BY_GROUP, GROUP,
-            BLOCK_K // 2, p_x.dtype.element_ty, UPCAST,
+            BLOCK_K // 2, p_x.dtype.element_ty, UPCAST, True,
         )  # [N, P]  # fmt: skip
         if UPCAST:
             b_x_even, b_x_odd = b_x_even.to(tl.float32), b_x_odd.to(tl.float32)
@@ -197,7 +213,7 @@ def _linear4_fwd_kernel(
 @triton.jit
 def _linear4_dx_kernel(
     p_dy, p_dx, p_part,
-    p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code, p_scales, p_zeros,
+    p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros,
     M, N, K, rows_per_split, stride_dy_m, stride_dy_n, stride_dx_m, stride_q_n, stride_s_n,
     FORMAT: tl.constexpr, NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr, EVEN_K: tl.constexpr,
     BY_GROUP: tl.constexpr, GROUP: tl.constexpr, SPLIT: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
@@ -220,9 +236,9 @@ def _linear4_dx_kernel(
         p_dy_tile = p_dy + o_m.to(tl.int64)[:, None] * stride_dy_m + o_n.to(tl.int64)[None, :] * stride_dy_n
         b_dy = tl.load(p_dy_tile, mask=m_m[:, None] & m_n[None, :], other=0.0)  # [M, N]
         b_w_even, b_w_odd = _weight_operands(
-            p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code, p_scales, p_zeros, o_n,
+            p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros, o_n,
             i_k * (BLOCK_K // 2), m_n, K, stride_q_n, stride_s_n, FORMAT, NESTED, NESTED_BLOCK, EVEN_K, BY_GROUP,
-            GROUP, BLOCK_K // 2, p_dy.dtype.element_ty, UPCAST,
+            GROUP, BLOCK_K // 2, p_dy.dtype.element_ty, UPCAST, True,
         )  # [N, P]  # fmt: skip
         if UPCAST:
             b_dy = b_dy.to(tl.float32)
@@ -241,7 +257,7 @@ def _linear4_dx_kernel(
 
 @triton.jit
 def _dequantize_kernel(
-    p_w, p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code, p_scales, p_zeros,
+    p_w, p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros,
     N, K, stride_w_n, stride_q_n, stride_s_n,
     FORMAT: tl.constexpr, NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr, EVEN_K: tl.constexpr,
     BY_GROUP: tl.constexpr, GROUP: tl.constexpr, UPCAST: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -251,9 +267,9 @@ def _dequantize_kernel(
     o_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     m_n = o_n < N
     b_even, b_odd = _weight_operands(
-        p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code, p_scales, p_zeros, o_n,
+        p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros, o_n,
         tl.program_id(1) * (BLOCK_K // 2), m_n, K, stride_q_n, stride_s_n, FORMAT, NESTED, NESTED_BLOCK, EVEN_K,
-        BY_GROUP, GROUP, BLOCK_K // 2, p_w.dtype.element_ty, UPCAST,
+        BY_GROUP, GROUP, BLOCK_K // 2, p_w.dtype.element_ty, UPCAST, False,
     )  # fmt: skip
     # The halves interleaved back into columns 2p, 2p + 1 and stored as one contiguous tile: two stores of every other
     # element had the compiler lay lanes along rows, 32 rows a warp's store, and ran 10x below nf4_dequantize's speed.

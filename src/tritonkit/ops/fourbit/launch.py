@@ -85,7 +85,8 @@ def check_int4_linear(x, qweight, scales, zeros, group_size, bias) -> None:
 class _Weight:
     """A 4-bit weight as the kernels take it: pointers, row strides, and the format's constexprs."""
 
-    pointers: tuple  # p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code, p_scales, p_zeros
+    pointers: tuple  # p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales,
+    # p_zeros
     stride_q_n: int
     stride_s_n: int
     flags: dict
@@ -96,11 +97,11 @@ def _flat(t: torch.Tensor | None) -> torch.Tensor | None:
 
 
 def _nf4_weight(packed, absmax, absmax_codes, absmax_scales, offset, nested_code, k, blocksize) -> _Weight:
-    _, _, dynamic = nf4_tables(packed.device)
+    code, _, dynamic = nf4_tables(packed.device)
     nested = absmax is None
     table = (nested_code if nested_code is not None else dynamic) if nested else None
     flat = [_flat(t) for t in (packed, absmax, absmax_codes, absmax_scales, offset)]
-    pointers = (*flat, _flat(table), None, None)
+    pointers = (*flat, code, _flat(table), None, None)
     flags = {"FORMAT": "nf4", "NESTED": nested, "NESTED_BLOCK": NESTED_BLOCK, "EVEN_K": k % 2 == 0,
              "BY_GROUP": k % blocksize == 0, "GROUP": blocksize}  # fmt: skip
     return _Weight(pointers, 0, 0, flags)
@@ -109,7 +110,7 @@ def _nf4_weight(packed, absmax, absmax_codes, absmax_scales, offset, nested_code
 def _int4_weight(qweight, scales, zeros, group_size) -> _Weight:
     qweight = qweight if qweight.stride(1) == 1 else qweight.contiguous()
     scales, zeros = scales.contiguous(), zeros.contiguous()
-    pointers = (qweight, None, None, None, None, None, scales, zeros)
+    pointers = (qweight, None, None, None, None, None, None, scales, zeros)
     flags = {"FORMAT": "int4", "NESTED": False, "NESTED_BLOCK": NESTED_BLOCK, "EVEN_K": True, "BY_GROUP": True,
              "GROUP": group_size}  # fmt: skip
     return _Weight(pointers, qweight.stride(0), scales.stride(0), flags)

@@ -60,7 +60,7 @@ FALLBACK = (
 )
 MEASURED: dict[str, tuple] = {}
 
-SPLIT_TARGET_WAVES = 2  # programs per multiprocessor the splits aim for: one wave hides too little latency
+SPLIT_TARGET_WAVES = 6  # programs per multiprocessor the splits aim for (docs/kernels/fourbit.md: 4 splits at one row)
 MAX_SPLITS = 16  # the partial sums are S x M x N fp32; beyond 16 their traffic outweighs the parallelism
 MAX_PARTIAL_ELEMENTS = 1 << 28  # partial sums stay far below 2**31 elements (int32 offsets in the sum kernel)
 

@@ -15,7 +15,6 @@ a tensor, so the codes follow the definition exactly.
 import triton
 import triton.language as tl
 
-from tritonkit._core.jit.nf4 import nf4_value
 from tritonkit._core.jit.quantize import amax_scale, codes, finite_abs
 from tritonkit._core.jit.rounding import round_half_even
 
@@ -140,19 +139,19 @@ def _nf4_quantize_kernel(p_w, p_packed, p_absmax, p_bounds, n, n_blocks, BLOCKSI
 
 @triton.jit
 def _nf4_dequantize_kernel(
-    p_packed, p_absmax, p_absmax_codes, p_absmax_scales, p_nested_code, p_offset, p_out, n,
+    p_packed, p_absmax, p_code, p_absmax_codes, p_absmax_scales, p_nested_code, p_offset, p_out, n,
     BLOCKSIZE: tl.constexpr, NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr, BLOCK_PAIRS: tl.constexpr,
 ):  # fmt: skip
-    """BLOCK_PAIRS bytes: value 2i = NF4_CODE[byte >> 4] * absmax, value 2i + 1 = NF4_CODE[byte & 15] * absmax (the
-    code book selected in registers, _core/jit/nf4), in fp32, cast to the output's dtype. NESTED (double quantization): absmax = nested_code[absmax_codes[b]] *
+    """BLOCK_PAIRS bytes: value 2i = code[byte >> 4] * absmax, value 2i + 1 = code[byte & 15] * absmax, in fp32, cast
+    to the output's dtype. NESTED (double quantization): absmax = nested_code[absmax_codes[b]] *
     absmax_scales[b // NESTED_BLOCK] + offset, as separate fp32 roundings (the launch turns off fused multiply-adds,
     so that the result is bitsandbytes' bit for bit)."""
     o_pair = tl.program_id(0).to(tl.int64) * BLOCK_PAIRS + tl.arange(0, BLOCK_PAIRS)
     o_even = 2 * o_pair
     m_pair = o_even < n
     b_byte = tl.load(p_packed + o_pair, mask=m_pair, other=0).to(tl.int32)  # [PAIRS]
-    b_high = nf4_value(b_byte >> 4)
-    b_low = nf4_value(b_byte & 15)
+    b_high = tl.load(p_code + (b_byte >> 4))
+    b_low = tl.load(p_code + (b_byte & 15))
     i_block = o_even // BLOCKSIZE
     if NESTED:
         b_code = tl.load(p_absmax_codes + i_block, mask=m_pair, other=0).to(tl.int32)

@@ -215,10 +215,10 @@ def nf4_dequantize_fwd(
     out = torch.empty(n, dtype=dtype, device=packed.device)
     if n == 0:
         return out
-    _, _, dynamic = nf4_tables(packed.device)
+    code, _, dynamic = nf4_tables(packed.device)
     nested = absmax is None
     _nf4_dequantize_kernel[(cdiv(cdiv(n, 2), _DEQUANTIZE_PAIRS),)](
-        packed, absmax, absmax_codes, absmax_scales, nested_code if nested_code is not None else dynamic,
+        packed, absmax, code, absmax_codes, absmax_scales, nested_code if nested_code is not None else dynamic,
         offset, out, n, BLOCKSIZE=blocksize, NESTED=nested, NESTED_BLOCK=NESTED_BLOCK, BLOCK_PAIRS=_DEQUANTIZE_PAIRS,
         num_warps=4, enable_fp_fusion=False,  # separate roundings, as bitsandbytes' (an FMA would round once)
     )  # fmt: skip
