@@ -166,8 +166,11 @@ def _flce_inputs(case, device, dtype, generator):
     weight = _randn((vocab, hidden_size), device, generator, 2.0 / math.sqrt(hidden_size))
     bias = _randn((vocab,), device, generator, 0.5).to(dtype) if case.bias else None
     target = _targets(case, device, generator, vocab)
-    if case.accuracy:  # orthogonal head rows and hidden rows along the planted class's: a margin of 4 in the logits
-        weight = torch.linalg.qr(weight.t())[0].t() * 2.0  # (vocab <= hidden) orthogonal rows of norm 2
+    if case.accuracy:  # head rows of norm 2 and hidden rows along the planted class's: a clear argmax
+        if vocab <= hidden_size:  # orthogonal rows: a margin of 4 in the logits
+            weight = torch.linalg.qr(weight.t())[0].t() * 2.0
+        else:  # more rows than dimensions (QR would keep only H of them): random rows, |cos| ~ 1 / sqrt(H) apart
+            weight = weight * (2.0 / weight.norm(dim=1, keepdim=True))
         hidden = 0.1 * hidden + weight[_planted_classes(target, vocab)]
     hidden, weight = hidden.to(dtype), weight.to(dtype)
     kwargs = {"bias": bias} if bias is not None else {}
@@ -320,6 +323,7 @@ _FLCE_TESTS = (
     {"tokens": 10, "hidden": 8, "vocab": 20, "ignored": True, "bias": True, "reduction": "none", "fp32_loss": True},
     {"tokens": 10, "hidden": 32, "vocab": 20, "ignored": True, "class_weights": True, "return_z_loss": True,
      "z_loss": 1e-2, "reduction": "none", "fp32_loss": True},
+    {"tokens": 24, "hidden": 64, "vocab": 300, "ignored": True, "accuracy": True},  # more classes than dimensions
 )  # fmt: skip
 _FLCE_GPU = (
     {"tokens": 4096, "hidden": 2048, "vocab": 32000, "ignored": True},
