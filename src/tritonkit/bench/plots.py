@@ -29,8 +29,16 @@ STYLES = {
     "sdpa-cudnn": {"color": "C5", "marker": "X", "linestyle": "-.", "linewidth": 1.5, "zorder": 3},
     "flex": {"color": "C6", "marker": "v", "linestyle": ":", "linewidth": 1.8, "zorder": 3},
 }
-# A provider without a style of its own (a new peer): still drawn, in a colour no named provider uses.
-FALLBACK_STYLE = {"color": "C7", "marker": "h", "linestyle": "-", "linewidth": 1.5, "zorder": 3}
+# Providers without a style of their own (the peers of one family: cuBLAS, bitsandbytes, SDPA-GQA...) take these in
+# the order a plot meets them, in colours no named provider uses: one shared style drew several peers as one line.
+PEER_STYLES = (
+    {"color": "C7", "marker": "h", "linestyle": "-", "linewidth": 1.5, "zorder": 3},
+    {"color": "C8", "marker": "*", "linestyle": "--", "linewidth": 1.5, "zorder": 3},
+    {"color": "C9", "marker": "p", "linestyle": "-.", "linewidth": 1.5, "zorder": 3},
+    {"color": "black", "marker": "d", "linestyle": ":", "linewidth": 1.8, "zorder": 3},
+    {"color": "saddlebrown", "marker": "<", "linestyle": "--", "linewidth": 1.5, "zorder": 3},
+    {"color": "magenta", "marker": ">", "linestyle": "-.", "linewidth": 1.5, "zorder": 3},
+)
 TOP_MARGIN = 1.06  # room above the highest line (point or ceiling), so that neither sits on the axes' frame
 # A ceiling more than this many times the highest point is named in the legend, not drawn: a dashed line far
 # above launch-bound points would flatten them against the x axis.
@@ -208,10 +216,13 @@ def draw(group: PlotGroup, path: Path, ceilings=None) -> Path:
     unit = group.unit
     figure, axes = plt.subplots(figsize=(7, 4.5))
     highest = 0.0
+    peers = 0
     for provider in group.providers():
         points = group.points(provider)
         highest = max(highest, *(y for _, y in points))
-        style = STYLES.get(provider, FALLBACK_STYLE)
+        style = STYLES.get(provider)
+        if style is None:
+            style, peers = PEER_STYLES[peers % len(PEER_STYLES)], peers + 1
         axes.plot([x for x, _ in points], [y for _, y in points], label=provider, markersize=6, **style)
     top = highest
     if ceilings is not None:
