@@ -37,3 +37,10 @@ def round_to_bf16_grid(x):
     bits = x.to(tl.int32, bitcast=True)
     bits = (bits + (0x7FFF + ((bits >> 16) & 1))) & -65536
     return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def to_dot_operand(x, DTYPE: tl.constexpr, UPCAST: tl.constexpr):
+    """An fp32 tile as a 16-bit dot operand: rounded to nearest even in DTYPE. UPCAST (bf16 under the interpreter,
+    whose bf16 dots and conversions are wrong): rounded by its bits and kept in fp32 (dots.dot_fp32 takes it so)."""
+    return round_to_bf16_grid(x) if UPCAST else x.to(DTYPE)

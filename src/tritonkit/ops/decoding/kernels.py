@@ -35,7 +35,7 @@ import triton.language as tl
 
 from tritonkit._core.jit.dots import dot_fp32
 from tritonkit._core.jit.fastmath import LOG2_E, tanh_via_exp2
-from tritonkit._core.jit.rounding import round_half_even, round_to_bf16_grid, round_to_float8
+from tritonkit._core.jit.rounding import round_half_even, round_to_float8, to_dot_operand
 
 
 @triton.jit
@@ -176,7 +176,7 @@ def _dequantize_kv_kernel(
     r64 = o_r.to(tl.int64)
     o_d = tl.arange(0, BLOCK_D)
     m_x = (o_r < n_rows)[:, None] & (o_d[None, :] < head_dim)
-    if KV == "int4":
+    if KV == "int4":  # values not exact in bf16: the one format whose rounding to the operand matters
         b_x = _int4_values(p_data, r64 * stride_data_r, p_scales, r64 * stride_s_r, o_r < n_rows, head_dim,
                            stride_s_g, stride_s_z, BLOCK_D, GROUP)  # fmt: skip
     else:
@@ -226,12 +226,11 @@ def _load_keys(p_data, off_data, p_scales, off_scales, m_x, m_n, head_dim, o_d, 
     has none, or folds them into the values: plain, int4). Masked rows read 0 (a value row of NaN would poison the
     products even with weight 0). UPCAST: int4's values rounded to bf16 by their bits (and kept in fp32), because the
     interpreter's conversion truncates (a CPU test saw scores 0.02 off); the other formats' values are exact in bf16."""
-    if KV == "int4":
+    if KV == "int4":  # values not exact in bf16: the one format whose rounding to the operand matters
         b_x = _int4_values(p_data, off_data, p_scales, off_scales, m_n, head_dim, stride_s_g, stride_s_z, BLOCK_D,
                            GROUP)  # fmt: skip
+        b_x = to_dot_operand(b_x, mma_dtype, UPCAST)
         b_scale = tl.full(m_n.shape, 1.0, tl.float32)
-        if UPCAST:
-            return round_to_bf16_grid(b_x), b_scale
     elif KV == "plain":
         b_x = tl.load(p_data + off_data[:, None] + o_d[None, :], mask=m_x, other=0.0)
         b_scale = tl.full(m_n.shape, 1.0, tl.float32)
@@ -241,7 +240,7 @@ def _load_keys(p_data, off_data, p_scales, off_scales, m_x, m_n, head_dim, o_d, 
         # after the conversion.
         b_x = tl.where(m_x, tl.load(p_data + off_data[:, None] + o_d[None, :], mask=m_x).to(tl.float32), 0.0)
         b_scale = tl.load(p_scales + off_scales, mask=m_n, other=0.0)
-    return b_x.to(mma_dtype), b_scale
+    return (b_x if KV == "int4" else b_x.to(mma_dtype)), b_scale
 
 
 @triton.jit
@@ -318,9 +317,7 @@ def _decode_kernel(
         b_p = tl.exp2(b_s - m_safe[:, None])
         alpha = tl.exp2(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(b_p, axis=1)
-        b_pv = b_p * v_scale[None, :]
-        # bf16 products take P in bf16, rounded to nearest (by its bits under the interpreter, which truncates)
-        b_pv = round_to_bf16_grid(b_pv) if UPCAST else b_pv.to(b_v.dtype)
+        b_pv = to_dot_operand(b_p * v_scale[None, :], b_v.dtype, UPCAST)
         acc = acc * alpha[:, None] + dot_fp32(b_pv, b_v, DOT_PRECISION, UPCAST)
         m_i = m_new
 

@@ -28,7 +28,7 @@ import triton.language as tl
 
 from tritonkit._core.jit.gemm import grouped_tile
 from tritonkit._core.jit.nf4 import nf4_value
-from tritonkit._core.jit.rounding import round_to_bf16_grid
+from tritonkit._core.jit.rounding import to_dot_operand
 
 
 @triton.jit
@@ -130,13 +130,6 @@ def _weight_pairs_by_value(
 
 
 @triton.jit
-def _operand(b_w, DTYPE: tl.constexpr, UPCAST: tl.constexpr):
-    """A dequantized weight tile (fp32) as a dot operand: rounded to nearest even in DTYPE (x's dtype). UPCAST (bf16
-    under the interpreter, whose bf16 dots and conversions are wrong): rounded by its bits and kept in fp32."""
-    return round_to_bf16_grid(b_w) if UPCAST else b_w.to(DTYPE)
-
-
-@triton.jit
 def _weight_operands(
     p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros,
     o_n, pair_lo, m_n, K, stride_q_n, stride_s_n,
@@ -159,7 +152,7 @@ def _weight_operands(
             m_n[:, None] & (2 * o_pair < K)[None, :], m_n[:, None] & (2 * o_pair + 1 < K)[None, :], K, NESTED,
             NESTED_BLOCK, EVEN_K, GROUP, CODES_IN_REGISTERS,
         )  # fmt: skip
-    return _operand(b_even, DTYPE, UPCAST), _operand(b_odd, DTYPE, UPCAST)
+    return to_dot_operand(b_even, DTYPE, UPCAST), to_dot_operand(b_odd, DTYPE, UPCAST)
 
 
 @triton.jit
