@@ -37,8 +37,10 @@ def pytest_collection_modifyitems(config, items):
         raise pytest.UsageError(f"--shard expects I/N such as 0/4, got {shard!r}") from None
     if not 0 <= index < count:
         raise pytest.UsageError(f"--shard {shard}: I must be at least 0 and below N")
-    kept = [item for position, item in enumerate(items) if position % count == index]
-    config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+    kept, dropped = [], []
+    for position, item in enumerate(items):
+        (kept if position % count == index else dropped).append(item)
+    config.hook.pytest_deselected(items=dropped)
     items[:] = kept
 
 
