@@ -103,6 +103,18 @@ def test_large_scores_stay_finite(device):
     torch.testing.assert_close(lse, exact_lse.float(), atol=1e-2, rtol=1e-6)  # |lse| ~ 1e4: fp32's ulp is 1e-3
 
 
+@pytest.mark.parametrize("scale", [-0.3, 0.0])
+def test_non_positive_scales(device, scale):
+    """A negative scale reverses the scores' order and zero makes them equal: the forward's shortcut of taking the
+    maximum over the unscaled products (valid for a positive scale only) must not be taken, and masked keys stay out."""
+    torch.manual_seed(3)
+    q, k, v = _qkv(device, sq=21, sk=37)
+    out, lse = tk.ops.attention(q, k, v, scale=scale, return_lse=True, causal=True)
+    exact_out, exact_lse = REFERENCE(q.double(), k.double(), v.double(), scale=scale, causal=True, return_lse=True)
+    torch.testing.assert_close(out, exact_out.float(), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lse, exact_lse.float(), atol=1e-5, rtol=1e-5)
+
+
 def test_strided_and_expanded_inputs(device):
     """A head dim with stride 2 (copied once), k and v expanded over heads (stride 0: MQA written as MHA), and an
     upstream gradient expanded from a scalar."""

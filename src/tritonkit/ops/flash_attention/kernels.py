@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 
 from tritonkit._core.jit.dots import dot_fp32
-from tritonkit._core.jit.fastmath import LOG2_E, tanh_via_exp2
+from tritonkit._core.jit.fastmath import LOG2_E, approx, tanh_via_exp2
 
 
 @triton.jit
@@ -133,19 +133,35 @@ def _scores(b_q, b_k, qk_scale, softcap_log2, SOFTCAP: tl.constexpr, DOT_PRECISI
 @triton.jit
 def _fwd_block(acc, m_i, l_i, b_q, p_k, p_v, start_n, o_m, o_n, o_d, shift, left, right, seqlen_q, seqlen_k, head_dim,
                stride_k_s, stride_v_s, qk_scale, softcap_log2,
-               MASK: tl.constexpr, SOFTCAP: tl.constexpr, EVEN_D: tl.constexpr, DOT_PRECISION: tl.constexpr,
-               UPCAST: tl.constexpr):  # fmt: skip
-    """One online-softmax step over the keys [start_n, start_n + BLOCK_N)."""
+               MASK: tl.constexpr, SOFTCAP: tl.constexpr, RAW_MAX: tl.constexpr, EVEN_D: tl.constexpr,
+               DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):  # fmt: skip
+    """One online-softmax step over the keys [start_n, start_n + BLOCK_N).
+
+    The step is bound by the arithmetic per score as much as by the products (the exponentials and the fp32 work
+    beside them take about as long as the two tensor-core products at d128), so each score costs as few
+    instructions as possible: with RAW_MAX (no softcap, a positive scale) the maximum is taken over the raw products
+    and scaled once per row, since scaling by a positive factor keeps the order and rounds monotonically, and each
+    score then takes one fused multiply-add (raw * qk_scale - m) before its exponential; the exponential is PTX's
+    ex2.approx.ftz (one instruction; arguments are <= 0, so only terms below 2^-126 of the row's largest flush)."""
     o_j = start_n + o_n
     b_k = _load_rows(p_k, start_n, o_n, stride_k_s, o_d, seqlen_k, head_dim, MASK, EVEN_D)  # [N, D]
     b_v = _load_rows(p_v, start_n, o_n, stride_v_s, o_d, seqlen_k, head_dim, MASK, EVEN_D)  # [N, D]
-    b_s, _ = _scores(b_q, b_k, qk_scale, softcap_log2, SOFTCAP, DOT_PRECISION, UPCAST)  # [M, N]
+    if RAW_MAX:
+        b_s = dot_fp32(b_q, tl.trans(b_k), DOT_PRECISION, UPCAST)  # [M, N], unscaled
+    else:
+        b_s, _ = _scores(b_q, b_k, qk_scale, softcap_log2, SOFTCAP, DOT_PRECISION, UPCAST)  # [M, N], base 2
     if MASK:
         b_s = tl.where(_visible(o_m, o_j, shift, left, right, seqlen_q, seqlen_k), b_s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(b_s, axis=1))
+    if RAW_MAX:
+        m_new = tl.maximum(m_i, tl.max(b_s, axis=1) * qk_scale)
+    else:
+        m_new = tl.maximum(m_i, tl.max(b_s, axis=1))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that saw no key yet: exp2(-inf - 0) = 0
-    b_p = tl.exp2(b_s - m_safe[:, None])
-    alpha = tl.exp2(m_i - m_safe)
+    if RAW_MAX:
+        b_p = approx(b_s * qk_scale - m_safe[:, None], "ex2")
+    else:
+        b_p = approx(b_s - m_safe[:, None], "ex2")
+    alpha = approx(m_i - m_safe, "ex2")
     l_i = l_i * alpha + tl.sum(b_p, axis=1)
     acc = acc * alpha[:, None] + dot_fp32(b_p.to(b_v.dtype), b_v, DOT_PRECISION, UPCAST)
     return acc, m_new, l_i
@@ -157,8 +173,8 @@ def _attention_fwd_kernel(
     seqlen_q, seqlen_k, n_heads_q, group, head_dim, left, right, qk_scale, softcap_log2,
     stride_q_b, stride_q_h, stride_q_s, stride_k_b, stride_k_h, stride_k_s, stride_v_b, stride_v_h, stride_v_s,
     stride_o_b, stride_o_h, stride_o_s, stride_lse_b, stride_lse_h,
-    IS_VARLEN: tl.constexpr, SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr,
+    IS_VARLEN: tl.constexpr, SOFTCAP: tl.constexpr, RAW_MAX: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr,
 ):  # fmt: skip
     """O and lse (natural log, fp32) for BLOCK_M query rows of one (batch, query head); see the module docstring.
     The head dimension has unit stride (the launcher makes it so); lse rows have unit stride."""
@@ -188,7 +204,8 @@ def _attention_fwd_kernel(
         for i_n in range(begin, end):
             acc, m_i, l_i = _fwd_block(acc, m_i, l_i, b_q, p_k, p_v, lo + i_n * BLOCK_N, o_m, o_n, o_d, shift,
                                        left, right, seqlen_q, seqlen_k, head_dim, stride_k_s, stride_v_s, qk_scale,
-                                       softcap_log2, run != 1, SOFTCAP, EVEN_D, DOT_PRECISION, UPCAST)  # fmt: skip
+                                       softcap_log2, run != 1, SOFTCAP, RAW_MAX, EVEN_D, DOT_PRECISION,
+                                       UPCAST)  # fmt: skip
     seen = l_i > 0.0
     l_safe = tl.where(seen, l_i, 1.0)
     b_o = acc / l_safe[:, None]
@@ -241,7 +258,7 @@ def _dkdv_block(dk, dv, b_k, b_v, p_q, p_do, p_lse, p_delta, start_m, o_m, o_n, 
         lse_log2 = tl.load(p_lse + o_i) * LOG2_E  # [M]
         b_delta = tl.load(p_delta + o_i)  # [M]
     b_st, b_t = _scores(b_k, b_q, qk_scale, softcap_log2, SOFTCAP, DOT_PRECISION, UPCAST)  # [N, M]
-    b_pt = tl.exp2(b_st - lse_log2[None, :])
+    b_pt = approx(b_st - lse_log2[None, :], "ex2")
     if MASK:
         b_pt = tl.where(tl.trans(_visible(o_i, o_n, shift, left, right, seqlen_q, seqlen_k)), b_pt, 0.0)
     dv += dot_fp32(b_pt.to(b_do.dtype), b_do, DOT_PRECISION, UPCAST)
@@ -315,7 +332,7 @@ def _dq_block(dq, b_q, b_do, lse_log2, b_delta, p_k, p_v, start_n, o_m, o_n, o_d
     b_k = _load_rows(p_k, start_n, o_n, stride_k_s, o_d, seqlen_k, head_dim, MASK, EVEN_D)  # [N, D]
     b_v = _load_rows(p_v, start_n, o_n, stride_v_s, o_d, seqlen_k, head_dim, MASK, EVEN_D)  # [N, D]
     b_s, b_t = _scores(b_q, b_k, qk_scale, softcap_log2, SOFTCAP, DOT_PRECISION, UPCAST)  # [M, N]
-    b_p = tl.exp2(b_s - lse_log2[:, None])
+    b_p = approx(b_s - lse_log2[:, None], "ex2")
     if MASK:
         b_p = tl.where(_visible(o_m, o_j, shift, left, right, seqlen_q, seqlen_k), b_p, 0.0)
     b_dp = dot_fp32(b_do, tl.trans(b_v), DOT_PRECISION, UPCAST)  # [M, N]

@@ -219,7 +219,7 @@ def attention_fwd(
         softcap_log2,
         *_strides(q, heads_dim, packed), *_strides(k, heads_dim, packed), *_strides(v, heads_dim, packed),
         *_strides(out, heads_dim, packed), *_lse_strides(lse, packed),
-        IS_VARLEN=packed, SOFTCAP=softcap != 0.0, **_dot_flags(q.dtype),
+        IS_VARLEN=packed, SOFTCAP=softcap != 0.0, RAW_MAX=softcap == 0.0 and scale > 0.0, **_dot_flags(q.dtype),
         BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_D=block_d, EVEN_D=block_d == head_dim,
         num_warps=tiles.warps, num_stages=stages,
     )  # fmt: skip
