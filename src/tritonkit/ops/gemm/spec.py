@@ -83,6 +83,11 @@ def _flops(case, dtype) -> int:
     return 2 * math.prod(case.lead) * case.m * case.n * case.k
 
 
+def _operand_dtype(case, dtype) -> torch.dtype:
+    """The products' operands: x's codes, or weight-only x's own dtype (w's codes are converted to it)."""
+    return CODES[case.x] if case.x else dtype
+
+
 def _scale_count(rows: int, k: int, granularity: str, block: int) -> int:
     groups = cdiv(k, block)
     return {"tensor": 1, "row": rows, "group": rows * groups, "block": cdiv(rows, block) * groups}[granularity]
@@ -196,6 +201,7 @@ register(KernelSpec(
     bench_cases=_BENCH,
     bytes_moved=_bytes,
     flops=_flops,
+    operand_dtype=_operand_dtype,
     dtypes=FLOAT_DTYPES,
     tolerance=_tolerance,
     peers={"scaled_mm": _peer("scaled_mm"), "int_mm": _peer("int_mm"), "cublas": _peer("cublas")},
@@ -283,6 +289,7 @@ register(KernelSpec(
     bench_cases=_DYNAMIC_BENCH,
     bytes_moved=_dynamic_bytes,
     flops=lambda case, dtype: 2 * math.prod(case.lead) * case.m * case.n * case.k,
+    operand_dtype=lambda case, dtype: CODES[case.x or case.w],  # x quantized to its codes inside the kernel
     dtypes=FLOAT_DTYPES,
     tolerance=_dynamic_tolerance,
     peers={},
