@@ -58,6 +58,24 @@ def test_compute_bound_throughput_against_matmul_ceiling():
     assert cost.throughput(spec, case, torch.bfloat16, 0.2, None).percent is None
 
 
+@pytest.mark.parametrize(
+    ("name", "case", "ceiling"),
+    [
+        ("scaled_linear", {"x": "e4m3", "w": "e4m3"}, 1600.0),
+        ("scaled_linear", {"x": "e5m2", "w": "e4m3"}, 1600.0),  # float8's one rate, measured as e4m3
+        ("scaled_linear", {"x": "int8", "w": "int8"}, 1500.0),
+        ("scaled_linear", {"w": "int8"}, 800.0),  # weight-only: the products run in x's bf16
+        ("dynamic_scaled_linear", {"w": "e4m3"}, 1600.0),  # bf16 x quantized to w's format in the kernel
+    ],
+)
+def test_eight_bit_gemms_are_judged_against_their_operands_ceiling(name, case, ceiling):
+    ceilings = cost.Ceilings("NVIDIA H200", 4000.0, {"bfloat16": 800.0, "float8_e4m3fn": 1600.0, "int8": 1500.0})
+    result = cost.throughput(catalog.get(name), {"m": 4096, "n": 4096, "k": 4096, **case}, torch.bfloat16, 0.2,
+                             ceilings)  # fmt: skip
+    assert result.tflops == pytest.approx(687.194767360, rel=1e-12)
+    assert result.percent == pytest.approx(100 * 687.194767360 / ceiling, rel=1e-12)
+
+
 def test_speedups_against_the_fastest_baseline():
     def row(provider, ms, skipped=None):
         return Measurement("add", "tutorial", {"n": 1}, "n1", "bfloat16", "fwd", provider, ms=ms, skipped=skipped)

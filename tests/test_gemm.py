@@ -10,7 +10,15 @@ import tritonkit as tk
 from helpers import assert_graph_replay_matches_eager
 from tritonkit import catalog, testing
 from tritonkit.ops.gemm import launch
-from tritonkit.ops.gemm.plan import GEMV_FALLBACK, PARTIAL_K_PER_ROW, GemmTiles, GemvPlan, gemm_tiles, splits_to_fill
+from tritonkit.ops.gemm.plan import (
+    GEMV_FALLBACK,
+    PARTIAL_K_PER_ROW,
+    PERSISTENT_CANDIDATES,
+    GemmTiles,
+    GemvPlan,
+    gemm_tiles,
+    splits_to_fill,
+)
 from tritonkit.ops.gemm.spec import FLOAT8_SUM_ERROR
 from tritonkit.registry import KernelSpec
 
@@ -48,6 +56,80 @@ def test_every_scale_combination_with_small_tiles(combination):
     bias = inputs.kwargs["bias"]
     out = launch.scaled_linear_fwd(x, w, x_scale, w_scale, bias, torch.float32, plan=SMALL)
     torch.testing.assert_close(out.double(), _expected(inputs), rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------- the persistent TMA kernel (tensor and row scales)
+
+PERSISTENT_SMALL = GemmTiles(16, 16, 32, 4, 1, 2, persistent=True)  # 9 tiles for the interpreter's 4 programs
+ROW_SCALED = [
+    {"x": "int8", "w": "int8", "x_scale": "tensor", "w_scale": "row", "bias": True},
+    {"x": "int8", "w": "int8", "x_scale": "row", "w_scale": "tensor"},
+    {"x": "e4m3", "w": "e4m3", "x_scale": "row", "w_scale": "row", "bias": True},
+    {"x": "e5m2", "w": "e4m3", "x_scale": "tensor", "w_scale": "tensor"},
+]
+
+
+def _count_persistent(monkeypatch) -> list:
+    calls = []
+    original = launch._persistent
+    monkeypatch.setattr(launch, "_persistent", lambda *args, **kwargs: calls.append(1) or original(*args, **kwargs))
+    return calls
+
+
+@pytest.mark.parametrize("split_store", [False, True], ids=["whole-store", "split-store"])
+@pytest.mark.parametrize("combination", ROW_SCALED, ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
+def test_persistent_kernel_walks_every_tile(combination, split_store, monkeypatch):
+    """37 x 48 outputs in 16 x 16 tiles: 9 tiles over 4 programs, a ragged tile-row, K = 80 a ragged last step."""
+    calls = _count_persistent(monkeypatch)
+    inputs = _inputs({"m": 37, "n": 48, "k": 80, **combination})
+    x, w, x_scale, w_scale = inputs.args
+    plan = GemmTiles(16, 32 if split_store else 16, 32, 4, 1, 2, persistent=True, split_store=split_store)
+    out = launch.scaled_linear_fwd(x, w, x_scale, w_scale, inputs.kwargs["bias"], torch.float32, plan=plan)
+    assert calls == [1]
+    torch.testing.assert_close(out.double(), _expected(inputs), rtol=1e-5, atol=1e-5)
+
+
+def test_large_products_of_codes_take_the_persistent_kernel_on_hopper():
+    assert gemm_tiles("sm90", 1024, n=1024).persistent
+    assert not gemm_tiles("sm90", 1023, n=8192).persistent  # under one wave of 128 x 128 tiles
+    assert not gemm_tiles("sm90", 8192, n=1023).persistent
+    assert not gemm_tiles("sm90", 8192, n=8192, weight_only=True).persistent
+    assert not gemm_tiles("sm80", 8192, n=8192).persistent  # no TMA before Hopper: the fallback's tiled kernel
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        {"m": 37, "n": 48, "k": 72, "x": "int8", "w": "int8"},  # rows of 72 bytes: no descriptor can address them
+        {"m": 37, "n": 44, "k": 64, "x": "e4m3", "w": "e4m3"},  # an output row of 44 x 2 bytes (bf16)
+        {"m": 37, "n": 48, "k": 64, "x": "e4m3", "w": "e4m3", "x_scale": "group", "w_scale": "block", "block": 32},
+        {"m": 37, "n": 48, "k": 64, "w": "int8"},  # weight-only
+    ],
+    ids=["unaligned-k", "unaligned-out", "group-scales", "weight-only"],
+)
+def test_calls_the_persistent_kernel_cannot_take_run_tiled(case, monkeypatch):
+    calls = _count_persistent(monkeypatch)
+    inputs = _inputs(case)
+    x, w, x_scale, w_scale = inputs.args
+    out = launch.scaled_linear_fwd(x, w, x_scale, w_scale, None, torch.bfloat16, plan=PERSISTENT_SMALL)
+    assert calls == []
+    expected = _expected(inputs)
+    torch.testing.assert_close(out.double(), expected, rtol=2**-7, atol=2**-7 * expected.abs().max().item())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("plan", PERSISTENT_CANDIDATES, ids=lambda p: f"{p.block_n}-wide-{p.stages}-stages")
+@pytest.mark.parametrize("codes", ["e4m3", "int8"])
+def test_persistent_candidates_match_the_reference(plan, codes, monkeypatch):
+    """Each tile benchmarks/fp8_persistent.py times, compiled, on ragged M, N and K with a bias."""
+    calls = _count_persistent(monkeypatch)
+    case = {"m": 1100, "n": 1288, "k": 1040, "x": codes, "w": codes, "bias": True}
+    inputs = _inputs(case, "cuda", torch.bfloat16)
+    x, w, x_scale, w_scale = inputs.args
+    out = launch.scaled_linear_fwd(x, w, x_scale, w_scale, inputs.kwargs["bias"], torch.bfloat16, plan=plan)
+    assert calls == [1]
+    report = testing.compare(out, _expected(inputs), SPEC.tolerance_for(case, torch.bfloat16))
+    assert report.ok, report
 
 
 # ---------------------------------------------------------------- the split-K GEMV (weight-only, a few rows)
@@ -89,10 +171,10 @@ def test_gemv_reads_strided_rows_and_a_batch_of_single_tokens(plan):
 
 def test_weight_only_calls_of_few_rows_take_the_gemv():
     cpu = torch.device("cpu")
-    assert isinstance(launch.choose_plan(True, 1, cpu), GemvPlan)
-    assert isinstance(launch.choose_plan(True, 16, cpu), GemvPlan)
-    assert isinstance(launch.choose_plan(True, 17, cpu), GemmTiles)
-    assert isinstance(launch.choose_plan(False, 1, cpu), GemmTiles)  # codes x (W8A8): the tiled kernel
+    assert isinstance(launch.choose_plan(True, 1, 64, cpu), GemvPlan)
+    assert isinstance(launch.choose_plan(True, 16, 64, cpu), GemvPlan)
+    assert isinstance(launch.choose_plan(True, 17, 64, cpu), GemmTiles)
+    assert isinstance(launch.choose_plan(False, 1, 64, cpu), GemmTiles)  # codes x (W8A8): the tiled kernel
 
 
 def test_a_forced_tiled_plan_gives_the_gemvs_result():

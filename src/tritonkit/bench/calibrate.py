@@ -2,9 +2,10 @@
 
 * Bandwidth: tritonkit's own copy kernel (SM-driven loads and stores; the copy engine behind
   ``cudaMemcpy`` reads low) over 2 GiB, counting bytes read plus bytes written, best block size.
-* Matmul: dense ``torch.matmul`` on random data in bf16, fp16 and fp32, and fp8 (e4m3) through
-  ``torch._scaled_mm`` where this torch and GPU have it; the best of 4096^3 and 8192^3, because the
-  longer product runs at lower clocks (seen on the H200: 706 against 677 TFLOP/s in bf16).
+* Matmul: dense ``torch.matmul`` on random data in bf16, fp16 and fp32, fp8 (e4m3) through
+  ``torch._scaled_mm`` and int8 through ``torch._int_mm`` where this torch and GPU have them; the best of
+  4096^3 and 8192^3, because the longer product runs at lower clocks (seen on the H200: 706 against 677
+  TFLOP/s in bf16).
 """
 
 from __future__ import annotations
@@ -67,8 +68,13 @@ def measure_bandwidth() -> tuple[float, dict[int, float]]:
 
 
 def _matmul_tflops(dtype: torch.dtype, n: int) -> float:
-    """TFLOP/s of one dense n^3 product in ``dtype`` (fp8 through torch._scaled_mm)."""
-    if dtype == torch.float8_e4m3fn:
+    """TFLOP/s (TOP/s for int8) of one dense n^3 product in ``dtype`` (fp8 through torch._scaled_mm, int8 through
+    torch._int_mm, whose int32 output is the product unscaled)."""
+    if dtype == torch.int8:
+        a = torch.randint(-127, 128, (n, n), device="cuda", dtype=dtype)
+        b = torch.randint(-127, 128, (n, n), device="cuda", dtype=dtype).t()  # a weight in F.linear's layout
+        ms = _median_ms(lambda: torch._int_mm(a, b))
+    elif dtype == torch.float8_e4m3fn:
         a = torch.randn(n, n, device="cuda").to(dtype)
         b = torch.randn(n, n, device="cuda").to(dtype).t()  # _scaled_mm wants B column-major
         one = torch.ones((), device="cuda")
@@ -81,13 +87,14 @@ def _matmul_tflops(dtype: torch.dtype, n: int) -> float:
 
 
 def measure_matmul() -> dict[str, float]:
-    """Best TFLOP/s over MATMUL_SIZES by dtype name; fp8 only where torch._scaled_mm runs."""
+    """Best TFLOP/s over MATMUL_SIZES by dtype name; fp8 and int8 only where torch._scaled_mm and torch._int_mm
+    run."""
     results = {}
-    for dtype in (torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn):
+    for dtype in (torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn, torch.int8):
         try:
             results[str(dtype).removeprefix("torch.")] = max(_matmul_tflops(dtype, n) for n in MATMUL_SIZES)
-        except (RuntimeError, AttributeError, TypeError):  # no fp8 matmul on this torch or GPU
-            if dtype != torch.float8_e4m3fn:
+        except (RuntimeError, AttributeError, TypeError):  # no 8-bit matmul on this torch or GPU
+            if dtype not in (torch.float8_e4m3fn, torch.int8):
                 raise
     return results
 

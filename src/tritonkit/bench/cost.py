@@ -24,6 +24,19 @@ def percent_of(value: float, ceiling: float | None) -> float | None:
     return None if not ceiling else 100.0 * value / ceiling
 
 
+# Dtypes whose tensor-core rate is that of one the calibration measures: it times float8 as e4m3 x e4m3 only
+# (torch._scaled_mm takes no e5m2 x e5m2), and the two float8 formats run at one rate.
+SAME_RATE = {"float8_e5m2": "float8_e4m3fn"}
+
+
+def ceiling_dtype(spec: KernelSpec, case: Mapping, dtype: torch.dtype) -> str:
+    """The name of the dtype whose matmul ceiling judges ``spec`` on ``case`` (a mapping parsed as the spec's case
+    type) in ``dtype``: the operands' (``spec.operand_dtype``) where the spec gives them, else ``dtype``."""
+    operand = dtype if spec.operand_dtype is None else spec.operand_dtype(spec.parse_case(case), dtype)
+    name = str(operand).removeprefix("torch.")
+    return SAME_RATE.get(name, name)
+
+
 def is_compute_bound(spec: KernelSpec) -> bool:
     """Compute-bound specs are judged in TFLOP/s against the matmul ceiling; others in GB/s."""
     return "compute-bound" in spec.tags
@@ -37,10 +50,11 @@ class Ceilings:
     bandwidth_gbps: float
     matmul_tflops: dict[str, float]
 
-    def for_spec(self, spec: KernelSpec, dtype: torch.dtype) -> tuple[str, float | None]:
-        """(unit, ceiling) against which a spec's runs in ``dtype`` are judged."""
+    def for_spec(self, spec: KernelSpec, case: Mapping, dtype: torch.dtype) -> tuple[str, float | None]:
+        """(unit, ceiling) against which a spec's runs on ``case`` in ``dtype`` are judged: a compute-bound one's
+        matmul ceiling in its operands' dtype (:func:`ceiling_dtype`), another's copy bandwidth."""
         if is_compute_bound(spec):
-            return "TFLOP/s", self.matmul_tflops.get(str(dtype).removeprefix("torch."))
+            return "TFLOP/s", self.matmul_tflops.get(ceiling_dtype(spec, case, dtype))
         return "GB/s", self.bandwidth_gbps
 
 
@@ -89,7 +103,7 @@ def throughput(
     n_flops = flops_for_mode(spec, case, dtype, mode)
     tflops = teraflops_per_second(n_flops, ms) if n_flops is not None else None
     if ceilings is not None:
-        unit, ceiling = ceilings.for_spec(spec, dtype)
+        unit, ceiling = ceilings.for_spec(spec, case, dtype)
     else:
         unit, ceiling = ("TFLOP/s" if is_compute_bound(spec) else "GB/s"), None
     value = tflops if unit == "TFLOP/s" else gbps

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from tritonkit.bench import MODES, SIZES  # noqa: F401 - re-exported for callers of the harness
-from tritonkit.bench.cost import Ceilings, speedup, throughput
+from tritonkit.bench.cost import Ceilings, ceiling_dtype, speedup, throughput
 from tritonkit.bench.providers import COMPILED, Provider, select_providers
 from tritonkit.registry import Case, Inputs, KernelSpec
 from tritonkit.testing import fresh_seed
@@ -41,6 +41,7 @@ class Measurement:
     tflops: float | None = None
     unit: str = "GB/s"
     percent_of_ceiling: float | None = None
+    ceiling_dtype: str | None = None  # TFLOP/s rows: whose matmul ceiling the percentage is of (cost.ceiling_dtype)
     speedup_vs_best_baseline: float | None = None
     peak_mib: float | None = None
     input_sets: int = 1
@@ -238,6 +239,8 @@ def measure_case(
                 result.unit,
                 result.percent,
             )
+            if result.unit == "TFLOP/s":
+                row.ceiling_dtype = ceiling_dtype(spec, case, dtype)
         del input_sets, steps
         torch.cuda.empty_cache()
     fill_speedups(rows)

@@ -226,7 +226,10 @@ def draw(group: PlotGroup, path: Path, ceilings=None) -> Path:
         axes.plot([x for x, _ in points], [y for _, y in points], label=provider, markersize=6, **style)
     top = highest
     if ceilings is not None:
-        ceiling = ceilings.matmul_tflops.get(group.dtype) if unit == "TFLOP/s" else ceilings.bandwidth_gbps
+        # A TFLOP/s row names the dtype whose ceiling judged it (8-bit operands with a bf16 output); rows written
+        # before rows named it take the checked dtype's.
+        matmul_key = group.rows[0].get("ceiling_dtype") or group.dtype
+        ceiling = ceilings.matmul_tflops.get(matmul_key) if unit == "TFLOP/s" else ceilings.bandwidth_gbps
         if ceiling and ceiling <= CEILING_SCALE * highest:
             axes.axhline(ceiling, linestyle="--", color="grey", label=f"device ceiling {ceiling:.0f} {unit}")
             top = max(top, ceiling)

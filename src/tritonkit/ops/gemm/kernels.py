@@ -13,6 +13,9 @@ acc += (sum_{k in step} x w) s_x(m, step) s_w(n, step), in fp32, which also keep
 DeepSeek-V3's promotion to fp32 every 128 values does). Weight-only: w's codes are converted to x's dtype (exact for
 int8 and float8 in bf16 and fp16) for the product.
 
+Persistent (codes with tensor or row scales, large M and N on Hopper): the same sums, the scales in the epilogue,
+with each program walking many output tiles and x, w and out moved by TMA (_scaled_linear_persistent_kernel).
+
 Split-K GEMV (weight-only, a few rows of x): K is cut into S splits of whole K steps, [k_s, k_{s+1}); the program of
 a block of rows and outputs and split s writes the fp32 partial P_s[m, n] = sum_{k_s <= k < k_{s+1}} x[m, k] s_w(n, k)
 w[n, k], and a second kernel sums them in split order, out[m, n] = (sum_{s=0}^{S-1} P_s[m, n]) s_w(n) + bias[n]
@@ -77,11 +80,10 @@ def _codes_as(b_w, DTYPE: tl.constexpr, UPCAST: tl.constexpr):
 
 
 @triton.jit
-def _store_output(b_out, p_x_scale, p_w_scale, p_bias, p_out, o_m, o_n, M, N, stride_xs_m, stride_ws_n, stride_out_m,
-                  X_SCALE: tl.constexpr, W_SCALE: tl.constexpr, G: tl.constexpr, SCALE: tl.constexpr,
-                  HAS_BIAS: tl.constexpr):  # fmt: skip
-    """out[o_m, o_n] = b_out (fp32 sums [M, N]) times the scales that do not vary along K (SCALE), plus bias, in
-    out's dtype."""
+def _epilogue(b_out, p_x_scale, p_w_scale, p_bias, o_m, o_n, M, N, stride_xs_m, stride_ws_n, X_SCALE: tl.constexpr,
+              W_SCALE: tl.constexpr, G: tl.constexpr, SCALE: tl.constexpr, HAS_BIAS: tl.constexpr):  # fmt: skip
+    """b_out (fp32 sums [M, N] of outputs o_m, o_n) times the scales that do not vary along K (SCALE), plus bias, in
+    fp32."""
     m_m, m_n = o_m < M, o_n < N
     if SCALE:
         x_scale = _row_scales(p_x_scale, o_m, m_m, stride_xs_m, 0, X_SCALE, G)
@@ -89,8 +91,18 @@ def _store_output(b_out, p_x_scale, p_w_scale, p_bias, p_out, o_m, o_n, M, N, st
         b_out = b_out * x_scale[:, None] * w_scale[None, :]
     if HAS_BIAS:
         b_out += tl.load(p_bias + o_n, mask=m_n, other=0.0).to(tl.float32)[None, :]
+    return b_out
+
+
+@triton.jit
+def _store_output(b_out, p_x_scale, p_w_scale, p_bias, p_out, o_m, o_n, M, N, stride_xs_m, stride_ws_n, stride_out_m,
+                  X_SCALE: tl.constexpr, W_SCALE: tl.constexpr, G: tl.constexpr, SCALE: tl.constexpr,
+                  HAS_BIAS: tl.constexpr):  # fmt: skip
+    """out[o_m, o_n] = _epilogue(b_out), in out's dtype."""
+    b_out = _epilogue(b_out, p_x_scale, p_w_scale, p_bias, o_m, o_n, M, N, stride_xs_m, stride_ws_n, X_SCALE, W_SCALE,
+                      G, SCALE, HAS_BIAS)  # fmt: skip
     p_out_tile = p_out + o_m.to(tl.int64)[:, None] * stride_out_m + o_n[None, :]
-    tl.store(p_out_tile, b_out.to(p_out.dtype.element_ty), mask=m_m[:, None] & m_n[None, :])
+    tl.store(p_out_tile, b_out.to(p_out.dtype.element_ty), mask=(o_m < M)[:, None] & (o_n < N)[None, :])
 
 
 @triton.jit
@@ -142,6 +154,48 @@ def _scaled_linear_kernel(
         p_w_tile += BLOCK_K
     _store_output(acc.to(tl.float32), p_x_scale, p_w_scale, p_bias, p_out, o_m, o_n, M, N, stride_xs_m,
                   stride_ws_n, stride_out_m, X_SCALE, W_SCALE, G, not PER_STEP, HAS_BIAS)  # fmt: skip
+
+
+@triton.jit
+def _scaled_linear_persistent_kernel(
+    x_desc, w_desc, out_desc, p_x_scale, p_w_scale, p_bias, M, N, K, stride_xs_m, stride_ws_n, n_programs,
+    X_SCALE: tl.constexpr, W_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr, INT_ACC: tl.constexpr,
+    UPCAST: tl.constexpr, FP8_PROMOTE: tl.constexpr, SPLIT_STORE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_SIZE: tl.constexpr,
+):  # fmt: skip
+    """The tiled kernel's product for codes with tensor or row scales (none varies along K), in Hopper's form.
+    Persistent: n_programs programs (at most one per multiprocessor) walk the output tiles, program p taking tiles p,
+    p + n_programs, ... in grouped order, so the next tile's loads overlap this tile's epilogue. TMA: x (M, K) and w
+    (N, K) are read and out (M, N) written through tensor descriptors, which fill the ragged edges' reads with zeros
+    (so a padded K step adds 0) and clip their writes; the loop needs no masks. out = s_x(m) s_w(n) (sum_k x w) +
+    bias[n], the sums in int32 (INT_ACC) or fp32, the scales and bias in the epilogue. SPLIT_STORE: the tile is
+    stored as two BLOCK_M x BLOCK_N / 2 halves (out_desc's block), halving the shared memory the store stages."""
+    n_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    # The epilogue's tile is counted apart from the loop's, so that the flattened loop's prologue (the next tile's
+    # first loads) does not wait for this tile's index arithmetic.
+    tile_out = tl.program_id(0) - n_programs
+    for tile in tl.range(tl.program_id(0), n_tiles, n_programs, flatten=True):
+        i_m, i_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_SIZE)
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.int32 if INT_ACC else tl.float32)
+        for k in range(0, K, BLOCK_K):
+            b_x = x_desc.load([i_m * BLOCK_M, k])  # [M, K]
+            b_w = w_desc.load([i_n * BLOCK_N, k])  # [N, K]
+            if INT_ACC:
+                acc = tl.dot(b_x, tl.trans(b_w), acc, out_dtype=tl.int32)
+            else:
+                acc += dot_fp32(b_x, tl.trans(b_w), "tf32", UPCAST, FP8_PROMOTE)
+        tile_out += n_programs
+        i_m, i_n = grouped_tile(tile_out, M, N, BLOCK_M, BLOCK_N, GROUP_SIZE)
+        o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        o_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        b_out = _epilogue(acc.to(tl.float32), p_x_scale, p_w_scale, p_bias, o_m, o_n, M, N, stride_xs_m, stride_ws_n,
+                          X_SCALE, W_SCALE, 1, True, HAS_BIAS).to(out_desc.dtype)  # fmt: skip
+        if SPLIT_STORE:
+            b_left, b_right = tl.split(tl.permute(tl.reshape(b_out, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
+            out_desc.store([i_m * BLOCK_M, i_n * BLOCK_N], b_left)
+            out_desc.store([i_m * BLOCK_M, i_n * BLOCK_N + BLOCK_N // 2], b_right)
+        else:
+            out_desc.store([i_m * BLOCK_M, i_n * BLOCK_N], b_out)
 
 
 @triton.jit

@@ -13,7 +13,13 @@ from tritonkit._core.device import arch, sm_count
 from tritonkit._core.env import interpreting
 from tritonkit._core.ints import cdiv, next_power_of_2
 from tritonkit._core.scales import FORMATS, granularity_of
-from tritonkit.ops.gemm.kernels import _gemv_split_k_kernel, _scaled_linear_kernel, _split_k_reduce_kernel
+from tritonkit._core.tma import descriptor, has_tma, tma_readable
+from tritonkit.ops.gemm.kernels import (
+    _gemv_split_k_kernel,
+    _scaled_linear_kernel,
+    _scaled_linear_persistent_kernel,
+    _split_k_reduce_kernel,
+)
 from tritonkit.ops.gemm.plan import (
     REDUCE_OUTPUTS,
     REDUCE_WARPS,
@@ -124,9 +130,10 @@ def _output(x, w, bias, out_dtype) -> torch.Tensor:
     return out
 
 
-def choose_plan(weight_only: bool, m: int, device: torch.device) -> GemmTiles | GemvPlan:
-    """The split-K GEMV for weight-only calls with few rows of x (plan.gemv_plan's bound), else the tiled kernel."""
-    return (weight_only and gemv_plan(arch(device), m)) or gemm_tiles(arch(device), m, weight_only=weight_only)
+def choose_plan(weight_only: bool, m: int, n: int, device: torch.device) -> GemmTiles | GemvPlan:
+    """The split-K GEMV for weight-only calls with few rows of x (plan.gemv_plan's bound), else the tiled or
+    persistent kernel's tiles (plan.gemm_tiles)."""
+    return (weight_only and gemv_plan(arch(device), m)) or gemm_tiles(arch(device), m, weight_only=weight_only, n=n)
 
 
 def scaled_linear_fwd(
@@ -140,7 +147,8 @@ def scaled_linear_fwd(
     plan: GemmTiles | GemvPlan | None = None,
 ) -> torch.Tensor:
     """out (..., N) in ``out_dtype`` of validated arguments (kernels.py's definition). ``plan``: GemmTiles runs the
-    tiled kernel, GemvPlan the split-K GEMV (weight-only calls only); None: choose_plan."""
+    tiled kernel, or the persistent one where its ``persistent`` asks and the call allows (_persistent_applies),
+    GemvPlan the split-K GEMV (weight-only calls only); None: choose_plan."""
     weight_only = x.dtype not in CODE_KINDS
     if plan is not None and not isinstance(plan, (GemmTiles, GemvPlan)):
         raise TypeError(f"scaled_linear: plan must be a GemmTiles or a GemvPlan, got {type(plan).__name__}")
@@ -157,7 +165,7 @@ def scaled_linear_fwd(
     group = max(x_size, w_size)
     x_scale, stride_xs = _scale_rows(x_scale, x_granularity)
     w_scale, stride_ws = _scale_rows(w_scale, w_granularity)
-    tiles = plan or choose_plan(weight_only, rows.shape[0], x.device)
+    tiles = plan or choose_plan(weight_only, rows.shape[0], n_out, x.device)
     block_k = min(tiles.block_k, group) if group else tiles.block_k
     block_k = max(block_k, MIN_VALUE_K if weight_only else MIN_CODE_K)
     per_step = x_granularity == "group" or w_granularity in ("group", "block")
@@ -165,6 +173,11 @@ def scaled_linear_fwd(
     precision = "ieee" if x.dtype == torch.float32 else "tf32"
     if isinstance(tiles, GemvPlan):
         _gemv(rows, w, w_scale, stride_ws, w_granularity, max(group, 1), bias, out_rows, tiles, block_k, precision)
+        return out
+    if tiles.persistent and _persistent_applies(rows, w, out_rows, x_granularity, w_granularity):
+        _persistent(rows, w, x_scale, stride_xs, w_scale, stride_ws, bias, out_rows, tiles, block_k,
+                    X_SCALE=x_granularity, W_SCALE=w_granularity,
+                    INT_ACC=x.dtype == torch.int8 and not upcast)  # fmt: skip
         return out
     _tiled(rows, w, x_scale, stride_xs, w_scale, stride_ws, bias, out_rows, tiles, block_k, X_SCALE=x_granularity,
            W_SCALE=w_granularity, G=max(group, 1), INT_ACC=x.dtype == torch.int8 and not per_step and not upcast,
@@ -185,6 +198,31 @@ def _tiled(rows, w, x_scale, stride_xs, w_scale, stride_ws, bias, out_rows, tile
         FP8_PROMOTE=(min(tiles.fp8_promote, block_k) or None) if float8_product else None,
         BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=block_k, GROUP_SIZE=tiles.group,
         num_warps=tiles.warps, num_stages=tiles.stages,
+    )  # fmt: skip
+
+
+def _persistent_applies(rows, w, out_rows, x_granularity: str, w_granularity: str) -> bool:
+    """Whether the persistent kernel takes a call of codes: scales that do not vary along K, a GPU with TMA (or the
+    interpreter), and rows, w and out that tensor descriptors can address (K and the output's rows 16-byte aligned)."""
+    return (x_granularity in ("tensor", "row") and w_granularity in ("tensor", "row") and has_tma(arch(rows.device))
+            and all(tma_readable(t) for t in (rows, w, out_rows)))  # fmt: skip
+
+
+def _persistent(rows, w, x_scale, stride_xs, w_scale, stride_ws, bias, out_rows, tiles: GemmTiles, block_k: int,
+                **constexprs) -> None:  # fmt: skip
+    """The persistent kernel over rows (M, K) and w (N, K) into out_rows (M, N): one program per multiprocessor at
+    most, tiles' plan with a K step of block_k; ``constexprs``: the scales' forms and the product's (kernels.py)."""
+    m, n = out_rows.shape
+    n_programs = min(sm_count(rows.device), cdiv(m, tiles.block_m) * cdiv(n, tiles.block_n))
+    store_n = tiles.block_n // 2 if tiles.split_store else tiles.block_n
+    float8_product = CODE_KINDS[w.dtype] == "fp8"
+    _scaled_linear_persistent_kernel[(n_programs,)](
+        descriptor(rows, [tiles.block_m, block_k]), descriptor(w, [tiles.block_n, block_k]),
+        descriptor(out_rows, [tiles.block_m, store_n]), x_scale, w_scale, bias, m, n, w.shape[1], stride_xs, stride_ws,
+        n_programs, HAS_BIAS=bias is not None, UPCAST=interpreting(), **constexprs,
+        FP8_PROMOTE=(min(tiles.fp8_promote, block_k) or None) if float8_product else None,
+        SPLIT_STORE=tiles.split_store, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=block_k,
+        GROUP_SIZE=tiles.group, num_warps=tiles.warps, num_stages=tiles.stages,
     )  # fmt: skip
 
 

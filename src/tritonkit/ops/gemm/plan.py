@@ -2,8 +2,9 @@
 and by how many rows x has (a decode step's few rows take narrow tiles, or most of each tile would be padding); and
 the split-K GEMV of weight-only layers at a few rows, with the heuristic that picks its number of K splits.
 
-MEASURED holds the tiled kernel's many-rows tile on sm90 for x holding codes; everything else takes FALLBACK and
-GEMV_FALLBACK, the documented fallback of an unknown GPU. The tiled fallback fits the 99 KB of shared memory of
+MEASURED holds the tiled kernel's many-rows tile on sm90 for x holding codes, and PERSISTENT the persistent TMA
+kernel's tile for large products of codes on sm90; everything else takes FALLBACK and GEMV_FALLBACK, the documented
+fallback of an unknown GPU. The tiled fallback fits the 99 KB of shared memory of
 sm86/sm89 at three stages with one-byte operands (two 128 x 64 tiles: 16 KB a stage); the GEMV's tiles are small
 enough for any GPU (its one-row form buffers nothing in shared memory).
 """
@@ -27,6 +28,10 @@ class GemmTiles:
     # an fp32 promotion inside a K step (each step's sum is added in fp32 anyway); 0: Triton's sm_90 default (none).
     # On an H100, 32 cut the largest error over the rms from 1.6e-3 to 2.7e-4 at K = 128; 64 cost 17% at 8192^3.
     fp8_promote: int = 0
+    # The persistent TMA kernel (codes with tensor or row scales, operands a tensor descriptor can address, sm90 and
+    # newer); elsewhere the tiled kernel runs with these tiles.
+    persistent: bool = False
+    split_store: bool = False  # persistent: out stored in two block_m x block_n / 2 halves (half the staging)
 
 
 # Rows of x (M) -> tiles: the first entry whose bound is >= M.
@@ -44,8 +49,28 @@ MEASURED: dict[str, tuple] = {
 }
 
 
-def gemm_tiles(arch: str, m: int, *, weight_only: bool = False) -> GemmTiles:
-    """The tiles for ``m`` rows of x (``weight_only``: x holds bf16/fp16/fp32 values, not codes)."""
+# Products of codes at least this large in M and N take the persistent kernel where PERSISTENT has the arch: below,
+# the output is at most 64 tiles of 128 x 128, under one wave of an H100's 132 multiprocessors, so each program takes
+# one tile and persistence has no next tile to overlap.
+PERSISTENT_MIN_SIZE = 1024
+# sm90: the many-rows tile of MEASURED, not yet timed in the persistent kernel (benchmarks/fp8_persistent.py).
+PERSISTENT: dict[str, GemmTiles] = {"sm90": GemmTiles(128, 128, 128, 8, 3, 8, persistent=True)}
+# The persistent tiles benchmarks/fp8_persistent.py times on sm90 (and the GPU tests check): 128 or 256 outputs wide,
+# three or four stages, 8 warps; 128 x 256 stores its output in halves, or 4 stages of 48 KB and the 64 KB bf16 tile
+# it stages would pass the H100's 227 KB of shared memory.
+PERSISTENT_CANDIDATES = (
+    PERSISTENT["sm90"],
+    GemmTiles(128, 128, 128, 8, 4, 8, persistent=True),
+    GemmTiles(128, 256, 128, 8, 3, 8, persistent=True, split_store=True),
+    GemmTiles(128, 256, 128, 8, 4, 8, persistent=True, split_store=True),
+)
+
+
+def gemm_tiles(arch: str, m: int, *, weight_only: bool = False, n: int = 0) -> GemmTiles:
+    """The tiles for ``m`` rows of x and ``n`` outputs (``weight_only``: x holds bf16/fp16/fp32 values, not codes);
+    the persistent kernel's where ``arch`` has one and both are at least PERSISTENT_MIN_SIZE."""
+    if not weight_only and min(m, n) >= PERSISTENT_MIN_SIZE and arch in PERSISTENT:
+        return PERSISTENT[arch]
     table = FALLBACK if weight_only else MEASURED.get(arch, FALLBACK)
     return next((tiles for bound, tiles in table if m <= bound), table[-1][1])
 

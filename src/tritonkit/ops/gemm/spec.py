@@ -83,6 +83,11 @@ def _flops(case, dtype) -> int:
     return 2 * math.prod(case.lead) * case.m * case.n * case.k
 
 
+def _operand_dtype(case, dtype) -> torch.dtype:
+    """The products' operands: x's codes, or weight-only x's own dtype (w's codes are converted to it)."""
+    return CODES[case.x] if case.x else dtype
+
+
 def _scale_count(rows: int, k: int, granularity: str, block: int) -> int:
     groups = cdiv(k, block)
     return {"tensor": 1, "row": rows, "group": rows * groups, "block": cdiv(rows, block) * groups}[granularity]
@@ -143,12 +148,19 @@ _TESTS = (
     {"m": 16, "n": 50, "k": 2100, "w": "int8", "w_scale": "group", "block": 128, "bias": True},  # 16 rows, split
     {"m": 1, "n": 29, "k": 77, "w": "e5m2", "w_scale": "tensor", "lead": (4,)},  # x (4, 1, 77): a decode batch
     {"m": 24, "n": 20, "k": 70, "w": "e4m3"},  # weight-only beyond 16 rows: the tiled kernel
+    # M and N >= 1024 take the persistent TMA kernel: float8 with a bias, int8 with a ragged tile-row and K step
+    {"m": 1024, "n": 1024, "k": 64, "x": "e4m3", "w": "e4m3", "x_scale": "tensor", "w_scale": "row", "bias": True},
+    {"m": 1025, "n": 1024, "k": 48, "x": "int8", "w": "int8"},
 )  # fmt: skip
 _GPU = (
     {"m": 4096, "n": 7168, "k": 7168, "x": "e4m3", "w": "e4m3", "x_scale": "group", "w_scale": "block"},
     {"m": 2049, "n": 2112, "k": 7168, "x": "e4m3", "w": "e4m3", "x_scale": "group", "w_scale": "block"},
     {"m": 1000, "n": 4096, "k": 4100, "x": "e4m3", "w": "e4m3", "bias": True},
-    {"m": 4097, "n": 4096, "k": 4096, "x": "int8", "w": "int8"},
+    {"m": 4097, "n": 4096, "k": 4096, "x": "int8", "w": "int8"},  # the persistent kernel, as the next three
+    {"m": 2048, "n": 2560, "k": 4096, "x": "e4m3", "w": "e4m3", "x_scale": "tensor", "w_scale": "row", "bias": True},
+    {"m": 1500, "n": 1032, "k": 1040, "x": "e5m2", "w": "e4m3", "x_scale": "row", "w_scale": "tensor"},
+    {"m": 3000, "n": 1100, "k": 2000, "x": "int8", "w": "int8", "x_scale": "tensor", "w_scale": "tensor",
+     "bias": True},
     {"m": 777, "n": 1000, "k": 1500, "x": "int8", "w": "int8", "x_scale": "tensor", "w_scale": "tensor"},
     {"m": 1, "n": 14336, "k": 4096, "w": "int8"},
     {"m": 16, "n": 14336, "k": 4096, "w": "e4m3", "w_scale": "block"},
@@ -189,6 +201,7 @@ register(KernelSpec(
     bench_cases=_BENCH,
     bytes_moved=_bytes,
     flops=_flops,
+    operand_dtype=_operand_dtype,
     dtypes=FLOAT_DTYPES,
     tolerance=_tolerance,
     peers={"scaled_mm": _peer("scaled_mm"), "int_mm": _peer("int_mm"), "cublas": _peer("cublas")},
@@ -276,6 +289,7 @@ register(KernelSpec(
     bench_cases=_DYNAMIC_BENCH,
     bytes_moved=_dynamic_bytes,
     flops=lambda case, dtype: 2 * math.prod(case.lead) * case.m * case.n * case.k,
+    operand_dtype=lambda case, dtype: CODES[case.x or case.w],  # x quantized to its codes inside the kernel
     dtypes=FLOAT_DTYPES,
     tolerance=_dynamic_tolerance,
     peers={},

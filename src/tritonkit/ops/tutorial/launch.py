@@ -22,6 +22,7 @@ from tritonkit._core.elementwise import ElementwisePlan, launch_elementwise
 from tritonkit._core.env import upcast_bf16_dots
 from tritonkit._core.gemm_plan import FIXED_TILE, FIXED_TILE_STAGES, FIXED_TILE_WARPS, input_precision
 from tritonkit._core.ints import cdiv, next_power_of_2
+from tritonkit._core.tma import descriptor, tma_readable
 from tritonkit.ops.tutorial.kernels import (
     _add_kernel,
     _copy_kernel,
@@ -35,7 +36,6 @@ from tritonkit.ops.tutorial.plan import (
     IMAGE_TILE,
     MATMUL_VARIANTS,
     MAX_COPY_BLOCK,
-    TMA_ALIGNMENT,
     ImageTile,
     PersistentTile,
     add_plan,
@@ -184,7 +184,7 @@ def matmul_fwd(a: torch.Tensor, b: torch.Tensor, variant: str, group_size: int |
     flags = {"INPUT_PRECISION": input_precision(a.dtype), "UPCAST": upcast_bf16_dots(a.dtype)}
     if variant == "persistent":
         tile = persistent_tile(arch(a.device), a.element_size())
-        if tile is not None and all(_tma_readable(t) for t in (a, b if b.stride(1) == 1 else b.t(), c)):
+        if tile is not None and all(tma_readable(t) for t in (a, b if b.stride(1) == 1 else b.t(), c)):
             _matmul_persistent(a, b, c, tile, flags)
             return c
         variant = "auto"  # no TMA on this GPU, or operands it cannot read: the variant auto picks
@@ -205,22 +205,14 @@ def matmul_fwd(a: torch.Tensor, b: torch.Tensor, variant: str, group_size: int |
     return c
 
 
-def _tma_readable(t: torch.Tensor) -> bool:
-    """Whether a tensor descriptor can address ``t``: row-major with 16-byte aligned rows and base."""
-    return (t.stride(1) == 1 and (t.stride(0) * t.element_size()) % TMA_ALIGNMENT == 0
-            and t.data_ptr() % TMA_ALIGNMENT == 0)  # fmt: skip
-
-
 def _matmul_persistent(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, tile: PersistentTile, flags: dict) -> None:
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
     m, k = a.shape
     n = b.shape[1]
-    a_desc = TensorDescriptor.from_tensor(a, [tile.block_m, tile.block_k])
+    a_desc = descriptor(a, [tile.block_m, tile.block_k])
     b_transposed = b.stride(1) != 1  # B^T row-major: a weight in F.linear's layout
-    b_desc = (TensorDescriptor.from_tensor(b.t(), [tile.block_n, tile.block_k]) if b_transposed
-              else TensorDescriptor.from_tensor(b, [tile.block_k, tile.block_n]))  # fmt: skip
-    c_desc = TensorDescriptor.from_tensor(c, [tile.block_m, tile.block_n])
+    b_desc = (descriptor(b.t(), [tile.block_n, tile.block_k]) if b_transposed
+              else descriptor(b, [tile.block_k, tile.block_n]))  # fmt: skip
+    c_desc = descriptor(c, [tile.block_m, tile.block_n])
     n_programs = min(sm_count(a.device), cdiv(m, tile.block_m) * cdiv(n, tile.block_n))
     _matmul_persistent_kernel[(n_programs,)](
         a_desc, b_desc, c_desc, m, n, k, n_programs, BLOCK_M=tile.block_m, BLOCK_N=tile.block_n,

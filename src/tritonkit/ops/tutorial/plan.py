@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from tritonkit._core.elementwise import FALLBACK_PLAN, ElementwisePlan
 from tritonkit._core.env import interpreting
+from tritonkit._core.tma import has_tma
 
 MAX_COPY_BLOCK = 65536  # copy's block_size limit: a 64 K-element block is 256 KB of fp32 registers a program
 DEFAULT_GROUP_SIZE = 8  # the grouped variant's tile-rows per group: enough programs to share A's rows in L2
@@ -53,7 +54,6 @@ PERSISTENT_SM90 = PersistentTile(128, 256, 64, 8, 3, 8)
 # the TMA store would pass the H100's 227 KB; 128 x 128 tiles with K steps of 32 take 32 KB a stage.
 PERSISTENT_SM90_FP32 = PersistentTile(128, 128, 32, 8, 3, 8)
 PERSISTENT_INTERPRETER = PersistentTile(32, 32, 32, 4, 1, 2)
-TMA_ALIGNMENT = 16  # bytes: a tensor descriptor's row strides and base address must be multiples of it
 
 
 def persistent_tile(arch: str, itemsize: int) -> PersistentTile | None:
@@ -61,7 +61,7 @@ def persistent_tile(arch: str, itemsize: int) -> PersistentTile | None:
     Hopper): the autotuned variant runs there instead."""
     if interpreting():
         return PERSISTENT_INTERPRETER
-    if int(arch.removeprefix("sm")) < 90:
+    if not has_tma(arch):
         return None
     return PERSISTENT_SM90_FP32 if itemsize == 4 else PERSISTENT_SM90
 

@@ -1,0 +1,26 @@
+"""Tensor descriptors (TMA, Hopper and newer) on the host: which tensors one can address, and making them."""
+
+from __future__ import annotations
+
+import torch
+
+TMA_ALIGNMENT = 16  # bytes: a tensor descriptor's row strides and base address must be multiples of it
+
+
+def has_tma(arch: str) -> bool:
+    """Whether GPUs of ``arch`` ("sm90") have the tensor memory accelerator: Hopper (sm90) and newer."""
+    return int(arch.removeprefix("sm")) >= 90
+
+
+def tma_readable(t: torch.Tensor) -> bool:
+    """Whether a tensor descriptor can address the 2-D tensor ``t``: row-major with 16-byte aligned rows and base."""
+    return (t.stride(1) == 1 and (t.stride(0) * t.element_size()) % TMA_ALIGNMENT == 0
+            and t.data_ptr() % TMA_ALIGNMENT == 0)  # fmt: skip
+
+
+def descriptor(t: torch.Tensor, block: list[int]):
+    """A host tensor descriptor of the 2-D tensor ``t`` read or written in ``block``-shaped tiles (TMA fills the
+    ragged edges' reads with zeros and clips their writes)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    return TensorDescriptor.from_tensor(t, block)
