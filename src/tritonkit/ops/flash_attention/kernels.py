@@ -152,15 +152,10 @@ def _fwd_block(acc, m_i, l_i, b_q, p_k, p_v, start_n, o_m, o_n, o_d, shift, left
         b_s, _ = _scores(b_q, b_k, qk_scale, softcap_log2, SOFTCAP, DOT_PRECISION, UPCAST)  # [M, N], base 2
     if MASK:
         b_s = tl.where(_visible(o_m, o_j, shift, left, right, seqlen_q, seqlen_k), b_s, float("-inf"))
-    if RAW_MAX:
-        m_new = tl.maximum(m_i, tl.max(b_s, axis=1) * qk_scale)
-    else:
-        m_new = tl.maximum(m_i, tl.max(b_s, axis=1))
+    score_scale = qk_scale if RAW_MAX else 1.0  # b_s * score_scale: the scores in base 2
+    m_new = tl.maximum(m_i, tl.max(b_s, axis=1) * score_scale)
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that saw no key yet: exp2(-inf - 0) = 0
-    if RAW_MAX:
-        b_p = approx(b_s * qk_scale - m_safe[:, None], "ex2")
-    else:
-        b_p = approx(b_s - m_safe[:, None], "ex2")
+    b_p = approx(b_s * score_scale - m_safe[:, None], "ex2")
     alpha = approx(m_i - m_safe, "ex2")
     l_i = l_i * alpha + tl.sum(b_p, axis=1)
     acc = acc * alpha[:, None] + dot_fp32(b_p.to(b_v.dtype), b_v, DOT_PRECISION, UPCAST)
