@@ -1,7 +1,7 @@
 """Sweep flash attention's launch tiles on one shape, with SDPA's flash and cuDNN backends timed in the same run.
 
     python3 benchmarks/attention_configs.py [--b 4 --h 32 --hk 32 --n 4096 --d 128] [--part fwd|dkdv|dq|all]
-                                            [--out FILE]
+                                            [--forward sweep|descriptors] [--out FILE]
 
 Each kernel of the plan (forward, dK/dV, dQ) is swept on its own, the others kept at the measured plan; times are
 triton.testing.do_bench medians (eager calls; at these sizes a call is milliseconds, so launch cost is noise).
@@ -24,6 +24,10 @@ FORWARD = [Tiles(m, n, w, s) for m, n, w, s in (
     (128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 3), (128, 32, 4, 3), (64, 64, 4, 3), (128, 128, 8, 2),
     (128, 64, 8, 4), (64, 128, 4, 3), (128, 128, 8, 4), (64, 64, 4, 4),
 )]  # fmt: skip
+# --forward descriptors: the measured forward tile beside the same tiles reading K and V through tensor descriptors
+DESCRIPTOR_TILES = [Tiles(m, n, w, s, kv_descriptors=kv) for m, n, w, s in (
+    (128, 64, 8, 4), (128, 64, 8, 3), (128, 128, 8, 3), (128, 128, 8, 2),
+) for kv in (False, True)]  # fmt: skip
 DKDV = [Tiles(m, n, w, s) for m, n, w, s in (
     (32, 128, 4, 3), (64, 128, 8, 3), (64, 64, 4, 3), (32, 64, 4, 3), (64, 128, 4, 2), (32, 128, 8, 3),
     (64, 128, 8, 2), (16, 128, 4, 3),
@@ -50,6 +54,12 @@ def main() -> int:
         parser.add_argument(f"--{name}", type=int, default=default)
     parser.add_argument("--part", choices=("fwd", "dkdv", "dq", "all"), default="all")
     parser.add_argument("--causal", choices=("both", "yes", "no"), default="both")
+    parser.add_argument(
+        "--forward",
+        choices=("sweep", "descriptors"),
+        default="sweep",
+        help="forward tiles: the sweep, or pointer loads against tensor descriptors for K and V",
+    )
     parser.add_argument("--out")
     args = parser.parse_args()
     b, h, hk, n, d = args.b, args.h, args.hk, args.n, args.d
@@ -87,7 +97,7 @@ def main() -> int:
                 lines.append(f"| {causal} | {name} | - | failed: {str(error).splitlines()[0][:80]} | - |")
             print(lines[-1], flush=True)
         if args.part in ("fwd", "all"):
-            for tiles in FORWARD:
+            for tiles in FORWARD if args.forward == "sweep" else DESCRIPTOR_TILES:
                 plan = dataclasses.replace(measured, forward=tiles)
                 try:
                     ms = _ms(launch.attention_fwd, q, k, v, *common, plan=plan)

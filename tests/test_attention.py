@@ -18,6 +18,8 @@ REFERENCE = catalog.get("attention").reference
 VARLEN_REFERENCE = catalog.get("attention_varlen").reference
 SMALL = AttentionPlan(Tiles(16, 16, 4, 1), Tiles(16, 16, 4, 1), Tiles(16, 16, 4, 1))  # many blocks at small sizes
 UNEVEN = AttentionPlan(Tiles(32, 16, 4, 1), Tiles(16, 32, 4, 1), Tiles(16, 32, 4, 1))  # rows and keys tiled apart
+# K and V through tensor descriptors in the forward (TMA on Hopper; the interpreter runs descriptors too)
+DESCRIPTORS = AttentionPlan(Tiles(16, 16, 4, 1, kv_descriptors=True), SMALL.dkdv, SMALL.dq)
 
 
 def _qkv(device, b=1, hq=2, hk=1, sq=17, sk=17, d=16, dtype=torch.float32, scale=1.0):
@@ -60,11 +62,30 @@ WALKS = [  # (sq, sk, causal, window, softcap): every mix of masked and whole bl
 ]
 
 
-@pytest.mark.parametrize("plan", [SMALL, UNEVEN], ids=["16x16", "uneven"])
+@pytest.mark.parametrize("plan", [SMALL, UNEVEN, DESCRIPTORS], ids=["16x16", "uneven", "descriptors"])
 @pytest.mark.parametrize(("sq", "sk", "causal", "window", "softcap"), WALKS)
 def test_every_run_of_the_block_walk(sq, sk, causal, window, softcap, plan):
     torch.manual_seed(sq * 1000 + sk)
     _launch_and_compare(*_qkv("cpu", hq=2, hk=1, sq=sq, sk=sk), plan, causal, window, softcap)
+
+
+@pytest.mark.parametrize("heads_dim", [1, 2], ids=["bhsd", "bshd"])
+def test_descriptors_in_both_layouts_with_a_ragged_head_dim(heads_dim):
+    """The forward's K and V descriptors address (B, H, S, D) and (B, S, H, D) in their own order, GQA reads the
+    key head of each query head, and columns past a head dim of 24 (tiles of 32) read as zeros."""
+    torch.manual_seed(4)
+    q, k, v = (x.transpose(1, 2).contiguous() if heads_dim == 2 else x for x in _qkv("cpu", b=2, hq=4, hk=2, sq=40,
+                                                                                      sk=45, d=24))  # fmt: skip
+    seq_dim = 3 - heads_dim
+    scale = 24**-0.5
+    left, right = launch._check_window("test", (-1, -1), True)
+    args = (None, None, q.shape[seq_dim], k.shape[seq_dim], heads_dim, scale, left, right, 0.0)
+    assert launch._kv_descriptors(k, v, heads_dim, False, DESCRIPTORS.forward, 32)[0] is not None
+    out, lse = launch.attention_fwd(q, k, v, *args, plan=DESCRIPTORS)
+    as_bhsd = (lambda x: x.transpose(1, 2)) if heads_dim == 2 else (lambda x: x)
+    exact_out, exact_lse = REFERENCE(*(as_bhsd(x).double() for x in (q, k, v)), causal=True, return_lse=True)
+    torch.testing.assert_close(as_bhsd(out), exact_out.float(), atol=2e-5, rtol=1e-4)
+    torch.testing.assert_close(lse, exact_lse.float(), atol=2e-5, rtol=1e-4)
 
 
 def test_gqa_group_of_sixteen_with_small_tiles():

@@ -65,6 +65,23 @@ def _load_rows(p, start, o_r, stride_s, o_d, n_rows, head_dim, MASK_ROWS: tl.con
 
 
 @triton.jit
+def _kv_tile(p, desc, i_b, i_h, start, o_r, stride_s, o_d, n_rows, head_dim, MASK_ROWS: tl.constexpr,
+             EVEN_D: tl.constexpr, DESCRIPTOR: tl.constexpr, SEQ_FIRST: tl.constexpr):  # fmt: skip
+    """The [R, D] key or value tile of rows start + o_r of (batch i_b, head i_h): through the tensor descriptor
+    ``desc`` (TMA on Hopper; its 4-D box is one head's rows, so rows past the sequence and columns past head_dim
+    read as 0 with no mask; SEQ_FIRST: the tensor is (B, S, H, D), else (B, H, S, D)), or as _load_rows reads it."""
+    if DESCRIPTOR:
+        block: tl.constexpr = (o_r.shape[0], o_d.shape[0])
+        if SEQ_FIRST:
+            tile = tl.reshape(desc.load([i_b, start, i_h, 0]), block)
+        else:
+            tile = tl.reshape(desc.load([i_b, i_h, start, 0]), block)
+    else:
+        tile = _load_rows(p, start, o_r, stride_s, o_d, n_rows, head_dim, MASK_ROWS, EVEN_D)
+    return tile
+
+
+@triton.jit
 def _runs(lo, hi, full_from, full_to, BLOCK: tl.constexpr):
     """Blocks of BLOCK starting at lo, lo + BLOCK, ... up to hi: their count, and the run [first_full, last_full)
     of those whose start lies in [full_from, full_to] (the ones no mask cuts)."""
@@ -131,10 +148,11 @@ def _scores(b_q, b_k, qk_scale, softcap_log2, SOFTCAP: tl.constexpr, DOT_PRECISI
 
 
 @triton.jit
-def _fwd_block(acc, m_i, l_i, b_q, p_k, p_v, start_n, o_m, o_n, o_d, shift, left, right, seqlen_q, seqlen_k, head_dim,
-               stride_k_s, stride_v_s, qk_scale, softcap_log2,
+def _fwd_block(acc, m_i, l_i, b_q, p_k, p_v, desc_k, desc_v, i_b, i_hk, start_n, o_m, o_n, o_d, shift, left, right,
+               seqlen_q, seqlen_k, head_dim, stride_k_s, stride_v_s, qk_scale, softcap_log2,
                MASK: tl.constexpr, SOFTCAP: tl.constexpr, RAW_MAX: tl.constexpr, EVEN_D: tl.constexpr,
-               DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):  # fmt: skip
+               DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, KV_DESCRIPTORS: tl.constexpr,
+               SEQ_FIRST: tl.constexpr):  # fmt: skip
     """One online-softmax step over the keys [start_n, start_n + BLOCK_N).
 
     The step is bound by the arithmetic per score as much as by the products (the exponentials and the fp32 work
@@ -144,8 +162,10 @@ def _fwd_block(acc, m_i, l_i, b_q, p_k, p_v, start_n, o_m, o_n, o_d, shift, left
     score then takes one fused multiply-add (raw * qk_scale - m) before its exponential; the exponential is PTX's
     ex2.approx.ftz (one instruction; arguments are <= 0, so only terms below 2^-126 of the row's largest flush)."""
     o_j = start_n + o_n
-    b_k = _load_rows(p_k, start_n, o_n, stride_k_s, o_d, seqlen_k, head_dim, MASK, EVEN_D)  # [N, D]
-    b_v = _load_rows(p_v, start_n, o_n, stride_v_s, o_d, seqlen_k, head_dim, MASK, EVEN_D)  # [N, D]
+    b_k = _kv_tile(p_k, desc_k, i_b, i_hk, start_n, o_n, stride_k_s, o_d, seqlen_k, head_dim, MASK, EVEN_D,
+                   KV_DESCRIPTORS, SEQ_FIRST)  # fmt: skip
+    b_v = _kv_tile(p_v, desc_v, i_b, i_hk, start_n, o_n, stride_v_s, o_d, seqlen_k, head_dim, MASK, EVEN_D,
+                   KV_DESCRIPTORS, SEQ_FIRST)  # fmt: skip
     if RAW_MAX:
         b_s = dot_fp32(b_q, tl.trans(b_k), DOT_PRECISION, UPCAST)  # [M, N], unscaled
     else:
@@ -164,15 +184,17 @@ def _fwd_block(acc, m_i, l_i, b_q, p_k, p_v, start_n, o_m, o_n, o_d, shift, left
 
 @triton.jit
 def _attention_fwd_kernel(
-    p_q, p_k, p_v, p_o, p_lse, p_cu_seqlens_q, p_cu_seqlens_k,
+    p_q, p_k, p_v, desc_k, desc_v, p_o, p_lse, p_cu_seqlens_q, p_cu_seqlens_k,
     seqlen_q, seqlen_k, n_heads_q, group, head_dim, left, right, qk_scale, softcap_log2,
     stride_q_b, stride_q_h, stride_q_s, stride_k_b, stride_k_h, stride_k_s, stride_v_b, stride_v_h, stride_v_s,
     stride_o_b, stride_o_h, stride_o_s, stride_lse_b, stride_lse_h,
     IS_VARLEN: tl.constexpr, SOFTCAP: tl.constexpr, RAW_MAX: tl.constexpr, DOT_PRECISION: tl.constexpr,
     UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr,
+    KV_DESCRIPTORS: tl.constexpr, SEQ_FIRST: tl.constexpr,
 ):  # fmt: skip
     """O and lse (natural log, fp32) for BLOCK_M query rows of one (batch, query head); see the module docstring.
-    The head dimension has unit stride (the launcher makes it so); lse rows have unit stride."""
+    The head dimension has unit stride (the launcher makes it so); lse rows have unit stride. KV_DESCRIPTORS (dense
+    inputs only): K and V are read through the tensor descriptors desc_k and desc_v (_kv_tile)."""
     i_m, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // n_heads_q, i_bh % n_heads_q
     q_start, seqlen_q = _sequence(i_b, p_cu_seqlens_q, seqlen_q, IS_VARLEN)
@@ -197,10 +219,11 @@ def _attention_fwd_kernel(
     for run in tl.static_range(3):  # masked blocks, whole blocks (no mask), masked blocks
         begin, end = _run_span(run, first_full, last_full, n_blocks)
         for i_n in range(begin, end):
-            acc, m_i, l_i = _fwd_block(acc, m_i, l_i, b_q, p_k, p_v, lo + i_n * BLOCK_N, o_m, o_n, o_d, shift,
-                                       left, right, seqlen_q, seqlen_k, head_dim, stride_k_s, stride_v_s, qk_scale,
-                                       softcap_log2, run != 1, SOFTCAP, RAW_MAX, EVEN_D, DOT_PRECISION,
-                                       UPCAST)  # fmt: skip
+            acc, m_i, l_i = _fwd_block(acc, m_i, l_i, b_q, p_k, p_v, desc_k, desc_v, i_b, i_h // group,
+                                       lo + i_n * BLOCK_N, o_m, o_n, o_d, shift, left, right, seqlen_q, seqlen_k,
+                                       head_dim, stride_k_s, stride_v_s, qk_scale, softcap_log2, run != 1, SOFTCAP,
+                                       RAW_MAX, EVEN_D, DOT_PRECISION, UPCAST, KV_DESCRIPTORS,
+                                       SEQ_FIRST)  # fmt: skip
     seen = l_i > 0.0
     l_safe = tl.where(seen, l_i, 1.0)
     b_o = acc / l_safe[:, None]

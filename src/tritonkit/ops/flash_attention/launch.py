@@ -16,6 +16,7 @@ from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_same_dtype,
 from tritonkit._core.device import arch, pipeline_depth
 from tritonkit._core.env import upcast_bf16_dots
 from tritonkit._core.ints import cdiv, next_power_of_2
+from tritonkit._core.tma import descriptor, has_tma, tma_readable
 from tritonkit.ops.flash_attention.kernels import (
     _attention_bwd_delta_kernel,
     _attention_bwd_dkdv_kernel,
@@ -213,17 +214,30 @@ def attention_fwd(
     stages = pipeline_depth(tiles.stages, 2 * tiles.block_n * block_d * q.element_size(), q.device)
     qk_scale, softcap_log2 = _scales(scale, softcap)
     grid = (cdiv(seqlen_q, tiles.block_m), n_batch * n_heads_q)
+    desc_k, desc_v = _kv_descriptors(k, v, heads_dim, packed, tiles, block_d)
     _attention_fwd_kernel[grid](
-        q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
+        q, k, v, desc_k, desc_v, out, lse, cu_seqlens_q, cu_seqlens_k,
         seqlen_q, seqlen_k, n_heads_q, n_heads_q // n_heads_k, head_dim, window_left, window_right, qk_scale,
         softcap_log2,
         *_strides(q, heads_dim, packed), *_strides(k, heads_dim, packed), *_strides(v, heads_dim, packed),
         *_strides(out, heads_dim, packed), *_lse_strides(lse, packed),
         IS_VARLEN=packed, SOFTCAP=softcap != 0.0, RAW_MAX=softcap == 0.0 and scale > 0.0, **_dot_flags(q.dtype),
         BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_D=block_d, EVEN_D=block_d == head_dim,
-        num_warps=tiles.warps, num_stages=stages,
+        KV_DESCRIPTORS=desc_k is not None, SEQ_FIRST=heads_dim == 2, num_warps=tiles.warps, num_stages=stages,
     )  # fmt: skip
     return out, lse
+
+
+def _kv_descriptors(k, v, heads_dim: int, packed: bool, tiles, block_d: int) -> tuple:
+    """Tensor descriptors of the dense K and V (4-D, in their own dimension order, one head's block_n x block_d rows
+    a box) where the forward's tiles ask for them, the GPU has TMA and every stride but the head dim's is a positive
+    multiple of 16 bytes (an expanded head, stride 0, is not); else (None, None): pointer loads."""
+    if not tiles.kv_descriptors or packed or not has_tma(arch(k.device)):
+        return None, None
+    if not all(tma_readable(x) for x in (k, v)):
+        return None, None
+    box = [1, tiles.block_n, 1, block_d] if heads_dim == 2 else [1, 1, tiles.block_n, block_d]
+    return descriptor(k, box), descriptor(v, box)
 
 
 def attention_bwd(

@@ -21,6 +21,9 @@ class Tiles:
     block_n: int  # keys: per step (forward, dQ) or per program (dK/dV)
     warps: int
     stages: int  # software pipeline depth of the inner loop (shrunk where shared memory is short)
+    # Forward only: read K and V through tensor descriptors (TMA) where the GPU has them and the inputs allow
+    # (dense, 16-byte aligned strides); else pointer loads.
+    kv_descriptors: bool = False
 
 
 @dataclass(frozen=True)
