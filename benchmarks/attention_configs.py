@@ -97,7 +97,12 @@ def main() -> int:
                 lines.append(f"| {causal} | {name} | - | failed: {str(error).splitlines()[0][:80]} | - |")
             print(lines[-1], flush=True)
         if args.part in ("fwd", "all"):
-            for tiles in FORWARD if args.forward == "sweep" else DESCRIPTOR_TILES:
+            if args.forward == "sweep":
+                candidates = FORWARD
+            else:  # the measured tile both ways, and at d128 the tiles around it
+                candidates = [dataclasses.replace(measured.forward, kv_descriptors=kv) for kv in (False, True)]
+                candidates += DESCRIPTOR_TILES if block_d == 128 else []
+            for tiles in candidates:
                 plan = dataclasses.replace(measured, forward=tiles)
                 try:
                     ms = _ms(launch.attention_fwd, q, k, v, *common, plan=plan)

@@ -276,7 +276,7 @@ def _dkdv_block(dk, dv, b_k, b_v, p_q, p_do, p_lse, p_delta, start_m, o_m, o_n, 
         lse_log2 = tl.load(p_lse + o_i) * LOG2_E  # [M]
         b_delta = tl.load(p_delta + o_i)  # [M]
     b_st, b_t = _scores(b_k, b_q, qk_scale, softcap_log2, SOFTCAP, DOT_PRECISION, UPCAST)  # [N, M]
-    b_pt = approx(b_st - lse_log2[None, :], "ex2")
+    b_pt = tl.exp2(b_st - lse_log2[None, :])
     if MASK:
         b_pt = tl.where(tl.trans(_visible(o_i, o_n, shift, left, right, seqlen_q, seqlen_k)), b_pt, 0.0)
     dv += dot_fp32(b_pt.to(b_do.dtype), b_do, DOT_PRECISION, UPCAST)
@@ -350,7 +350,7 @@ def _dq_block(dq, b_q, b_do, lse_log2, b_delta, p_k, p_v, start_n, o_m, o_n, o_d
     b_k = _load_rows(p_k, start_n, o_n, stride_k_s, o_d, seqlen_k, head_dim, MASK, EVEN_D)  # [N, D]
     b_v = _load_rows(p_v, start_n, o_n, stride_v_s, o_d, seqlen_k, head_dim, MASK, EVEN_D)  # [N, D]
     b_s, b_t = _scores(b_q, b_k, qk_scale, softcap_log2, SOFTCAP, DOT_PRECISION, UPCAST)  # [M, N]
-    b_p = approx(b_s - lse_log2[:, None], "ex2")
+    b_p = tl.exp2(b_s - lse_log2[:, None])
     if MASK:
         b_p = tl.where(_visible(o_m, o_j, shift, left, right, seqlen_q, seqlen_k), b_p, 0.0)
     b_dp = dot_fp32(b_do, tl.trans(b_v), DOT_PRECISION, UPCAST)  # [M, N]
