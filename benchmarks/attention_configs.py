@@ -1,9 +1,11 @@
 """Sweep flash attention's launch tiles on one shape, with SDPA's flash and cuDNN backends timed in the same run.
 
     python3 benchmarks/attention_configs.py [--b 4 --h 32 --hk 32 --n 4096 --d 128] [--part fwd|dkdv|dq|all]
-                                            [--forward sweep|descriptors] [--out FILE]
+                                            [--tiles sweep|descriptors] [--out FILE]
 
-Each kernel of the plan (forward, dK/dV, dQ) is swept on its own, the others kept at the measured plan; times are
+Each kernel of the plan (forward, dK/dV, dQ) is swept on its own, the others kept at the measured plan (--tiles
+descriptors: each kernel's measured tile with pointer loads and with tensor descriptors, and at d128 the forward tiles
+around it both ways); times are
 triton.testing.do_bench medians (eager calls; at these sizes a call is milliseconds, so launch cost is noise).
 TFLOP/s count 4·B·H·N²·D for the forward, half when causal, and 2.5 times that for the backward.
 """
@@ -24,8 +26,8 @@ FORWARD = [Tiles(m, n, w, s) for m, n, w, s in (
     (128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 3), (128, 32, 4, 3), (64, 64, 4, 3), (128, 128, 8, 2),
     (128, 64, 8, 4), (64, 128, 4, 3), (128, 128, 8, 4), (64, 64, 4, 4),
 )]  # fmt: skip
-# --forward descriptors: the measured forward tile beside the same tiles reading K and V through tensor descriptors
-DESCRIPTOR_TILES = [Tiles(m, n, w, s, kv_descriptors=kv) for m, n, w, s in (
+# --tiles descriptors at d128: forward tiles around the measured one, reading K and V by pointers and by descriptors
+DESCRIPTOR_TILES = [Tiles(m, n, w, s, descriptors=kv) for m, n, w, s in (
     (128, 64, 8, 4), (128, 64, 8, 3), (128, 128, 8, 3), (128, 128, 8, 2),
 ) for kv in (False, True)]  # fmt: skip
 DKDV = [Tiles(m, n, w, s) for m, n, w, s in (
@@ -43,6 +45,10 @@ def _ms(fn, *args, **kwargs) -> float:
     return triton.testing.do_bench(lambda: fn(*args, **kwargs))
 
 
+def _both_ways(tiles: Tiles) -> list[Tiles]:
+    return [dataclasses.replace(tiles, descriptors=flag) for flag in (False, True)]
+
+
 def _sdpa_fwd_bwd(q, k, v, grad, **options):
     leaves = [x.detach().requires_grad_() for x in (q, k, v)]
     return torch.autograd.grad(torch.nn.functional.scaled_dot_product_attention(*leaves, **options), leaves, grad)
@@ -55,10 +61,10 @@ def main() -> int:
     parser.add_argument("--part", choices=("fwd", "dkdv", "dq", "all"), default="all")
     parser.add_argument("--causal", choices=("both", "yes", "no"), default="both")
     parser.add_argument(
-        "--forward",
+        "--tiles",
         choices=("sweep", "descriptors"),
         default="sweep",
-        help="forward tiles: the sweep, or pointer loads against tensor descriptors for K and V",
+        help="the tile sweep, or each kernel's tiles with pointer loads against tensor descriptors",
     )
     parser.add_argument("--out")
     args = parser.parse_args()
@@ -97,11 +103,12 @@ def main() -> int:
                 lines.append(f"| {causal} | {name} | - | failed: {str(error).splitlines()[0][:80]} | - |")
             print(lines[-1], flush=True)
         if args.part in ("fwd", "all"):
-            if args.forward == "sweep":
+            if args.tiles == "sweep":
                 candidates = FORWARD
             else:  # the measured tile both ways, and at d128 the tiles around it
-                candidates = [dataclasses.replace(measured.forward, kv_descriptors=kv) for kv in (False, True)]
-                candidates += DESCRIPTOR_TILES if block_d == 128 else []
+                candidates = list(
+                    dict.fromkeys(_both_ways(measured.forward) + (DESCRIPTOR_TILES if block_d == 128 else []))
+                )
             for tiles in candidates:
                 plan = dataclasses.replace(measured, forward=tiles)
                 try:
@@ -113,6 +120,8 @@ def main() -> int:
                     continue
                 row("fwd", tiles, ms, flops)
         for part, candidates in (("dkdv", DKDV), ("dq", DQ)):
+            if args.tiles == "descriptors":
+                candidates = _both_ways(getattr(measured, part))
             if args.part not in (part, "all"):
                 continue
             for tiles in candidates:

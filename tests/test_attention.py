@@ -18,8 +18,8 @@ REFERENCE = catalog.get("attention").reference
 VARLEN_REFERENCE = catalog.get("attention_varlen").reference
 SMALL = AttentionPlan(Tiles(16, 16, 4, 1), Tiles(16, 16, 4, 1), Tiles(16, 16, 4, 1))  # many blocks at small sizes
 UNEVEN = AttentionPlan(Tiles(32, 16, 4, 1), Tiles(16, 32, 4, 1), Tiles(16, 32, 4, 1))  # rows and keys tiled apart
-# K and V through tensor descriptors in the forward (TMA on Hopper; the interpreter runs descriptors too)
-DESCRIPTORS = AttentionPlan(Tiles(16, 16, 4, 1, kv_descriptors=True), SMALL.dkdv, SMALL.dq)
+# Streamed tiles through tensor descriptors in every kernel (TMA on Hopper; the interpreter runs descriptors too)
+DESCRIPTORS = AttentionPlan(*(Tiles(16, 16, 4, 1, descriptors=True),) * 3)
 
 
 def _qkv(device, b=1, hq=2, hk=1, sq=17, sk=17, d=16, dtype=torch.float32, scale=1.0):
@@ -71,21 +71,26 @@ def test_every_run_of_the_block_walk(sq, sk, causal, window, softcap, plan):
 
 @pytest.mark.parametrize("heads_dim", [1, 2], ids=["bhsd", "bshd"])
 def test_descriptors_in_both_layouts_with_a_ragged_head_dim(heads_dim):
-    """The forward's K and V descriptors address (B, H, S, D) and (B, S, H, D) in their own order, GQA reads the
-    key head of each query head, and columns past a head dim of 24 (tiles of 32) read as zeros."""
+    """The descriptors of every kernel (K and V in the forward and dQ, Q and dO in dK/dV) address (B, H, S, D) and
+    (B, S, H, D) in their own order, GQA reads the key head of each query head, and columns past a head dim of 24
+    (tiles of 32) read as zeros: output, lse and the three gradients against the float64 reference."""
     torch.manual_seed(4)
-    q, k, v = (x.transpose(1, 2).contiguous() if heads_dim == 2 else x for x in _qkv("cpu", b=2, hq=4, hk=2, sq=40,
-                                                                                      sk=45, d=24))  # fmt: skip
-    seq_dim = 3 - heads_dim
-    scale = 24**-0.5
-    left, right = launch._check_window("test", (-1, -1), True)
-    args = (None, None, q.shape[seq_dim], k.shape[seq_dim], heads_dim, scale, left, right, 0.0)
-    assert launch._kv_descriptors(k, v, heads_dim, False, DESCRIPTORS.forward, 32)[0] is not None
-    out, lse = launch.attention_fwd(q, k, v, *args, plan=DESCRIPTORS)
     as_bhsd = (lambda x: x.transpose(1, 2)) if heads_dim == 2 else (lambda x: x)
-    exact_out, exact_lse = REFERENCE(*(as_bhsd(x).double() for x in (q, k, v)), causal=True, return_lse=True)
+    q, k, v = (as_bhsd(x).contiguous() for x in _qkv("cpu", b=2, hq=4, hk=2, sq=40, sk=45, d=24))
+    grad_out = torch.randn_like(q)
+    seq_dim = 3 - heads_dim
+    left, right = launch._check_window("test", (-1, -1), True)
+    args = (None, None, q.shape[seq_dim], k.shape[seq_dim], heads_dim, 24**-0.5, left, right, 0.0)
+    assert None not in launch._descriptors((q, grad_out, k, v), heads_dim, False, DESCRIPTORS.forward, 16, 32)
+    out, lse = launch.attention_fwd(q, k, v, *args, plan=DESCRIPTORS)
+    grads = launch.attention_bwd(grad_out, q, k, v, out, lse, *args, plan=DESCRIPTORS)
+    leaves = [as_bhsd(x).double().requires_grad_() for x in (q, k, v)]
+    exact_out, exact_lse = REFERENCE(*leaves, causal=True, return_lse=True)
+    exact_grads = torch.autograd.grad(exact_out, leaves, as_bhsd(grad_out).double())
     torch.testing.assert_close(as_bhsd(out), exact_out.float(), atol=2e-5, rtol=1e-4)
     torch.testing.assert_close(lse, exact_lse.float(), atol=2e-5, rtol=1e-4)
+    for name, ours, exact in zip("qkv", grads, exact_grads, strict=True):
+        torch.testing.assert_close(as_bhsd(ours), exact.float(), atol=2e-5, rtol=1e-4, msg=f"d{name}")
 
 
 def test_gqa_group_of_sixteen_with_small_tiles():

@@ -65,11 +65,12 @@ def _load_rows(p, start, o_r, stride_s, o_d, n_rows, head_dim, MASK_ROWS: tl.con
 
 
 @triton.jit
-def _kv_tile(p, desc, i_b, i_h, start, o_r, stride_s, o_d, n_rows, head_dim, MASK_ROWS: tl.constexpr,
-             EVEN_D: tl.constexpr, DESCRIPTOR: tl.constexpr, SEQ_FIRST: tl.constexpr):  # fmt: skip
-    """The [R, D] key or value tile of rows start + o_r of (batch i_b, head i_h): through the tensor descriptor
-    ``desc`` (TMA on Hopper; its 4-D box is one head's rows, so rows past the sequence and columns past head_dim
-    read as 0 with no mask; SEQ_FIRST: the tensor is (B, S, H, D), else (B, H, S, D)), or as _load_rows reads it."""
+def _stream_tile(p, desc, i_b, i_h, start, o_r, stride_s, o_d, n_rows, head_dim, MASK_ROWS: tl.constexpr,
+                 EVEN_D: tl.constexpr, DESCRIPTOR: tl.constexpr, SEQ_FIRST: tl.constexpr):  # fmt: skip
+    """The [R, D] tile of rows start + o_r of (batch i_b, head i_h) that a kernel's loop streams (K and V in the
+    forward and dQ, Q and dO in dK/dV): through the tensor descriptor ``desc`` (TMA on Hopper; its 4-D box is one
+    head's rows, so rows past the sequence and columns past head_dim read as 0 with no mask; SEQ_FIRST: the tensor
+    is (B, S, H, D), else (B, H, S, D)), or as _load_rows reads it."""
     if DESCRIPTOR:
         block: tl.constexpr = (o_r.shape[0], o_d.shape[0])
         if SEQ_FIRST:
@@ -151,7 +152,7 @@ def _scores(b_q, b_k, qk_scale, softcap_log2, SOFTCAP: tl.constexpr, DOT_PRECISI
 def _fwd_block(acc, m_i, l_i, b_q, p_k, p_v, desc_k, desc_v, i_b, i_hk, start_n, o_m, o_n, o_d, shift, left, right,
                seqlen_q, seqlen_k, head_dim, stride_k_s, stride_v_s, qk_scale, softcap_log2,
                MASK: tl.constexpr, SOFTCAP: tl.constexpr, RAW_MAX: tl.constexpr, EVEN_D: tl.constexpr,
-               DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, KV_DESCRIPTORS: tl.constexpr,
+               DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, DESCRIPTORS: tl.constexpr,
                SEQ_FIRST: tl.constexpr):  # fmt: skip
     """One online-softmax step over the keys [start_n, start_n + BLOCK_N).
 
@@ -162,10 +163,10 @@ def _fwd_block(acc, m_i, l_i, b_q, p_k, p_v, desc_k, desc_v, i_b, i_hk, start_n,
     score then takes one fused multiply-add (raw * qk_scale - m) before its exponential; the exponential is PTX's
     ex2.approx.ftz (one instruction; arguments are <= 0, so only terms below 2^-126 of the row's largest flush)."""
     o_j = start_n + o_n
-    b_k = _kv_tile(p_k, desc_k, i_b, i_hk, start_n, o_n, stride_k_s, o_d, seqlen_k, head_dim, MASK, EVEN_D,
-                   KV_DESCRIPTORS, SEQ_FIRST)  # fmt: skip
-    b_v = _kv_tile(p_v, desc_v, i_b, i_hk, start_n, o_n, stride_v_s, o_d, seqlen_k, head_dim, MASK, EVEN_D,
-                   KV_DESCRIPTORS, SEQ_FIRST)  # fmt: skip
+    b_k = _stream_tile(p_k, desc_k, i_b, i_hk, start_n, o_n, stride_k_s, o_d, seqlen_k, head_dim, MASK, EVEN_D,
+                   DESCRIPTORS, SEQ_FIRST)  # fmt: skip
+    b_v = _stream_tile(p_v, desc_v, i_b, i_hk, start_n, o_n, stride_v_s, o_d, seqlen_k, head_dim, MASK, EVEN_D,
+                   DESCRIPTORS, SEQ_FIRST)  # fmt: skip
     if RAW_MAX:
         b_s = dot_fp32(b_q, tl.trans(b_k), DOT_PRECISION, UPCAST)  # [M, N], unscaled
     else:
@@ -190,11 +191,11 @@ def _attention_fwd_kernel(
     stride_o_b, stride_o_h, stride_o_s, stride_lse_b, stride_lse_h,
     IS_VARLEN: tl.constexpr, SOFTCAP: tl.constexpr, RAW_MAX: tl.constexpr, DOT_PRECISION: tl.constexpr,
     UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr,
-    KV_DESCRIPTORS: tl.constexpr, SEQ_FIRST: tl.constexpr,
+    DESCRIPTORS: tl.constexpr, SEQ_FIRST: tl.constexpr,
 ):  # fmt: skip
     """O and lse (natural log, fp32) for BLOCK_M query rows of one (batch, query head); see the module docstring.
-    The head dimension has unit stride (the launcher makes it so); lse rows have unit stride. KV_DESCRIPTORS (dense
-    inputs only): K and V are read through the tensor descriptors desc_k and desc_v (_kv_tile)."""
+    The head dimension has unit stride (the launcher makes it so); lse rows have unit stride. DESCRIPTORS (dense
+    inputs only): K and V are read through the tensor descriptors desc_k and desc_v (_stream_tile)."""
     i_m, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // n_heads_q, i_bh % n_heads_q
     q_start, seqlen_q = _sequence(i_b, p_cu_seqlens_q, seqlen_q, IS_VARLEN)
@@ -222,7 +223,7 @@ def _attention_fwd_kernel(
             acc, m_i, l_i = _fwd_block(acc, m_i, l_i, b_q, p_k, p_v, desc_k, desc_v, i_b, i_h // group,
                                        lo + i_n * BLOCK_N, o_m, o_n, o_d, shift, left, right, seqlen_q, seqlen_k,
                                        head_dim, stride_k_s, stride_v_s, qk_scale, softcap_log2, run != 1, SOFTCAP,
-                                       RAW_MAX, EVEN_D, DOT_PRECISION, UPCAST, KV_DESCRIPTORS,
+                                       RAW_MAX, EVEN_D, DOT_PRECISION, UPCAST, DESCRIPTORS,
                                        SEQ_FIRST)  # fmt: skip
     seen = l_i > 0.0
     l_safe = tl.where(seen, l_i, 1.0)
@@ -260,15 +261,17 @@ def _attention_bwd_delta_kernel(
 
 
 @triton.jit
-def _dkdv_block(dk, dv, b_k, b_v, p_q, p_do, p_lse, p_delta, start_m, o_m, o_n, o_d, shift, left, right, seqlen_q,
-                seqlen_k, head_dim, stride_q_s, stride_do_s, qk_scale, softcap_log2, ds_scale,
-                MASK: tl.constexpr, SOFTCAP: tl.constexpr, EVEN_D: tl.constexpr, DOT_PRECISION: tl.constexpr,
-               UPCAST: tl.constexpr):  # fmt: skip
+def _dkdv_block(dk, dv, b_k, b_v, p_q, p_do, desc_q, desc_do, i_b, i_h, p_lse, p_delta, start_m, o_m, o_n, o_d,
+                shift, left, right, seqlen_q, seqlen_k, head_dim, stride_q_s, stride_do_s, qk_scale, softcap_log2,
+                ds_scale, MASK: tl.constexpr, SOFTCAP: tl.constexpr, EVEN_D: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                UPCAST: tl.constexpr, DESCRIPTORS: tl.constexpr, SEQ_FIRST: tl.constexpr):  # fmt: skip
     """Add the query rows [start_m, start_m + BLOCK_M) to the key block's dK and dV, in transposed form ([N, M]
     tiles), so that no tile needs a transpose before its product."""
     o_i = start_m + o_m
-    b_q = _load_rows(p_q, start_m, o_m, stride_q_s, o_d, seqlen_q, head_dim, MASK, EVEN_D)  # [M, D]
-    b_do = _load_rows(p_do, start_m, o_m, stride_do_s, o_d, seqlen_q, head_dim, MASK, EVEN_D)  # [M, D]
+    b_q = _stream_tile(p_q, desc_q, i_b, i_h, start_m, o_m, stride_q_s, o_d, seqlen_q, head_dim, MASK, EVEN_D,
+                       DESCRIPTORS, SEQ_FIRST)  # fmt: skip
+    b_do = _stream_tile(p_do, desc_do, i_b, i_h, start_m, o_m, stride_do_s, o_d, seqlen_q, head_dim, MASK, EVEN_D,
+                        DESCRIPTORS, SEQ_FIRST)  # fmt: skip
     if MASK:
         lse_log2 = tl.load(p_lse + o_i, mask=o_i < seqlen_q, other=0.0) * LOG2_E  # [M]
         b_delta = tl.load(p_delta + o_i, mask=o_i < seqlen_q, other=0.0)  # [M]
@@ -290,16 +293,18 @@ def _dkdv_block(dk, dv, b_k, b_v, p_q, p_do, p_lse, p_delta, start_m, o_m, o_n, 
 
 @triton.jit
 def _attention_bwd_dkdv_kernel(
-    p_q, p_k, p_v, p_do, p_lse, p_delta, p_dk, p_dv, p_cu_seqlens_q, p_cu_seqlens_k,
+    p_q, p_k, p_v, p_do, p_lse, p_delta, desc_q, desc_do, p_dk, p_dv, p_cu_seqlens_q, p_cu_seqlens_k,
     seqlen_q, seqlen_k, n_heads_k, group, head_dim, left, right, qk_scale, softcap_log2, ds_scale,
     stride_q_b, stride_q_h, stride_q_s, stride_k_b, stride_k_h, stride_k_s, stride_v_b, stride_v_h, stride_v_s,
     stride_do_b, stride_do_h, stride_do_s, stride_lse_b, stride_lse_h,
     stride_dk_b, stride_dk_h, stride_dk_s, stride_dv_b, stride_dv_h, stride_dv_s,
     IS_VARLEN: tl.constexpr, SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr,
+    DESCRIPTORS: tl.constexpr, SEQ_FIRST: tl.constexpr,
 ):  # fmt: skip
     """dK and dV of BLOCK_N keys of one (batch, key head): the sum over the group's query heads and the query blocks
-    that see these keys (the delta and lse tensors share one layout)."""
+    that see these keys (the delta and lse tensors share one layout). DESCRIPTORS (dense inputs only): Q and dO are
+    read through desc_q and desc_do (_stream_tile)."""
     i_n, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_hk = i_bh // n_heads_k, i_bh % n_heads_k
     q_start, seqlen_q = _sequence(i_b, p_cu_seqlens_q, seqlen_q, IS_VARLEN)
@@ -321,7 +326,8 @@ def _attention_bwd_dkdv_kernel(
     shift = seqlen_k - seqlen_q
     lo, n_blocks, first_full, last_full = _query_runs(n_lo, shift, left, right, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N)
     for i_g in range(0, group):
-        i_h64 = (i_hk * group + i_g).to(tl.int64)
+        i_h = i_hk * group + i_g
+        i_h64 = i_h.to(tl.int64)
         p_q_h = p_q + i_b64 * stride_q_b + i_h64 * stride_q_h + q_start * stride_q_s
         p_do_h = p_do + i_b64 * stride_do_b + i_h64 * stride_do_h + q_start * stride_do_s
         p_lse_h = p_lse + i_b64 * stride_lse_b + i_h64 * stride_lse_h + q_start
@@ -329,10 +335,10 @@ def _attention_bwd_dkdv_kernel(
         for run in tl.static_range(3):  # masked blocks, whole blocks (no mask), masked blocks
             begin, end = _run_span(run, first_full, last_full, n_blocks)
             for i_m in range(begin, end):
-                dk, dv = _dkdv_block(dk, dv, b_k, b_v, p_q_h, p_do_h, p_lse_h, p_delta_h, lo + i_m * BLOCK_M, o_m, o_n,
-                                     o_d, shift, left, right, seqlen_q, seqlen_k, head_dim, stride_q_s, stride_do_s,
-                                     qk_scale, softcap_log2, ds_scale, run != 1, SOFTCAP, EVEN_D, DOT_PRECISION,
-                                     UPCAST)  # fmt: skip
+                dk, dv = _dkdv_block(dk, dv, b_k, b_v, p_q_h, p_do_h, desc_q, desc_do, i_b, i_h, p_lse_h, p_delta_h,
+                                     lo + i_m * BLOCK_M, o_m, o_n, o_d, shift, left, right, seqlen_q, seqlen_k,
+                                     head_dim, stride_q_s, stride_do_s, qk_scale, softcap_log2, ds_scale, run != 1,
+                                     SOFTCAP, EVEN_D, DOT_PRECISION, UPCAST, DESCRIPTORS, SEQ_FIRST)  # fmt: skip
     p_dk += i_b64 * stride_dk_b + i_hk64 * stride_dk_h + (k_start + n_lo) * stride_dk_s
     p_dv += i_b64 * stride_dv_b + i_hk64 * stride_dv_h + (k_start + n_lo) * stride_dv_s
     m_kv = (o_n[:, None] < seqlen_k) & (o_d[None, :] < head_dim)
@@ -341,14 +347,16 @@ def _attention_bwd_dkdv_kernel(
 
 
 @triton.jit
-def _dq_block(dq, b_q, b_do, lse_log2, b_delta, p_k, p_v, start_n, o_m, o_n, o_d, shift, left, right, seqlen_q,
-              seqlen_k, head_dim, stride_k_s, stride_v_s, qk_scale, softcap_log2, ds_scale,
+def _dq_block(dq, b_q, b_do, lse_log2, b_delta, p_k, p_v, desc_k, desc_v, i_b, i_hk, start_n, o_m, o_n, o_d, shift,
+              left, right, seqlen_q, seqlen_k, head_dim, stride_k_s, stride_v_s, qk_scale, softcap_log2, ds_scale,
               MASK: tl.constexpr, SOFTCAP: tl.constexpr, EVEN_D: tl.constexpr, DOT_PRECISION: tl.constexpr,
-               UPCAST: tl.constexpr):  # fmt: skip
+              UPCAST: tl.constexpr, DESCRIPTORS: tl.constexpr, SEQ_FIRST: tl.constexpr):  # fmt: skip
     """Add the keys [start_n, start_n + BLOCK_N) to the query block's dQ."""
     o_j = start_n + o_n
-    b_k = _load_rows(p_k, start_n, o_n, stride_k_s, o_d, seqlen_k, head_dim, MASK, EVEN_D)  # [N, D]
-    b_v = _load_rows(p_v, start_n, o_n, stride_v_s, o_d, seqlen_k, head_dim, MASK, EVEN_D)  # [N, D]
+    b_k = _stream_tile(p_k, desc_k, i_b, i_hk, start_n, o_n, stride_k_s, o_d, seqlen_k, head_dim, MASK, EVEN_D,
+                       DESCRIPTORS, SEQ_FIRST)  # fmt: skip
+    b_v = _stream_tile(p_v, desc_v, i_b, i_hk, start_n, o_n, stride_v_s, o_d, seqlen_k, head_dim, MASK, EVEN_D,
+                       DESCRIPTORS, SEQ_FIRST)  # fmt: skip
     b_s, b_t = _scores(b_q, b_k, qk_scale, softcap_log2, SOFTCAP, DOT_PRECISION, UPCAST)  # [M, N]
     b_p = tl.exp2(b_s - lse_log2[:, None])
     if MASK:
@@ -363,14 +371,16 @@ def _dq_block(dq, b_q, b_do, lse_log2, b_delta, p_k, p_v, start_n, o_m, o_n, o_d
 
 @triton.jit
 def _attention_bwd_dq_kernel(
-    p_q, p_k, p_v, p_do, p_lse, p_delta, p_dq, p_cu_seqlens_q, p_cu_seqlens_k,
+    p_q, p_k, p_v, p_do, p_lse, p_delta, desc_k, desc_v, p_dq, p_cu_seqlens_q, p_cu_seqlens_k,
     seqlen_q, seqlen_k, n_heads_q, group, head_dim, left, right, qk_scale, softcap_log2, ds_scale,
     stride_q_b, stride_q_h, stride_q_s, stride_k_b, stride_k_h, stride_k_s, stride_v_b, stride_v_h, stride_v_s,
     stride_do_b, stride_do_h, stride_do_s, stride_lse_b, stride_lse_h, stride_dq_b, stride_dq_h, stride_dq_s,
     IS_VARLEN: tl.constexpr, SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr,
+    DESCRIPTORS: tl.constexpr, SEQ_FIRST: tl.constexpr,
 ):  # fmt: skip
-    """dQ of BLOCK_M query rows of one (batch, query head): the sum over the key blocks they see."""
+    """dQ of BLOCK_M query rows of one (batch, query head): the sum over the key blocks they see. DESCRIPTORS (dense
+    inputs only): K and V are read through desc_k and desc_v (_stream_tile)."""
     i_m, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // n_heads_q, i_bh % n_heads_q
     q_start, seqlen_q = _sequence(i_b, p_cu_seqlens_q, seqlen_q, IS_VARLEN)
@@ -399,9 +409,10 @@ def _attention_bwd_dq_kernel(
     for run in tl.static_range(3):  # masked blocks, whole blocks (no mask), masked blocks
         begin, end = _run_span(run, first_full, last_full, n_blocks)
         for i_n in range(begin, end):
-            dq = _dq_block(dq, b_q, b_do, lse_log2, b_delta, p_k, p_v, lo + i_n * BLOCK_N, o_m, o_n, o_d, shift,
-                           left, right, seqlen_q, seqlen_k, head_dim, stride_k_s, stride_v_s, qk_scale, softcap_log2,
-                           ds_scale, run != 1, SOFTCAP, EVEN_D, DOT_PRECISION, UPCAST)  # fmt: skip
+            dq = _dq_block(dq, b_q, b_do, lse_log2, b_delta, p_k, p_v, desc_k, desc_v, i_b, i_h // group,
+                           lo + i_n * BLOCK_N, o_m, o_n, o_d, shift, left, right, seqlen_q, seqlen_k, head_dim,
+                           stride_k_s, stride_v_s, qk_scale, softcap_log2, ds_scale, run != 1, SOFTCAP, EVEN_D,
+                           DOT_PRECISION, UPCAST, DESCRIPTORS, SEQ_FIRST)  # fmt: skip
     p_dq += i_b64 * stride_dq_b + i_h64 * stride_dq_h + (q_start + m_lo) * stride_dq_s
     m_q = (o_m[:, None] < seqlen_q) & (o_d[None, :] < head_dim)
     tl.store(p_dq + o_r[:, None] * stride_dq_s + o_d[None, :], dq.to(p_dq.dtype.element_ty), mask=m_q)

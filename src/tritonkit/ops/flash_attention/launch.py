@@ -23,7 +23,7 @@ from tritonkit.ops.flash_attention.kernels import (
     _attention_bwd_dq_kernel,
     _attention_fwd_kernel,
 )
-from tritonkit.ops.flash_attention.plan import AttentionPlan, attention_plan
+from tritonkit.ops.flash_attention.plan import AttentionPlan, Tiles, attention_plan
 
 LAYOUTS = {"bhsd": 1, "bshd": 2}  # layout -> the dimension of q, k and v that indexes heads
 MAX_HEAD_DIM = 256  # the widest tile the plans hold: q, k and v blocks of 256 columns in registers and shared memory
@@ -214,7 +214,7 @@ def attention_fwd(
     stages = pipeline_depth(tiles.stages, 2 * tiles.block_n * block_d * q.element_size(), q.device)
     qk_scale, softcap_log2 = _scales(scale, softcap)
     grid = (cdiv(seqlen_q, tiles.block_m), n_batch * n_heads_q)
-    desc_k, desc_v = _kv_descriptors(k, v, heads_dim, packed, tiles, block_d)
+    desc_k, desc_v = _descriptors((k, v), heads_dim, packed, tiles, tiles.block_n, block_d)
     _attention_fwd_kernel[grid](
         q, k, v, desc_k, desc_v, out, lse, cu_seqlens_q, cu_seqlens_k,
         seqlen_q, seqlen_k, n_heads_q, n_heads_q // n_heads_k, head_dim, window_left, window_right, qk_scale,
@@ -223,21 +223,22 @@ def attention_fwd(
         *_strides(out, heads_dim, packed), *_lse_strides(lse, packed),
         IS_VARLEN=packed, SOFTCAP=softcap != 0.0, RAW_MAX=softcap == 0.0 and scale > 0.0, **_dot_flags(q.dtype),
         BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_D=block_d, EVEN_D=block_d == head_dim,
-        KV_DESCRIPTORS=desc_k is not None, SEQ_FIRST=heads_dim == 2, num_warps=tiles.warps, num_stages=stages,
+        DESCRIPTORS=desc_k is not None, SEQ_FIRST=heads_dim == 2, num_warps=tiles.warps, num_stages=stages,
     )  # fmt: skip
     return out, lse
 
 
-def _kv_descriptors(k, v, heads_dim: int, packed: bool, tiles, block_d: int) -> tuple:
-    """Tensor descriptors of the dense K and V (4-D, in their own dimension order, one head's block_n x block_d rows
-    a box) where the forward's tiles ask for them, the GPU has TMA and every stride but the head dim's is a positive
-    multiple of 16 bytes (an expanded head, stride 0, is not); else (None, None): pointer loads."""
-    if not tiles.kv_descriptors or packed or not has_tma(arch(k.device)):
-        return None, None
-    if not all(tma_readable(x) for x in (k, v)):
-        return None, None
-    box = [1, tiles.block_n, 1, block_d] if heads_dim == 2 else [1, 1, tiles.block_n, block_d]
-    return descriptor(k, box), descriptor(v, box)
+def _descriptors(operands, heads_dim: int, packed: bool, tiles: Tiles, rows: int, block_d: int) -> tuple:
+    """Tensor descriptors of the dense tensors ``operands`` that a kernel streams (4-D, in their own dimension order,
+    one head's rows x block_d a box) where its ``tiles`` ask for them, the GPU has TMA and every stride but the head
+    dim's is a positive multiple of 16 bytes (an expanded head or gradient, stride 0, is not); else Nones: pointer
+    loads."""
+    if not tiles.descriptors or packed or not has_tma(arch(operands[0].device)):
+        return (None,) * len(operands)
+    if not all(tma_readable(x) for x in operands):
+        return (None,) * len(operands)
+    box = [1, rows, 1, block_d] if heads_dim == 2 else [1, 1, rows, block_d]
+    return tuple(descriptor(x, box) for x in operands)
 
 
 def attention_bwd(
@@ -290,17 +291,21 @@ def attention_bwd(
     options = (head_dim, window_left, window_right, qk_scale, softcap_log2, scale)
     tiles = plan.dkdv
     stages = pipeline_depth(tiles.stages, 2 * tiles.block_m * block_d * q.element_size(), q.device)
+    desc_q, desc_do = _descriptors((q, grad_out), heads_dim, packed, tiles, tiles.block_m, block_d)
     _attention_bwd_dkdv_kernel[(cdiv(seqlen_k, tiles.block_n), n_batch * n_heads_k)](
-        *operands, dk, dv, cu_seqlens_q, cu_seqlens_k, seqlen_q, seqlen_k, n_heads_k, n_heads_q // n_heads_k,
-        *options, *operand_strides, *_strides(dk, heads_dim, packed), *_strides(dv, heads_dim, packed),
-        BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, num_warps=tiles.warps, num_stages=stages, **shared,
+        *operands, desc_q, desc_do, dk, dv, cu_seqlens_q, cu_seqlens_k, seqlen_q, seqlen_k, n_heads_k,
+        n_heads_q // n_heads_k, *options, *operand_strides, *_strides(dk, heads_dim, packed),
+        *_strides(dv, heads_dim, packed), BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,
+        DESCRIPTORS=desc_q is not None, SEQ_FIRST=heads_dim == 2, num_warps=tiles.warps, num_stages=stages, **shared,
     )  # fmt: skip
     tiles = plan.dq
     stages = pipeline_depth(tiles.stages, 2 * tiles.block_n * block_d * q.element_size(), q.device)
+    desc_k, desc_v = _descriptors((k, v), heads_dim, packed, tiles, tiles.block_n, block_d)
     _attention_bwd_dq_kernel[(cdiv(seqlen_q, tiles.block_m), n_batch * n_heads_q)](
-        *operands, dq, cu_seqlens_q, cu_seqlens_k, seqlen_q, seqlen_k, n_heads_q, n_heads_q // n_heads_k,
-        *options, *operand_strides, *_strides(dq, heads_dim, packed),
-        BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, num_warps=tiles.warps, num_stages=stages, **shared,
+        *operands, desc_k, desc_v, dq, cu_seqlens_q, cu_seqlens_k, seqlen_q, seqlen_k, n_heads_q,
+        n_heads_q // n_heads_k, *options, *operand_strides, *_strides(dq, heads_dim, packed),
+        BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, DESCRIPTORS=desc_k is not None, SEQ_FIRST=heads_dim == 2,
+        num_warps=tiles.warps, num_stages=stages, **shared,
     )  # fmt: skip
     return dq, dk, dv
 

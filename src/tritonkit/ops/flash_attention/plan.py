@@ -21,9 +21,10 @@ class Tiles:
     block_n: int  # keys: per step (forward, dQ) or per program (dK/dV)
     warps: int
     stages: int  # software pipeline depth of the inner loop (shrunk where shared memory is short)
-    # Forward only: read K and V through tensor descriptors (TMA) where the GPU has them and the inputs allow
-    # (dense, 16-byte aligned strides); else pointer loads.
-    kv_descriptors: bool = False
+    # Read the tiles the loop streams (K and V in the forward and dQ, Q and dO in dK/dV) through tensor descriptors
+    # (TMA) where the GPU has them and the inputs allow (dense, strides positive multiples of 16 bytes); else
+    # pointer loads.
+    descriptors: bool = False
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ SM90 = {
     16: _SM90_D64,
     32: _SM90_D64,
     64: _SM90_D64,
-    128: AttentionPlan(Tiles(128, 128, 8, 3, kv_descriptors=True), Tiles(64, 128, 8, 3), Tiles(128, 64, 8, 3)),
+    128: AttentionPlan(Tiles(128, 128, 8, 3, descriptors=True), Tiles(64, 128, 8, 3), Tiles(128, 64, 8, 3)),
     256: AttentionPlan(Tiles(64, 64, 4, 3), Tiles(32, 64, 8, 2), Tiles(64, 32, 4, 3)),
 }
 MEASURED = {"sm90": SM90}
@@ -55,7 +56,7 @@ def _fp32(tiles: Tiles, rows: str) -> Tiles:
     past its 227 KB of shared memory at three stages. Pointer loads: fp32 is for checking, and the descriptors were
     measured in 16-bit only."""
     return replace(tiles, **{rows: max(16, getattr(tiles, rows) // 2)}, stages=min(tiles.stages, 2),
-                   kv_descriptors=False)  # fmt: skip
+                   descriptors=False)  # fmt: skip
 
 
 def attention_plan(arch: str, block_d: int, itemsize: int) -> AttentionPlan:
