@@ -1,9 +1,9 @@
 """scaled_linear's persistent TMA kernel against its tiled kernel and the vendor's 8-bit GEMMs, one GPU, CUDA-graph GPU
 time (triton.testing.do_bench_cudagraph), bf16 output: M = N = K 4096 and 8192 and (M 4096, N 14336, K 4096), float8
 e4m3 with tensor scales and with row scales and int8 with row scales. Providers in the same run: each tile of
-plan.PERSISTENT_CANDIDATES forced through plan= (the one with float8's fast accumulation for e4m3 only), the tiled
-kernel at sm90's plan for the rows, and torch._scaled_mm (float8, the same scales) or torch._int_mm (int8, int32
-output, its scaling not counted).
+plan.PERSISTENT_CANDIDATES forced through plan=, the tiled kernel at sm90's plan for the rows (for e4m3 also with
+GemmTiles.fp8_fast_accum, as is one candidate; neither with int8, whose sums are exact either way), and
+torch._scaled_mm (float8, the same scales) or torch._int_mm (int8, int32 output, its scaling not counted).
 
     python benchmarks/fp8_persistent.py --out DIR [--dry-run]
 
@@ -16,6 +16,7 @@ provider once on a small shape under the CPU interpreter against a float64 produ
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -24,7 +25,7 @@ from pathlib import Path
 
 SHAPES = ((4096, 4096, 4096), (8192, 8192, 8192), (4096, 14336, 4096))  # (M, N, K)
 FORMS = ("e4m3 tensor", "e4m3 row", "int8 row")
-# 100 ms of replays a point (10 of a graph of 10 ms): 51 points and ~15 compiles stay within a minute on one H200.
+# 100 ms of replays a point (10 of a graph of 10 ms): 57 points and ~17 compiles stay within a minute on one H200.
 REP_MS = 10
 DRY_RUN_SHAPE = (300, 272, 160)  # ragged against every tile: 3 x 3 or 3 x 2 tiles, two K steps, the last one short
 
@@ -65,7 +66,10 @@ def _providers(form: str, m: int, x, w, x_scale, w_scale) -> dict:
     elif x.is_cuda:
         scale_b = w_scale.reshape(1, -1).contiguous() if w_scale.dim() else w_scale
         providers["torch._scaled_mm"] = lambda: torch._scaled_mm(x, w.t(), x_scale, scale_b, out_dtype=torch.bfloat16)
-    providers["tiled (sm90 plan)"] = ours(gemm_tiles("sm90", m))
+    tiled = gemm_tiles("sm90", m)
+    providers["tiled (sm90 plan)"] = ours(tiled)
+    if not form.startswith("int8"):
+        providers["tiled (sm90 plan) fast accum"] = ours(dataclasses.replace(tiled, fp8_fast_accum=True))
     for plan in PERSISTENT_CANDIDATES:
         if plan.fp8_fast_accum and form.startswith("int8"):  # int8 sums are exact: the same kernel
             continue
