@@ -417,7 +417,7 @@ def test_float8_fast_accumulation_keeps_the_product(device, persistent, monkeypa
     """GemmTiles.fp8_fast_accum (the tensor cores sum across all of K) changes only the sums' rounding, in both
     kernels; scales that vary along K keep their per-step sums."""
     calls = _count_persistent(monkeypatch)
-    plan = GemmTiles(16, 32, 32, 4, 1, 2, persistent=persistent, fp8_fast_accum=True)
+    plan = GemmTiles(64, 64, 32, 4, 3, 8, persistent=persistent, fp8_fast_accum=True)  # five K steps of 32
     for case in ({"x_scale": "row", "w_scale": "tensor", "bias": True}, {"x_scale": "group", "w_scale": "block"}):
         inputs = _inputs({"m": 37, "n": 48, "k": 160, "x": "e4m3", "w": "e5m2", "block": 32, **case}, device)
         x, w, x_scale, w_scale = inputs.args
