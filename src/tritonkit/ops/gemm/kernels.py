@@ -177,8 +177,8 @@ def _scaled_linear_persistent_kernel(
     (N, K) are read and out (M, N) written through tensor descriptors, which fill the ragged edges' reads with zeros
     (so a padded K step adds 0) and clip their writes; the loop needs no masks. out = s_x(m) s_w(n) (sum_k x w) +
     bias[n], the sums in int32 (INT_ACC) or fp32 (FP8_FAST_ACC as in the tiled kernel), the scales and bias in the
-    epilogue. SPLIT_STORE: the tile is
-    stored as two BLOCK_M x BLOCK_N / 2 halves (out_desc's block), halving the shared memory the store stages."""
+    epilogue. SPLIT_STORE: the tile is stored as two BLOCK_M x BLOCK_N / 2 halves (out_desc's block), halving the
+    shared memory the store stages."""
     n_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     # The epilogue's tile is counted apart from the loop's, so that the flattened loop's prologue (the next tile's
     # first loads) does not wait for this tile's index arithmetic.
