@@ -117,8 +117,12 @@ def test_calls_the_persistent_kernel_cannot_take_run_tiled(case, monkeypatch):
     torch.testing.assert_close(out.double(), expected, rtol=2**-7, atol=2**-7 * expected.abs().max().item())
 
 
+def _candidate_id(plan: GemmTiles) -> str:
+    return f"{plan.block_n}-wide-{plan.stages}-stages" + ("-fast-accum" if plan.fp8_fast_accum else "")
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("plan", PERSISTENT_CANDIDATES, ids=lambda p: f"{p.block_n}-wide-{p.stages}-stages")
+@pytest.mark.parametrize("plan", PERSISTENT_CANDIDATES, ids=_candidate_id)
 @pytest.mark.parametrize("codes", ["e4m3", "int8"])
 def test_persistent_candidates_match_the_reference(plan, codes, monkeypatch):
     """Each tile benchmarks/fp8_persistent.py times, compiled, on ragged M, N and K with a bias."""
@@ -406,6 +410,22 @@ def test_quantized_linear_refuses_training_and_bad_options():
     layer = tk.nn.QuantizedLinear.from_linear(linear, torch.int8)
     with pytest.raises(ValueError, match="QuantizedLinear is for inference"):
         layer(torch.randn(2, 64, requires_grad=True))
+
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["tiled", "persistent"])
+def test_float8_fast_accumulation_keeps_the_product(device, persistent, monkeypatch):
+    """GemmTiles.fp8_fast_accum (the tensor cores sum across all of K) changes only the sums' rounding, in both
+    kernels; scales that vary along K keep their per-step sums."""
+    calls = _count_persistent(monkeypatch)
+    plan = GemmTiles(64, 64, 32, 4, 3, 8, persistent=persistent, fp8_fast_accum=True)  # five K steps of 32
+    for case in ({"x_scale": "row", "w_scale": "tensor", "bias": True}, {"x_scale": "group", "w_scale": "block"}):
+        inputs = _inputs({"m": 37, "n": 48, "k": 160, "x": "e4m3", "w": "e5m2", "block": 32, **case}, device)
+        x, w, x_scale, w_scale = inputs.args
+        out = launch.scaled_linear_fwd(x, w, x_scale, w_scale, inputs.kwargs["bias"], torch.float32, plan=plan)
+        expected = _expected(inputs)
+        bound = FLOAT8_SUM_ERROR * expected.pow(2).mean().sqrt().item()
+        torch.testing.assert_close(out.double(), expected, rtol=0, atol=bound)
+    assert calls == ([1] if persistent else [])  # group scales run tiled
 
 
 @pytest.mark.parametrize("promote", [0, 32])

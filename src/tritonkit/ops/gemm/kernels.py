@@ -37,13 +37,19 @@ from tritonkit._core.jit.quantize import amax_scale, codes, finite_abs
 
 
 @triton.jit
-def _load_zero_padded(p_tile, mask, EVICTION: tl.constexpr):
-    """A tile whose masked lanes read 0 (they enter the product). Float8 tiles load their bits as uint8 and view them
-    back: the interpreter cannot fill a float8 load with a constant, and bits 0 are +0 in both formats. EVICTION:
-    tl.load's eviction_policy ("evict_first" for data read once, "" for the default)."""
-    if p_tile.dtype.element_ty == tl.float8e4nv or p_tile.dtype.element_ty == tl.float8e5:
+def _load_zero_padded(p_tile, mask, EVICTION: tl.constexpr, INTERPRETED: tl.constexpr):
+    """A tile whose masked lanes read 0 (they enter the product). EVICTION: tl.load's eviction_policy ("evict_first"
+    for data read once, "" for the default). INTERPRETED: float8 tiles load their bits as uint8 and view them back,
+    as the interpreter cannot fill a float8 load with a constant (bits 0 are +0 in both formats). Compiled, they load
+    as float8: the view of the bits would stay in the pipeline after its shared-memory copy, and on sm_90 x's tile
+    would go through registers to the tensor cores and w's tile through registers back to shared memory, every K
+    step."""
+    is_float8: tl.constexpr = p_tile.dtype.element_ty == tl.float8e4nv or p_tile.dtype.element_ty == tl.float8e5
+    if is_float8 and INTERPRETED:
         bits = tl.load(p_tile.to(tl.pointer_type(tl.uint8)), mask=mask, other=0, eviction_policy=EVICTION)
         tile = bits.to(p_tile.dtype.element_ty, bitcast=True)
+    elif is_float8:
+        tile = tl.load(p_tile, mask=mask, other=0.0, eviction_policy=EVICTION)
     else:
         tile = tl.load(p_tile, mask=mask, other=0, eviction_policy=EVICTION)
     return tile
@@ -112,7 +118,7 @@ def _scaled_linear_kernel(
     X_SCALE: tl.constexpr, W_SCALE: tl.constexpr, G: tl.constexpr, HAS_BIAS: tl.constexpr, INT_ACC: tl.constexpr,
     DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_SIZE: tl.constexpr,
-    KIND: tl.constexpr = "", FP8_PROMOTE: tl.constexpr = None,
+    KIND: tl.constexpr = "", FP8_PROMOTE: tl.constexpr = None, FP8_FAST_ACC: tl.constexpr = False,
 ):  # fmt: skip
     """One BLOCK_M x BLOCK_N tile of out (tiles in grouped order); x and w have unit stride along K. INT_ACC: int8
     codes summed in int32 (no scale varies along K). KIND: w's format ("int8", "e4m3", "e5m2") when X_SCALE is
@@ -130,8 +136,8 @@ def _scaled_linear_kernel(
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.int32 if INT_ACC else tl.float32)
     for k in range(0, K, BLOCK_K):
         m_k = o_k < K - k
-        b_x = _load_zero_padded(p_x_tile, m_m[:, None] & m_k[None, :], "")  # [M, K]
-        b_w = _load_zero_padded(p_w_tile, m_n[:, None] & m_k[None, :], "")  # [N, K]
+        b_x = _load_zero_padded(p_x_tile, m_m[:, None] & m_k[None, :], "", UPCAST)  # [M, K]
+        b_w = _load_zero_padded(p_w_tile, m_n[:, None] & m_k[None, :], "", UPCAST)  # [N, K]
         if X_SCALE == "none":  # weight-only: the codes in x's dtype
             b_w = _codes_as(b_w, b_x.dtype, UPCAST)
         if DYNAMIC:  # this step is one group of each row: its scale, then its codes (the padding's are 0)
@@ -148,6 +154,8 @@ def _scaled_linear_kernel(
             acc += (
                 dot_fp32(b_x, tl.trans(b_w), DOT_PRECISION, UPCAST, FP8_PROMOTE) * x_scale[:, None] * w_scale[None, :]
             )
+        elif FP8_FAST_ACC:
+            acc = dot_fp32(b_x, tl.trans(b_w), DOT_PRECISION, UPCAST, FP8_PROMOTE, acc)
         else:
             acc += dot_fp32(b_x, tl.trans(b_w), DOT_PRECISION, UPCAST, FP8_PROMOTE)
         p_x_tile += BLOCK_K
@@ -160,7 +168,7 @@ def _scaled_linear_kernel(
 def _scaled_linear_persistent_kernel(
     x_desc, w_desc, out_desc, p_x_scale, p_w_scale, p_bias, M, N, K, stride_xs_m, stride_ws_n, n_programs,
     X_SCALE: tl.constexpr, W_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr, INT_ACC: tl.constexpr,
-    UPCAST: tl.constexpr, FP8_PROMOTE: tl.constexpr, SPLIT_STORE: tl.constexpr,
+    UPCAST: tl.constexpr, FP8_PROMOTE: tl.constexpr, FP8_FAST_ACC: tl.constexpr, SPLIT_STORE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_SIZE: tl.constexpr,
 ):  # fmt: skip
     """The tiled kernel's product for codes with tensor or row scales (none varies along K), in Hopper's form.
@@ -168,8 +176,9 @@ def _scaled_linear_persistent_kernel(
     p + n_programs, ... in grouped order, so the next tile's loads overlap this tile's epilogue. TMA: x (M, K) and w
     (N, K) are read and out (M, N) written through tensor descriptors, which fill the ragged edges' reads with zeros
     (so a padded K step adds 0) and clip their writes; the loop needs no masks. out = s_x(m) s_w(n) (sum_k x w) +
-    bias[n], the sums in int32 (INT_ACC) or fp32, the scales and bias in the epilogue. SPLIT_STORE: the tile is
-    stored as two BLOCK_M x BLOCK_N / 2 halves (out_desc's block), halving the shared memory the store stages."""
+    bias[n], the sums in int32 (INT_ACC) or fp32 (FP8_FAST_ACC as in the tiled kernel), the scales and bias in the
+    epilogue. SPLIT_STORE: the tile is stored as two BLOCK_M x BLOCK_N / 2 halves (out_desc's block), halving the
+    shared memory the store stages."""
     n_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     # The epilogue's tile is counted apart from the loop's, so that the flattened loop's prologue (the next tile's
     # first loads) does not wait for this tile's index arithmetic.
@@ -182,6 +191,8 @@ def _scaled_linear_persistent_kernel(
             b_w = w_desc.load([i_n * BLOCK_N, k])  # [N, K]
             if INT_ACC:
                 acc = tl.dot(b_x, tl.trans(b_w), acc, out_dtype=tl.int32)
+            elif FP8_FAST_ACC:
+                acc = dot_fp32(b_x, tl.trans(b_w), "tf32", UPCAST, FP8_PROMOTE, acc)
             else:
                 acc += dot_fp32(b_x, tl.trans(b_w), "tf32", UPCAST, FP8_PROMOTE)
         tile_out += n_programs
@@ -229,7 +240,7 @@ def _gemv_split_k_kernel(
         # Only the last step of all reaches past K; K - k keeps K's divisibility, so the masked loads stay vectors.
         m_k = o_k < K - k
         b_x = tl.load(p_x_tile, mask=m_m[:, None] & m_k[None, :], other=0.0)  # [M, K]
-        b_w = _load_zero_padded(p_w_tile, m_n[:, None] & m_k[None, :], "evict_first")  # [N, K], read once
+        b_w = _load_zero_padded(p_w_tile, m_n[:, None] & m_k[None, :], "evict_first", UPCAST)  # [N, K], read once
         if BLOCK_M == 1:
             b_w = _codes_as(b_w, tl.float32, UPCAST)
             if PER_STEP:

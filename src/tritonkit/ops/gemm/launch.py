@@ -196,6 +196,7 @@ def _tiled(rows, w, x_scale, stride_xs, w_scale, stride_ws, bias, out_rows, tile
         rows.stride(0), w.stride(0), stride_xs, stride_ws, out_rows.stride(0),
         HAS_BIAS=bias is not None, UPCAST=interpreting(), **constexprs,
         FP8_PROMOTE=(min(tiles.fp8_promote, block_k) or None) if float8_product else None,
+        FP8_FAST_ACC=tiles.fp8_fast_accum and float8_product,
         BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=block_k, GROUP_SIZE=tiles.group,
         num_warps=tiles.warps, num_stages=tiles.stages,
     )  # fmt: skip
@@ -221,7 +222,8 @@ def _persistent(rows, w, x_scale, stride_xs, w_scale, stride_ws, bias, out_rows,
         descriptor(out_rows, [tiles.block_m, store_n]), x_scale, w_scale, bias, m, n, w.shape[1], stride_xs, stride_ws,
         n_programs, HAS_BIAS=bias is not None, UPCAST=interpreting(), **constexprs,
         FP8_PROMOTE=(min(tiles.fp8_promote, block_k) or None) if float8_product else None,
-        SPLIT_STORE=tiles.split_store, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=block_k,
+        FP8_FAST_ACC=tiles.fp8_fast_accum and float8_product, SPLIT_STORE=tiles.split_store,
+        BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=block_k,
         GROUP_SIZE=tiles.group, num_warps=tiles.warps, num_stages=tiles.stages,
     )  # fmt: skip
 
