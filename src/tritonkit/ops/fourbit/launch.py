@@ -124,6 +124,11 @@ def _split(tiles: Linear4Tiles, n_tiles: int, length: int, step: int, outputs: i
     return max(1, cdiv(length, per_split)), per_split
 
 
+def _decode(weight: _Weight, plan: Linear4Tiles | DequantizeFirst) -> str:
+    """The plan's NF4 lookup; INT4 has none, and takes one value so that plans differing in it share a compile."""
+    return plan.nf4_decode if weight.flags["FORMAT"] == "nf4" else "select"
+
+
 def _sum_splits(part, bias, out) -> None:
     splits, m, n = part.shape
     block_m, block_n = _SUM_TILE
@@ -137,7 +142,8 @@ def _dequantized(weight: _Weight, n: int, k: int, dtype: torch.dtype, device, pl
     w = torch.empty((n, k), dtype=dtype, device=device)
     _dequantize_kernel[(cdiv(n, plan.block_n), cdiv(k, plan.block_k))](
         w, *weight.pointers, n, k, w.stride(0), weight.stride_q_n, weight.stride_s_n, **weight.flags,
-        UPCAST=upcast_bf16_dots(dtype), BLOCK_N=plan.block_n, BLOCK_K=plan.block_k, num_warps=plan.warps,
+        UPCAST=upcast_bf16_dots(dtype), NF4_DECODE=_decode(weight, plan), BLOCK_N=plan.block_n, BLOCK_K=plan.block_k,
+        num_warps=plan.warps,
         enable_fp_fusion=False,  # the nested absmax rounds twice, as in the fused kernels
     )  # fmt: skip
     return w
@@ -160,7 +166,8 @@ def _forward(x: torch.Tensor, bias, weight: _Weight, n: int, k: int, plan) -> to
     _linear4_fwd_kernel[(n_tiles, splits)](
         x, out, part, bias, *weight.pointers, m, n, k, pairs_per_split, x.stride(0), x.stride(1), out.stride(0),
         weight.stride_q_n, weight.stride_s_n, **weight.flags, HAS_BIAS=bias is not None, SPLIT=splits > 1,
-        UPCAST=upcast_bf16_dots(x.dtype), DOT_PRECISION=input_precision(x.dtype), BLOCK_M=tiles.block_m,
+        UPCAST=upcast_bf16_dots(x.dtype), DOT_PRECISION=input_precision(x.dtype), NF4_DECODE=_decode(weight, tiles),
+        BLOCK_M=tiles.block_m,
         BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, GROUP_M=tiles.group, num_warps=tiles.warps,
         num_stages=tiles.stages, enable_fp_fusion=False,  # the nested absmax rounds twice, as nf4_dequantize's
     )  # fmt: skip
@@ -189,9 +196,9 @@ def _backward(dy, weight: _Weight, n: int, k: int, need_dx: bool, need_dbias: bo
     _linear4_dx_kernel[(n_tiles, splits)](
         dy, dx, part, *weight.pointers, m, n, k, rows_per_split, dy.stride(0), dy.stride(1), dx.stride(0),
         weight.stride_q_n, weight.stride_s_n, **weight.flags, SPLIT=splits > 1, UPCAST=upcast_bf16_dots(dy.dtype),
-        DOT_PRECISION=input_precision(dy.dtype), BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,
-        BLOCK_K=tiles.block_k, GROUP_M=tiles.group, num_warps=tiles.warps, num_stages=tiles.stages,
-        enable_fp_fusion=False,
+        DOT_PRECISION=input_precision(dy.dtype), NF4_DECODE=_decode(weight, tiles), BLOCK_M=tiles.block_m,
+        BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, GROUP_M=tiles.group, num_warps=tiles.warps,
+        num_stages=tiles.stages, enable_fp_fusion=False,
     )  # fmt: skip
     if splits > 1:
         _sum_splits(part, None, dx)
