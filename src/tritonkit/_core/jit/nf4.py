@@ -1,4 +1,5 @@
-"""NF4's 16 values chosen in registers: the fused 4-bit layers' code lookup."""
+"""NF4's 16 values in registers, the fused 4-bit layers' code lookups: a tree of selects (nf4_value), or byte
+permutes over the table held in registers (nf4_values_of_bytes with "prmt")."""
 
 import struct
 
