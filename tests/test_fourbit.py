@@ -2,7 +2,10 @@
 bitsandbytes' (n / 2, 1) codes, every plan (split-K forced, the other tiles), a deterministic split sum, torch.compile
 with the backward, the frozen weight, the benchmark peers, bad input; on a GPU a CUDA-graph capture."""
 
+import dataclasses
 import functools
+import re
+import struct
 from types import SimpleNamespace
 
 import pytest
@@ -56,13 +59,16 @@ PLANS = [
     Linear4Tiles(32, 16, 32, 2, 2, 4),  # the smallest tile: tl.dot's 16 on every side
     DequantizeFirst(),  # many rows: the weight written once, then cuBLAS
     DequantizeFirst(block_n=16, block_k=32),  # K = 100 in steps of 32: a partial last step
+    Linear4Tiles(16, 64, 128, 4, 3, 1, nf4_decode="gather"),  # NF4's other lookups ("prmt" is the select tree here)
+    Linear4Tiles(16, 64, 128, 4, 3, 1, nf4_decode="prmt"),
+    DequantizeFirst(nf4_decode="select"),
 ]
 
 
 def _plan_id(plan) -> str:
     if isinstance(plan, DequantizeFirst):
-        return f"dequantize-first-{plan.block_n}x{plan.block_k}"
-    return f"{plan.block_m}x{plan.block_n}x{plan.block_k}-s{plan.splits}"
+        return f"dequantize-first-{plan.block_n}x{plan.block_k}-{plan.nf4_decode}"
+    return f"{plan.block_m}x{plan.block_n}x{plan.block_k}-s{plan.splits}-{plan.nf4_decode}"
 
 
 @pytest.mark.parametrize("k", [100, 128], ids=["blocks-across-rows", "blocks-within-rows"])  # the two weight loaders
@@ -123,6 +129,51 @@ def test_many_rows_dequantize_the_weight_once(monkeypatch):
 def test_tiles_below_the_dots_smallest_side_are_refused():
     with pytest.raises(ValueError, match="block_m, block_n and block_k / 2 must be >= 16"):
         Linear4Tiles(16, 64, 16, 4, 3, 1)
+    with pytest.raises(ValueError, match=r"DequantizeFirst: nf4_decode must be one of .*, got 'table'"):
+        DequantizeFirst(nf4_decode="table")
+
+
+_ALU = {"mov": lambda a: a, "shr": lambda a, b: a >> b, "and": lambda a, b: a & b, "or": lambda a, b: a | b}
+
+
+def _run_ptx(asm: str, registers: dict) -> dict:
+    """A model of the .b32 PTX instructions the NF4 prmt lookup uses (mov, shr, and, or, and prmt in its default
+    mode: byte i of the result is byte c_i of {b, a}, c_i the i-th nibble of c, whose bit 3 would ask for a sign
+    fill, refused here): the registers after running it."""
+    registers = dict(registers)
+    for line in asm.splitlines():
+        match = re.fullmatch(r"(mov|shr|and|or|prmt)\.b32 (.+);", line.strip())
+        if match is None:
+            assert line.strip() in ("{", "}") or line.strip().startswith(".reg"), line
+            continue
+        target, *sources = (operand.strip() for operand in match.group(2).split(","))
+        a = [int(operand, 0) if operand[0].isdigit() else registers[operand] for operand in sources]
+        if match.group(1) == "prmt":
+            pool, result = a[0] | a[1] << 32, 0
+            for i in range(4):
+                selector = a[2] >> 4 * i & 15
+                assert selector < 8, "the sign-fill mode"
+                result |= (pool >> 8 * selector & 0xFF) << 8 * i
+        else:
+            result = _ALU[match.group(1)](*a)
+        registers[target] = result & 0xFFFFFFFF
+    return registers
+
+
+def test_the_prmt_lookup_gives_each_nibble_its_nf4_value():
+    """The PTX of the "prmt" NF4 lookup (run on a GPU only), through a model of its instructions: every byte, at every
+    position of the 4-byte word, gives the fp32 bits of NF4_CODE of its high nibble ($0-$3) and low nibble ($4-$7)."""
+    from tritonkit._core.fourbit import NF4_CODE
+    from tritonkit._core.jit.nf4 import _prmt_lookup_asm
+
+    asm = _prmt_lookup_asm()
+    bits = [struct.unpack("<I", struct.pack("<f", value))[0] for value in NF4_CODE]
+    generator = torch.Generator().manual_seed(0)
+    words = [[(4 * w + i * 67) % 256 for i in range(4)] for w in range(64)]  # each byte at each position
+    words += torch.randint(0, 256, (64, 4), generator=generator).tolist()
+    for word in words:
+        out = _run_ptx(asm, {"$8": sum(byte << 8 * i for i, byte in enumerate(word))})
+        assert [out[f"${i}"] for i in range(8)] == [bits[b >> 4] for b in word] + [bits[b & 15] for b in word]
 
 
 def test_choose_splits_fills_the_gpu_within_the_steps():
@@ -256,6 +307,28 @@ def test_captures_in_a_cuda_graph():
         return [*ys, dx]
 
     assert_graph_replay_matches_eager(step, [torch.randn(4, 4096, device="cuda", dtype=torch.bfloat16)])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("k", [100, 4096], ids=["blocks-across-rows", "blocks-within-rows"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_every_nf4_decode_gives_the_same_bits(k, dtype):
+    """The NF4 lookups ("gather", "select", "prmt") in every kernel: the same outputs, bit for bit."""
+    packed, state = tk.ops.nf4_quantize(_weight(300, k, "cuda"), blocksize=64, double_quant=True)
+    args = launch.nf4_arguments(packed, state)
+    x = torch.randn(16, k, device="cuda", dtype=dtype)
+    dy = torch.randn(16, 300, device="cuda", dtype=dtype)
+    few_rows = FALLBACK[0][1]
+    results = {}
+    for decode in ("gather", "select", "prmt"):
+        tiles = dataclasses.replace(few_rows, nf4_decode=decode)
+        results[decode] = (launch.nf4_linear_fwd(x, None, *args, plan=tiles),
+                           launch.nf4_linear_bwd(dy, *args, True, False, plan=tiles)[0],
+                           launch._dequantized(launch._nf4_weight(*args[:6], k, 64), 300, k, dtype, x.device,
+                                               DequantizeFirst(nf4_decode=decode)))  # fmt: skip
+    for decode in ("select", "prmt"):
+        for ours, theirs in zip(results[decode], results["gather"], strict=True):
+            assert torch.equal(ours, theirs), decode
 
 
 @pytest.mark.gpu

@@ -9,6 +9,7 @@ import torch
 from peft import LoraConfig, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
 
 import tritonkit as tk
+import tritonkit.nn.fourbit as fourbit_layer
 from helpers import assert_compiled_matches_eager, benchmark_script
 
 
@@ -144,6 +145,35 @@ def test_compiles_fullgraph_with_backward(device):
         return (layer(x) ** 2).sum()
 
     assert_compiled_matches_eager(block, [torch.randn(2, 3, 64, device=device, requires_grad=True)], device)
+
+
+@pytest.mark.parametrize("quantize", ["nf4", "int4"])
+def test_a_4bit_base_checks_its_codes_once_and_again_when_they_change(quantize, monkeypatch):
+    """The codes are checked on the first call and again only when a buffer changes (new codes loaded, moved, its
+    .data swapped), and each call multiplies by the codes held then; x is still checked every call."""
+    checks = []
+    name = f"checked_{quantize}_weight"
+    real = getattr(fourbit_layer, name)
+    monkeypatch.setattr(fourbit_layer, name, lambda *args: checks.append(1) or real(*args))
+    torch.manual_seed(0)
+    options = {"group_size": 32} if quantize == "int4" else {"double_quant": True}
+    base = tk.nn.Linear4bit.from_linear(torch.nn.Linear(64, 24), quantize, **options)
+    x = torch.randn(3, 64)
+
+    def expected():
+        return x.double() @ base.dequantize().double().t() + base.bias.double()
+
+    for _ in range(3):
+        torch.testing.assert_close(base(x).double(), expected(), rtol=1e-5, atol=1e-5)
+    assert len(checks) == 1
+    base.load_codes(tk.nn.Linear4bit.quantized(torch.randn(24, 64), quantize, base.options))
+    torch.testing.assert_close(base(x).double(), expected(), rtol=1e-5, atol=1e-5)
+    assert len(checks) == 2
+    base.weight.data = base.weight.data.flip(0)  # the same buffer object, other codes
+    torch.testing.assert_close(base(x).double(), expected(), rtol=1e-5, atol=1e-5)
+    assert len(checks) == 3
+    with pytest.raises(ValueError, match="x's last dimension must equal the weight's in_features 64"):
+        base(torch.randn(3, 32))
 
 
 def test_bad_input_names_the_argument():

@@ -5,10 +5,19 @@ from __future__ import annotations
 import torch
 
 from tritonkit import ops
+from tritonkit.ops.fourbit.launch import CheckedWeight, checked_int4_weight, checked_nf4_weight
+from tritonkit.ops.fourbit.op import linear_4bit
 
 QUANTIZE = ("nf4", "int4")
 _NF4_TENSORS = ("absmax", "absmax_codes", "absmax_scales", "offset", "nested_code")
 _FP32_BUFFERS = ("absmax", "absmax_scales", "offset", "nested_code", "scales")  # kept in fp32 through .to(dtype)
+
+
+def _same_tensors(held: list, before: list) -> bool:
+    """Whether two lists of (tensor, data_ptr) name the same tensors at the same addresses."""
+    return len(held) == len(before) and all(
+        t is u and address == address_before for (t, address), (u, address_before) in zip(held, before, strict=True)
+    )
 
 
 class Linear4bit(torch.nn.Module):
@@ -36,6 +45,7 @@ class Linear4bit(torch.nn.Module):
         for name, tensor in tensors.items():
             self.register_buffer(name, tensor)
         self.bias = None if bias is None else torch.nn.Parameter(bias, requires_grad=False)
+        self._checked: tuple | None = None  # (the buffers' identities and addresses, their CheckedWeight)
 
     @staticmethod
     def quantized(weight: torch.Tensor, quantize: str, options: dict) -> dict:
@@ -71,11 +81,26 @@ class Linear4bit(torch.nn.Module):
         return ops.NF4State((self.out_features, self.in_features), self.dtype, self.options["blocksize"], **tensors)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        bias = None if self.bias is None else self.bias.to(x.dtype)
-        if self.quantize == "nf4":
-            return ops.nf4_linear(x, self.weight, self.state, bias=bias)
-        return ops.int4_linear(x, self.weight, self.scales, self.zeros, group_size=self.options["group_size"],
-                               bias=bias)  # fmt: skip
+        """``x W^T + b``; x (..., in) gives (..., out), and rows (M, in) the op's own output (M, out), not a view."""
+        bias = self.bias if self.bias is None or self.bias.dtype == x.dtype else self.bias.to(x.dtype)
+        if torch.compiler.is_compiling():  # traced once: the public ops, with no cache to guard on
+            if self.quantize == "nf4":
+                return ops.nf4_linear(x, self.weight, self.state, bias=bias)
+            return ops.int4_linear(x, self.weight, self.scales, self.zeros, group_size=self.options["group_size"],
+                                   bias=bias)  # fmt: skip
+        return linear_4bit(x, self._checked_weight(), bias)
+
+    def _checked_weight(self) -> CheckedWeight:
+        """The codes checked once for the buffers held now: again when they change (load_codes, .to(), a buffer
+        assigned or its .data swapped), not every step."""
+        held = [(t, t.data_ptr()) for t in self._buffers.values() if t is not None]
+        if self._checked is None or not _same_tensors(held, self._checked[0]):
+            if self.quantize == "nf4":
+                weight = checked_nf4_weight(self.weight, self.state)
+            else:
+                weight = checked_int4_weight(self.weight, self.scales, self.zeros, self.options["group_size"])
+            self._checked = (held, weight)
+        return self._checked[1]
 
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """The weight (out, in) the codes hold, in ``dtype``."""
@@ -92,6 +117,7 @@ class Linear4bit(torch.nn.Module):
         """Replace the weight's buffers (as ``codes()`` or ``quantized()`` give them)."""
         for name, tensor in codes.items():
             self._buffers[name] = tensor
+        self._checked = None
 
     def _apply(self, fn, recurse=True):
         """Module.to and friends: devices move, but the fp32 scales stay fp32 whatever dtype the model takes."""
@@ -100,6 +126,7 @@ class Linear4bit(torch.nn.Module):
         for name, tensor in before.items():
             if self._buffers[name].dtype != torch.float32:
                 self._buffers[name] = tensor.to(self._buffers[name].device)
+        self._checked = None  # it held the tensors before the move
         return self
 
     def extra_repr(self) -> str:

@@ -13,6 +13,11 @@ from tritonkit.ops import lora_linear
 ADAPTER = "default"  # PEFT's name for a model's one adapter
 
 
+def _in_dtype(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """tensor cast to dtype, itself where it has it already (as .to gives, without a dispatch per call)."""
+    return tensor if tensor.dtype == dtype else tensor.to(dtype)
+
+
 class LoRALinear(torch.nn.Module):
     """``base(x) + (lora_alpha / r) * (dropout(x) A^T) B^T``, with PEFT's layout and names.
 
@@ -95,18 +100,20 @@ class LoRALinear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.merged:
             return self.base_layer(x)
-        lora_a = self.lora_A[ADAPTER].weight.to(x.dtype)
-        lora_b = self.lora_B[ADAPTER].weight.to(x.dtype)
+        lora_a = _in_dtype(self.lora_A[ADAPTER].weight, x.dtype)
+        lora_b = _in_dtype(self.lora_B[ADAPTER].weight, x.dtype)
         dropout = self.lora_dropout[ADAPTER]
         if not isinstance(self.base_layer, Linear4bit) and not (
             self.training and isinstance(dropout, torch.nn.Dropout)
         ):
             return lora_linear(x, self.base_layer.weight, lora_a, lora_b, self.scaling, self.base_layer.bias)
-        y = self.base_layer(x)
-        xa = dropout(x) @ lora_a.t()
-        rows = y.view(-1, self.out_features)  # y is fresh: the adapter is added in place, with no second y
-        rows.addmm_(xa.reshape(-1, self.r), lora_b.t(), alpha=self.scaling)
-        return y
+        rows = x.reshape(-1, self.in_features)
+        # The base's output for rows is its own tensor (a 4-bit base's op output, or nn.Linear's), not a view: the
+        # adapter is added to it in place, with no second y and no CopySlices node for autograd to run backward.
+        y = self.base_layer(rows)
+        adapter_input = dropout(rows) if isinstance(dropout, torch.nn.Dropout) else rows
+        y.addmm_(adapter_input @ lora_a.t(), lora_b.t(), alpha=self.scaling)
+        return y.view(*x.shape[:-1], self.out_features)
 
     def _delta(self) -> torch.Tensor:
         """scaling * B A in fp32."""

@@ -1,9 +1,13 @@
-"""NF4's 16 values chosen in registers: the fused 4-bit layers' code lookup."""
+"""NF4's 16 values in registers, the fused 4-bit layers' code lookups: a tree of selects (nf4_value), or byte
+permutes over the table held in registers (nf4_values_of_bytes with "prmt")."""
+
+import struct
 
 import triton
 import triton.language as tl
 
 from tritonkit._core.fourbit import NF4_CODE
+from tritonkit._core.jit.fastmath import PTX_MATH
 
 # The code book as constexprs (a jit function reads globals only as constexprs), from the one table in _core.fourbit.
 _V0, _V1, _V2, _V3 = (tl.constexpr(value) for value in NF4_CODE[0:4])
@@ -36,3 +40,59 @@ def nf4_value(q):
     low = tl.where(bit2, quad1, quad0)
     high = tl.where(bit2, quad3, quad2)
     return tl.where((q & 8) != 0, high, low).to(tl.float32)
+
+
+def _table_words() -> list[list[int]]:
+    """words[p][g]: byte p of the fp32 bits of NF4_CODE[4g .. 4g + 3], one byte a value, as one 32-bit word (value
+    4g + j in byte j): the tables prmt picks from."""
+    bits = [struct.unpack("<I", struct.pack("<f", value))[0] for value in NF4_CODE]
+    return [[sum(((bits[4 * g + j] >> (8 * p)) & 0xFF) << (8 * j) for j in range(4)) for g in range(4)]
+            for p in range(4)]  # fmt: skip
+
+
+def _prmt_lookup_asm() -> str:
+    """PTX for 4 bytes of NF4 codes ($8, byte i the i-th element) to their 8 values: $0-$3 the high nibbles', $4-$7
+    the low nibbles'. The word's nibbles, low first, are codes c0 .. c7 (c_2i the low nibble of byte i). For four
+    codes at a time, and each byte p of an fp32 value: prmt picks byte p of NF4_CODE[c & 7] from the table of values
+    0-7 (2 words, a 3-bit selector a code: the word's own nibbles masked with 0x7777), again from the table of values
+    8-15, and a third prmt keeps one or the other by the code's bit 3; 8 more prmt a half put the bytes of each
+    value together. About 6 instructions a value, against the select tree's 15 selects and 4 bit tests."""
+    words = _table_words()
+    lines = ["{", ".reg .b32 t<6>, s<2>, m<2>, w<16>, r<8>;"]
+    lines += [f"mov.b32 w{4 * p + g}, {words[p][g]:#010x};" for p in range(4) for g in range(4)]
+    for half in range(2):
+        shift = 16 * half
+        lines += [f"shr.b32 t0, $8, {shift};", f"and.b32 s{half}, t0, 0x7777;",  # the 3-bit selectors
+                  f"shr.b32 t0, $8, {shift + 1};", "and.b32 t0, t0, 0x4444;",  # bit 3 of code i: 4 in nibble i
+                  f"or.b32 m{half}, t0, 0x3210;"]  # fmt: skip
+    for half in range(2):
+        for p in range(4):  # r[4 half + p], byte i: byte p of the value of code 4 half + i
+            lines += [f"prmt.b32 t0, w{4 * p}, w{4 * p + 1}, s{half};",
+                      f"prmt.b32 t1, w{4 * p + 2}, w{4 * p + 3}, s{half};",
+                      f"prmt.b32 r{4 * half + p}, t0, t1, m{half};"]  # fmt: skip
+        r = [f"r{4 * half + p}" for p in range(4)]
+        # bytes 0-1 of values 0, 1 (t2) and 2, 3 (t3); bytes 2-3 of the same (t4, t5); then each value's two halves
+        lines += [f"prmt.b32 t2, {r[0]}, {r[1]}, 0x5140;", f"prmt.b32 t3, {r[0]}, {r[1]}, 0x7362;",
+                  f"prmt.b32 t4, {r[2]}, {r[3]}, 0x5140;", f"prmt.b32 t5, {r[2]}, {r[3]}, 0x7362;"]  # fmt: skip
+        # code 4 half + i is byte 2 half + i // 2's low (even i) or high (odd i) nibble
+        low, high = 4 + 2 * half, 2 * half
+        lines += [f"prmt.b32 ${low}, t2, t4, 0x5410;", f"prmt.b32 ${high}, t2, t4, 0x7632;",
+                  f"prmt.b32 ${low + 1}, t3, t5, 0x5410;", f"prmt.b32 ${high + 1}, t3, t5, 0x7632;"]  # fmt: skip
+    return "\n".join([*lines, "}"])
+
+
+_PRMT_LOOKUP = tl.constexpr(_prmt_lookup_asm())
+
+
+@triton.jit
+def nf4_values_of_bytes(b_byte, DECODE: tl.constexpr):
+    """(NF4_CODE[high nibble], NF4_CODE[low nibble]) in fp32 for a uint8 tile of packed codes. DECODE "select":
+    nf4_value on each nibble; "prmt": byte permutes over the table held in registers (_prmt_lookup_asm), PTX, so
+    the interpreter and other GPUs take the select tree. The same values either way."""
+    if DECODE == "prmt" and PTX_MATH:
+        high, low = tl.inline_asm_elementwise(_PRMT_LOOKUP, "=r,=r,=r,=r,=r,=r,=r,=r,r", [b_byte],
+                                              dtype=(tl.float32, tl.float32), is_pure=True, pack=4)  # fmt: skip
+    else:
+        b_code = b_byte.to(tl.int32)
+        high, low = nf4_value(b_code >> 4), nf4_value(b_code & 15)
+    return high, low

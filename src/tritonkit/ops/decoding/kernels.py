@@ -35,6 +35,7 @@ import triton.language as tl
 
 from tritonkit._core.jit.dots import dot_fp32
 from tritonkit._core.jit.fastmath import LOG2_E, tanh_via_exp2
+from tritonkit._core.jit.int_codes import code_as_float
 from tritonkit._core.jit.rounding import round_half_even, round_to_float8, to_dot_operand
 
 
@@ -124,15 +125,6 @@ def _quantize_rows(p_x, off_x, p_data, off_data, p_scales, off_scales, m_r, head
 
 
 @triton.jit
-def _code_as_float(b_n):
-    """Integers 0 <= n < 2^22 (int32) as exact fp32, by their bits: the fp32 of bits 0x4B000000 | n is 2^23 + n, so
-    subtracting 2^23 leaves n. Integer operations and one FADD, in place of the I2F conversion, which a
-    multiprocessor issues at 16 a clock against 128 FADDs (int4's values: 0.05x of paged bf16's speed through I2F
-    and per-value scale loads, 0.7x through this and per-group loads, H100)."""
-    return (b_n | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0
-
-
-@triton.jit
 def _int4_values(p_data, off_data, p_scales, off_scales, m_r, head_dim, stride_s_g, stride_s_z,
                  BLOCK_D: tl.constexpr, GROUP: tl.constexpr):  # fmt: skip
     """fp32 values [R, BLOCK_D] of int4 rows (int64 offsets off_data and off_scales [R]; m_r: which rows): the
@@ -146,7 +138,7 @@ def _int4_values(p_data, off_data, p_scales, off_scales, m_r, head_dim, stride_s
     m_g = m_r[:, None] & (o_g[None, :] < head_dim // GROUP)  # [R, D / G]
     p_bytes = p_data + off_data[:, None, None] + (o_g[:, None] * HALF + o_b[None, :])[None, :, :]
     b_byte = tl.load(p_bytes, mask=m_g[:, :, None], other=0).to(tl.int32)  # [R, D / G, G / 2]
-    b_code = tl.reshape(tl.join(_code_as_float(b_byte & 15), _code_as_float(b_byte >> 4)),
+    b_code = tl.reshape(tl.join(code_as_float(b_byte & 15), code_as_float(b_byte >> 4)),
                         (rows, N_GROUPS, GROUP))  # fmt: skip
     p_s = p_scales + off_scales[:, None] + o_g[None, :] * stride_s_g
     b_scale = tl.load(p_s, mask=m_g, other=0.0).to(tl.float32)

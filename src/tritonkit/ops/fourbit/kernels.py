@@ -27,7 +27,8 @@ import triton
 import triton.language as tl
 
 from tritonkit._core.jit.gemm import grouped_tile
-from tritonkit._core.jit.nf4 import nf4_value
+from tritonkit._core.jit.int_codes import CODE_BIAS, biased_code_as_float
+from tritonkit._core.jit.nf4 import nf4_value, nf4_values_of_bytes
 from tritonkit._core.jit.rounding import to_dot_operand
 
 
@@ -45,14 +46,22 @@ def _nf4_absmax(p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_co
 
 
 @triton.jit
-def _nf4_code(p_code, q, IN_REGISTERS: tl.constexpr):
-    """NF4_CODE[q] in fp32: selected in registers (nf4_value) or gathered from the table at p_code. Measured on an
-    H200: the gather held the one-row layer L1-bound (0.47 ms, 10x INT4's time; 0.10 ms selected), while the
-    dequantize-first kernel, with no products to feed, ran 1.4x slower selecting (0.07 ms against 0.05 for 14336 x
-    4096), so each takes its own."""
-    if IN_REGISTERS:
-        return nf4_value(q)
-    return tl.load(p_code + q)
+def _nf4_code(p_code, q, DECODE: tl.constexpr):
+    """NF4_CODE[q] in fp32 for int32 codes q: gathered from the table at p_code (DECODE "gather") or selected in
+    registers (nf4_value; "prmt" too, which needs whole bytes). The plans choose (plan.NF4_DECODES)."""
+    if DECODE == "gather":
+        return tl.load(p_code + q)
+    return nf4_value(q)
+
+
+@triton.jit
+def _nf4_byte_values(p_code, b_byte, DECODE: tl.constexpr):
+    """(NF4_CODE[high nibble], NF4_CODE[low nibble]) in fp32 for a uint8 tile of packed codes: gathered from the
+    table at p_code, or in registers by DECODE "select" or "prmt" (nf4_values_of_bytes)."""
+    if DECODE == "gather":
+        b_code = b_byte.to(tl.int32)
+        return tl.load(p_code + (b_code >> 4)), tl.load(p_code + (b_code & 15))
+    return nf4_values_of_bytes(b_byte, DECODE)
 
 
 @triton.jit
@@ -60,7 +69,7 @@ def _weight_pairs_by_group(
     p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros,
     o_n, pair_lo, m_n, K, stride_q_n, stride_s_n,
     FORMAT: tl.constexpr, NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr, GROUP: tl.constexpr, PAIRS: tl.constexpr,
-    CODES_IN_REGISTERS: tl.constexpr,
+    NF4_DECODE: tl.constexpr,
 ):  # fmt: skip
     """(w[o_n, 2p], w[o_n, 2p + 1]) for the PAIRS pairs p from pair_lo, two [R, PAIRS] fp32 tiles, where every group
     (INT4's, or an NF4 block) lies within one row: the bytes read as [R, groups, pairs of a group] and each group's
@@ -83,17 +92,18 @@ def _weight_pairs_by_group(
         b_byte = b_byte.to(tl.int32)  # [R, G, GP]
         o_group = n64[:, None] * stride_s_n + i_group[None, :]
         b_scale = tl.load(p_scales + o_group, mask=m_group, other=0.0).to(tl.float32)[:, :, None]
-        b_zero = tl.load(p_zeros + o_group, mask=m_group, other=0).to(tl.float32)[:, :, None]
-        b_even = ((b_byte & 15).to(tl.float32) - b_zero) * b_scale
-        b_odd = ((b_byte >> 4).to(tl.float32) - b_zero) * b_scale
+        # The codes as 2^23 + q by their bits, less the zero plus the same 2^23: q - zero exactly, with no I2F (which
+        # issues at 16 a clock against 128 FADDs) and one FADD a value.
+        b_zero = tl.load(p_zeros + o_group, mask=m_group, other=0).to(tl.float32)[:, :, None] + CODE_BIAS
+        b_even = (biased_code_as_float(b_byte & 15) - b_zero) * b_scale
+        b_odd = (biased_code_as_float(b_byte >> 4) - b_zero) * b_scale
     else:
         b_byte = tl.load(p_q + n64[:, None, None] * (K // 2) + o_pair[None, :, :], mask=m_pair, other=0)
-        b_byte = b_byte.to(tl.int32)
         i_block = n64[:, None] * (K // GROUP) + i_group[None, :]  # blocks run along the flattened weight
         b_absmax = _nf4_absmax(p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code, i_block, m_group,
                                NESTED, NESTED_BLOCK)[:, :, None]  # fmt: skip
-        b_even = _nf4_code(p_code, b_byte >> 4, CODES_IN_REGISTERS) * b_absmax
-        b_odd = _nf4_code(p_code, b_byte & 15, CODES_IN_REGISTERS) * b_absmax
+        b_high, b_low = _nf4_byte_values(p_code, b_byte, NF4_DECODE)
+        b_even, b_odd = b_high * b_absmax, b_low * b_absmax
     return tl.reshape(b_even, (rows, PAIRS)), tl.reshape(b_odd, (rows, PAIRS))
 
 
@@ -101,7 +111,7 @@ def _weight_pairs_by_group(
 def _weight_pairs_by_value(
     p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code,
     o_n, o_pair, m_even, m_odd, K, NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr, EVEN_K: tl.constexpr,
-    GROUP: tl.constexpr, CODES_IN_REGISTERS: tl.constexpr,
+    GROUP: tl.constexpr, NF4_DECODE: tl.constexpr,
 ):  # fmt: skip
     """As _weight_pairs_by_group for NF4 whose blocks cross rows (K not a multiple of the block size): the absmax
     looked up per value. EVEN_K: rows start on a byte, so a pair is one byte and both halves share a block;
@@ -109,13 +119,12 @@ def _weight_pairs_by_value(
     n64 = o_n.to(tl.int64)[:, None]
     f_even = n64 * K + (2 * o_pair)[None, :]  # [R, P] flattened index of the even column
     if EVEN_K:
-        b_byte = tl.load(p_q + n64 * (K // 2) + o_pair[None, :], mask=m_even, other=0).to(tl.int32)
-        q_even = b_byte >> 4
-        q_odd = b_byte & 15
+        b_byte = tl.load(p_q + n64 * (K // 2) + o_pair[None, :], mask=m_even, other=0)
+        v_even, v_odd = _nf4_byte_values(p_code, b_byte, NF4_DECODE)
         a_even = _nf4_absmax(p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code,
                              f_even // GROUP, m_even, NESTED, NESTED_BLOCK)  # fmt: skip
         a_odd = a_even
-    else:
+    else:  # a code a load, decoded one by one
         f_odd = f_even + 1
         q_even = (tl.load(p_q + f_even // 2, mask=m_even, other=0).to(tl.int32) >> (4 - 4 * (f_even % 2))) & 15
         q_odd = (tl.load(p_q + f_odd // 2, mask=m_odd, other=0).to(tl.int32) >> (4 - 4 * (f_odd % 2))) & 15
@@ -123,10 +132,8 @@ def _weight_pairs_by_value(
                              f_even // GROUP, m_even, NESTED, NESTED_BLOCK)  # fmt: skip
         a_odd = _nf4_absmax(p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code,
                             f_odd // GROUP, m_odd, NESTED, NESTED_BLOCK)  # fmt: skip
-    return (
-        _nf4_code(p_code, q_even, CODES_IN_REGISTERS) * a_even,
-        _nf4_code(p_code, q_odd, CODES_IN_REGISTERS) * a_odd,
-    )
+        v_even, v_odd = _nf4_code(p_code, q_even, NF4_DECODE), _nf4_code(p_code, q_odd, NF4_DECODE)
+    return v_even * a_even, v_odd * a_odd
 
 
 @triton.jit
@@ -135,22 +142,22 @@ def _weight_operands(
     o_n, pair_lo, m_n, K, stride_q_n, stride_s_n,
     FORMAT: tl.constexpr, NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr, EVEN_K: tl.constexpr,
     BY_GROUP: tl.constexpr, GROUP: tl.constexpr, PAIRS: tl.constexpr, DTYPE: tl.constexpr, UPCAST: tl.constexpr,
-    CODES_IN_REGISTERS: tl.constexpr,
+    NF4_DECODE: tl.constexpr,
 ):  # fmt: skip
     """The weight's even and odd columns of rows o_n (m_n: the rows in range), PAIRS pairs from pair_lo, as dot
     operands [R, PAIRS] each; masked values are finite (code 0 times a masked scale). BY_GROUP: every group lies in
-    one row (INT4 always; NF4 when the block size divides K). CODES_IN_REGISTERS: NF4's lookup (_nf4_code)."""
+    one row (INT4 always; NF4 when the block size divides K). NF4_DECODE: NF4's lookup (_nf4_byte_values)."""
     if BY_GROUP:
         b_even, b_odd = _weight_pairs_by_group(
             p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros, o_n,
-            pair_lo, m_n, K, stride_q_n, stride_s_n, FORMAT, NESTED, NESTED_BLOCK, GROUP, PAIRS, CODES_IN_REGISTERS,
+            pair_lo, m_n, K, stride_q_n, stride_s_n, FORMAT, NESTED, NESTED_BLOCK, GROUP, PAIRS, NF4_DECODE,
         )  # fmt: skip
     else:
         o_pair = pair_lo + tl.arange(0, PAIRS)
         b_even, b_odd = _weight_pairs_by_value(
             p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, o_n, o_pair,
             m_n[:, None] & (2 * o_pair < K)[None, :], m_n[:, None] & (2 * o_pair + 1 < K)[None, :], K, NESTED,
-            NESTED_BLOCK, EVEN_K, GROUP, CODES_IN_REGISTERS,
+            NESTED_BLOCK, EVEN_K, GROUP, NF4_DECODE,
         )  # fmt: skip
     return to_dot_operand(b_even, DTYPE, UPCAST), to_dot_operand(b_odd, DTYPE, UPCAST)
 
@@ -162,8 +169,8 @@ def _linear4_fwd_kernel(
     M, N, K, pairs_per_split, stride_x_m, stride_x_k, stride_out_m, stride_q_n, stride_s_n,
     FORMAT: tl.constexpr, NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr, EVEN_K: tl.constexpr,
     BY_GROUP: tl.constexpr, GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr, UPCAST: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, NF4_DECODE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):  # fmt: skip
     """y[m, n] = sum_k x[m, k] w[n, k] over split program_id(1)'s pairs of columns, for the output tile of
     program_id(0); BLOCK_K columns (BLOCK_K / 2 pairs) a step. SPLIT: store the fp32 partial sum to p_part (S, M, N);
@@ -186,7 +193,7 @@ def _linear4_fwd_kernel(
         b_w_even, b_w_odd = _weight_operands(
             p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros, o_n,
             pair, m_n, K, stride_q_n, stride_s_n, FORMAT, NESTED, NESTED_BLOCK, EVEN_K, BY_GROUP, GROUP,
-            BLOCK_K // 2, p_x.dtype.element_ty, UPCAST, True,
+            BLOCK_K // 2, p_x.dtype.element_ty, UPCAST, NF4_DECODE,
         )  # [N, P]  # fmt: skip
         if UPCAST:
             b_x_even, b_x_odd = b_x_even.to(tl.float32), b_x_odd.to(tl.float32)
@@ -210,7 +217,8 @@ def _linear4_dx_kernel(
     M, N, K, rows_per_split, stride_dy_m, stride_dy_n, stride_dx_m, stride_q_n, stride_s_n,
     FORMAT: tl.constexpr, NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr, EVEN_K: tl.constexpr,
     BY_GROUP: tl.constexpr, GROUP: tl.constexpr, SPLIT: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    NF4_DECODE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
 ):  # fmt: skip
     """dx[m, k] = sum_n dy[m, n] w[n, k] over split program_id(1)'s rows of W (BLOCK_N a step), for the tile of
     BLOCK_M rows and BLOCK_K columns (BLOCK_K / 2 pairs) of program_id(0): the even and odd columns in accumulators
@@ -231,7 +239,7 @@ def _linear4_dx_kernel(
         b_w_even, b_w_odd = _weight_operands(
             p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros, o_n,
             i_k * (BLOCK_K // 2), m_n, K, stride_q_n, stride_s_n, FORMAT, NESTED, NESTED_BLOCK, EVEN_K, BY_GROUP,
-            GROUP, BLOCK_K // 2, p_dy.dtype.element_ty, UPCAST, True,
+            GROUP, BLOCK_K // 2, p_dy.dtype.element_ty, UPCAST, NF4_DECODE,
         )  # [N, P]  # fmt: skip
         if UPCAST:
             b_dy = b_dy.to(tl.float32)
@@ -253,7 +261,8 @@ def _dequantize_kernel(
     p_w, p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros,
     N, K, stride_w_n, stride_q_n, stride_s_n,
     FORMAT: tl.constexpr, NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr, EVEN_K: tl.constexpr,
-    BY_GROUP: tl.constexpr, GROUP: tl.constexpr, UPCAST: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    BY_GROUP: tl.constexpr, GROUP: tl.constexpr, UPCAST: tl.constexpr, NF4_DECODE: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """w[n, k] of a BLOCK_N x BLOCK_K tile, in p_w's dtype: the operands the fused kernels multiply (the same
     _weight_operands, so the same rounding), written once for a cuBLAS product when x has many rows."""
@@ -262,7 +271,7 @@ def _dequantize_kernel(
     b_even, b_odd = _weight_operands(
         p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros, o_n,
         tl.program_id(1) * (BLOCK_K // 2), m_n, K, stride_q_n, stride_s_n, FORMAT, NESTED, NESTED_BLOCK, EVEN_K,
-        BY_GROUP, GROUP, BLOCK_K // 2, p_w.dtype.element_ty, UPCAST, False,
+        BY_GROUP, GROUP, BLOCK_K // 2, p_w.dtype.element_ty, UPCAST, NF4_DECODE,
     )  # fmt: skip
     # The halves interleaved back into columns 2p, 2p + 1 and stored as one contiguous tile: two stores of every other
     # element had the compiler lay lanes along rows, 32 rows a warp's store, and ran 10x below nf4_dequantize's speed.

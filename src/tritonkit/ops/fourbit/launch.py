@@ -54,8 +54,7 @@ def _refuse_trainable(name: str, tensors: dict) -> None:
                              "pass it detached (train an adapter beside it, as tk.nn.LoRALinear does)")  # fmt: skip
 
 
-def check_nf4_linear(x, packed, state, bias) -> None:
-    name = "nf4_linear"
+def _check_nf4_weight(name: str, packed, state) -> None:
     n_values = check_nf4_state(name, packed, state)
     if packed.dim() > 1 and packed.shape[-1] != 1:
         raise ValueError(f"{name}: packed must hold NF4's flat codes, ({(n_values + 1) // 2},) or bitsandbytes' "
@@ -63,22 +62,73 @@ def check_nf4_linear(x, packed, state, bias) -> None:
                          "int4_quantize's layout, for int4_linear")  # fmt: skip
     if len(state.shape) != 2:
         raise ValueError(f"{name}: state.shape must be a linear layer's weight (N, K), got {state.shape}")
+
+
+def check_nf4_linear(x, packed, state, bias) -> None:
+    name = "nf4_linear"
+    _check_nf4_weight(name, packed, state)
     n, k = state.shape
     _check_x_and_bias(name, x, bias, n, k, "packed and state")
     _refuse_trainable(name, {"packed": packed, **{f"state.{key}": t for key, t in state.tensors().items()}})
     check_device(x=x, packed=packed, **state.tensors(), **({"bias": bias} if bias is not None else {}))
 
 
+def _check_int4_x(name: str, x) -> None:
+    if isinstance(x, torch.Tensor) and x.dim() and x.shape[-1] % 2:
+        raise ValueError(f"{name}: x's last dimension K must be even (INT4 packs two codes a byte along K), got x of "
+                         f"shape {tuple(x.shape)}")  # fmt: skip
+
+
 def check_int4_linear(x, qweight, scales, zeros, group_size, bias) -> None:
     name = "int4_linear"
     check_int4_weight(name, qweight, scales, zeros, group_size)
     n, k = qweight.shape[0], 2 * qweight.shape[1]
-    if isinstance(x, torch.Tensor) and x.dim() and x.shape[-1] % 2:
-        raise ValueError(f"{name}: x's last dimension K must be even (INT4 packs two codes a byte along K), got x of "
-                         f"shape {tuple(x.shape)}")  # fmt: skip
+    _check_int4_x(name, x)
     _check_x_and_bias(name, x, bias, n, k, "qweight, scales and zeros")
     _refuse_trainable(name, {"scales": scales})
     check_device(x=x, qweight=qweight, scales=scales, zeros=zeros, **({"bias": bias} if bias is not None else {}))
+
+
+_WEIGHT_NAMES = {"nf4": "packed and state", "int4": "qweight, scales and zeros"}  # for the messages
+
+
+@dataclass(frozen=True)
+class CheckedWeight:
+    """A 4-bit weight checked once (codes, state, device), for a layer that multiplies by it every step: what is left
+    to check per call is x and the bias (check_x_with_weight). ``arguments``: the custom op's weight arguments."""
+
+    format: str  # "nf4" or "int4"
+    arguments: tuple
+    shape: tuple[int, int]  # (N, K)
+    device: torch.device
+    tensors: dict  # the weight's tensors by argument name, for the per-call check that none requires grad
+
+
+def checked_nf4_weight(packed, state) -> CheckedWeight:
+    """NF4 codes and their state checked as nf4_linear checks them, and its op arguments."""
+    _check_nf4_weight("nf4_linear", packed, state)
+    tensors = {"packed": packed, **{f"state.{key}": t for key, t in state.tensors().items()}}
+    device = check_device(**tensors)
+    return CheckedWeight("nf4", nf4_arguments(packed, state), tuple(state.shape), device, tensors)
+
+
+def checked_int4_weight(qweight, scales, zeros, group_size) -> CheckedWeight:
+    """INT4 codes, scales and zero points checked as int4_linear checks them, and its op arguments."""
+    check_int4_weight("int4_linear", qweight, scales, zeros, group_size)
+    device = check_device(qweight=qweight, scales=scales, zeros=zeros)
+    shape = (qweight.shape[0], 2 * qweight.shape[1])
+    return CheckedWeight("int4", (qweight, scales, zeros, group_size), shape, device, {"scales": scales})
+
+
+def check_x_with_weight(x, weight: CheckedWeight, bias) -> None:
+    """nf4_linear's or int4_linear's checks of x and the bias, the weight checked before."""
+    name = f"{weight.format}_linear"
+    if weight.format == "int4":
+        _check_int4_x(name, x)
+    _check_x_and_bias(name, x, bias, *weight.shape, _WEIGHT_NAMES[weight.format])
+    _refuse_trainable(name, weight.tensors)
+    if x.device != weight.device or (bias is not None and bias.device != weight.device):
+        check_device(x=x, weight=weight.arguments[0], **({"bias": bias} if bias is not None else {}))
 
 
 @dataclass(frozen=True)
@@ -93,7 +143,9 @@ class _Weight:
 
 
 def _flat(t: torch.Tensor | None) -> torch.Tensor | None:
-    return None if t is None else t.reshape(-1).contiguous()
+    if t is None or (t.dim() == 1 and t.is_contiguous()):  # as the op's arguments come: no new tensor each call
+        return t
+    return t.reshape(-1).contiguous()
 
 
 def _nf4_weight(packed, absmax, absmax_codes, absmax_scales, offset, nested_code, k, blocksize) -> _Weight:
@@ -124,6 +176,11 @@ def _split(tiles: Linear4Tiles, n_tiles: int, length: int, step: int, outputs: i
     return max(1, cdiv(length, per_split)), per_split
 
 
+def _decode(weight: _Weight, plan: Linear4Tiles | DequantizeFirst) -> str:
+    """The plan's NF4 lookup; INT4 has none, and takes one value so that plans differing in it share a compile."""
+    return plan.nf4_decode if weight.flags["FORMAT"] == "nf4" else "select"
+
+
 def _sum_splits(part, bias, out) -> None:
     splits, m, n = part.shape
     block_m, block_n = _SUM_TILE
@@ -137,7 +194,8 @@ def _dequantized(weight: _Weight, n: int, k: int, dtype: torch.dtype, device, pl
     w = torch.empty((n, k), dtype=dtype, device=device)
     _dequantize_kernel[(cdiv(n, plan.block_n), cdiv(k, plan.block_k))](
         w, *weight.pointers, n, k, w.stride(0), weight.stride_q_n, weight.stride_s_n, **weight.flags,
-        UPCAST=upcast_bf16_dots(dtype), BLOCK_N=plan.block_n, BLOCK_K=plan.block_k, num_warps=plan.warps,
+        UPCAST=upcast_bf16_dots(dtype), NF4_DECODE=_decode(weight, plan), BLOCK_N=plan.block_n, BLOCK_K=plan.block_k,
+        num_warps=plan.warps,
         enable_fp_fusion=False,  # the nested absmax rounds twice, as in the fused kernels
     )  # fmt: skip
     return w
@@ -160,7 +218,8 @@ def _forward(x: torch.Tensor, bias, weight: _Weight, n: int, k: int, plan) -> to
     _linear4_fwd_kernel[(n_tiles, splits)](
         x, out, part, bias, *weight.pointers, m, n, k, pairs_per_split, x.stride(0), x.stride(1), out.stride(0),
         weight.stride_q_n, weight.stride_s_n, **weight.flags, HAS_BIAS=bias is not None, SPLIT=splits > 1,
-        UPCAST=upcast_bf16_dots(x.dtype), DOT_PRECISION=input_precision(x.dtype), BLOCK_M=tiles.block_m,
+        UPCAST=upcast_bf16_dots(x.dtype), DOT_PRECISION=input_precision(x.dtype), NF4_DECODE=_decode(weight, tiles),
+        BLOCK_M=tiles.block_m,
         BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, GROUP_M=tiles.group, num_warps=tiles.warps,
         num_stages=tiles.stages, enable_fp_fusion=False,  # the nested absmax rounds twice, as nf4_dequantize's
     )  # fmt: skip
@@ -189,9 +248,9 @@ def _backward(dy, weight: _Weight, n: int, k: int, need_dx: bool, need_dbias: bo
     _linear4_dx_kernel[(n_tiles, splits)](
         dy, dx, part, *weight.pointers, m, n, k, rows_per_split, dy.stride(0), dy.stride(1), dx.stride(0),
         weight.stride_q_n, weight.stride_s_n, **weight.flags, SPLIT=splits > 1, UPCAST=upcast_bf16_dots(dy.dtype),
-        DOT_PRECISION=input_precision(dy.dtype), BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,
-        BLOCK_K=tiles.block_k, GROUP_M=tiles.group, num_warps=tiles.warps, num_stages=tiles.stages,
-        enable_fp_fusion=False,
+        DOT_PRECISION=input_precision(dy.dtype), NF4_DECODE=_decode(weight, tiles), BLOCK_M=tiles.block_m,
+        BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, GROUP_M=tiles.group, num_warps=tiles.warps,
+        num_stages=tiles.stages, enable_fp_fusion=False,
     )  # fmt: skip
     if splits > 1:
         _sum_splits(part, None, dx)

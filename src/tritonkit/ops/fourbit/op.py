@@ -10,8 +10,10 @@ import torch
 from tritonkit._core.autograd import differentiable_op
 from tritonkit._core.fourbit import NF4State
 from tritonkit.ops.fourbit.launch import (
+    CheckedWeight,
     check_int4_linear,
     check_nf4_linear,
+    check_x_with_weight,
     int4_linear_bwd,
     int4_linear_bwd_fake,
     int4_linear_fwd,
@@ -99,3 +101,15 @@ def int4_linear(
     check_int4_linear(x, qweight, scales, zeros, group_size, bias)
     y = int4_linear_op(_rows(x), bias, qweight, scales, zeros, group_size)
     return y.view(*x.shape[:-1], qweight.shape[0])
+
+
+def linear_4bit(x: torch.Tensor, weight: CheckedWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """nf4_linear or int4_linear on a weight checked once (launch.checked_nf4_weight / checked_int4_weight): the same
+    op and result, with x and the bias checked per call and the weight not (tk.nn.Linear4bit's path: its codes are
+    checked when they change, not every step)."""
+    check_x_with_weight(x, weight, bias)
+    op = nf4_linear_op if weight.format == "nf4" else int4_linear_op
+    y = op(_rows(x), bias, *weight.arguments)
+    # Rows in, the op's own output out (not a view of it): an adapter's in-place addmm_ on it then costs autograd no
+    # CopySlices node.
+    return y if x.dim() == 2 else y.view(*x.shape[:-1], weight.shape[0])

@@ -9,6 +9,13 @@ whose contraction runs over N.
 No table has been measured yet: every architecture takes FALLBACK. On an H100 its many-rows tile at three stages
 asked for 240 KB (bf16, double-quantized NF4) and 288 KB (fp32) of shared memory against 227 KB: the gathered
 per-value absmax and code lookups are pipelined beside the operands. Two stages leave a third of that.
+
+NF4's codes become values one of three ways (NF4_DECODES), a field of each plan: "gather" loads them from the
+16-entry table in global memory; "select" picks them in registers by a tree of 15 selects on the code's bits;
+"prmt" builds them with byte permutes from the table held in registers, about 6 instructions a value (PTX: the
+interpreter and other GPUs take the select tree). On an H200 the gather held the fused one-row layer on the L1
+cache's throughput, while the dequantize-first kernel, with no products to feed, ran faster gathering than selecting
+(docs/kernels/fourbit.md): the fused tiles select and DequantizeFirst gathers, until "prmt" is measured.
 """
 
 from __future__ import annotations
@@ -18,6 +25,12 @@ from dataclasses import dataclass
 from tritonkit._core.ints import cdiv
 
 MIN_DOT = 16  # tl.dot's smallest side
+NF4_DECODES = ("gather", "select", "prmt")  # NF4's code lookups (module docstring)
+
+
+def _check_decode(plan) -> None:
+    if plan.nf4_decode not in NF4_DECODES:
+        raise ValueError(f"{type(plan).__name__}: nf4_decode must be one of {NF4_DECODES}, got {plan.nf4_decode!r}")
 
 
 @dataclass(frozen=True)
@@ -29,11 +42,13 @@ class Linear4Tiles:
     stages: int
     group: int  # tile-rows walked together (grouped order), for L2 reuse of the weight
     splits: int = 0  # splits of the contraction; 0: chosen by choose_splits
+    nf4_decode: str = "select"  # NF4's code lookup (NF4_DECODES)
 
     def __post_init__(self) -> None:
         # tl.dot takes no side below 16, and a K step of block_k columns is two dots of block_k / 2.
         if min(self.block_m, self.block_n, self.block_k // 2) < MIN_DOT:
             raise ValueError(f"Linear4Tiles: block_m, block_n and block_k / 2 must be >= {MIN_DOT}, got {self}")
+        _check_decode(self)
 
 
 @dataclass(frozen=True)
@@ -46,6 +61,10 @@ class DequantizeFirst:
     block_n: int = 32
     block_k: int = 128  # even: whole bytes
     warps: int = 4
+    nf4_decode: str = "gather"  # NF4's code lookup (NF4_DECODES)
+
+    def __post_init__(self) -> None:
+        _check_decode(self)
 
 
 # Rows of x from which the weight is dequantized first: past the split-K GEMV's rows. On an H200 (N 14336, K 4096)
