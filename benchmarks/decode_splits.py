@@ -3,11 +3,12 @@
 of 64-token pages, SDPA with enable_gqa over a contiguous bf16 cache of the same shape in the same run.
 
 - Default against variant first: int8 and fp8 with their codes converted straight to bf16 (plan.direct_codes), int4
-  with its scales and zeros folded into the scores and P (plan.fold_int4), each beside the default plan, at B 8 S 32k
-  and B 64 S 4k.
-- Then the sweep, B 1, 4, 8 x S 4k, 8k, 32k: SDPA; paged bf16 at key blocks 32, 64 and 128, each with the
-  heuristic's split count and with 4 to 64 splits; int8, fp8 and int4 with the default plan and the variant at key
-  blocks 64 and 128 (the heuristic's splits), and the variant at key block 64 with 8 to 32 splits.
+  with its scales and zeros folded into the scores and P (plan.fold_int4), each beside the default plan, and both
+  with the split heuristic asking for 8 programs per multiprocessor instead of 2 (plan.programs_per_sm: more warps
+  in flight to hide the conversions' latency), at B 8 S 32k and B 64 S 4k, key blocks of 64.
+- Then the sweep, B 1, 4, 8 x S 4k, 8k, 32k: SDPA; paged bf16 at key blocks 64 and 128, each with the heuristic's
+  split count and with 4 to 64 splits, and at 32 with the heuristic's; int8, fp8 and int4 with the default plan and
+  the variant, at key block 64 with the heuristic's split count and with 16 to 64, and at 128 with the heuristic's.
 
     python benchmarks/decode_splits.py --out DIR [--budget-s 50] [--dry-run]
 
@@ -38,7 +39,8 @@ SHAPES = tuple((b, s) for b in (1, 4, 8) for s in (4096, 8192, 32768))
 PLAIN_BLOCKS = (64, 128)  # with each split count; block 32 with the heuristic's only
 PLAIN_SPLITS = (4, 8, 16, 32, 64)
 QUANTIZED_BLOCKS = (64, 128)
-QUANTIZED_SPLITS = (16, 32)
+QUANTIZED_SPLITS = (16, 32, 64)
+MORE_PROGRAMS = 8  # programs per multiprocessor the headline's second heuristic asks for
 MIN_SPLIT_KEYS = 128  # fewer keys per split than two blocks of 64: the partials' traffic outweighs any parallelism
 VARIANTS = {"int8": {"direct_codes": True}, "fp8": {"direct_codes": True}, "int4": {"fold_int4": True}}
 # The CPU check: two small shapes, heads with int4 groups of 32 (what fold_int4 takes).
@@ -64,7 +66,7 @@ class Runner:
         self.arch, self.sms = arch(self.device), sm_count(self.device)
         self.start = time.perf_counter()
         self.rows: list[dict] = []
-        self.warm, self.variants = warm, {}
+        self.warm, self.owners = warm, {}
 
     def inputs(self, b: int, s: int, kv: str, paged: bool = True):
         import torch
@@ -81,23 +83,37 @@ class Runner:
 
     def run(self, case, inputs, label: dict, fn, sdpa_ms: float | None = None, variant=None) -> float | None:
         """Time fn (one call of the op) and record a row labelled ``label``; returns the milliseconds. ``variant``:
-        what decides which kernels fn compiles (None: none of ours)."""
+        the keys of the kernels fn compiles (the split kernel's, the reduction's or None; None: none of ours)."""
         import torch
         import triton.testing
 
         if self.warm:
-            number = self.variants.setdefault(variant, len(self.variants))
-            if variant is not None and number % self.warm[1] == self.warm[0]:
-                fn()
-                if not self.dry:
-                    torch.cuda.synchronize()
+            # The first run of each split-kernel variant goes to the next worker in turn, and so does the first run
+            # of a reduction variant whose split kernel is already someone's: every worker takes the same turns.
+            split_key, reduce_key = variant or (None, None)
+            new = [key for key in (split_key, reduce_key) if key is not None and key not in self.owners]
+            for key in new:
+                self.owners[key] = len(self.owners) % self.warm[1]
+            if new and self.owners[new[0]] == self.warm[0]:
+                try:
+                    fn()
+                    if not self.dry:
+                        torch.cuda.synchronize()
+                except Exception as error:  # the timing process meets it again and records it
+                    print(f"compiling {variant} failed: {type(error).__name__}", file=sys.stderr, flush=True)
             return None
         row = {"b": case.b, "s": case.s, **label}
         if time.perf_counter() - self.start > self.budget_s:
             row["skipped"] = "time budget"
             self.rows.append(row)
             return None
-        out = fn()
+        try:
+            out = fn()
+        except Exception as error:  # one variant that fails leaves the others' times
+            row["skipped"] = f"failed: {type(error).__name__}: {str(error).splitlines()[0][:160] if str(error) else ''}"
+            print(f"B{case.b:<3} S{case.s:<6} {_describe(label)}  {row['skipped']}", flush=True)
+            self.rows.append(row)
+            return None
         if self.dry:
             as64 = [a.double() if a.is_floating_point() else a for a in inputs.args]
             expected = self.spec.reference(*as64, **inputs.kwargs)
@@ -131,26 +147,32 @@ class Runner:
                                                options.get("k_scales"), options.get("v_scales"), scale, True, -1,
                                                0.0, splits, plan=plan)[0]  # fmt: skip
 
-        # The kernels' constexprs: the format, the plan's switches, the key block, one split or several, and the
+        # The kernels' constexprs: the format, the plan's switches, the key block and one split or several; the
         # reduction's tile of splits.
-        variant = (label["cache"], label["plan"], plan.block_n, used > 1, 1 << (used - 1).bit_length())
+        split_key = (label["cache"], label["plan"], plan.block_n, used > 1)
+        variant = (split_key, ("reduce", 1 << (used - 1).bit_length()) if used > 1 else None)
         return self.run(case, inputs, label, call, sdpa_ms, variant)
 
 
 def _describe(label: dict) -> str:
-    text = f"{label['cache']:5} {label['plan']:12}"
+    programs = f" {label['programs_per_sm']}/SM" if "programs_per_sm" in label else ""
+    text = f"{label['cache']:5} {label['plan'] + programs:17}"
     if "block_n" in label:
         text += f" block {label['block_n']:<3} splits {label['splits'] or 'auto':>4} ({label['splits_used']:>3})"
-    return f"{text:46}"
+    return f"{text:51}"
 
 
 def headline(runner: Runner, shapes) -> None:
-    """Each quantized cache with the default plan and with its variant (key block 64, the heuristic's splits)."""
+    """Each quantized cache with the default plan and with its variant, each with the heuristic at 2 and at
+    MORE_PROGRAMS programs per multiprocessor (key block 64)."""
     for b, s in shapes:
         for kv, variant in VARIANTS.items():
             case, inputs = runner.inputs(b, s, kv)
             for name, change in (("default", {}), (next(iter(variant)), variant)):
-                runner.ours(case, inputs, runner.plan(64, change), 0, {"part": "headline", "cache": kv, "plan": name})
+                for programs in (2, MORE_PROGRAMS):
+                    plan = runner.plan(64, {**change, "programs_per_sm": programs})
+                    label = {"part": "headline", "cache": kv, "plan": name, "programs_per_sm": programs}
+                    runner.ours(case, inputs, plan, 0, label)
             del inputs
 
 
@@ -175,12 +197,11 @@ def sweep(runner: Runner, shapes) -> None:
         for kv, variant in VARIANTS.items():
             case, inputs = runner.inputs(b, s, kv)
             name = next(iter(variant))
-            label = {"part": "sweep", "cache": kv}
-            for block_n in QUANTIZED_BLOCKS:
-                runner.ours(case, inputs, runner.plan(block_n, {}), 0, {**label, "plan": "default"}, sdpa_ms)
-                runner.ours(case, inputs, runner.plan(block_n, variant), 0, {**label, "plan": name}, sdpa_ms)
-            for n in (n for n in QUANTIZED_SPLITS if s // n >= MIN_SPLIT_KEYS):
-                runner.ours(case, inputs, runner.plan(64, variant), n, {**label, "plan": name}, sdpa_ms)
+            for plan_name, change in (("default", {}), (name, variant)):
+                label = {"part": "sweep", "cache": kv, "plan": plan_name}
+                for n in (0, *(n for n in QUANTIZED_SPLITS if s // n >= MIN_SPLIT_KEYS)):
+                    runner.ours(case, inputs, runner.plan(64, change), n, label, sdpa_ms)
+                runner.ours(case, inputs, runner.plan(128, change), 0, label, sdpa_ms)
             del inputs
 
 
@@ -195,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--budget-s", type=float, default=50.0, help="stop timing after this many seconds")
-    parser.add_argument("--rep-ms", type=int, default=5, help="do_bench_cudagraph's rep: ms of work per graph")
+    parser.add_argument("--rep-ms", type=int, default=4, help="do_bench_cudagraph's rep: ms of work per graph")
     parser.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU, each run once, no times")
     parser.add_argument("--compile-workers", type=int, default=min(12, (os.cpu_count() or 2) - 2),
                         help="processes compiling the kernel variants first (0: compile as the runs come)")  # fmt: skip
