@@ -6,6 +6,7 @@ of 64-token pages, SDPA with enable_gqa over a contiguous bf16 cache of the same
   with its scales and zeros folded into the scores and P (plan.fold_int4), each beside the default plan, and both
   with the split heuristic asking for 8 programs per multiprocessor instead of 2 (plan.programs_per_sm: more warps
   in flight to hide the conversions' latency), at B 8 S 32k and B 64 S 4k, key blocks of 64.
+- kv_cache_append in place, a prompt's keys and values (8192 tokens) into a paged cache of each format.
 - Then the sweep, B 1, 4, 8 x S 4k, 8k, 32k: SDPA; paged bf16 at key blocks 64 and 128, each with the heuristic's
   split count and with 4 to 64 splits, and at 32 with the heuristic's; int8, fp8 and int4 with the default plan and
   the variant, at key block 64 with the heuristic's split count and with 16 to 64, and at 128 with the heuristic's.
@@ -43,8 +44,9 @@ QUANTIZED_SPLITS = (16, 32, 64)
 MORE_PROGRAMS = 8  # programs per multiprocessor the headline's second heuristic asks for
 MIN_SPLIT_KEYS = 128  # fewer keys per split than two blocks of 64: the partials' traffic outweighs any parallelism
 VARIANTS = {"int8": {"direct_codes": True}, "fp8": {"direct_codes": True}, "int4": {"fold_int4": True}}
+APPEND_TOKENS = 8192  # a prompt's keys and values appended at once (kv_cache_append's bandwidth case)
 # The CPU check: two small shapes, heads with int4 groups of 32 (what fold_int4 takes).
-DRY = {"heads": {"hq": 4, "hk": 2, "d": 64}, "shapes": ((1, 256), (2, 512)), "headline": ((2, 256),)}
+DRY = {"heads": {"hq": 4, "hk": 2, "d": 64}, "shapes": ((1, 256), (2, 512)), "headline": ((2, 256),), "append": 64}
 
 
 class Runner:
@@ -81,7 +83,7 @@ class Runner:
 
         return dataclasses.replace(decode_plan(self.arch, self.heads["d"]), block_n=block_n, **variant)
 
-    def run(self, case, inputs, label: dict, fn, sdpa_ms: float | None = None, variant=None) -> float | None:
+    def run(self, case, inputs, label: dict, fn, sdpa_ms: float | None = None, variant=None, spec=None):
         """Time fn (one call of the op) and record a row labelled ``label``; returns the milliseconds. ``variant``:
         the keys of the kernels fn compiles (the split kernel's, the reduction's or None; None: none of ours)."""
         import torch
@@ -102,6 +104,7 @@ class Runner:
                 except Exception as error:  # the timing process meets it again and records it
                     print(f"compiling {variant} failed: {type(error).__name__}", file=sys.stderr, flush=True)
             return None
+        spec = spec or self.spec
         row = {"b": case.b, "s": case.s, **label}
         if time.perf_counter() - self.start > self.budget_s:
             row["skipped"] = "time budget"
@@ -114,6 +117,10 @@ class Runner:
             print(f"B{case.b:<3} S{case.s:<6} {_describe(label)}  {row['skipped']}", flush=True)
             self.rows.append(row)
             return None
+        if self.dry and spec is not self.spec:  # an append: its output is the cache, checked by the tests
+            print(f"B{case.b:<3} S{case.s:<6} {_describe(label)}  ran", flush=True)
+            self.rows.append(row)
+            return None
         if self.dry:
             as64 = [a.double() if a.is_floating_point() else a for a in inputs.args]
             expected = self.spec.reference(*as64, **inputs.kwargs)
@@ -123,7 +130,7 @@ class Runner:
             return None
         torch.cuda.synchronize()
         ms = triton.testing.do_bench_cudagraph(fn, rep=self.rep_ms)
-        row.update(us=ms * 1e3, gb_s=self.spec.bytes_moved(case, self.dtype) / ms / 1e6)
+        row.update(us=ms * 1e3, gb_s=spec.bytes_moved(case, self.dtype) / ms / 1e6)
         if sdpa_ms:
             row["sdpa_over_this"] = sdpa_ms / ms
         versus = f"  {row['sdpa_over_this']:5.2f}x SDPA" if sdpa_ms else ""
@@ -160,6 +167,30 @@ def _describe(label: dict) -> str:
     if "block_n" in label:
         text += f" block {label['block_n']:<3} splits {label['splits'] or 'auto':>4} ({label['splits_used']:>3})"
     return f"{text:51}"
+
+
+def appends(runner: Runner, tokens: int) -> None:
+    """kv_cache_append of ``tokens`` new keys and values of one sequence into an empty paged cache of each format,
+    in place (idempotent: the lengths are not advanced, so every replay writes the same slots)."""
+    import torch
+
+    from tritonkit import catalog
+    from tritonkit.ops.decoding import launch
+
+    spec = catalog.get("kv_cache_append")
+    for kv in ("plain", "int8", "fp8", "int4"):
+        values = {"b": 1, "s": 0, "sq": tokens, "hk": runner.heads["hk"], "d": runner.heads["d"], "page_size": PAGE,
+                  "kv": kv, "capacity": tokens}  # fmt: skip
+        case = spec.parse_case(values)
+        inputs = spec.make_inputs(case, runner.device, runner.dtype, torch.Generator(runner.device).manual_seed(0))
+        options = inputs.kwargs
+        label = {"part": "append", "cache": "bf16" if kv == "plain" else kv, "plan": f"{tokens} tokens"}
+
+        def call(inputs=inputs, options=options):
+            launch.kv_cache_append_(*inputs.args, options["block_table"], options.get("k_scales"),
+                                    options.get("v_scales"))  # fmt: skip
+
+        runner.run(case, inputs, label, call, variant=(("append", kv), None), spec=spec)
 
 
 def headline(runner: Runner, shapes) -> None:
@@ -209,6 +240,7 @@ def _warm(task: tuple[int, int, bool]) -> None:
     index, workers, dry = task
     runner = Runner(dry, math.inf, 0, warm=(index, workers))
     headline(runner, DRY["headline"] if dry else HEADLINE)
+    appends(runner, DRY["append"] if dry else APPEND_TOKENS)
     sweep(runner, DRY["shapes"] if dry else SHAPES)
 
 
@@ -238,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     budget = math.inf if args.dry_run else args.budget_s - (time.perf_counter() - start)
     runner = Runner(args.dry_run, budget, args.rep_ms)
     headline(runner, DRY["headline"] if args.dry_run else HEADLINE)
+    appends(runner, DRY["append"] if args.dry_run else APPEND_TOKENS)
     sweep(runner, DRY["shapes"] if args.dry_run else SHAPES)
     args.out.mkdir(parents=True, exist_ok=True)
     device = "cpu (dry run)" if args.dry_run else torch.cuda.get_device_name()

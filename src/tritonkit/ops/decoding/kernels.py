@@ -101,11 +101,14 @@ def _quantize_rows(p_x, off_x, p_data, off_data, p_scales, off_scales, m_r, head
     rows off_data (unit stride) and their scales at off_scales (int4: groups stride_s_g apart, the zero stride_s_z
     after the scale). The one writer of every format: quantize_kv and kv_cache_append both call it."""
     if KV == "int4":
+        # Whole rows in one contiguous load, split into even and odd values in registers: two loads of every other
+        # value cannot be vectorised.
+        o_d = tl.arange(0, BLOCK_D)
+        m_x = m_r[:, None] & (o_d[None, :] < head_dim)
+        b_x = tl.load(p_x + off_x[:, None] + o_d[None, :], mask=m_x, other=0.0).to(tl.float32)  # [R, D]
+        b_even, b_odd = tl.split(tl.reshape(b_x, (m_r.shape[0], BLOCK_D // 2, 2)))  # [R, D / 2] each
         o_i = tl.arange(0, BLOCK_D // 2)
         m_i = m_r[:, None] & (o_i[None, :] < head_dim // 2)
-        p_pairs = p_x + off_x[:, None] + 2 * o_i[None, :]
-        b_even = tl.load(p_pairs, mask=m_i, other=0.0).to(tl.float32)  # [R, D / 2]
-        b_odd = tl.load(p_pairs + 1, mask=m_i, other=0.0).to(tl.float32)  # [R, D / 2]
         packed, scale16, zero16 = _int4_codes(b_even, b_odd, BLOCK_D, GROUP)
         tl.store(p_data + off_data[:, None] + o_i[None, :], packed, mask=m_i)
         o_g = tl.arange(0, BLOCK_D // GROUP)
