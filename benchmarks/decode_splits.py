@@ -154,9 +154,9 @@ class Runner:
                                                options.get("k_scales"), options.get("v_scales"), scale, True, -1,
                                                0.0, splits, plan=plan)[0]  # fmt: skip
 
-        # The kernels' constexprs: the format, the plan's switches, the key block and one split or several; the
-        # reduction's tile of splits.
-        split_key = (label["cache"], label["plan"], plan.block_n, used > 1)
+        # What the kernels are compiled for: the format, the plan's switches, the key block, one split or several and
+        # the split count's divisibility by 16 (Triton specialises on it); the reduction's tile of splits.
+        split_key = (label["cache"], label["plan"], plan.block_n, used > 1, used % 16 == 0)
         variant = (split_key, ("reduce", 1 << (used - 1).bit_length()) if used > 1 else None)
         return self.run(case, inputs, label, call, sdpa_ms, variant)
 

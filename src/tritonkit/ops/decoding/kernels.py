@@ -310,8 +310,7 @@ def _int4_folded_pv(b_p, b_lo, b_hi, b_scale, b_zero, DTYPE: tl.constexpr, DOT_P
     return b_even, dot_fp32(b_ps, b_hi, DOT_PRECISION, UPCAST) + b_pz
 
 
-# n_splits follows the batch: one compiled kernel for every value (no specialisation on its divisibility by 16).
-@triton.jit(do_not_specialize=["n_splits"])
+@triton.jit
 def _decode_kernel(
     p_q, p_k, p_v, p_k_scales, p_v_scales, p_seqlens, p_table, p_o, p_lse, p_part_o, p_part_lse,
     n_queries, n_heads_q, n_heads_k, group, head_dim, window, capacity, n_pages, qk_scale, softcap_log2,
@@ -440,8 +439,7 @@ def _decode_kernel(
         tl.store(p_part_lse + part, lse_log2, mask=m_r)
 
 
-# n_splits follows the batch: one compiled kernel for every value (no specialisation on its divisibility by 16).
-@triton.jit(do_not_specialize=["n_splits"])
+@triton.jit
 def _decode_reduce_kernel(
     p_part_o, p_part_lse, p_o, p_lse, n_queries, n_heads_q, head_dim,
     stride_o_b, stride_o_s, stride_o_h, stride_lse_b, stride_lse_h, n_splits,
