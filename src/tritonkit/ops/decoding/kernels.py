@@ -302,7 +302,7 @@ def _int4_folded_scores(b_q_even, b_q_odd, q_sum, b_lo, b_hi, b_scale, b_zero, D
 def _int4_folded_pv(b_p, b_lo, b_hi, b_scale, b_zero, DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr,
                     UPCAST: tl.constexpr):  # fmt: skip
     """P @ V [D / G, M, G / 2] for V's even and odd values of each group g, from the codes: with v's group g
-    holding c s_g + z_g, P v_g = (P * s_g) c_g + (P z_g), so P scaled per group by the keys' s_g meets the codes,
+    holding c s_g + z_g, P v_g = (P * s_g) c_g + (P z_g): P, column n scaled by row n's s_g, meets the codes,
     and the zeros add one fp32 column sum per group and row."""
     b_ps = to_dot_operand(b_p[None, :, :] * b_scale[:, None, :], DTYPE, UPCAST)  # [D / G, M, N]
     b_pz = tl.sum(b_p[None, :, :] * b_zero[:, None, :], axis=2)[:, :, None]  # [D / G, M, 1]
