@@ -3,6 +3,7 @@ append bit-exact with quantize_kv, every split count, empty sequences and splits
 compiled with torch.compile, the checker's power to catch wrong decoding, bad input; on a GPU determinism, unchecked
 out-of-range pages, and a decode step captured in a CUDA graph."""
 
+import dataclasses
 import math
 
 import pytest
@@ -12,7 +13,7 @@ import tritonkit as tk
 from tritonkit import catalog, testing
 from tritonkit.ops.decoding import launch
 from tritonkit.ops.decoding.plan import DecodePlan, choose_splits
-from tritonkit.registry import KernelSpec
+from tritonkit.registry import TOLERANCES, KernelSpec
 
 REFERENCE = catalog.get("decode_attention").reference
 SMALL = DecodePlan(block_n=16, warps=4, stages=1, max_rows=16)  # many key blocks and row blocks at small sizes
@@ -181,11 +182,40 @@ def test_every_split_count_matches_the_reference(splits):
     assert torch.all(out[2] == 0) and torch.all(lse[2] == -math.inf)  # the empty sequence
 
 
+QUANTIZED_VARIANTS = [("int8", {"direct_codes": True}), ("fp8", {"direct_codes": True}), ("int4", {"fold_int4": True})]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize(("fmt", "variant"), QUANTIZED_VARIANTS, ids=[row[0] for row in QUANTIZED_VARIANTS])
+def test_quantized_plan_variants_match_the_reference(device, fmt, variant, dtype):
+    """The plan's other ways of reading int8, fp8 and int4 caches, against the reference on the dequantized cache:
+    head dim 96 (int4: three groups of 32 and a padding group), an empty sequence, splits with no keys (three
+    splits of the length-3 sequence's one key block; one split is the other tests' default path)."""
+    inputs = _problem(device, lens=(70, 3, 0, 33), hq=8, hk=2, d=96, dtype=dtype, fmt=fmt)
+    q, k_cache, v_cache, lengths = inputs.args
+    options = inputs.kwargs
+    plan = dataclasses.replace(SMALL, **variant)
+    out, lse = launch.decode_attention_fwd(q, k_cache, v_cache, lengths, options["block_table"], options["k_scales"],
+                                           options["v_scales"], 1 / math.sqrt(q.shape[-1]), True, -1, 0.0, 3,
+                                           plan=plan)  # fmt: skip
+    expected, expected_lse = REFERENCE(q.double(), k_cache.double() if fmt == "fp8" else k_cache,
+                                       v_cache.double() if fmt == "fp8" else v_cache, lengths,
+                                       block_table=options["block_table"], k_scales=options["k_scales"],
+                                       v_scales=options["v_scales"], return_lse=True)  # fmt: skip
+    tol = TOLERANCES[dtype]
+    torch.testing.assert_close(out.double(), expected, atol=tol.atol, rtol=tol.rtol)
+    torch.testing.assert_close(lse.double(), expected_lse, atol=1e-5, rtol=1e-5)
+    assert torch.all(out[2] == 0) and torch.all(lse[2] == -math.inf)  # the empty sequence
+
+
 def test_splits_are_chosen_from_the_shape():
     assert choose_splits(programs=1024, max_keys=4096, sm_count=132) == 1  # the batch fills the GPU
     assert choose_splits(programs=8, max_keys=131072, sm_count=132) == 33  # batch 1, 8 key heads: split the keys
     assert choose_splits(programs=8, max_keys=1024, sm_count=132) == 2  # but no split shorter than 512 keys
     assert choose_splits(programs=1, max_keys=1 << 24, sm_count=132) == 128  # at most MAX_SPLITS
+    wider = dataclasses.replace(SMALL, programs_per_sm=4, min_keys_per_split=2048)  # a plan's own heuristic
+    assert choose_splits(programs=8, max_keys=131072, sm_count=132, plan=wider) == 64  # 66 wanted, 64 of 2048 keys
+    assert choose_splits(programs=8, max_keys=8192, sm_count=132, plan=wider) == 4  # 8192 / 2048
 
 
 def test_strided_q_and_expanded_lengths(device):

@@ -23,7 +23,9 @@ Cache formats: one row is one token of one key head, D values; each format x ~ x
   scale = (max - min) / 15 (both rounded to fp16 first), c = round((x - zero) / scale) in [0, 15], x' = c scale +
   zero; two codes per byte, value 2i in the low nibble and 2i + 1 in the high one.
 The int8 and fp8 row scales multiply the score columns (keys) and the probabilities (values), so the products read
-the codes themselves, exact in 16-bit floats; int4 is dequantized element by element.
+the codes themselves, exact in 16-bit floats; int4 is dequantized element by element, or (FOLD_INT4) its products
+read the codes too and each group's scale and zero apply to the scores and to P (_int4_folded_scores,
+_int4_folded_pv).
 
 Paged caches: key j of sequence b is slot j % page_size of page block_table[b, j // page_size]; a contiguous cache
 is read as pages of one sequence each (page b, slot j). A page number outside the pool, or a key beyond the cache's
@@ -100,11 +102,14 @@ def _quantize_rows(p_x, off_x, p_data, off_data, p_scales, off_scales, m_r, head
     rows off_data (unit stride) and their scales at off_scales (int4: groups stride_s_g apart, the zero stride_s_z
     after the scale). The one writer of every format: quantize_kv and kv_cache_append both call it."""
     if KV == "int4":
+        # Whole rows in one contiguous load, split into even and odd values in registers: two loads of every other
+        # value cannot be vectorised.
+        o_d = tl.arange(0, BLOCK_D)
+        m_x = m_r[:, None] & (o_d[None, :] < head_dim)
+        b_x = tl.load(p_x + off_x[:, None] + o_d[None, :], mask=m_x, other=0.0).to(tl.float32)  # [R, D]
+        b_even, b_odd = tl.split(tl.reshape(b_x, (m_r.shape[0], BLOCK_D // 2, 2)))  # [R, D / 2] each
         o_i = tl.arange(0, BLOCK_D // 2)
         m_i = m_r[:, None] & (o_i[None, :] < head_dim // 2)
-        p_pairs = p_x + off_x[:, None] + 2 * o_i[None, :]
-        b_even = tl.load(p_pairs, mask=m_i, other=0.0).to(tl.float32)  # [R, D / 2]
-        b_odd = tl.load(p_pairs + 1, mask=m_i, other=0.0).to(tl.float32)  # [R, D / 2]
         packed, scale16, zero16 = _int4_codes(b_even, b_odd, BLOCK_D, GROUP)
         tl.store(p_data + off_data[:, None] + o_i[None, :], packed, mask=m_i)
         o_g = tl.arange(0, BLOCK_D // GROUP)
@@ -213,11 +218,14 @@ def _kv_append_kernel(
 @triton.jit
 def _load_keys(p_data, off_data, p_scales, off_scales, m_x, m_n, head_dim, o_d, stride_s_g, stride_s_z,
                mma_dtype: tl.constexpr, KV: tl.constexpr, BLOCK_D: tl.constexpr, GROUP: tl.constexpr,
-               UPCAST: tl.constexpr):  # fmt: skip
+               UPCAST: tl.constexpr, DIRECT_CODES: tl.constexpr):  # fmt: skip
     """A [N, D] tile of cache rows as the products read it (mma_dtype) and the rows' scales [N] (1 where the format
     has none, or folds them into the values: plain, int4). Masked rows read 0 (a value row of NaN would poison the
     products even with weight 0). UPCAST: int4's values rounded to bf16 by their bits (and kept in fp32), because the
-    interpreter's conversion truncates (a CPU test saw scores 0.02 off); the other formats' values are exact in bf16."""
+    interpreter's conversion truncates (a CPU test saw scores 0.02 off); the other formats' values are exact in bf16.
+    DIRECT_CODES: int8 and fp8 codes converted to mma_dtype in one step (exact: |c| <= 127 in int8, and e4m3's four
+    significant bits and exponents fit bf16 and fp16), not through fp32; under the interpreter (UPCAST) bf16 takes
+    the fp32 step, its conversion from int8 gives NaN there."""
     if KV == "int4":  # values not exact in bf16: the one format whose rounding to the operand matters
         b_x = _int4_values(p_data, off_data, p_scales, off_scales, m_n, head_dim, stride_s_g, stride_s_z, BLOCK_D,
                            GROUP)  # fmt: skip
@@ -230,9 +238,68 @@ def _load_keys(p_data, off_data, p_scales, off_scales, m_x, m_n, head_dim, o_d, 
         # int8 and fp8 through the hardware conversions: the bit arithmetic of int4's values measured slower for
         # these (docs/kernels/decoding.md). The interpreter cannot fill fp8 with `other`, so masked rows are zeroed
         # after the conversion.
-        b_x = tl.where(m_x, tl.load(p_data + off_data[:, None] + o_d[None, :], mask=m_x).to(tl.float32), 0.0)
+        b_code = tl.load(p_data + off_data[:, None] + o_d[None, :], mask=m_x)
+        b_x = tl.where(m_x, b_code.to(mma_dtype if DIRECT_CODES and not UPCAST else tl.float32), 0.0)
         b_scale = tl.load(p_scales + off_scales, mask=m_n, other=0.0)
     return (b_x if KV == "int4" else b_x.to(mma_dtype)), b_scale
+
+
+@triton.jit
+def _nibbles_as(b_n, DTYPE: tl.constexpr, UPCAST: tl.constexpr):
+    """Integers 0 <= n < 16 (uint8) as exact values of DTYPE, by their bits: a 16-bit float whose exponent puts its
+    last mantissa bit at 1 (bf16 0x4300: 128 + n; fp16 0x6400: 1024 + n) less that power of two, so each value
+    costs an OR and a subtraction on packed pairs, no conversion. fp32 (and bf16 under the interpreter, UPCAST,
+    whose bf16 arithmetic is not the GPU's) through _code_as_float."""
+    if UPCAST or tl.float32 == DTYPE:
+        b_x = _code_as_float(b_n.to(tl.int32))
+    elif tl.bfloat16 == DTYPE:
+        b_x = (b_n.to(tl.int16) | 0x4300).to(tl.bfloat16, bitcast=True) - 128.0
+    else:
+        b_x = (b_n.to(tl.int16) | 0x6400).to(tl.float16, bitcast=True) - 1024.0
+    return b_x
+
+
+@triton.jit
+def _int4_group_tiles(p_data, off_data, p_scales, off_scales, m_n, head_dim, stride_s_g, stride_s_z,
+                      DTYPE: tl.constexpr, UPCAST: tl.constexpr, BLOCK_D: tl.constexpr,
+                      GROUP: tl.constexpr):  # fmt: skip
+    """int4 rows (int64 offsets off_data and off_scales [N]; m_n: which rows) by group, for the folded products:
+    the codes of the even and odd values [D / G, N, G / 2] (exact, in DTYPE) and the groups' scales and zeros
+    [D / G, N] (fp32). Masked rows and padding groups read codes, scales and zeros 0."""
+    N_GROUPS: tl.constexpr = BLOCK_D // GROUP
+    HALF: tl.constexpr = GROUP // 2
+    o_g = tl.arange(0, N_GROUPS)
+    o_i = tl.arange(0, HALF)
+    m_g = (o_g[:, None] < head_dim // GROUP) & m_n[None, :]  # [D / G, N]
+    p_bytes = p_data + off_data[None, :, None] + (o_g[:, None, None] * HALF + o_i[None, None, :])
+    b_byte = tl.load(p_bytes, mask=m_g[:, :, None], other=0)  # [D / G, N, G / 2]
+    p_s = p_scales + off_scales[None, :] + o_g[:, None] * stride_s_g
+    b_scale = tl.load(p_s, mask=m_g, other=0.0).to(tl.float32)  # [D / G, N]
+    b_zero = tl.load(p_s + stride_s_z, mask=m_g, other=0.0).to(tl.float32)
+    return _nibbles_as(b_byte & 15, DTYPE, UPCAST), _nibbles_as(b_byte >> 4, DTYPE, UPCAST), b_scale, b_zero
+
+
+@triton.jit
+def _int4_folded_scores(b_q_even, b_q_odd, q_sum, b_lo, b_hi, b_scale, b_zero, DOT_PRECISION: tl.constexpr,
+                        UPCAST: tl.constexpr):  # fmt: skip
+    """q . k [M, N] of int4 keys from their codes: with k's group g holding c s_g + z_g,
+    q . k = sum_g s_g (q_g . c_g) + z_g sum(q_g). q's even and odd values [D / G, M, G / 2] meet the codes of the
+    even (low nibble) and odd (high nibble) values, one batched product per group; q_sum [D / G, M] in fp32."""
+    b_raw = dot_fp32(b_q_even, tl.permute(b_lo, (0, 2, 1)), DOT_PRECISION, UPCAST)  # [D / G, M, N]
+    b_raw += dot_fp32(b_q_odd, tl.permute(b_hi, (0, 2, 1)), DOT_PRECISION, UPCAST)
+    return tl.sum(b_raw * b_scale[:, None, :] + q_sum[:, :, None] * b_zero[:, None, :], axis=0)
+
+
+@triton.jit
+def _int4_folded_pv(b_p, b_lo, b_hi, b_scale, b_zero, DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                    UPCAST: tl.constexpr):  # fmt: skip
+    """P @ V [D / G, M, G / 2] for V's even and odd values of each group g, from the codes: with v's group g
+    holding c s_g + z_g, P v_g = (P * s_g) c_g + (P z_g): P, column n scaled by row n's s_g, meets the codes,
+    and the zeros add one fp32 column sum per group and row."""
+    b_ps = to_dot_operand(b_p[None, :, :] * b_scale[:, None, :], DTYPE, UPCAST)  # [D / G, M, N]
+    b_pz = tl.sum(b_p[None, :, :] * b_zero[:, None, :], axis=2)[:, :, None]  # [D / G, M, 1]
+    b_even = dot_fp32(b_ps, b_lo, DOT_PRECISION, UPCAST) + b_pz
+    return b_even, dot_fp32(b_ps, b_hi, DOT_PRECISION, UPCAST) + b_pz
 
 
 @triton.jit
@@ -245,15 +312,18 @@ def _decode_kernel(
     stride_vs_page, stride_vs_slot, stride_vs_h, stride_vs_g, stride_vs_z, stride_table_b,
     stride_o_b, stride_o_s, stride_o_h, stride_lse_b, stride_lse_h,
     KV: tl.constexpr, PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, CAUSAL: tl.constexpr, SOFTCAP: tl.constexpr,
-    N_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, GROUP: tl.constexpr,
+    n_splits, SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, DIRECT_CODES: tl.constexpr,
+    FOLD_INT4: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    GROUP: tl.constexpr,
 ):  # fmt: skip
-    """One split of the keys for BLOCK_M rows of one (batch, key head): rows r = t * group + g are query t of query
-    head h_k * group + g. Writes the partial (o_s, lse_s in base 2) to the workspace, or with one split o and lse.
-    ``window`` is a bound no position reaches when unbounded; qk_scale is scale * log2(e), or scale / c with a
-    softcap c (softcap_log2 = c * log2(e))."""
-    i_split = tl.program_id(0) % N_SPLITS
-    i_rows = tl.program_id(0) // N_SPLITS
+    """One of n_splits splits of the keys for BLOCK_M rows of one (batch, key head): rows r = t * group + g are query
+    t of query head h_k * group + g. Writes the partial (o_s, lse_s in base 2) to the workspace (SPLIT), or with one
+    split o and lse. ``window`` is a bound no position reaches when unbounded; qk_scale is scale * log2(e), or
+    scale / c with a softcap c (softcap_log2 = c * log2(e)). FOLD_INT4 (int4, GROUP >= 32): the products read the
+    codes and the groups' scales and zeros apply to the scores and P (_int4_folded_scores, _int4_folded_pv), the
+    output accumulating as the even and odd values of each group."""
+    i_split = tl.program_id(0) % n_splits
+    i_rows = tl.program_id(0) // n_splits
     i_b, i_hk = tl.program_id(1) // n_heads_k, tl.program_id(1) % n_heads_k
     seqlen = tl.load(p_seqlens + i_b)
     n_rows = group * n_queries
@@ -262,14 +332,14 @@ def _decode_kernel(
     o_t = o_r // group
     o_h = i_hk * group + o_r % group
     position = seqlen - n_queries + o_t  # [M]
-    # The keys any of these rows sees, [lo, hi), cut into N_SPLITS splits of whole blocks.
+    # The keys any of these rows sees, [lo, hi), cut into n_splits splits of whole blocks.
     t_first = (i_rows * BLOCK_M) // group
     t_last = (tl.minimum(i_rows * BLOCK_M + BLOCK_M, n_rows) - 1) // group
     lo = tl.maximum(seqlen - n_queries + t_first - window, 0)
     hi = seqlen
     if CAUSAL:
         hi = tl.minimum(seqlen - n_queries + t_last + 1, seqlen)
-    per_split = tl.cdiv(tl.cdiv(tl.maximum(hi - lo, 0), N_SPLITS), BLOCK_N) * BLOCK_N
+    per_split = tl.cdiv(tl.cdiv(tl.maximum(hi - lo, 0), n_splits), BLOCK_N) * BLOCK_N
     start = lo + i_split * per_split
     end = tl.minimum(hi, start + per_split)
 
@@ -278,9 +348,21 @@ def _decode_kernel(
     m_d = o_d < head_dim
     b64 = i_b.to(tl.int64)
     p_q_rows = p_q + b64 * stride_q_b + o_t.to(tl.int64)[:, None] * stride_q_s + o_h.to(tl.int64)[:, None] * stride_q_h
-    b_q = tl.load(p_q_rows + o_d[None, :], mask=m_r[:, None] & m_d[None, :], other=0.0)  # [M, D]
+    mma_dtype: tl.constexpr = p_q.dtype.element_ty
+    N_GROUPS: tl.constexpr = BLOCK_D // GROUP
+    HALF: tl.constexpr = GROUP // 2
+    if FOLD_INT4:  # q's even and odd values of each group, [D / G, M, G / 2], and each group's sum [D / G, M]
+        o_col = tl.arange(0, N_GROUPS)[:, None, None] * GROUP + 2 * tl.arange(0, HALF)[None, None, :]
+        m_q = m_r[None, :, None] & (o_col < head_dim)
+        b_q_even = tl.load(p_q_rows[None, :, :] + o_col, mask=m_q, other=0.0)
+        b_q_odd = tl.load(p_q_rows[None, :, :] + o_col + 1, mask=m_q, other=0.0)
+        q_sum = tl.sum(b_q_even.to(tl.float32) + b_q_odd.to(tl.float32), axis=2)
+        acc_even = tl.zeros([N_GROUPS, BLOCK_M, HALF], dtype=tl.float32)
+        acc_odd = tl.zeros([N_GROUPS, BLOCK_M, HALF], dtype=tl.float32)
+    else:
+        b_q = tl.load(p_q_rows + o_d[None, :], mask=m_r[:, None] & m_d[None, :], other=0.0)  # [M, D]
+        acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     hk64 = i_hk.to(tl.int64)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     for start_n in range(start, end, BLOCK_N):
@@ -288,16 +370,26 @@ def _decode_kernel(
         page, slot, m_n = _cache_rows(p_table, i_b, o_j, o_j < end, capacity, n_pages, stride_table_b, PAGED,
                                       PAGE_SIZE)  # fmt: skip
         slot64 = slot.to(tl.int64)
-        m_x = m_n[:, None] & m_d[None, :]
-        b_k, k_scale = _load_keys(p_k, page * stride_k_page + slot64 * stride_k_slot + hk64 * stride_k_h,
-                                  p_k_scales, page * stride_ks_page + slot64 * stride_ks_slot + hk64 * stride_ks_h,
-                                  m_x, m_n, head_dim, o_d, stride_ks_g, stride_ks_z, b_q.dtype, KV, BLOCK_D,
-                                  GROUP, UPCAST)  # fmt: skip
-        b_v, v_scale = _load_keys(p_v, page * stride_v_page + slot64 * stride_v_slot + hk64 * stride_v_h,
-                                  p_v_scales, page * stride_vs_page + slot64 * stride_vs_slot + hk64 * stride_vs_h,
-                                  m_x, m_n, head_dim, o_d, stride_vs_g, stride_vs_z, b_q.dtype, KV, BLOCK_D,
-                                  GROUP, UPCAST)  # fmt: skip
-        b_s = dot_fp32(b_q, tl.trans(b_k), DOT_PRECISION, UPCAST) * (qk_scale * k_scale)[None, :]  # [M, N]
+        off_k = page * stride_k_page + slot64 * stride_k_slot + hk64 * stride_k_h
+        off_v = page * stride_v_page + slot64 * stride_v_slot + hk64 * stride_v_h
+        off_ks = page * stride_ks_page + slot64 * stride_ks_slot + hk64 * stride_ks_h
+        off_vs = page * stride_vs_page + slot64 * stride_vs_slot + hk64 * stride_vs_h
+        if FOLD_INT4:
+            k_lo, k_hi, k_scale, k_zero = _int4_group_tiles(p_k, off_k, p_k_scales, off_ks, m_n, head_dim,
+                                                            stride_ks_g, stride_ks_z, mma_dtype, UPCAST, BLOCK_D,
+                                                            GROUP)  # fmt: skip
+            v_lo, v_hi, v_scale, v_zero = _int4_group_tiles(p_v, off_v, p_v_scales, off_vs, m_n, head_dim,
+                                                            stride_vs_g, stride_vs_z, mma_dtype, UPCAST, BLOCK_D,
+                                                            GROUP)  # fmt: skip
+            b_s = _int4_folded_scores(b_q_even, b_q_odd, q_sum, k_lo, k_hi, k_scale, k_zero, DOT_PRECISION,
+                                      UPCAST) * qk_scale  # fmt: skip
+        else:
+            m_x = m_n[:, None] & m_d[None, :]
+            b_k, k_scale = _load_keys(p_k, off_k, p_k_scales, off_ks, m_x, m_n, head_dim, o_d, stride_ks_g,
+                                      stride_ks_z, mma_dtype, KV, BLOCK_D, GROUP, UPCAST, DIRECT_CODES)  # fmt: skip
+            b_v, v_scale = _load_keys(p_v, off_v, p_v_scales, off_vs, m_x, m_n, head_dim, o_d, stride_vs_g,
+                                      stride_vs_z, mma_dtype, KV, BLOCK_D, GROUP, UPCAST, DIRECT_CODES)  # fmt: skip
+            b_s = dot_fp32(b_q, tl.trans(b_k), DOT_PRECISION, UPCAST) * (qk_scale * k_scale)[None, :]  # [M, N]
         if SOFTCAP:
             b_s = tanh_via_exp2(b_s) * softcap_log2
         visible = m_n[None, :] & (o_j[None, :] >= position[:, None] - window)
@@ -309,24 +401,32 @@ def _decode_kernel(
         b_p = tl.exp2(b_s - m_safe[:, None])
         alpha = tl.exp2(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(b_p, axis=1)
-        b_pv = to_dot_operand(b_p * v_scale[None, :], b_v.dtype, UPCAST)
-        acc = acc * alpha[:, None] + dot_fp32(b_pv, b_v, DOT_PRECISION, UPCAST)
+        if FOLD_INT4:
+            pv_even, pv_odd = _int4_folded_pv(b_p, v_lo, v_hi, v_scale, v_zero, mma_dtype, DOT_PRECISION, UPCAST)
+            acc_even = acc_even * alpha[None, :, None] + pv_even
+            acc_odd = acc_odd * alpha[None, :, None] + pv_odd
+        else:
+            b_pv = to_dot_operand(b_p * v_scale[None, :], mma_dtype, UPCAST)
+            acc = acc * alpha[:, None] + dot_fp32(b_pv, b_v, DOT_PRECISION, UPCAST)
         m_i = m_new
+
+    if FOLD_INT4:  # back to [M, D]: group g's value 2i + j is column g * G + 2i + j
+        acc = tl.reshape(tl.permute(tl.join(acc_even, acc_odd), (1, 0, 2, 3)), (BLOCK_M, BLOCK_D))
 
     seen = l_i > 0.0
     l_safe = tl.where(seen, l_i, 1.0)
     b_o = acc / l_safe[:, None]
     lse_log2 = tl.where(seen, m_i + tl.log2(l_safe), float("-inf"))
     m_o = m_r[:, None] & m_d[None, :]
-    if N_SPLITS == 1:
+    if not SPLIT:
         p_o_rows = (
             p_o + b64 * stride_o_b + o_t.to(tl.int64)[:, None] * stride_o_s + o_h.to(tl.int64)[:, None] * stride_o_h
         )
         tl.store(p_o_rows + o_d[None, :], b_o.to(p_o.dtype.element_ty), mask=m_o)
         tl.store(p_lse + b64 * stride_lse_b + o_h.to(tl.int64) * stride_lse_h + o_t, lse_log2 / LOG2_E, mask=m_r)
     else:
-        # Workspace rows ((b * Sq + t) * Hq + h) * N_SPLITS + split, contiguous: o_s (..., D) and lse_s (...).
-        part = ((b64 * n_queries + o_t) * n_heads_q + o_h) * N_SPLITS + i_split  # [M]
+        # Workspace rows ((b * Sq + t) * Hq + h) * n_splits + split, contiguous: o_s (..., D) and lse_s (...).
+        part = ((b64 * n_queries + o_t) * n_heads_q + o_h) * n_splits + i_split  # [M]
         tl.store(p_part_o + part[:, None] * head_dim + o_d[None, :], b_o, mask=m_o)
         tl.store(p_part_lse + part, lse_log2, mask=m_r)
 
@@ -334,24 +434,24 @@ def _decode_kernel(
 @triton.jit
 def _decode_reduce_kernel(
     p_part_o, p_part_lse, p_o, p_lse, n_queries, n_heads_q, head_dim,
-    stride_o_b, stride_o_s, stride_o_h, stride_lse_b, stride_lse_h,
-    N_SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+    stride_o_b, stride_o_s, stride_o_h, stride_lse_b, stride_lse_h, n_splits,
+    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
-    """o and lse of one (batch, query, head) row from its N_SPLITS partials: weights exp2(lse_s - max), summed in
-    split order."""
+    """o and lse of one (batch, query, head) row from its n_splits partials (at most BLOCK_S): weights
+    exp2(lse_s - max), summed in split order."""
     i_row = tl.program_id(0)  # (b * Sq + t) * Hq + h
     i_h = i_row % n_heads_q
     i_t = (i_row // n_heads_q) % n_queries
     i_b = i_row // (n_heads_q * n_queries)
     o_s = tl.arange(0, BLOCK_S)
     o_d = tl.arange(0, BLOCK_D)
-    part = i_row.to(tl.int64) * N_SPLITS + o_s
-    lse_s = tl.load(p_part_lse + part, mask=o_s < N_SPLITS, other=float("-inf"))  # [S]
+    part = i_row.to(tl.int64) * n_splits + o_s
+    lse_s = tl.load(p_part_lse + part, mask=o_s < n_splits, other=float("-inf"))  # [S]
     peak = tl.max(lse_s, axis=0)
     peak_safe = tl.where(peak == float("-inf"), 0.0, peak)
     weight = tl.exp2(lse_s - peak_safe)
     total = tl.sum(weight, axis=0)
-    m_part = (o_s < N_SPLITS)[:, None] & (o_d < head_dim)[None, :]
+    m_part = (o_s < n_splits)[:, None] & (o_d < head_dim)[None, :]
     b_o = tl.load(p_part_o + part[:, None] * head_dim + o_d[None, :], mask=m_part, other=0.0)  # [S, D]
     seen = total > 0.0
     b_o = tl.sum(b_o * weight[:, None], axis=0) / tl.where(seen, total, 1.0)

@@ -33,6 +33,9 @@ SCALE_DTYPES = {"int8": torch.float32, "fp8": torch.float32, "int4": torch.float
 MAX_HEAD_DIM = 256  # the widest q and cache tiles the plans hold in registers
 MAX_NEW_TOKENS = 16  # queries per sequence: decoding and speculative verification; longer prompts take attention
 INT4_GROUP = 32  # int4's default group along D: 16 bytes of codes and 4 of fp16 scale and zero per 32 values
+# plan.fold_int4 takes groups of at least this many values: each group's even values meet q's in a product of
+# depth G / 2, and a tensor-core product is at least 16 deep.
+MIN_FOLDED_GROUP = 32
 UNBOUNDED = 1 << 30  # a window no position reaches (positions stay below 2**30)
 LOG2_E = math.log2(math.e)
 _QUANTIZE_ROWS = 16  # rows per program of quantize_kv and dequantize_kv: a 16 x 256 fp32 tile per program at most
@@ -306,7 +309,7 @@ def decode_attention_fwd(
     block_m = max(16, min(next_power_of_2(rows), plan.max_rows))
     row_blocks = cdiv(rows, block_m)
     if num_splits == 0:
-        num_splits = choose_splits(n_batch * cache.n_heads * row_blocks, cache.capacity, sm_count(q.device))
+        num_splits = choose_splits(n_batch * cache.n_heads * row_blocks, cache.capacity, sm_count(q.device), plan)
     part_o = part_lse = out  # stand-ins: one split writes out and lse itself
     if num_splits > 1:
         part_o = torch.empty((n_batch, n_queries, n_heads_q, num_splits, head_dim), dtype=torch.float32,
@@ -325,15 +328,16 @@ def decode_attention_fwd(
         *_scale_strides(k_scales), *_scale_strides(v_scales), stride_table,
         out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1),
         KV=cache.format, PAGED=cache.paged, PAGE_SIZE=cache.page_size, CAUSAL=causal, SOFTCAP=softcap != 0.0,
-        N_SPLITS=num_splits, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        UPCAST=upcast_bf16_dots(q.dtype), BLOCK_M=block_m, BLOCK_N=plan.block_n, BLOCK_D=block_d,
-        GROUP=max(cache.group, 2), num_warps=plan.warps, num_stages=plan.stages,
+        n_splits=num_splits, SPLIT=num_splits > 1, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        UPCAST=upcast_bf16_dots(q.dtype), DIRECT_CODES=plan.direct_codes and cache.format in ("int8", "fp8"),
+        FOLD_INT4=plan.fold_int4 and cache.format == "int4" and cache.group >= MIN_FOLDED_GROUP, BLOCK_M=block_m,
+        BLOCK_N=plan.block_n, BLOCK_D=block_d, GROUP=max(cache.group, 2), num_warps=plan.warps, num_stages=plan.stages,
     )  # fmt: skip
     if num_splits > 1:
         _decode_reduce_kernel[(n_batch * n_queries * n_heads_q,)](
             part_o, part_lse, out, lse, n_queries, n_heads_q, head_dim,
-            out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1),
-            N_SPLITS=num_splits, BLOCK_S=next_power_of_2(num_splits), BLOCK_D=block_d, num_warps=4,
+            out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1), num_splits,
+            BLOCK_S=next_power_of_2(num_splits), BLOCK_D=block_d, num_warps=4,
         )  # fmt: skip
     return out, lse
 

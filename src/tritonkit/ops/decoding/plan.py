@@ -22,6 +22,16 @@ class DecodePlan:
     warps: int
     stages: int  # software pipeline depth of the key loop
     max_rows: int  # query rows (query heads of one key head x new tokens) per program; more take several programs
+    # How int8 and fp8 codes become the products' operand: straight to its 16-bit dtype (one conversion, exact for
+    # both formats) instead of through fp32. Not yet measured on a GPU, so off by default.
+    direct_codes: bool = False
+    # int4 with groups of 32 or more: products of q and P with the codes themselves, each group's scale and zero
+    # applied to the [rows, keys] scores and to P (kernels.py), in place of dequantizing every value. Not yet
+    # measured on a GPU, so off by default.
+    fold_int4: bool = False
+    # The split heuristic (choose_splits): programs per multiprocessor wanted, and the shortest split in keys.
+    programs_per_sm: int = 2  # two programs per multiprocessor keep loads in flight while the other computes
+    min_keys_per_split: int = 512  # a shorter split costs more in its partial's write and read-back than it gains
 
 
 # Padded head dim -> plan (the narrower widths share d64's).
@@ -30,9 +40,6 @@ FALLBACK = {16: _D64, 32: _D64, 64: _D64, 128: DecodePlan(64, 4, 2, 64), 256: De
 MEASURED: dict[str, dict[int, DecodePlan]] = {}
 
 MAX_SPLITS = 128  # the reduction reads every split's partial in one tile
-# A split shorter than this many keys costs more in its partial's write and read-back than it gains in parallelism.
-MIN_KEYS_PER_SPLIT = 512
-PROGRAMS_PER_SM = 2  # two programs per multiprocessor keep loads in flight while the other computes
 
 
 def decode_plan(arch: str, block_d: int) -> DecodePlan:
@@ -40,9 +47,9 @@ def decode_plan(arch: str, block_d: int) -> DecodePlan:
     return MEASURED.get(arch, FALLBACK)[block_d]
 
 
-def choose_splits(programs: int, max_keys: int, sm_count: int) -> int:
-    """The number of splits of the keys: enough for PROGRAMS_PER_SM programs per multiprocessor when the batch, key
-    heads and row blocks give ``programs`` fewer than that, and none shorter than MIN_KEYS_PER_SPLIT of the cache's
-    ``max_keys`` (its capacity: the lengths themselves live on the GPU)."""
-    wanted = cdiv(PROGRAMS_PER_SM * sm_count, max(programs, 1))
-    return max(1, min(wanted, cdiv(max_keys, MIN_KEYS_PER_SPLIT), MAX_SPLITS))
+def choose_splits(programs: int, max_keys: int, sm_count: int, plan: DecodePlan = _D64) -> int:
+    """The number of splits of the keys: enough for ``plan.programs_per_sm`` programs per multiprocessor when the
+    batch, key heads and row blocks give ``programs`` fewer than that, and none shorter than
+    ``plan.min_keys_per_split`` of the cache's ``max_keys`` (its capacity: the lengths themselves live on the GPU)."""
+    wanted = cdiv(plan.programs_per_sm * sm_count, max(programs, 1))
+    return max(1, min(wanted, cdiv(max_keys, plan.min_keys_per_split), MAX_SPLITS))

@@ -1,0 +1,288 @@
+"""Flash decoding by split count, key block and plan variant: one GPU, CUDA-graph GPU time
+(triton.testing.do_bench_cudagraph), GQA 32:8, d128, one new token per sequence, every sequence full, paged caches
+of 64-token pages, SDPA with enable_gqa over a contiguous bf16 cache of the same shape in the same run.
+
+- Default against variant first: int8 and fp8 with their codes converted straight to bf16 (plan.direct_codes), int4
+  with its scales and zeros folded into the scores and P (plan.fold_int4), each beside the default plan, and both
+  with the split heuristic asking for 8 programs per multiprocessor instead of 2 (plan.programs_per_sm: more warps
+  in flight to hide the conversions' latency), at B 8 S 32k and B 64 S 4k, key blocks of 64.
+- kv_cache_append in place, a prompt's keys and values (8192 tokens) into a paged cache of each format.
+- Then the sweep, B 1, 4, 8 x S 4k, 8k, 32k: SDPA; paged bf16 at key blocks 64 and 128, each with the heuristic's
+  split count and with 4 to 64 splits, and at 32 with the heuristic's; int8, fp8 and int4 with the default plan and
+  the variant, at key block 64 with the heuristic's split count and with 16 to 64, and at 128 with the heuristic's.
+
+    python benchmarks/decode_splits.py --out DIR [--budget-s 50] [--dry-run]
+
+Prints one line per run and writes ``<date>-decode-splits.json`` into DIR: per run the shape, cache, plan, key block,
+split count asked (0: the heuristic) and used, µs, GB/s of the spec's cost model (the keys and values in their
+format, q, the output) and SDPA's time over this run's at the shape. Runs left when --budget-s seconds have passed
+are listed as skipped, so that the script ends in time on a slow start. ``--dry-run`` checks the script on the CPU
+under the interpreter: tiny shapes, each run once in float32 against the spec's float64 reference, no times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import math
+import multiprocessing
+import os
+import sys
+import time
+from pathlib import Path
+
+HEADS = {"hq": 32, "hk": 8, "d": 128}
+PAGE = 64
+HEADLINE = ((8, 32768), (64, 4096))
+SHAPES = tuple((b, s) for b in (1, 4, 8) for s in (4096, 8192, 32768))
+PLAIN_BLOCKS = (64, 128)  # with each split count; block 32 with the heuristic's only
+PLAIN_SPLITS = (4, 8, 16, 32, 64)
+QUANTIZED_BLOCKS = (64, 128)
+QUANTIZED_SPLITS = (16, 32, 64)
+MORE_PROGRAMS = 8  # programs per multiprocessor the headline's second heuristic asks for
+MIN_SPLIT_KEYS = 128  # fewer keys per split than two blocks of 64: the partials' traffic outweighs any parallelism
+VARIANTS = {"int8": {"direct_codes": True}, "fp8": {"direct_codes": True}, "int4": {"fold_int4": True}}
+APPEND_TOKENS = 8192  # a prompt's keys and values appended at once (kv_cache_append's bandwidth case)
+# The CPU check: two small shapes, heads with int4 groups of 32 (what fold_int4 takes).
+DRY = {"heads": {"hq": 4, "hk": 2, "d": 64}, "shapes": ((1, 256), (2, 512)), "headline": ((2, 256),), "append": 64}
+
+
+class Runner:
+    """Times (or, dry, checks) decode_attention_fwd runs and keeps their rows; stops timing past the budget. As one of
+    ``warm[1]`` compiling workers (``warm`` = (index, workers)), only calls the runs of its share of the kernel
+    variants once, so that their compiled code is in Triton's cache when the timing process reaches them."""
+
+    def __init__(self, dry: bool, budget_s: float, rep_ms: int, warm: tuple[int, int] | None = None):
+        import torch
+
+        from tritonkit import catalog
+        from tritonkit._core.device import arch, sm_count
+
+        self.dry, self.budget_s, self.rep_ms = dry, budget_s, rep_ms
+        self.device = torch.device("cpu" if dry else "cuda")
+        self.dtype = torch.float32 if dry else torch.bfloat16
+        self.heads = DRY["heads"] if dry else HEADS
+        self.spec = catalog.get("decode_attention")
+        self.arch, self.sms = arch(self.device), sm_count(self.device)
+        self.start = time.perf_counter()
+        self.rows: list[dict] = []
+        self.warm, self.owners = warm, {}
+
+    def inputs(self, b: int, s: int, kv: str, paged: bool = True):
+        import torch
+
+        values = {"b": b, "s": s, **self.heads, "capacity": s, "kv": kv, "page_size": PAGE if paged else 0}
+        case = self.spec.parse_case(values)
+        generator = torch.Generator(self.device).manual_seed(0)
+        return case, self.spec.make_inputs(case, self.device, self.dtype, generator)
+
+    def plan(self, block_n: int, variant: dict):
+        from tritonkit.ops.decoding.plan import decode_plan
+
+        return dataclasses.replace(decode_plan(self.arch, self.heads["d"]), block_n=block_n, **variant)
+
+    def run(self, case, inputs, label: dict, fn, sdpa_ms: float | None = None, variant=None, spec=None):
+        """Time fn (one call of the op) and record a row labelled ``label``; returns the milliseconds. ``variant``:
+        the keys of the kernels fn compiles (the split kernel's, the reduction's or None; None: none of ours)."""
+        import torch
+        import triton.testing
+
+        if self.warm:
+            # The first run of each split-kernel variant goes to the next worker in turn, and so does the first run
+            # of a reduction variant whose split kernel is already someone's: every worker takes the same turns.
+            split_key, reduce_key = variant or (None, None)
+            new = [key for key in (split_key, reduce_key) if key is not None and key not in self.owners]
+            for key in new:
+                self.owners[key] = len(self.owners) % self.warm[1]
+            if new and self.owners[new[0]] == self.warm[0]:
+                try:
+                    fn()
+                    if not self.dry:
+                        torch.cuda.synchronize()
+                except Exception as error:  # the timing process meets it again and records it
+                    print(f"compiling {variant} failed: {type(error).__name__}", file=sys.stderr, flush=True)
+            return None
+        spec = spec or self.spec
+        row = {"b": case.b, "s": case.s, **label}
+        if time.perf_counter() - self.start > self.budget_s:
+            row["skipped"] = "time budget"
+            self.rows.append(row)
+            return None
+        try:
+            out = fn()
+        except Exception as error:  # one variant that fails leaves the others' times
+            row["skipped"] = f"failed: {type(error).__name__}: {str(error).splitlines()[0][:160] if str(error) else ''}"
+            print(f"B{case.b:<3} S{case.s:<6} {_describe(label)}  {row['skipped']}", flush=True)
+            self.rows.append(row)
+            return None
+        if self.dry and spec is not self.spec:  # an append: its output is the cache, checked by the tests
+            print(f"B{case.b:<3} S{case.s:<6} {_describe(label)}  ran", flush=True)
+            self.rows.append(row)
+            return None
+        if self.dry:
+            as64 = [a.double() if a.is_floating_point() else a for a in inputs.args]
+            expected = self.spec.reference(*as64, **inputs.kwargs)
+            row["max_abs_error"] = (out.double() - expected).abs().max().item()
+            print(f"B{case.b:<3} S{case.s:<6} {_describe(label)}  max abs error {row['max_abs_error']:.1e}", flush=True)
+            self.rows.append(row)
+            return None
+        torch.cuda.synchronize()
+        ms = triton.testing.do_bench_cudagraph(fn, rep=self.rep_ms)
+        row.update(us=ms * 1e3, gb_s=spec.bytes_moved(case, self.dtype) / ms / 1e6)
+        if sdpa_ms:
+            row["sdpa_over_this"] = sdpa_ms / ms
+        versus = f"  {row['sdpa_over_this']:5.2f}x SDPA" if sdpa_ms else ""
+        print(f"B{case.b:<3} S{case.s:<6} {_describe(label)}  {row['us']:8.1f} us {row['gb_s']:6.0f} GB/s{versus}",
+              flush=True)  # fmt: skip
+        self.rows.append(row)
+        return ms
+
+    def ours(self, case, inputs, plan, splits: int, label: dict, sdpa_ms: float | None = None) -> float | None:
+        from tritonkit.ops.decoding import launch
+        from tritonkit.ops.decoding.plan import choose_splits
+
+        q, k_cache, v_cache, lengths = inputs.args
+        options = inputs.kwargs
+        used = splits or choose_splits(case.b * self.heads["hk"], case.s, self.sms, plan)
+        label = {**label, "block_n": plan.block_n, "splits": splits, "splits_used": used}
+        scale = 1 / math.sqrt(q.shape[-1])
+
+        def call():
+            return launch.decode_attention_fwd(q, k_cache, v_cache, lengths, options.get("block_table"),
+                                               options.get("k_scales"), options.get("v_scales"), scale, True, -1,
+                                               0.0, splits, plan=plan)[0]  # fmt: skip
+
+        # What the kernels are compiled for: the format, the plan's switches, the key block, one split or several and
+        # the split count's divisibility by 16 (Triton specialises on it); the reduction's tile of splits.
+        split_key = (label["cache"], label["plan"], plan.block_n, used > 1, used % 16 == 0)
+        variant = (split_key, ("reduce", 1 << (used - 1).bit_length()) if used > 1 else None)
+        return self.run(case, inputs, label, call, sdpa_ms, variant)
+
+
+def _describe(label: dict) -> str:
+    programs = f" {label['programs_per_sm']}/SM" if "programs_per_sm" in label else ""
+    text = f"{label['cache']:5} {label['plan'] + programs:17}"
+    if "block_n" in label:
+        text += f" block {label['block_n']:<3} splits {label['splits'] or 'auto':>4} ({label['splits_used']:>3})"
+    return f"{text:51}"
+
+
+def appends(runner: Runner, tokens: int) -> None:
+    """kv_cache_append of ``tokens`` new keys and values of one sequence into an empty paged cache of each format,
+    in place (idempotent: the lengths are not advanced, so every replay writes the same slots)."""
+    import torch
+
+    from tritonkit import catalog
+    from tritonkit.ops.decoding import launch
+
+    spec = catalog.get("kv_cache_append")
+    for kv in ("plain", "int8", "fp8", "int4"):
+        values = {"b": 1, "s": 0, "sq": tokens, "hk": runner.heads["hk"], "d": runner.heads["d"], "page_size": PAGE,
+                  "kv": kv, "capacity": tokens}  # fmt: skip
+        case = spec.parse_case(values)
+        inputs = spec.make_inputs(case, runner.device, runner.dtype, torch.Generator(runner.device).manual_seed(0))
+        options = inputs.kwargs
+        label = {"part": "append", "cache": "bf16" if kv == "plain" else kv, "plan": f"{tokens} tokens"}
+
+        def call(inputs=inputs, options=options):
+            launch.kv_cache_append_(*inputs.args, options["block_table"], options.get("k_scales"),
+                                    options.get("v_scales"))  # fmt: skip
+
+        runner.run(case, inputs, label, call, variant=(("append", kv), None), spec=spec)
+
+
+def headline(runner: Runner, shapes) -> None:
+    """Each quantized cache with the default plan and with its variant, each with the heuristic at 2 and at
+    MORE_PROGRAMS programs per multiprocessor (key block 64)."""
+    for b, s in shapes:
+        for kv, variant in VARIANTS.items():
+            case, inputs = runner.inputs(b, s, kv)
+            for name, change in (("default", {}), (next(iter(variant)), variant)):
+                for programs in (2, MORE_PROGRAMS):
+                    plan = runner.plan(64, {**change, "programs_per_sm": programs})
+                    label = {"part": "headline", "cache": kv, "plan": name, "programs_per_sm": programs}
+                    runner.ours(case, inputs, plan, 0, label)
+            del inputs
+
+
+def sweep(runner: Runner, shapes) -> None:
+    """SDPA, then paged bf16 by key block and split count, then the quantized caches (see the module docstring)."""
+    from tritonkit.bench.decoding_peers import sdpa_decode
+
+    sdpa = sdpa_decode()
+    for b, s in shapes:
+        case, inputs = runner.inputs(b, s, "plain", paged=False)
+        sdpa_ms = runner.run(case, inputs, {"part": "sweep", "cache": "bf16", "plan": "sdpa contiguous"},
+                             lambda inputs=inputs: sdpa(*inputs.args, **inputs.kwargs))  # fmt: skip
+        del inputs
+        splits = [0, *(n for n in PLAIN_SPLITS if s // n >= MIN_SPLIT_KEYS)]
+        case, inputs = runner.inputs(b, s, "plain")
+        label = {"part": "sweep", "cache": "bf16", "plan": "default"}
+        runner.ours(case, inputs, runner.plan(32, {}), 0, label, sdpa_ms)
+        for block_n in PLAIN_BLOCKS:
+            for n in splits:
+                runner.ours(case, inputs, runner.plan(block_n, {}), n, label, sdpa_ms)
+        del inputs
+        for kv, variant in VARIANTS.items():
+            case, inputs = runner.inputs(b, s, kv)
+            name = next(iter(variant))
+            for plan_name, change in (("default", {}), (name, variant)):
+                label = {"part": "sweep", "cache": kv, "plan": plan_name}
+                for n in (0, *(n for n in QUANTIZED_SPLITS if s // n >= MIN_SPLIT_KEYS)):
+                    runner.ours(case, inputs, runner.plan(64, change), n, label, sdpa_ms)
+                runner.ours(case, inputs, runner.plan(128, change), 0, label, sdpa_ms)
+            del inputs
+
+
+def _warm(task: tuple[int, int, bool]) -> None:
+    index, workers, dry = task
+    runner = Runner(dry, math.inf, 0, warm=(index, workers))
+    headline(runner, DRY["headline"] if dry else HEADLINE)
+    appends(runner, DRY["append"] if dry else APPEND_TOKENS)
+    sweep(runner, DRY["shapes"] if dry else SHAPES)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--budget-s", type=float, default=50.0, help="stop timing after this many seconds")
+    parser.add_argument("--rep-ms", type=int, default=4, help="do_bench_cudagraph's rep: ms of work per graph")
+    parser.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU, each run once, no times")
+    parser.add_argument("--compile-workers", type=int, default=min(12, (os.cpu_count() or 2) - 2),
+                        help="processes compiling the kernel variants first (0: compile as the runs come)")  # fmt: skip
+    args = parser.parse_args(argv)
+    if args.dry_run:
+        os.environ["TRITON_INTERPRET"] = "1"
+    import torch
+
+    if not args.dry_run and not torch.cuda.is_available():
+        parser.error("timing needs a CUDA GPU (--dry-run checks the script on the CPU)")
+    start = time.perf_counter()
+    if args.compile_workers > 0:
+        # Some 30 variants of a large kernel take about as long to compile as the whole timing: compiled at once
+        # into Triton's on-disk cache, they cost the timing process a cache read each.
+        workers = args.compile_workers
+        with multiprocessing.get_context("spawn").Pool(workers) as pool:
+            pool.map(_warm, [(index, workers, args.dry_run) for index in range(workers)])
+        print(f"compiled in {time.perf_counter() - start:.0f} s by {workers} processes", flush=True)
+    budget = math.inf if args.dry_run else args.budget_s - (time.perf_counter() - start)
+    runner = Runner(args.dry_run, budget, args.rep_ms)
+    headline(runner, DRY["headline"] if args.dry_run else HEADLINE)
+    appends(runner, DRY["append"] if args.dry_run else APPEND_TOKENS)
+    sweep(runner, DRY["shapes"] if args.dry_run else SHAPES)
+    args.out.mkdir(parents=True, exist_ok=True)
+    device = "cpu (dry run)" if args.dry_run else torch.cuda.get_device_name()
+    seconds = time.perf_counter() - start
+    record = {"device": device, "torch": torch.__version__, "heads": runner.heads, "page_size": PAGE,
+              "dtype": str(runner.dtype), "seconds": seconds, "rows": runner.rows}  # fmt: skip
+    path = args.out / f"{datetime.date.today().isoformat()}-decode-splits.json"
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    skipped = sum("skipped" in row for row in runner.rows)
+    print(f"wrote {path} ({len(runner.rows)} runs, {skipped} skipped, {seconds:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
