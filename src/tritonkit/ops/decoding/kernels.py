@@ -249,9 +249,9 @@ def _nibbles_as(b_n, DTYPE: tl.constexpr, UPCAST: tl.constexpr):
     """Integers 0 <= n < 16 (uint8) as exact values of DTYPE, by their bits: a 16-bit float whose exponent puts its
     last mantissa bit at 1 (bf16 0x4300: 128 + n; fp16 0x6400: 1024 + n) less that power of two, so each value
     costs an OR and a subtraction on packed pairs, no conversion. fp32 (and bf16 under the interpreter, UPCAST,
-    whose bf16 arithmetic is not the GPU's) through _code_as_float."""
+    whose bf16 arithmetic is not the GPU's) through code_as_float."""
     if UPCAST or tl.float32 == DTYPE:
-        b_x = _code_as_float(b_n.to(tl.int32))
+        b_x = code_as_float(b_n.to(tl.int32))
     elif tl.bfloat16 == DTYPE:
         b_x = (b_n.to(tl.int16) | 0x4300).to(tl.bfloat16, bitcast=True) - 128.0
     else:
