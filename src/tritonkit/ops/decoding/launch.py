@@ -303,7 +303,7 @@ def decode_attention_fwd(
     cache = describe_cache(k_cache, block_table, k_scales, q.dtype, head_dim)
     q, cache_seqlens = _unit_stride(q), _unit_stride(cache_seqlens)
     block_d = _block_d(head_dim)
-    plan = plan or decode_plan(arch(q.device), block_d)
+    plan = plan or decode_plan(arch(q.device), block_d, cache.format)
     group = n_heads_q // cache.n_heads
     rows = group * n_queries
     block_m = max(16, min(next_power_of_2(rows), plan.max_rows))

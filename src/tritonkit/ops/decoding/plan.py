@@ -5,8 +5,11 @@ Decoding reads the whole cache for a few queries, so its only measure is bandwid
 flight to keep every multiprocessor's loads streaming, and no more splits than that (each split writes a partial
 that the reduction reads back).
 
-Hopper (sm90) and any GPU never measured share one table until the H100's sweep replaces it; its key blocks of 64
-(32 at d256) with two stages fit the 99 KB of shared memory of sm86/sm89 at every head dim and format.
+Plans are looked up by padded head dim and cache format. MEASURED holds what a sweep settled on the H200
+(benchmarks/decode_splits.py, docs/kernels/decoding.md): at d128, 8-bit caches take key blocks of 128 (faster than 64
+at every batch from 1 to 8 and length from 4k to 32k timed), int8 with its codes converted straight to bf16. Every
+other head dim and format, and any GPU never measured, take FALLBACK: key blocks of 64 (32 at d256) with two stages,
+which fit the 99 KB of shared memory of sm86/sm89 at every head dim and format.
 """
 
 from __future__ import annotations
@@ -23,11 +26,11 @@ class DecodePlan:
     stages: int  # software pipeline depth of the key loop
     max_rows: int  # query rows (query heads of one key head x new tokens) per program; more take several programs
     # How int8 and fp8 codes become the products' operand: straight to its 16-bit dtype (one conversion, exact for
-    # both formats) instead of through fp32. Not yet measured on a GPU, so off by default.
+    # both formats) instead of through fp32. On the H200: int8 faster by 5-15%, fp8 slower by 5-25%.
     direct_codes: bool = False
     # int4 with groups of 32 or more: products of q and P with the codes themselves, each group's scale and zero
-    # applied to the [rows, keys] scores and to P (kernels.py), in place of dequantizing every value. Not yet
-    # measured on a GPU, so off by default.
+    # applied to the [rows, keys] scores and to P (kernels.py), in place of dequantizing every value. On the H200:
+    # two to three times slower (its per-group scalars go through shared memory), so off.
     fold_int4: bool = False
     # The split heuristic (choose_splits): programs per multiprocessor wanted, and the shortest split in keys.
     programs_per_sm: int = 2  # two programs per multiprocessor keep loads in flight while the other computes
@@ -37,14 +40,18 @@ class DecodePlan:
 # Padded head dim -> plan (the narrower widths share d64's).
 _D64 = DecodePlan(64, 4, 2, 64)
 FALLBACK = {16: _D64, 32: _D64, 64: _D64, 128: DecodePlan(64, 4, 2, 64), 256: DecodePlan(32, 4, 2, 32)}
-MEASURED: dict[str, dict[int, DecodePlan]] = {}
+# (padded head dim, cache format) -> plan, where a sweep measured one; the rest take FALLBACK by head dim.
+MEASURED: dict[str, dict[tuple[int, str], DecodePlan]] = {
+    "sm90": {(128, "int8"): DecodePlan(128, 4, 2, 64, direct_codes=True), (128, "fp8"): DecodePlan(128, 4, 2, 64)},
+}
 
 MAX_SPLITS = 128  # the reduction reads every split's partial in one tile
 
 
-def decode_plan(arch: str, block_d: int) -> DecodePlan:
-    """The plan for a padded head dim ``block_d`` (16 to 256)."""
-    return MEASURED.get(arch, FALLBACK)[block_d]
+def decode_plan(arch: str, block_d: int, kv_format: str = "plain") -> DecodePlan:
+    """The plan for a padded head dim ``block_d`` (16 to 256) and a cache of ``kv_format`` ("plain": values in q's
+    dtype; "int8", "fp8" or "int4": codes)."""
+    return MEASURED.get(arch, {}).get((block_d, kv_format), FALLBACK[block_d])
 
 
 def choose_splits(programs: int, max_keys: int, sm_count: int, plan: DecodePlan = _D64) -> int:

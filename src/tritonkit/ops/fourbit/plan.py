@@ -6,7 +6,8 @@ until there are about SPLIT_TARGET_WAVES programs per multiprocessor, and a seco
 partial sums in order. Many rows: GEMM tiles in grouped order, one split. The same rule serves the input gradient,
 whose contraction runs over N.
 
-No table has been measured yet: every architecture takes FALLBACK. On an H100 its many-rows tile at three stages
+MEASURED holds sm90's table (FALLBACK's tiles, NF4 decoded by byte permutes); every other architecture takes
+FALLBACK. On an H100 its many-rows tile at three stages
 asked for 240 KB (bf16, double-quantized NF4) and 288 KB (fp32) of shared memory against 227 KB: the gathered
 per-value absmax and code lookups are pipelined beside the operands. Two stages leave a third of that.
 
@@ -15,12 +16,14 @@ NF4's codes become values one of three ways (NF4_DECODES), a field of each plan:
 "prmt" builds them with byte permutes from the table held in registers, about 6 instructions a value (PTX: the
 interpreter and other GPUs take the select tree). On an H200 the gather held the fused one-row layer on the L1
 cache's throughput, while the dequantize-first kernel, with no products to feed, ran faster gathering than selecting
-(docs/kernels/fourbit.md): the fused tiles select and DequantizeFirst gathers, until "prmt" is measured.
+(docs/kernels/fourbit.md). Measured there too: "prmt" takes the one-row NF4 layer from 89 to 51 us, and the
+dequantize-first kernel still runs fastest gathering (45.7 us against 50.5 for "prmt" and 66.9 for "select"), so
+sm90's fused tiles take "prmt", FALLBACK's the select tree, and DequantizeFirst gathers.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tritonkit._core.ints import cdiv
 
@@ -77,7 +80,9 @@ FALLBACK = (
     (64, Linear4Tiles(64, 64, 64, 4, 3, 8)),
     (1 << 62, Linear4Tiles(128, 128, 64, 8, 2, 8)),  # two stages: three overflowed an H100 (docstring)
 )
-MEASURED: dict[str, tuple] = {}
+# sm90: FALLBACK's tiles with NF4's codes by byte permutes, measured on the H200 (benchmarks/fourbit_variants.py):
+# the one-row NF4 layer 89 -> 51 us and 16 rows 102 -> 87 us against the select tree.
+MEASURED: dict[str, tuple] = {"sm90": tuple((bound, replace(tiles, nf4_decode="prmt")) for bound, tiles in FALLBACK)}
 
 SPLIT_TARGET_WAVES = 6  # programs per multiprocessor the splits aim for (docs/kernels/fourbit.md: 4 splits at one row)
 MAX_SPLITS = 16  # the partial sums are S x M x N fp32; beyond 16 their traffic outweighs the parallelism
