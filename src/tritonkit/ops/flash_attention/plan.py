@@ -37,13 +37,16 @@ class AttentionPlan:
 # Padded head dim -> plan, on sm90, each width swept on the H100 (benchmarks/attention_configs.py): d128 at B4 H32
 # N4096, d64 at B2 H16 N8192 (the narrower widths follow it), d256 at B2 H16 N4096 causal, where only 64-row tiles
 # with 4 warps fit the shared memory in the forward. Tensor descriptors timed against pointer loads on the H200
-# (--tiles descriptors): every forward (d128: faster in 11 of 12 tile and mask pairs; d64 2%; d256 1.45x) and d128's
-# dQ (3-4%) take them; d128's dK/dV moved by under 2% either way and keeps pointer loads.
+# (--tiles descriptors): every forward (d128: faster in 11 of 12 tile and mask pairs; d64 2%; d256 1.45x), d128's and
+# d256's dQ (3-6%) and d256's dK/dV (2%) take them; d128's and d64's dK/dV moved by under 2% either way and keep
+# pointer loads, as does d64's dQ (1%).
 _SM90_D64 = AttentionPlan(Tiles(128, 64, 4, 3, descriptors=True), Tiles(32, 128, 4, 3), Tiles(64, 64, 4, 3))
 _SM90_D128 = AttentionPlan(
     Tiles(128, 128, 8, 3, descriptors=True), Tiles(64, 128, 8, 3), Tiles(128, 64, 8, 3, descriptors=True)
 )
-_SM90_D256 = AttentionPlan(Tiles(64, 64, 4, 3, descriptors=True), Tiles(32, 64, 8, 2), Tiles(64, 32, 4, 3))
+_SM90_D256 = AttentionPlan(
+    Tiles(64, 64, 4, 3, descriptors=True), Tiles(32, 64, 8, 2, descriptors=True), Tiles(64, 32, 4, 3, descriptors=True)
+)
 SM90 = {16: _SM90_D64, 32: _SM90_D64, 64: _SM90_D64, 128: _SM90_D128, 256: _SM90_D256}
 MEASURED = {"sm90": SM90}
 FALLBACK = {width: AttentionPlan(Tiles(64, 64, 4, 2), Tiles(32, 64, 4, 2), Tiles(64, 32, 4, 2)) for width in SM90}
