@@ -11,7 +11,7 @@ of 64-token pages, SDPA with enable_gqa over a contiguous bf16 cache of the same
   split count and with 4 to 64 splits, and at 32 with the heuristic's; int8, fp8 and int4 with the default plan and
   the variant, at key block 64 with the heuristic's split count and with 16 to 64, and at 128 with the heuristic's.
 
-    python benchmarks/decode_splits.py --out DIR [--budget-s 50] [--dry-run]
+    python benchmarks/decode_splits.py --out DIR [--budget-s 50] [--dry-run] [--part heuristic]
 
 Prints one line per run and writes ``<date>-decode-splits.json`` into DIR: per run the shape, cache, plan, key block,
 split count asked (0: the heuristic) and used, µs, GB/s of the spec's cost model (the keys and values in their
@@ -42,6 +42,7 @@ PLAIN_SPLITS = (4, 8, 16, 32, 64)
 QUANTIZED_BLOCKS = (64, 128)
 QUANTIZED_SPLITS = (16, 32, 64)
 MORE_PROGRAMS = 8  # programs per multiprocessor the headline's second heuristic asks for
+HEURISTIC_SHAPES = (*((b, s) for b in (1, 4, 8, 16) for s in (4096, 8192, 32768)), (64, 4096), (256, 1024))
 MIN_SPLIT_KEYS = 128  # fewer keys per split than two blocks of 64: the partials' traffic outweighs any parallelism
 VARIANTS = {"int8": {"direct_codes": True}, "fp8": {"direct_codes": True}, "int4": {"fold_int4": True}}
 APPEND_TOKENS = 8192  # a prompt's keys and values appended at once (kv_cache_append's bandwidth case)
@@ -236,6 +237,25 @@ def sweep(runner: Runner, shapes) -> None:
             del inputs
 
 
+def heuristic(runner: Runner, shapes) -> None:
+    """--part heuristic: paged bf16 with the split heuristic of the plan the GPU takes (plan.decode_plan) against
+    FALLBACK's, SDPA on a contiguous cache beside, over HEURISTIC_SHAPES."""
+    from tritonkit.bench.decoding_peers import sdpa_decode
+    from tritonkit.ops.decoding.plan import FALLBACK, decode_plan
+
+    sdpa = sdpa_decode()
+    d = runner.heads["d"]
+    for b, s in shapes:
+        case, inputs = runner.inputs(b, s, "plain", paged=False)
+        sdpa_ms = runner.run(case, inputs, {"part": "heuristic", "cache": "bf16", "plan": "sdpa contiguous"},
+                             lambda inputs=inputs: sdpa(*inputs.args, **inputs.kwargs))  # fmt: skip
+        del inputs
+        case, inputs = runner.inputs(b, s, "plain")
+        for name, plan in (("fallback", FALLBACK[d]), ("this GPU's", decode_plan(runner.arch, d, "plain"))):
+            runner.ours(case, inputs, plan, 0, {"part": "heuristic", "cache": "bf16", "plan": name}, sdpa_ms)
+        del inputs
+
+
 def _warm(task: tuple[int, int, bool]) -> None:
     index, workers, dry = task
     runner = Runner(dry, math.inf, 0, warm=(index, workers))
@@ -250,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=50.0, help="stop timing after this many seconds")
     parser.add_argument("--rep-ms", type=int, default=4, help="do_bench_cudagraph's rep: ms of work per graph")
     parser.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU, each run once, no times")
+    parser.add_argument("--part", choices=("all", "heuristic"), default="all",
+                        help="heuristic: this GPU's split heuristic against the fallback's, paged bf16")  # fmt: skip
     parser.add_argument("--compile-workers", type=int, default=min(12, (os.cpu_count() or 2) - 2),
                         help="processes compiling the kernel variants first (0: compile as the runs come)")  # fmt: skip
     args = parser.parse_args(argv)
@@ -260,6 +282,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.dry_run and not torch.cuda.is_available():
         parser.error("timing needs a CUDA GPU (--dry-run checks the script on the CPU)")
     start = time.perf_counter()
+    if args.part == "heuristic":
+        runner = Runner(args.dry_run, math.inf if args.dry_run else args.budget_s, args.rep_ms)
+        heuristic(runner, DRY["shapes"] if args.dry_run else HEURISTIC_SHAPES)
+        return _write(args, runner, start, "decode-heuristic")
     if args.compile_workers > 0:
         # Some 30 variants of a large kernel take about as long to compile as the whole timing: compiled at once
         # into Triton's on-disk cache, they cost the timing process a cache read each.
@@ -272,12 +298,18 @@ def main(argv: list[str] | None = None) -> int:
     headline(runner, DRY["headline"] if args.dry_run else HEADLINE)
     appends(runner, DRY["append"] if args.dry_run else APPEND_TOKENS)
     sweep(runner, DRY["shapes"] if args.dry_run else SHAPES)
+    return _write(args, runner, start, "decode-splits")
+
+
+def _write(args, runner: Runner, start: float, name: str) -> int:
+    import torch
+
     args.out.mkdir(parents=True, exist_ok=True)
     device = "cpu (dry run)" if args.dry_run else torch.cuda.get_device_name()
     seconds = time.perf_counter() - start
     record = {"device": device, "torch": torch.__version__, "heads": runner.heads, "page_size": PAGE,
               "dtype": str(runner.dtype), "seconds": seconds, "rows": runner.rows}  # fmt: skip
-    path = args.out / f"{datetime.date.today().isoformat()}-decode-splits.json"
+    path = args.out / f"{datetime.date.today().isoformat()}-{name}.json"
     path.write_text(json.dumps(record, indent=1) + "\n")
     skipped = sum("skipped" in row for row in runner.rows)
     print(f"wrote {path} ({len(runner.rows)} runs, {skipped} skipped, {seconds:.0f} s)")

@@ -35,14 +35,24 @@ class DecodePlan:
     # The split heuristic (choose_splits): programs per multiprocessor wanted, and the shortest split in keys.
     programs_per_sm: int = 2  # two programs per multiprocessor keep loads in flight while the other computes
     min_keys_per_split: int = 512  # a shorter split costs more in its partial's write and read-back than it gains
+    # Programs per multiprocessor wanted instead when the batch, key heads and row blocks alone fill fewer than half
+    # of the multiprocessors (0: programs_per_sm): there the splits' partials are few and the loads too few in flight.
+    few_programs_per_sm: int = 0
 
 
 # Padded head dim -> plan (the narrower widths share d64's).
 _D64 = DecodePlan(64, 4, 2, 64)
 FALLBACK = {16: _D64, 32: _D64, 64: _D64, 128: DecodePlan(64, 4, 2, 64), 256: DecodePlan(32, 4, 2, 32)}
 # (padded head dim, cache format) -> plan, where a sweep measured one; the rest take FALLBACK by head dim.
+# sm90, d128 plain caches: the fallback's tiles, splits down to 128 keys and 4 programs per multiprocessor where the
+# batch alone fills fewer than half of them: the sweep's best split counts at B 1 (32 to 64) and B 4 (16) sat above
+# what 2 programs and 512 keys allowed, while at B 16 more splits than 2 programs' lost 15% (decode_splits.py).
 MEASURED: dict[str, dict[tuple[int, str], DecodePlan]] = {
-    "sm90": {(128, "int8"): DecodePlan(128, 4, 2, 64, direct_codes=True), (128, "fp8"): DecodePlan(128, 4, 2, 64)},
+    "sm90": {
+        (128, "plain"): DecodePlan(64, 4, 2, 64, min_keys_per_split=128, few_programs_per_sm=4),
+        (128, "int8"): DecodePlan(128, 4, 2, 64, direct_codes=True),
+        (128, "fp8"): DecodePlan(128, 4, 2, 64),
+    },
 }
 
 MAX_SPLITS = 128  # the reduction reads every split's partial in one tile
@@ -55,8 +65,10 @@ def decode_plan(arch: str, block_d: int, kv_format: str = "plain") -> DecodePlan
 
 
 def choose_splits(programs: int, max_keys: int, sm_count: int, plan: DecodePlan = _D64) -> int:
-    """The number of splits of the keys: enough for ``plan.programs_per_sm`` programs per multiprocessor when the
-    batch, key heads and row blocks give ``programs`` fewer than that, and none shorter than
+    """The number of splits of the keys: enough for ``plan.programs_per_sm`` programs per multiprocessor (or
+    ``plan.few_programs_per_sm`` where ``programs`` fill fewer than half of them) when the batch, key heads and row
+    blocks give ``programs`` fewer than that, and none shorter than
     ``plan.min_keys_per_split`` of the cache's ``max_keys`` (its capacity: the lengths themselves live on the GPU)."""
-    wanted = cdiv(plan.programs_per_sm * sm_count, max(programs, 1))
+    per_sm = plan.few_programs_per_sm if plan.few_programs_per_sm and 2 * programs < sm_count else plan.programs_per_sm
+    wanted = cdiv(per_sm * sm_count, max(programs, 1))
     return max(1, min(wanted, cdiv(max_keys, plan.min_keys_per_split), MAX_SPLITS))
