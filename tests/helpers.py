@@ -20,10 +20,9 @@ def assert_compiled_matches_eager(block, inputs, device, grad_atol=1e-5):
         torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=grad_atol)
 
 
-def assert_graph_replay_matches_eager(step, inputs):
-    """No host synchronisation: ``step(*inputs)`` (a forward and backward returning outputs and gradients) captures
-    in a CUDA graph, and a replay on new values of ``inputs`` (their floating-point tensors refilled in place) gives
-    what an eager call on those values gives (GPU only)."""
+def replay_on_new_inputs(step, inputs) -> list:
+    """``step(*inputs)`` (returning tensors) captured in a CUDA graph, then replayed after the floating-point tensors
+    of ``inputs`` are refilled in place with new values: the replay's outputs (GPU only)."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -31,7 +30,7 @@ def assert_graph_replay_matches_eager(step, inputs):
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        # detached: the capture's autograd graph is freed, not kept alive into the eager call below
+        # detached: the capture's autograd graph is freed, not kept alive into later calls
         captured = [t.detach() for t in step(*inputs)]
     with torch.no_grad():  # the step may have made the inputs leaves that require grad
         for t in inputs:
@@ -39,6 +38,14 @@ def assert_graph_replay_matches_eager(step, inputs):
                 t.copy_(torch.randn_like(t))
     graph.replay()
     torch.cuda.synchronize()
+    return captured
+
+
+def assert_graph_replay_matches_eager(step, inputs):
+    """No host synchronisation: ``step(*inputs)`` (a forward and backward returning outputs and gradients) captures
+    in a CUDA graph, and a replay on new values of ``inputs`` gives what an eager call on those values gives (GPU
+    only)."""
+    captured = replay_on_new_inputs(step, inputs)
     for ours, theirs in zip(captured, step(*inputs), strict=True):
         torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
 

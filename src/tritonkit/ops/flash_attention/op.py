@@ -59,6 +59,7 @@ def attention(
     softcap: float = 0.0,
     layout: str = "bhsd",
     return_lse: bool = False,
+    deterministic: bool = True,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Flash attention: softmax(scale * q k^T, masked) v, never forming the score matrix.
 
@@ -71,15 +72,20 @@ def attention(
       the softmax (Gemma 2).
     - Returns the output in q's layout and dtype (contiguous); with ``return_lse``, also the log-sum-exp of each
       query's scores, fp32 (B, Hq, Sq), which carries no gradient. A query that sees no key gets 0 and lse -inf.
-    - Differentiable in q, k and v (fp32 accumulation; deterministic).
+    - Differentiable in q, k and v (fp32 accumulation). ``deterministic=True`` (the default): the backward gives
+      the same bits on every run (dK/dV by key block and dQ by query block, two kernels that each recompute the
+      scores). ``deterministic=False``: one fused kernel that computes the scores once and adds dQ's terms
+      atomically in fp32, so dQ's last bits depend on the order the GPU runs its programs (dK and dV stay
+      reproducible); as flash-attn's ``deterministic`` flag, whose default is False.
 
     Example: ``o = tk.ops.attention(q, k, v, causal=True)``.
     """
     heads_dim = check_dense(q, k, v, layout, causal)
-    scale, left, right, softcap = check_options("attention", q.shape[-1], causal, scale, window, softcap)
+    scale, left, right, softcap = check_options("attention", q.shape[-1], causal, scale, window, softcap,
+                                                deterministic)  # fmt: skip
     seq_dim = 3 - heads_dim
     out, lse = attention_op(q, k, v, None, None, q.shape[seq_dim], k.shape[seq_dim], heads_dim, scale, left, right,
-                            softcap)  # fmt: skip
+                            softcap, deterministic)  # fmt: skip
     return (out, lse) if return_lse else out
 
 
@@ -98,13 +104,14 @@ def attention_varlen(
     softcap: float = 0.0,
     return_lse: bool = False,
     check_inputs: bool | None = None,
+    deterministic: bool = True,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Flash attention over packed sequences, as flash-attn's ``flash_attn_varlen_func``.
 
     q (total_q, Hq, D), k and v (total_k, Hk, D): sequence b holds rows cu_seqlens_q[b] to cu_seqlens_q[b + 1] of q
     and the same of cu_seqlens_k in k and v; ``cu_seqlens_*`` are int32 (B + 1,), rising from 0 to the total.
-    ``max_seqlen_*`` are the longest sequences (plain ints: they size the launch grid). Options and returns as
-    :func:`attention`; the lse is (Hq, total_q).
+    ``max_seqlen_*`` are the longest sequences (plain ints: they size the launch grid). Options (``deterministic``
+    included) and returns as :func:`attention`; the lse is (Hq, total_q).
 
     Reading cu_seqlens' values would synchronise with the GPU, so they are checked (0 first, the total last, no
     decrease, no sequence beyond its max) only with ``check_inputs=True`` or ``TRITONKIT_DEBUG=1``, and always when
@@ -115,7 +122,8 @@ def attention_varlen(
     check_values = cu_seqlens_q.device.type == "cpu" if isinstance(cu_seqlens_q, torch.Tensor) else False
     check_values = debug_checks("attention_varlen: check_inputs", check_inputs) or check_values
     check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, check_values)
-    scale, left, right, softcap = check_options("attention_varlen", q.shape[-1], causal, scale, window, softcap)
+    scale, left, right, softcap = check_options("attention_varlen", q.shape[-1], causal, scale, window, softcap,
+                                                deterministic)  # fmt: skip
     out, lse = attention_op(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 1, scale, left, right,
-                            softcap)  # fmt: skip
+                            softcap, deterministic)  # fmt: skip
     return (out, lse) if return_lse else out
