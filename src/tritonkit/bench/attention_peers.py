@@ -2,8 +2,10 @@
 with one backend forced (FlashAttention-2, cuDNN), and FlexAttention compiled.
 
 Each factory returns a callable with attention's signature (q, k, v and the keyword-only options ``causal``,
-``scale``, ``window``, ``softcap``, ``layout``, ``return_lse``), returning the output in q's layout, so that a spec
-can name them as peers (``tritonkit.bench.providers.PEERS``) and a benchmark can time them on the same inputs.
+``scale``, ``window``, ``softcap``, ``layout``, ``return_lse``, ``deterministic``), returning the output in q's layout,
+so that a spec can name them as peers (``tritonkit.bench.providers.PEERS``) and a benchmark can time them on the same
+inputs. ``deterministic`` chooses tritonkit's backward only: a peer's backward is the one its backend has, so the
+peers take it and leave it.
 
 A case a peer cannot compute as tritonkit defines it raises :class:`Unsupported` (a ValueError) with the reason, on
 the call, before any work: a benchmark records the refusal instead of timing something else. The semantics to
@@ -75,7 +77,8 @@ def _sdpa(name: str, backend_name: str) -> Callable:
 
     backend = getattr(SDPBackend, backend_name)
 
-    def run(q, k, v, *, causal=False, scale=None, window=(-1, -1), softcap=0.0, layout="bhsd", return_lse=False):
+    def run(q, k, v, *, causal=False, scale=None, window=(-1, -1), softcap=0.0, layout="bhsd", return_lse=False,
+            deterministic=True):  # fmt: skip
         q, k, v = _heads_first(q, k, v, layout)
         is_causal = sdpa_is_causal(name, q.shape[2], k.shape[2], causal, window)
         if softcap:
@@ -185,7 +188,8 @@ def flex_attention(compiled: bool = True) -> Callable:
     implementation (it forms every score: for checking on a CPU, never for timing)."""
     from torch.nn.attention import flex_attention as flex_module
 
-    def run(q, k, v, *, causal=False, scale=None, window=(-1, -1), softcap=0.0, layout="bhsd", return_lse=False):
+    def run(q, k, v, *, causal=False, scale=None, window=(-1, -1), softcap=0.0, layout="bhsd", return_lse=False,
+            deterministic=True):  # fmt: skip
         fn = _compiled_flex_attention() if compiled else flex_module.flex_attention
         q, k, v = _heads_first(q, k, v, layout)
         options = {
