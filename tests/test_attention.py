@@ -102,6 +102,28 @@ def test_deterministic_false_takes_the_fused_backward(monkeypatch):
     _launch_and_compare(*_qkv("cpu", b=2, hq=4, hk=2, sq=23, sk=29), None, causal=True, deterministic=False)
 
 
+def test_deterministic_algorithms_keep_the_two_kernel_backward(monkeypatch):
+    """Under torch.use_deterministic_algorithms(True), deterministic=False still takes the reproducible backward: the
+    dQ kernel runs (its launch is counted) and the gradients match the reference."""
+    launches = []
+    dq_kernel = launch._attention_bwd_dq_kernel
+
+    class Counted:
+        def __getitem__(self, grid):
+            launches.append(grid)
+            return dq_kernel[grid]
+
+    monkeypatch.setattr(launch, "_attention_bwd_dq_kernel", Counted())
+    torch.manual_seed(6)
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        _launch_and_compare(*_qkv("cpu", sq=21, sk=21), None, causal=True, deterministic=False)
+    finally:
+        torch.use_deterministic_algorithms(previous)
+    assert len(launches) == 1
+
+
 @pytest.mark.parametrize("plan", [DESCRIPTORS, FUSED_PLANS["fused-descriptors"]], ids=["two-kernel", "fused"])
 @pytest.mark.parametrize("heads_dim", [1, 2], ids=["bhsd", "bshd"])
 def test_descriptors_in_both_layouts_with_a_ragged_head_dim(heads_dim, plan):

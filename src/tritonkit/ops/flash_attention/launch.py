@@ -277,7 +277,8 @@ def attention_bwd(
     q, k, v, grad_out = _unit_last(q), _unit_last(k), _unit_last(v), _unit_last(grad_out)
     block_d = max(16, next_power_of_2(head_dim))
     plan = plan or attention_plan(arch(q.device), block_d, q.element_size())
-    fused = plan.fused_dq or not deterministic
+    # torch.use_deterministic_algorithms(True) asks every op for its reproducible path: the two-kernel backward.
+    fused = plan.fused_dq or not (deterministic or torch.are_deterministic_algorithms_enabled())
     # The fused kernel adds dQ's terms into fp32 sums, zeroed first, then cast once (an fp32 q's sums are dQ itself).
     if fused:
         dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)

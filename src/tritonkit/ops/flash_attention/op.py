@@ -76,7 +76,8 @@ def attention(
       the same bits on every run (dK/dV by key block and dQ by query block, two kernels that each recompute the
       scores). ``deterministic=False``: one fused kernel that computes the scores once and adds dQ's terms
       atomically in fp32, so dQ's last bits depend on the order the GPU runs its programs (dK and dV stay
-      reproducible); as flash-attn's ``deterministic`` flag, whose default is False.
+      reproducible); as flash-attn's ``deterministic`` flag, whose default is False. Under
+      ``torch.use_deterministic_algorithms(True)`` the backward is the deterministic one either way.
 
     Example: ``o = tk.ops.attention(q, k, v, causal=True)``.
     """
