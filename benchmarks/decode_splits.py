@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
-import json
 import math
 import multiprocessing
 import os
@@ -304,15 +302,15 @@ def main(argv: list[str] | None = None) -> int:
 def _write(args, runner: Runner, start: float, name: str) -> int:
     import torch
 
-    args.out.mkdir(parents=True, exist_ok=True)
+    from tritonkit.bench import report
+
     device = "cpu (dry run)" if args.dry_run else torch.cuda.get_device_name()
     seconds = time.perf_counter() - start
     record = {"device": device, "torch": torch.__version__, "heads": runner.heads, "page_size": PAGE,
               "dtype": str(runner.dtype), "seconds": seconds, "rows": runner.rows}  # fmt: skip
-    path = args.out / f"{datetime.date.today().isoformat()}-{name}.json"
-    path.write_text(json.dumps(record, indent=1) + "\n")
+    report.write_record(args.out, name, record)
     skipped = sum("skipped" in row for row in runner.rows)
-    print(f"wrote {path} ({len(runner.rows)} runs, {skipped} skipped, {seconds:.0f} s)")
+    print(f"{len(runner.rows)} runs, {skipped} skipped, {seconds:.0f} s")
     return 0
 
 

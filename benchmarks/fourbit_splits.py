@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import functools
-import json
 from pathlib import Path
 
 import torch
 import triton.testing
 
 import tritonkit as tk
+from tritonkit.bench import report
 from tritonkit.ops.fourbit import launch
 from tritonkit.ops.fourbit.plan import FALLBACK
 
@@ -59,11 +58,8 @@ def main() -> int:
                 gb_s = weight_bytes / ms / 1e6
                 rows.append({"format": name, "m": m, "run": label, "ms": ms, "gb_s": gb_s})
                 print(f"{name:5} m={m:<3} {label:13} {ms * 1e3:8.1f} us  {gb_s:7.0f} GB/s", flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
     record = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "n": N, "k": K, "rows": rows}
-    path = args.out / f"{datetime.date.today().isoformat()}-fourbit-splits.json"
-    path.write_text(json.dumps(record, indent=1) + "\n")
-    print(f"wrote {path}")
+    report.write_record(args.out, "fourbit-splits", record)
     return 0
 
 

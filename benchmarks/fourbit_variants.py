@@ -19,15 +19,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import functools
-import json
 from pathlib import Path
 
 import torch
 import triton.testing
 
 import tritonkit as tk
+from tritonkit.bench import report
 from tritonkit.ops.fourbit import launch
 from tritonkit.ops.fourbit.plan import FALLBACK, NF4_DECODES, DequantizeFirst
 
@@ -119,11 +118,8 @@ def main() -> int:
                 print(f"{label}: {type(error).__name__}: {error}", flush=True)
     for label, moved, run in _dequantize_runs(layers):
         measure(label, None, moved, run)
-    args.out.mkdir(parents=True, exist_ok=True)
     record = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "n": N, "k": K, "rows": rows}
-    path = args.out / f"{datetime.date.today().isoformat()}-fourbit-variants.json"
-    path.write_text(json.dumps(record, indent=1) + "\n")
-    print(f"wrote {path}")
+    report.write_record(args.out, "fourbit-variants", record)
     return 0
 
 

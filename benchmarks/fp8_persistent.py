@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
-import json
 import os
 import sys
 from pathlib import Path
@@ -138,12 +136,11 @@ def main() -> int:
                 print(f"{f'{m}x{n}x{k}':>20} {form:12} {name:47} {ms:8.3f} {flops / ms / 1e9:8.0f} {ratio:8.2f} "
                       f"{shown_diff:>8}", flush=True)  # fmt: skip
             del x, w, tiled
-    args.out.mkdir(parents=True, exist_ok=True)
     record = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
               "rows": rows}  # fmt: skip
-    path = args.out / f"{datetime.date.today().isoformat()}-fp8-persistent.json"
-    path.write_text(json.dumps(record, indent=1) + "\n")
-    print(f"wrote {path}")
+    from tritonkit.bench import report  # after --dry-run has set the interpreter up
+
+    report.write_record(args.out, "fp8-persistent", record)
     return 0
 
 

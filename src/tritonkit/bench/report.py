@@ -107,6 +107,16 @@ def write_json(path: Path, results: Sequence[Measurement], meta: dict, ceilings:
     return path
 
 
+def write_record(out: Path, name: str, record: dict) -> Path:
+    """``record`` (a sweep script's own rows and metadata) as ``<out>/<today>-<name>.json``, the results folder's
+    naming; prints and returns the path."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{datetime.date.today().isoformat()}-{name}.json"
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"wrote {path}")
+    return path
+
+
 def markdown_header(meta: dict, ceilings: Ceilings | None) -> list[str]:
     return [
         f"# Benchmark: {meta.get('what', '')}",
