@@ -168,9 +168,9 @@ def _fwd_block(acc, m_i, l_i, b_q, p_k, p_v, desc_k, desc_v, i_b, i_hk, start_n,
     ex2.approx.ftz (one instruction; arguments are <= 0, so only terms below 2^-126 of the row's largest flush)."""
     o_j = start_n + o_n
     b_k = _stream_tile(p_k, desc_k, i_b, i_hk, start_n, o_n, stride_k_s, o_d, seqlen_k, head_dim, MASK, EVEN_D,
-                   DESCRIPTORS, SEQ_FIRST)  # fmt: skip
+                       DESCRIPTORS, SEQ_FIRST)  # fmt: skip
     b_v = _stream_tile(p_v, desc_v, i_b, i_hk, start_n, o_n, stride_v_s, o_d, seqlen_k, head_dim, MASK, EVEN_D,
-                   DESCRIPTORS, SEQ_FIRST)  # fmt: skip
+                       DESCRIPTORS, SEQ_FIRST)  # fmt: skip
     if RAW_MAX:
         b_s = dot_fp32(b_q, tl.trans(b_k), DOT_PRECISION, UPCAST)  # [M, N], unscaled
     else:

@@ -3,8 +3,8 @@
 Three kernels read a plan: the forward (query rows per program x keys per step), dK/dV (keys per program x query rows
 per step) and dQ (query rows per program x keys per step); the fused backward (``fused_dq``) runs on dK/dV's tiles.
 A head dim is padded to a power of two of at least 16 (tl.dot's smallest K), and the plan is looked up by that padded
-width. fp32 (for checking, not speed) halves the
-row tiles and keeps at most two stages: its tiles take twice the registers and shared memory.
+width. fp32 (for checking, not speed) halves the row tiles and keeps at most two stages: its tiles take twice the
+registers and shared memory.
 
 Hopper (sm90): measured on the H100 at d64, d128 and d256 (docs/kernels/attention.md).
 A GPU never measured (FALLBACK) takes 64-row tiles with 4 warps and two stages, which fit the 99 KB of shared memory
@@ -70,5 +70,6 @@ def attention_plan(arch: str, block_d: int, itemsize: int) -> AttentionPlan:
     """The plan for a padded head dim ``block_d`` (16 to 256) of ``itemsize``-byte elements."""
     plan = MEASURED.get(arch, FALLBACK)[block_d]
     if itemsize == 4:
-        plan = AttentionPlan(_fp32(plan.forward, "block_m"), _fp32(plan.dkdv, "block_n"), _fp32(plan.dq, "block_m"))
+        plan = replace(plan, forward=_fp32(plan.forward, "block_m"), dkdv=_fp32(plan.dkdv, "block_n"),
+                       dq=_fp32(plan.dq, "block_m"))  # fmt: skip
     return plan
