@@ -188,6 +188,14 @@ def _fwd_block(acc, m_i, l_i, b_q, p_k, p_v, desc_k, desc_v, i_b, i_hk, start_n,
 
 
 @triton.jit
+def _last_rows_first():
+    """The block of query rows this program takes: the grid's second axis walked backwards, so that under a causal
+    mask the last rows, which see the most keys, start first and the short programs fill in the end (the grid's first
+    axis, every (batch, head), varies fastest, so each wave holds the longest programs of all heads)."""
+    return tl.num_programs(1) - 1 - tl.program_id(1)
+
+
+@triton.jit
 def _attention_fwd_kernel(
     p_q, p_k, p_v, desc_k, desc_v, p_o, p_lse, p_cu_seqlens_q, p_cu_seqlens_k,
     seqlen_q, seqlen_k, n_heads_q, group, head_dim, left, right, qk_scale, softcap_log2,
@@ -200,7 +208,7 @@ def _attention_fwd_kernel(
     """O and lse (natural log, fp32) for BLOCK_M query rows of one (batch, query head); see the module docstring.
     The head dimension has unit stride (the launcher makes it so); lse rows have unit stride. DESCRIPTORS (dense
     inputs only): K and V are read through the tensor descriptors desc_k and desc_v (_stream_tile)."""
-    i_m, i_bh = tl.program_id(0), tl.program_id(1)
+    i_bh, i_m = tl.program_id(0), _last_rows_first()
     i_b, i_h = i_bh // n_heads_q, i_bh % n_heads_q
     q_start, seqlen_q = _sequence(i_b, p_cu_seqlens_q, seqlen_q, IS_VARLEN)
     k_start, seqlen_k = _sequence(i_b, p_cu_seqlens_k, seqlen_k, IS_VARLEN)
@@ -319,7 +327,7 @@ def _attention_bwd_dkdv_kernel(
     that see these keys (the delta and lse tensors share one layout). DESCRIPTORS (dense inputs only): Q and dO are
     read through desc_q and desc_do (_stream_tile). FUSED_DQ: also add every block pair's dQ terms into p_dq, fp32
     and zeroed by the launcher (unread otherwise, as are its strides)."""
-    i_n, i_bh = tl.program_id(0), tl.program_id(1)
+    i_bh, i_n = tl.program_id(0), tl.program_id(1)  # the first key blocks, seen by most rows, start first
     i_b, i_hk = i_bh // n_heads_k, i_bh % n_heads_k
     q_start, seqlen_q = _sequence(i_b, p_cu_seqlens_q, seqlen_q, IS_VARLEN)
     k_start, seqlen_k = _sequence(i_b, p_cu_seqlens_k, seqlen_k, IS_VARLEN)
@@ -397,7 +405,7 @@ def _attention_bwd_dq_kernel(
 ):  # fmt: skip
     """dQ of BLOCK_M query rows of one (batch, query head): the sum over the key blocks they see. DESCRIPTORS (dense
     inputs only): K and V are read through desc_k and desc_v (_stream_tile)."""
-    i_m, i_bh = tl.program_id(0), tl.program_id(1)
+    i_bh, i_m = tl.program_id(0), _last_rows_first()
     i_b, i_h = i_bh // n_heads_q, i_bh % n_heads_q
     q_start, seqlen_q = _sequence(i_b, p_cu_seqlens_q, seqlen_q, IS_VARLEN)
     k_start, seqlen_k = _sequence(i_b, p_cu_seqlens_k, seqlen_k, IS_VARLEN)

@@ -186,6 +186,21 @@ def _dot_flags(dtype: torch.dtype) -> dict:
     return {"DOT_PRECISION": "ieee" if dtype == torch.float32 else "tf32", "UPCAST": upcast_bf16_dots(dtype)}
 
 
+# CUDA's limit on a grid's second axis, which walks the blocks of a sequence.
+_MAX_GRID_Y = 65535
+
+
+def _grid(heads: int, seqlen: int, block: int) -> tuple[int, int]:
+    """(every (batch, head), the blocks of one sequence): the heads vary fastest (see _last_rows_first)."""
+    blocks = cdiv(seqlen, block)
+    if blocks > _MAX_GRID_Y:
+        raise ValueError(
+            f"attention: a sequence of {seqlen} tokens takes {blocks} blocks of {block}, more than the {_MAX_GRID_Y} "
+            "a CUDA grid's second axis allows; split it (attention_varlen over shorter sequences) or use larger tiles"
+        )
+    return heads, blocks
+
+
 def attention_fwd(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -217,7 +232,7 @@ def attention_fwd(
     tiles = (plan or attention_plan(arch(q.device), block_d, q.element_size())).forward
     stages = pipeline_depth(tiles.stages, 2 * tiles.block_n * block_d * q.element_size(), q.device)
     qk_scale, softcap_log2 = _scales(scale, softcap)
-    grid = (cdiv(seqlen_q, tiles.block_m), n_batch * n_heads_q)
+    grid = _grid(n_batch * n_heads_q, seqlen_q, tiles.block_m)
     desc_k, desc_v = _descriptors((k, v), heads_dim, packed, tiles, tiles.block_n, block_d)
     _attention_fwd_kernel[grid](
         q, k, v, desc_k, desc_v, out, lse, cu_seqlens_q, cu_seqlens_k,
@@ -302,7 +317,7 @@ def attention_bwd(
     tiles = plan.dkdv
     stages = pipeline_depth(tiles.stages, 2 * tiles.block_m * block_d * q.element_size(), q.device)
     desc_q, desc_do = _descriptors((q, grad_out), heads_dim, packed, tiles, tiles.block_m, block_d)
-    _attention_bwd_dkdv_kernel[(cdiv(seqlen_k, tiles.block_n), n_batch * n_heads_k)](
+    _attention_bwd_dkdv_kernel[_grid(n_batch * n_heads_k, seqlen_k, tiles.block_n)](
         *operands, desc_q, desc_do, dk, dv, dq, cu_seqlens_q, cu_seqlens_k, seqlen_q, seqlen_k, n_heads_k,
         n_heads_q // n_heads_k, *options, *operand_strides, *_strides(dk, heads_dim, packed),
         *_strides(dv, heads_dim, packed), *_strides(dq, heads_dim, packed), BLOCK_M=tiles.block_m,
@@ -314,7 +329,7 @@ def attention_bwd(
     tiles = plan.dq
     stages = pipeline_depth(tiles.stages, 2 * tiles.block_n * block_d * q.element_size(), q.device)
     desc_k, desc_v = _descriptors((k, v), heads_dim, packed, tiles, tiles.block_n, block_d)
-    _attention_bwd_dq_kernel[(cdiv(seqlen_q, tiles.block_m), n_batch * n_heads_q)](
+    _attention_bwd_dq_kernel[_grid(n_batch * n_heads_q, seqlen_q, tiles.block_m)](
         *operands, desc_k, desc_v, dq, cu_seqlens_q, cu_seqlens_k, seqlen_q, seqlen_k, n_heads_q,
         n_heads_q // n_heads_k, *options, *operand_strides, *_strides(dq, heads_dim, packed),
         BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, DESCRIPTORS=desc_k is not None, SEQ_FIRST=heads_dim == 2,
