@@ -67,7 +67,7 @@ def _fused_against_two_kernels(lines, row, causal, measured, tiles_mode: str, bw
     else:
         candidates = list(dict.fromkeys([measured.dkdv, *DKDV]))
     for tiles in candidates:
-        plan = dataclasses.replace(measured, dkdv=tiles, fused_dq=True)
+        plan = dataclasses.replace(measured, dkdv=tiles, dkdv_few=None, fused_dq=True)
         try:
             ms = _ms(launch.attention_bwd, *bwd_args, plan=plan)
         except Exception as error:  # out of resources for this tile: say so, go on
@@ -154,7 +154,8 @@ def main() -> int:
             if args.part not in (part, "all"):
                 continue
             for tiles in candidates:
-                plan = dataclasses.replace(measured, **{part: tiles})
+                # dkdv_few off: each candidate's own dK/dV tiles, whatever the program count.
+                plan = dataclasses.replace(measured, **{part: tiles}, **({"dkdv_few": None} if part == "dkdv" else {}))
                 try:
                     ms = _ms(launch.attention_bwd, grad, q, k, v, out, lse, *common, plan=plan)
                 except Exception as error:

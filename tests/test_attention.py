@@ -94,6 +94,18 @@ class _KernelThatMustNotRun:
         return launch
 
 
+def test_dkdv_few_takes_over_only_below_the_program_threshold():
+    """A plan's dkdv_few runs where dkdv's key blocks would give fewer programs than FEW_DKDV_PROGRAMS_PER_SM per
+    multiprocessor, dkdv from there on, and a plan without dkdv_few always runs dkdv."""
+    few = Tiles(16, 16, 4, 1)
+    plan = dataclasses.replace(SMALL, dkdv_few=few)
+    threshold = launch.FEW_DKDV_PROGRAMS_PER_SM * launch.sm_count(torch.device("cpu"))
+    blocks_below = threshold - 1  # key blocks of 16 for one head: one program each
+    assert launch._dkdv_tiles(plan, 1, 16 * blocks_below, torch.device("cpu")) is few
+    assert launch._dkdv_tiles(plan, 1, 16 * threshold, torch.device("cpu")) is plan.dkdv
+    assert launch._dkdv_tiles(SMALL, 1, 16, torch.device("cpu")) is SMALL.dkdv
+
+
 def test_deterministic_false_takes_the_fused_backward(monkeypatch):
     """deterministic=False with the measured plan (no fused_dq in it) selects the fused kernel: the dQ kernel never
     runs, and the gradients match the reference."""

@@ -75,20 +75,22 @@ def _batch(generator, *, batch=2, tokens=12, vocab=VOCAB, device="cpu"):
 
 
 def _snapshot(model):
-    """What apply() may change: every module's own attributes (by identity), the parameters' values, the config's
-    attention implementation."""
+    """What apply() may change: every module's own attributes (by identity) and forward pre-hooks, the parameters'
+    values, the config's attention implementation."""
     modules = {name: dict(module.__dict__) for name, module in model.named_modules()}
+    hooks = {name: dict(module._forward_pre_hooks) for name, module in model.named_modules()}
     state = {name: tensor.clone() for name, tensor in model.state_dict().items()}
-    return modules, state, model.config._attn_implementation
+    return modules, hooks, state, model.config._attn_implementation
 
 
 def _assert_unchanged(model, snapshot):
-    modules, state, attention = snapshot
+    modules, hooks, state, attention = snapshot
     now = {name: module.__dict__ for name, module in model.named_modules()}
     assert now.keys() == modules.keys()
     for name, attributes in modules.items():
         assert now[name].keys() == attributes.keys(), name
         assert all(now[name][key] is value for key, value in attributes.items()), name
+    assert {name: dict(module._forward_pre_hooks) for name, module in model.named_modules()} == hooks
     current = model.state_dict()
     assert current.keys() == state.keys() and all(torch.equal(current[k], v) for k, v in state.items())
     assert model.config._attn_implementation == attention
@@ -637,6 +639,23 @@ def test_attention_packed_batch_matches_separate_sequences(monkeypatch):
     with torch.no_grad():  # the same kernels as above: the forward shows the offsets were taken
         got = patched(ids, position_ids=positions, use_cache=False, **offsets).logits
     torch.testing.assert_close(got, expected, **ATTENTION_TOLERANCE)
+
+
+def test_attention_reads_no_position_ids_the_caller_did_not_give(monkeypatch):
+    """Without position ids or a cache, the decoder gets transformers' own (0, 1, ... in one row) from tritonkit's
+    pre-hook, known to hold one sequence per row: the attention reads nothing on the host (a read would stall the
+    device once per step), and logits, loss and gradients are the unpatched model's. revert() takes the hook off."""
+    seed = testing.fresh_seed()
+    print(f"seed={seed}")
+    torch.manual_seed(seed)
+    reference = _tiny_model("llama")
+    patched = _attention_pair(reference)
+    ids, labels = _batch(torch.Generator().manual_seed(seed), batch=2)
+    monkeypatch.setattr(tk_attention, "_from_positions", lambda _: pytest.fail("position_ids were read"))
+    _assert_same_step(reference, patched, ids, labels)
+    assert len(patched.model._forward_pre_hooks) == 1
+    tk_hf.revert(patched)
+    assert not patched.model._forward_pre_hooks
 
 
 def test_attention_generation_with_a_cache_matches():

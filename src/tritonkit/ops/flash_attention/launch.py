@@ -13,7 +13,7 @@ import math
 import torch
 
 from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_same_dtype, check_tensor
-from tritonkit._core.device import arch, pipeline_depth
+from tritonkit._core.device import arch, pipeline_depth, sm_count
 from tritonkit._core.env import upcast_bf16_dots
 from tritonkit._core.ints import cdiv, next_power_of_2
 from tritonkit._core.tma import descriptor, has_tma, tma_readable
@@ -23,7 +23,7 @@ from tritonkit.ops.flash_attention.kernels import (
     _attention_bwd_dq_kernel,
     _attention_fwd_kernel,
 )
-from tritonkit.ops.flash_attention.plan import AttentionPlan, Tiles, attention_plan
+from tritonkit.ops.flash_attention.plan import FEW_DKDV_PROGRAMS_PER_SM, AttentionPlan, Tiles, attention_plan
 
 LAYOUTS = {"bhsd": 1, "bshd": 2}  # layout -> the dimension of q, k and v that indexes heads
 MAX_HEAD_DIM = 256  # the widest tile the plans hold: q, k and v blocks of 256 columns in registers and shared memory
@@ -260,6 +260,15 @@ def _descriptors(operands, heads_dim: int, packed: bool, tiles: Tiles, rows: int
     return tuple(descriptor(x, box) for x in operands)
 
 
+def _dkdv_tiles(plan: AttentionPlan, heads: int, seqlen_k: int, device: torch.device) -> Tiles:
+    """The plan's dK/dV tiles, or its dkdv_few where those would launch too few programs to fill the GPU."""
+    if plan.dkdv_few is None or heads * cdiv(seqlen_k, plan.dkdv.block_n) >= FEW_DKDV_PROGRAMS_PER_SM * sm_count(
+        device
+    ):
+        return plan.dkdv
+    return plan.dkdv_few
+
+
 def attention_bwd(
     grad_out: torch.Tensor,
     q: torch.Tensor,
@@ -314,7 +323,7 @@ def attention_bwd(
     operand_strides = tuple(stride for x in (q, k, v, grad_out) for stride in _strides(x, heads_dim, packed))
     operand_strides += lse_strides
     options = (head_dim, window_left, window_right, qk_scale, softcap_log2, scale)
-    tiles = plan.dkdv
+    tiles = _dkdv_tiles(plan, n_batch * n_heads_k, seqlen_k, q.device)
     stages = pipeline_depth(tiles.stages, 2 * tiles.block_m * block_d * q.element_size(), q.device)
     desc_q, desc_do = _descriptors((q, grad_out), heads_dim, packed, tiles, tiles.block_m, block_d)
     _attention_bwd_dkdv_kernel[_grid(n_batch * n_heads_k, seqlen_k, tiles.block_n)](
