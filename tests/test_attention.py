@@ -94,6 +94,23 @@ class _KernelThatMustNotRun:
         return launch
 
 
+@pytest.mark.parametrize("heads_fastest", [True, False])
+def test_both_grid_orders_give_the_same_attention(monkeypatch, heads_fastest):
+    """The grid runs the heads fastest where K and V fit in L2 (every small input here) and a head's blocks together
+    otherwise; both orders, causal GQA with uneven blocks, forward and backward."""
+    monkeypatch.setattr(launch, "_heads_fastest", lambda k, v: heads_fastest)
+    torch.manual_seed(testing.fresh_seed())
+    _launch_and_compare(*_qkv("cpu", b=2, hq=4, hk=2, sq=37, sk=45), UNEVEN, causal=True)
+
+
+def test_a_grid_past_cudas_second_axis_is_refused():
+    with pytest.raises(ValueError, match=r"second axis would hold 70000 programs .* more than CUDA's 65535"):
+        launch._grid(4, 70000 * 16, 16, heads_fastest=True)
+    assert launch._grid(70000, 32, 16, heads_fastest=True) == (70000, 2)
+    with pytest.raises(ValueError, match=r"second axis would hold 70000 programs"):
+        launch._grid(70000, 32, 16, heads_fastest=False)
+
+
 def test_dkdv_few_takes_over_only_below_the_program_threshold():
     """A plan's dkdv_few runs where dkdv's key blocks would give fewer programs than FEW_DKDV_PROGRAMS_PER_SM per
     multiprocessor, dkdv from there on, and a plan without dkdv_few always runs dkdv."""

@@ -9,6 +9,7 @@ import torch
 from tritonkit._core.env import interpreting
 
 _INTERPRETER_PROGRAMS = 4  # under the interpreter programs run one by one: a few are plenty
+_INTERPRETER_L2_BYTES = 50 * 2**20  # the H100's and H200's L2, so that the CPU suite takes the GPU's choices
 # Under the interpreter, launch plans follow the Hopper tables, so that the CPU suite walks the schedules the GPU runs.
 INTERPRETER_ARCH = "sm90"
 
@@ -21,6 +22,11 @@ def _cuda_index(device: torch.device) -> int:
 @functools.cache
 def _cuda_sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+@functools.cache
+def _cuda_l2_bytes(index: int) -> int:
+    return torch.cuda.get_device_properties(index).L2_cache_size
 
 
 @functools.cache
@@ -77,3 +83,10 @@ def pipeline_depth(stages: int, bytes_per_stage: int, device: torch.device) -> i
     while stages > 1 and (stages - 1) * bytes_per_stage > budget:
         stages -= 1
     return stages
+
+
+def l2_bytes(device: torch.device) -> int:
+    """Bytes of L2 cache of ``device`` (the H100's 50 MB under the interpreter)."""
+    if interpreting() or device.type != "cuda":
+        return _INTERPRETER_L2_BYTES
+    return _cuda_l2_bytes(_cuda_index(device))

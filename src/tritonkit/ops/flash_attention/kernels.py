@@ -188,11 +188,14 @@ def _fwd_block(acc, m_i, l_i, b_q, p_k, p_v, desc_k, desc_v, i_b, i_hk, start_n,
 
 
 @triton.jit
-def _last_rows_first():
-    """The block of query rows this program takes: the grid's second axis walked backwards, so that under a causal
-    mask the last rows, which see the most keys, start first and the short programs fill in the end (the grid's first
-    axis, every (batch, head), varies fastest, so each wave holds the longest programs of all heads)."""
-    return tl.num_programs(1) - 1 - tl.program_id(1)
+def _program_blocks(HEADS_FASTEST: tl.constexpr):
+    """(batch * heads index, block index, blocks) of this program. HEADS_FASTEST: the grid is (heads, blocks), so a
+    wave holds the same blocks of many heads (their K and V must share L2); else (blocks, heads), a head's blocks
+    together, reading one head's K and V from L2."""
+    if HEADS_FASTEST:
+        return tl.program_id(0), tl.program_id(1), tl.num_programs(1)
+    else:
+        return tl.program_id(1), tl.program_id(0), tl.num_programs(0)
 
 
 @triton.jit
@@ -203,12 +206,13 @@ def _attention_fwd_kernel(
     stride_o_b, stride_o_h, stride_o_s, stride_lse_b, stride_lse_h,
     IS_VARLEN: tl.constexpr, SOFTCAP: tl.constexpr, RAW_MAX: tl.constexpr, DOT_PRECISION: tl.constexpr,
     UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr,
-    DESCRIPTORS: tl.constexpr, SEQ_FIRST: tl.constexpr,
+    DESCRIPTORS: tl.constexpr, SEQ_FIRST: tl.constexpr, HEADS_FASTEST: tl.constexpr,
 ):  # fmt: skip
     """O and lse (natural log, fp32) for BLOCK_M query rows of one (batch, query head); see the module docstring.
     The head dimension has unit stride (the launcher makes it so); lse rows have unit stride. DESCRIPTORS (dense
     inputs only): K and V are read through the tensor descriptors desc_k and desc_v (_stream_tile)."""
-    i_bh, i_m = tl.program_id(0), _last_rows_first()
+    i_bh, i_block, n_blocks = _program_blocks(HEADS_FASTEST)
+    i_m = n_blocks - 1 - i_block  # the last rows first: under a causal mask they see the most keys
     i_b, i_h = i_bh // n_heads_q, i_bh % n_heads_q
     q_start, seqlen_q = _sequence(i_b, p_cu_seqlens_q, seqlen_q, IS_VARLEN)
     k_start, seqlen_k = _sequence(i_b, p_cu_seqlens_k, seqlen_k, IS_VARLEN)
@@ -321,13 +325,13 @@ def _attention_bwd_dkdv_kernel(
     stride_dk_b, stride_dk_h, stride_dk_s, stride_dv_b, stride_dv_h, stride_dv_s, stride_dq_b, stride_dq_h, stride_dq_s,
     IS_VARLEN: tl.constexpr, SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr,
-    DESCRIPTORS: tl.constexpr, SEQ_FIRST: tl.constexpr, FUSED_DQ: tl.constexpr,
+    DESCRIPTORS: tl.constexpr, SEQ_FIRST: tl.constexpr, FUSED_DQ: tl.constexpr, HEADS_FASTEST: tl.constexpr,
 ):  # fmt: skip
     """dK and dV of BLOCK_N keys of one (batch, key head): the sum over the group's query heads and the query blocks
     that see these keys (the delta and lse tensors share one layout). DESCRIPTORS (dense inputs only): Q and dO are
     read through desc_q and desc_do (_stream_tile). FUSED_DQ: also add every block pair's dQ terms into p_dq, fp32
     and zeroed by the launcher (unread otherwise, as are its strides)."""
-    i_bh, i_n = tl.program_id(0), tl.program_id(1)  # the first key blocks, seen by most rows, start first
+    i_bh, i_n, _ = _program_blocks(HEADS_FASTEST)  # the first key blocks, seen by most rows, start first
     i_b, i_hk = i_bh // n_heads_k, i_bh % n_heads_k
     q_start, seqlen_q = _sequence(i_b, p_cu_seqlens_q, seqlen_q, IS_VARLEN)
     k_start, seqlen_k = _sequence(i_b, p_cu_seqlens_k, seqlen_k, IS_VARLEN)
@@ -401,11 +405,12 @@ def _attention_bwd_dq_kernel(
     stride_do_b, stride_do_h, stride_do_s, stride_lse_b, stride_lse_h, stride_dq_b, stride_dq_h, stride_dq_s,
     IS_VARLEN: tl.constexpr, SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr,
-    DESCRIPTORS: tl.constexpr, SEQ_FIRST: tl.constexpr,
+    DESCRIPTORS: tl.constexpr, SEQ_FIRST: tl.constexpr, HEADS_FASTEST: tl.constexpr,
 ):  # fmt: skip
     """dQ of BLOCK_M query rows of one (batch, query head): the sum over the key blocks they see. DESCRIPTORS (dense
     inputs only): K and V are read through desc_k and desc_v (_stream_tile)."""
-    i_bh, i_m = tl.program_id(0), _last_rows_first()
+    i_bh, i_block, n_blocks = _program_blocks(HEADS_FASTEST)
+    i_m = n_blocks - 1 - i_block  # the last rows first: under a causal mask they see the most keys
     i_b, i_h = i_bh // n_heads_q, i_bh % n_heads_q
     q_start, seqlen_q = _sequence(i_b, p_cu_seqlens_q, seqlen_q, IS_VARLEN)
     k_start, seqlen_k = _sequence(i_b, p_cu_seqlens_k, seqlen_k, IS_VARLEN)
