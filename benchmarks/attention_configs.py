@@ -1,16 +1,13 @@
 """Sweep flash attention's launch tiles on one shape, with SDPA's flash and cuDNN backends timed in the same run.
 
-    python3 benchmarks/attention_configs.py [--b 4 --h 32 --hk 32 --n 4096 --d 128] [--part fwd|dkdv|dq|bwd|all]
+    python3 benchmarks/attention_configs.py [--b 4 --h 32 --hk 32 --n 4096 --d 128] [--part fwd|dkdv|dq|all]
                                             [--tiles sweep|descriptors] [--out FILE]
 
 Each kernel of the plan (forward, dK/dV, dQ) is swept on its own, the others kept at the measured plan (--tiles
 descriptors: each kernel's measured tile with pointer loads and with tensor descriptors, and at d128 the forward tiles
-around it both ways). --part bwd (not part of all) times the whole backward both ways: the two-kernel one at the
-measured plan against the fused one (fused_dq: dQ added atomically by the dK/dV kernel) on the measured dK/dV tiles
-and the dK/dV sweep's (--tiles descriptors: the measured tiles with pointers and with descriptors), and prints how far
-the fused dQ lies from the two-kernel one. Times are
-triton.testing.do_bench medians (eager calls; at these sizes a call is milliseconds, so launch cost is noise).
-TFLOP/s count 4·B·H·N²·D for the forward, half when causal, and 2.5 times that for the backward.
+around it both ways). Times are triton.testing.do_bench medians (eager calls; at these sizes a call is
+milliseconds, so launch cost is noise). TFLOP/s count 4·B·H·N²·D for the forward, half when causal, and 2.5 times
+that for the backward.
 """
 
 from __future__ import annotations
@@ -57,37 +54,11 @@ def _sdpa_fwd_bwd(q, k, v, grad, **options):
     return torch.autograd.grad(torch.nn.functional.scaled_dot_product_attention(*leaves, **options), leaves, grad)
 
 
-def _fused_against_two_kernels(lines, row, causal, measured, tiles_mode: str, bwd_args: tuple, flops: float) -> None:
-    """Rows for the two-kernel backward at the measured plan and the fused one on each candidate dK/dV tile, then
-    the largest difference between their dQ (the fused sums' order differs, so a few bf16 ulps are expected)."""
-    two_kernel = launch.attention_bwd(*bwd_args, plan=measured)
-    row("bwd two-kernel", measured.dkdv, _ms(launch.attention_bwd, *bwd_args, plan=measured), 2.5 * flops)
-    if tiles_mode == "descriptors":
-        candidates = _both_ways(measured.dkdv)
-    else:
-        candidates = list(dict.fromkeys([measured.dkdv, *DKDV]))
-    for tiles in candidates:
-        plan = dataclasses.replace(measured, dkdv=tiles, dkdv_few=None, fused_dq=True)
-        try:
-            ms = _ms(launch.attention_bwd, *bwd_args, plan=plan)
-        except Exception as error:  # out of resources for this tile: say so, go on
-            lines.append(
-                f"| {causal} | bwd fused | {dataclasses.astuple(tiles)} | failed: {type(error).__name__} | - |"
-            )
-            continue
-        row("bwd fused", tiles, ms, 2.5 * flops)
-    fused = launch.attention_bwd(*bwd_args, plan=dataclasses.replace(measured, fused_dq=True))
-    for name, ours, theirs in zip(("dQ", "dK", "dV"), fused, two_kernel, strict=True):
-        lines.append(f"fused against two-kernel {name}: max |difference| {(ours - theirs).abs().max().item():.3g}, "
-                     f"max |two-kernel| {theirs.abs().max().item():.3g}")  # fmt: skip
-        print(lines[-1], flush=True)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for name, default in (("b", 4), ("h", 32), ("hk", 32), ("n", 4096), ("d", 128)):
         parser.add_argument(f"--{name}", type=int, default=default)
-    parser.add_argument("--part", choices=("fwd", "dkdv", "dq", "bwd", "all"), default="all")
+    parser.add_argument("--part", choices=("fwd", "dkdv", "dq", "all"), default="all")
     parser.add_argument("--causal", choices=("both", "yes", "no"), default="both")
     parser.add_argument(
         "--tiles",
@@ -112,7 +83,7 @@ def main() -> int:
     for causal in causal_settings:
         flops = 4 * b * h * n * n * d / (2 if causal else 1)
         window = launch._check_window("sweep", (-1, -1), causal)
-        common = (None, None, n, n, 1, scale, *window, 0.0, True)
+        common = (None, None, n, n, 1, scale, *window, 0.0)
         out, lse = launch.attention_fwd(q, k, v, *common)
 
         def row(kernel, tiles, ms, work, causal=causal):
@@ -163,10 +134,6 @@ def main() -> int:
                                  f"{type(error).__name__} | - |")  # fmt: skip
                     continue
                 row(f"bwd ({part} swept)", tiles, ms, 2.5 * flops)
-        if args.part == "bwd":
-            _fused_against_two_kernels(
-                lines, row, causal, measured, args.tiles, (grad, q, k, v, out, lse, *common), flops
-            )
     if args.out:
         with open(args.out, "w") as f:
             f.write("\n".join(lines) + "\n")

@@ -2,14 +2,15 @@
 (triton.testing.do_bench_cudagraph), GQA 32:8, d128, one new token per sequence, every sequence full, paged caches
 of 64-token pages, SDPA with enable_gqa over a contiguous bf16 cache of the same shape in the same run.
 
-- Default against variant first: int8 and fp8 with their codes converted straight to bf16 (plan.direct_codes), int4
-  with its scales and zeros folded into the scores and P (plan.fold_int4), each beside the default plan, and both
-  with the split heuristic asking for 8 programs per multiprocessor instead of 2 (plan.programs_per_sm: more warps
-  in flight to hide the conversions' latency), at B 8 S 32k and B 64 S 4k, key blocks of 64.
+- Default against variant first: int8 and fp8 with their codes converted straight to bf16 (plan.direct_codes)
+  beside the default plan, and int4 with the default plan, each with the split heuristic asking for 2 and for 8
+  programs per multiprocessor (plan.programs_per_sm: more warps in flight to hide the conversions' latency), at B 8
+  S 32k and B 64 S 4k, key blocks of 64.
 - kv_cache_append in place, a prompt's keys and values (8192 tokens) into a paged cache of each format.
 - Then the sweep, B 1, 4, 8 x S 4k, 8k, 32k: SDPA; paged bf16 at key blocks 64 and 128, each with the heuristic's
-  split count and with 4 to 64 splits, and at 32 with the heuristic's; int8, fp8 and int4 with the default plan and
-  the variant, at key block 64 with the heuristic's split count and with 16 to 64, and at 128 with the heuristic's.
+  split count and with 4 to 64 splits, and at 32 with the heuristic's; int8, fp8 and int4 with the default plan (and
+  int8's and fp8's variant), at key block 64 with the heuristic's split count and with 16 to 64, and at 128 with the
+  heuristic's.
 
     python benchmarks/decode_splits.py --out DIR [--budget-s 50] [--dry-run] [--part heuristic]
 
@@ -42,9 +43,10 @@ QUANTIZED_SPLITS = (16, 32, 64)
 MORE_PROGRAMS = 8  # programs per multiprocessor the headline's second heuristic asks for
 HEURISTIC_SHAPES = (*((b, s) for b in (1, 4, 8, 16) for s in (4096, 8192, 32768)), (64, 4096), (256, 1024))
 MIN_SPLIT_KEYS = 128  # fewer keys per split than two blocks of 64: the partials' traffic outweighs any parallelism
-VARIANTS = {"int8": {"direct_codes": True}, "fp8": {"direct_codes": True}, "int4": {"fold_int4": True}}
+# Each quantized format's plan variant, timed beside its default plan; int4 has none.
+VARIANTS = {"int8": {"direct_codes": True}, "fp8": {"direct_codes": True}, "int4": {}}
 APPEND_TOKENS = 8192  # a prompt's keys and values appended at once (kv_cache_append's bandwidth case)
-# The CPU check: two small shapes, heads with int4 groups of 32 (what fold_int4 takes).
+# The CPU check: two small shapes, heads of two int4 groups of 32 (the default group).
 DRY = {"heads": {"hq": 4, "hk": 2, "d": 64}, "shapes": ((1, 256), (2, 512)), "headline": ((2, 256),), "append": 64}
 
 
@@ -192,13 +194,18 @@ def appends(runner: Runner, tokens: int) -> None:
         runner.run(case, inputs, label, call, variant=(("append", kv), None), spec=spec)
 
 
+def _plans(variant: dict) -> list[tuple[str, dict]]:
+    """("default", no change) and, where the format has a variant, (its field's name, the variant)."""
+    return [("default", {})] + ([(next(iter(variant)), variant)] if variant else [])
+
+
 def headline(runner: Runner, shapes) -> None:
-    """Each quantized cache with the default plan and with its variant, each with the heuristic at 2 and at
+    """Each quantized cache with the default plan and with its variant (if any), each with the heuristic at 2 and at
     MORE_PROGRAMS programs per multiprocessor (key block 64)."""
     for b, s in shapes:
         for kv, variant in VARIANTS.items():
             case, inputs = runner.inputs(b, s, kv)
-            for name, change in (("default", {}), (next(iter(variant)), variant)):
+            for name, change in _plans(variant):
                 for programs in (2, MORE_PROGRAMS):
                     plan = runner.plan(64, {**change, "programs_per_sm": programs})
                     label = {"part": "headline", "cache": kv, "plan": name, "programs_per_sm": programs}
@@ -226,8 +233,7 @@ def sweep(runner: Runner, shapes) -> None:
         del inputs
         for kv, variant in VARIANTS.items():
             case, inputs = runner.inputs(b, s, kv)
-            name = next(iter(variant))
-            for plan_name, change in (("default", {}), (name, variant)):
+            for plan_name, change in _plans(variant):
                 label = {"part": "sweep", "cache": kv, "plan": plan_name}
                 for n in (0, *(n for n in QUANTIZED_SPLITS if s // n >= MIN_SPLIT_KEYS)):
                     runner.ours(case, inputs, runner.plan(64, change), n, label, sdpa_ms)

@@ -1,17 +1,16 @@
-"""Flash attention beyond the registry sweep: every run of the block walk with small tiles (two-kernel and fused
-backward), queries that see no key, large scores, strided and expanded inputs, packed sequences against the dense op
-and through the fused backward, the checker's power to catch wrong attention, bad input; compile without graph
-breaks; on a GPU determinism and CUDA-graph capture."""
+"""Flash attention beyond the registry sweep: every run of the block walk with small tiles, queries that see no key,
+large scores, strided and expanded inputs, packed sequences against the dense op, deterministic= changing nothing,
+the checker's power to catch wrong attention, bad input; compile without graph breaks; on a GPU determinism and
+CUDA-graph capture."""
 
 import dataclasses
-import itertools
 import math
 
 import pytest
 import torch
 
 import tritonkit as tk
-from helpers import assert_compiled_matches_eager, assert_graph_replay_matches_eager, replay_on_new_inputs
+from helpers import assert_compiled_matches_eager, assert_graph_replay_matches_eager
 from tritonkit import catalog, testing
 from tritonkit.ops.flash_attention import launch
 from tritonkit.ops.flash_attention.plan import AttentionPlan, Tiles
@@ -23,9 +22,6 @@ SMALL = AttentionPlan(Tiles(16, 16, 4, 1), Tiles(16, 16, 4, 1), Tiles(16, 16, 4,
 UNEVEN = AttentionPlan(Tiles(32, 16, 4, 1), Tiles(16, 32, 4, 1), Tiles(16, 32, 4, 1))  # rows and keys tiled apart
 # Streamed tiles through tensor descriptors in every kernel (TMA on Hopper; the interpreter runs descriptors too)
 DESCRIPTORS = AttentionPlan(*(Tiles(16, 16, 4, 1, descriptors=True),) * 3)
-# The walks run the two-kernel backward on SMALL and UNEVEN and the fused one with descriptors in every kernel; the
-# two-kernel backward with descriptors is walked by the ragged head-dim test in both layouts.
-FUSED_PLANS = {"fused-descriptors": dataclasses.replace(DESCRIPTORS, fused_dq=True)}
 
 
 def _qkv(device, b=1, hq=2, hk=1, sq=17, sk=17, d=16, dtype=torch.float32, scale=1.0):
@@ -35,11 +31,11 @@ def _qkv(device, b=1, hq=2, hk=1, sq=17, sk=17, d=16, dtype=torch.float32, scale
     return make(hq, sq), make(hk, sk), make(hk, sk)
 
 
-def _launch_and_compare(q, k, v, plan, causal=False, window=(-1, -1), softcap=0.0, atol=2e-5, deterministic=True):
+def _launch_and_compare(q, k, v, plan, causal=False, window=(-1, -1), softcap=0.0, atol=2e-5):
     """The launchers with ``plan`` against the float64 reference: output, lse and the three gradients."""
     scale = 1 / math.sqrt(q.shape[-1])
     left, right = launch._check_window("test", window, causal)
-    args = (None, None, q.shape[2], k.shape[2], 1, scale, left, right, softcap, deterministic)
+    args = (None, None, q.shape[2], k.shape[2], 1, scale, left, right, softcap)
     out, lse = launch.attention_fwd(q, k, v, *args, plan=plan)
     leaves = [x.double().requires_grad_() for x in (q, k, v)]
     exact_out, exact_lse = REFERENCE(*leaves, causal=causal, window=window, softcap=softcap, return_lse=True)
@@ -75,25 +71,6 @@ def test_every_run_of_the_block_walk(sq, sk, causal, window, softcap, plan):
     _launch_and_compare(*_qkv("cpu", hq=2, hk=1, sq=sq, sk=sk), plan, causal, window, softcap)
 
 
-@pytest.mark.parametrize("plan", list(FUSED_PLANS.values()), ids=list(FUSED_PLANS))
-@pytest.mark.parametrize(("sq", "sk", "causal", "window", "softcap"), WALKS)
-def test_fused_backward_walks_every_run(sq, sk, causal, window, softcap, plan):
-    """The fused backward (dQ added atomically by the key blocks) on every walk: the query rows no key block
-    reaches keep their zeros, and rows reached from several key blocks and heads sum every term once."""
-    torch.manual_seed(sq * 1000 + sk + 1)
-    _launch_and_compare(*_qkv("cpu", hq=2, hk=1, sq=sq, sk=sk), plan, causal, window, softcap)
-
-
-class _KernelThatMustNotRun:
-    """Stands for a kernel whose launch (``kernel[grid](...)``) fails the test."""
-
-    def __getitem__(self, grid):
-        def launch(*args, **kwargs):
-            raise AssertionError("the dQ kernel ran on the fused path")
-
-        return launch
-
-
 @pytest.mark.parametrize("heads_fastest", [True, False])
 def test_both_grid_orders_give_the_same_attention(monkeypatch, heads_fastest):
     """The grid runs the heads fastest where K and V fit in L2 (every small input here) and a head's blocks together
@@ -123,39 +100,32 @@ def test_dkdv_few_takes_over_only_below_the_program_threshold():
     assert launch._dkdv_tiles(SMALL, 1, 16, torch.device("cpu")) is SMALL.dkdv
 
 
-def test_deterministic_false_takes_the_fused_backward(monkeypatch):
-    """deterministic=False with the measured plan (no fused_dq in it) selects the fused kernel: the dQ kernel never
-    runs, and the gradients match the reference."""
-    monkeypatch.setattr(launch, "_attention_bwd_dq_kernel", _KernelThatMustNotRun())
+def test_deterministic_false_gives_the_same_backward(device):
+    """deterministic=False is accepted (flash-attn's keyword) and changes nothing: the same output and the same
+    gradient bits as the default, dense and packed."""
     torch.manual_seed(5)
-    _launch_and_compare(*_qkv("cpu", b=2, hq=4, hk=2, sq=23, sk=29), None, causal=True, deterministic=False)
+    q, k, v = _qkv(device, b=2, hq=4, hk=2, sq=23, sk=29)
+    grad = torch.randn_like(q)
+    cu = torch.tensor([0, 23, 46], dtype=torch.int32, device=device)
+
+    def packed(x):
+        return x.transpose(1, 2).flatten(0, 1)
+
+    runs = {"dense": [], "varlen": []}
+    for deterministic in (True, False):
+        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+        out = tk.ops.attention(*leaves, causal=True, deterministic=deterministic)
+        runs["dense"].append((out, *torch.autograd.grad(out, leaves, grad)))
+        leaves = [packed(x[:, :, :23]).detach().requires_grad_() for x in (q, k, v)]
+        out = tk.ops.attention_varlen(*leaves, cu, cu, 23, 23, causal=True, deterministic=deterministic)
+        runs["varlen"].append((out, *torch.autograd.grad(out, leaves, packed(grad))))
+    for form, (default, other) in runs.items():
+        for name, ours, theirs in zip(("out", "dq", "dk", "dv"), default, other, strict=True):
+            assert torch.equal(ours, theirs), f"{form} {name}"
 
 
-def test_deterministic_algorithms_keep_the_two_kernel_backward(monkeypatch):
-    """Under torch.use_deterministic_algorithms(True), deterministic=False still takes the reproducible backward: the
-    dQ kernel runs (its launch is counted) and the gradients match the reference."""
-    launches = []
-    dq_kernel = launch._attention_bwd_dq_kernel
-
-    class Counted:
-        def __getitem__(self, grid):
-            launches.append(grid)
-            return dq_kernel[grid]
-
-    monkeypatch.setattr(launch, "_attention_bwd_dq_kernel", Counted())
-    torch.manual_seed(6)
-    previous = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)
-    try:
-        _launch_and_compare(*_qkv("cpu", sq=21, sk=21), None, causal=True, deterministic=False)
-    finally:
-        torch.use_deterministic_algorithms(previous)
-    assert len(launches) == 1
-
-
-@pytest.mark.parametrize("plan", [DESCRIPTORS, FUSED_PLANS["fused-descriptors"]], ids=["two-kernel", "fused"])
 @pytest.mark.parametrize("heads_dim", [1, 2], ids=["bhsd", "bshd"])
-def test_descriptors_in_both_layouts_with_a_ragged_head_dim(heads_dim, plan):
+def test_descriptors_in_both_layouts_with_a_ragged_head_dim(heads_dim):
     """The descriptors of every kernel (K and V in the forward and dQ, Q and dO in dK/dV) address (B, H, S, D) and
     (B, S, H, D) in their own order, GQA reads the key head of each query head, and columns past a head dim of 24
     (tiles of 32) read as zeros: output, lse and the three gradients against the float64 reference."""
@@ -165,10 +135,10 @@ def test_descriptors_in_both_layouts_with_a_ragged_head_dim(heads_dim, plan):
     grad_out = torch.randn_like(q)
     seq_dim = 3 - heads_dim
     left, right = launch._check_window("test", (-1, -1), True)
-    args = (None, None, q.shape[seq_dim], k.shape[seq_dim], heads_dim, 24**-0.5, left, right, 0.0, True)
-    assert None not in launch._descriptors((q, grad_out, k, v), heads_dim, False, plan.forward, 16, 32)
-    out, lse = launch.attention_fwd(q, k, v, *args, plan=plan)
-    grads = launch.attention_bwd(grad_out, q, k, v, out, lse, *args, plan=plan)
+    args = (None, None, q.shape[seq_dim], k.shape[seq_dim], heads_dim, 24**-0.5, left, right, 0.0)
+    assert None not in launch._descriptors((q, grad_out, k, v), heads_dim, False, DESCRIPTORS.forward, 16, 32)
+    out, lse = launch.attention_fwd(q, k, v, *args, plan=DESCRIPTORS)
+    grads = launch.attention_bwd(grad_out, q, k, v, out, lse, *args, plan=DESCRIPTORS)
     leaves = [as_bhsd(x).double().requires_grad_() for x in (q, k, v)]
     exact_out, exact_lse = REFERENCE(*leaves, causal=True, return_lse=True)
     exact_grads = torch.autograd.grad(exact_out, leaves, as_bhsd(grad_out).double())
@@ -178,10 +148,9 @@ def test_descriptors_in_both_layouts_with_a_ragged_head_dim(heads_dim, plan):
         torch.testing.assert_close(as_bhsd(ours), exact.float(), atol=2e-5, rtol=1e-4, msg=f"d{name}")
 
 
-@pytest.mark.parametrize("plan", [SMALL, FUSED_PLANS["fused-descriptors"]], ids=["two-kernel", "fused"])
-def test_gqa_group_of_sixteen_with_small_tiles(plan):
+def test_gqa_group_of_sixteen_with_small_tiles():
     torch.manual_seed(0)
-    _launch_and_compare(*_qkv("cpu", b=1, hq=16, hk=1, sq=33, sk=40), plan, causal=True)
+    _launch_and_compare(*_qkv("cpu", b=1, hq=16, hk=1, sq=33, sk=40), SMALL, causal=True)
 
 
 def test_queries_that_see_no_key_give_zero_and_minus_infinity(device):
@@ -285,42 +254,17 @@ def test_packed_sequences_match_the_dense_op_per_sequence(device):
         start += length
 
 
-@pytest.mark.parametrize(("layout", "deterministic"), [("bhsd", True), ("bshd", True), ("bhsd", False)])
-def test_compiles_fullgraph_with_backward(layout, deterministic, device):
-    """deterministic=False goes through the custom ops to the fused backward (its dQ sums may round apart from the
-    eager run's on a GPU, by fp32 ulps: within the gradient tolerance)."""
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+def test_compiles_fullgraph_with_backward(layout, device):
     q, k, v = _qkv(device, hq=4, hk=2, sq=19, sk=23)
     if layout == "bshd":
         q, k, v = q.transpose(1, 2).contiguous(), k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()
 
     def block(q, k, v):
-        out = tk.ops.attention(q * 2, k, v, causal=True, softcap=3.0, window=(8, 0), layout=layout,
-                               deterministic=deterministic)  # fmt: skip
+        out = tk.ops.attention(q * 2, k, v, causal=True, softcap=3.0, window=(8, 0), layout=layout)
         return (out * torch.arange(16, device=q.device)).sum()
 
     assert_compiled_matches_eager(block, [q.requires_grad_(), k.requires_grad_(), v.requires_grad_()], device)
-
-
-def test_packed_sequences_through_the_fused_backward(device):
-    """attention_varlen(deterministic=False) against the float64 reference: GQA, sequences of more queries than
-    keys (rows that see nothing keep dQ = 0) and the reverse, an empty one, a window and a softcap."""
-    torch.manual_seed(6)
-    lens_q, lens_k = [7, 1, 30, 0, 12], [9, 4, 20, 3, 12]
-    q = torch.randn(sum(lens_q), 4, 24, device=device, requires_grad=True)
-    k, v = (torch.randn(sum(lens_k), 2, 24, device=device, requires_grad=True) for _ in range(2))
-    cu_q, cu_k = (
-        torch.tensor([0, *itertools.accumulate(n)], dtype=torch.int32, device=device) for n in (lens_q, lens_k)
-    )
-    options = {"causal": True, "window": (6, 0), "softcap": 4.0}
-    out = tk.ops.attention_varlen(q, k, v, cu_q, cu_k, 30, 20, deterministic=False, **options)
-    grad = torch.randn_like(out)
-    grads = torch.autograd.grad(out, (q, k, v), grad)
-    leaves = [x.detach().double().requires_grad_() for x in (q, k, v)]
-    exact = VARLEN_REFERENCE(*leaves, cu_q, cu_k, 30, 20, **options)
-    exact_grads = torch.autograd.grad(exact, leaves, grad.double())
-    torch.testing.assert_close(out, exact.float(), atol=2e-5, rtol=1e-4)
-    for name, ours, theirs in zip("qkv", grads, exact_grads, strict=True):
-        torch.testing.assert_close(ours, theirs.float(), atol=2e-5, rtol=1e-4, msg=f"d{name}")
 
 
 def _broken(fn) -> KernelSpec:
@@ -437,8 +381,7 @@ def test_varlen_bad_input_names_the_argument(changes, error, match):
 @pytest.mark.gpu
 @pytest.mark.parametrize("deterministic", [True, False])
 def test_backward_is_deterministic(deterministic):
-    """Every gradient the same bits run to run; with deterministic=False dK and dV still (each written once by its
-    key block), dQ not promised."""
+    """Every gradient the same bits run to run, whatever deterministic= says."""
     q, k, v = _qkv("cuda", b=2, hq=16, hk=4, sq=1000, sk=1000, d=128, dtype=torch.bfloat16)
     grad = torch.randn_like(q)
     runs = []
@@ -446,34 +389,8 @@ def test_backward_is_deterministic(deterministic):
         leaves = [x.clone().requires_grad_() for x in (q, k, v)]
         out = tk.ops.attention(*leaves, causal=True, deterministic=deterministic)
         runs.append(torch.autograd.grad(out, leaves, grad))
-    reproducible = runs if deterministic else [grads[1:] for grads in runs]
-    for first, second in zip(*reproducible, strict=True):
+    for first, second in zip(*runs, strict=True):
         assert torch.equal(first, second)
-
-
-@pytest.mark.gpu
-def test_fused_backward_matches_the_reference_from_a_cuda_graph_replay():
-    """deterministic=False compiled for the GPU: forward and fused backward captured in a CUDA graph (the fp32 dQ
-    sums zeroed and cast inside it), replayed on new inputs, against the float64 reference at the spec's bf16
-    tolerance. Not against an eager run: dQ's rounding may differ between two runs."""
-    q, k, v = _qkv("cuda", b=2, hq=8, hk=2, sq=257, sk=257, d=64, dtype=torch.bfloat16)
-    grad = torch.randn_like(q)
-    options = {"causal": True, "window": (64, 0), "softcap": 20.0}
-
-    def step(q, k, v, grad):
-        leaves = (q.requires_grad_(), k.requires_grad_(), v.requires_grad_())
-        out = tk.ops.attention(*leaves, deterministic=False, **options)
-        return (out, *torch.autograd.grad(out, leaves, grad))
-
-    captured = replay_on_new_inputs(step, [q, k, v, grad])
-    leaves = [x.detach().double().requires_grad_() for x in (q, k, v)]
-    exact = REFERENCE(*leaves, **options)
-    expected = (exact, *torch.autograd.grad(exact, leaves, grad.double()))
-    case = {"b": 2, "hq": 8, "hk": 2, "sq": 257, "sk": 257, "d": 64, "causal": True, "left": 64, "softcap": 20.0}
-    tolerance = catalog.get("attention").tolerance_for(case, torch.bfloat16)
-    for name, ours, theirs in zip(("out", "dq", "dk", "dv"), captured, expected, strict=True):
-        comparison = testing.compare(ours, theirs, tolerance)
-        assert comparison.ok, f"{name}: {comparison}"
 
 
 @pytest.mark.gpu

@@ -182,15 +182,15 @@ def test_every_split_count_matches_the_reference(splits):
     assert torch.all(out[2] == 0) and torch.all(lse[2] == -math.inf)  # the empty sequence
 
 
-QUANTIZED_VARIANTS = [("int8", {"direct_codes": True}), ("fp8", {"direct_codes": True}), ("int4", {"fold_int4": True})]
+QUANTIZED_VARIANTS = [("int8", {"direct_codes": True}), ("fp8", {"direct_codes": True})]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize(("fmt", "variant"), QUANTIZED_VARIANTS, ids=[row[0] for row in QUANTIZED_VARIANTS])
 def test_quantized_plan_variants_match_the_reference(device, fmt, variant, dtype):
-    """The plan's other ways of reading int8, fp8 and int4 caches, against the reference on the dequantized cache:
-    head dim 96 (int4: three groups of 32 and a padding group), an empty sequence, splits with no keys (three
-    splits of the length-3 sequence's one key block; one split is the other tests' default path)."""
+    """The plan's other way of reading int8 and fp8 caches (codes straight to the products' dtype), against the
+    reference on the dequantized cache: head dim 96, an empty sequence, splits with no keys (three splits of the
+    length-3 sequence's one key block; one split is the other tests' default path)."""
     inputs = _problem(device, lens=(70, 3, 0, 33), hq=8, hk=2, d=96, dtype=dtype, fmt=fmt)
     q, k_cache, v_cache, lengths = inputs.args
     options = inputs.kwargs

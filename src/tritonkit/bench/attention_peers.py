@@ -4,8 +4,8 @@ with one backend forced (FlashAttention-2, cuDNN), and FlexAttention compiled.
 Each factory returns a callable with attention's signature (q, k, v and the keyword-only options ``causal``,
 ``scale``, ``window``, ``softcap``, ``layout``, ``return_lse``, ``deterministic``), returning the output in q's layout,
 so that a spec can name them as peers (``tritonkit.bench.providers.PEERS``) and a benchmark can time them on the same
-inputs. ``deterministic`` chooses tritonkit's backward only: a peer's backward is the one its backend has, so the
-peers take it and leave it.
+inputs. ``deterministic`` is taken and left, as tritonkit's own op does (its backward is always deterministic); a
+peer's backward is the one its backend has.
 
 A case a peer cannot compute as tritonkit defines it raises :class:`Unsupported` (a ValueError) with the reason, on
 the call, before any work: a benchmark records the refusal instead of timing something else. The semantics to

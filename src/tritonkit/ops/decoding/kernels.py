@@ -23,9 +23,7 @@ Cache formats: one row is one token of one key head, D values; each format x ~ x
   scale = (max - min) / 15 (both rounded to fp16 first), c = round((x - zero) / scale) in [0, 15], x' = c scale +
   zero; two codes per byte, value 2i in the low nibble and 2i + 1 in the high one.
 The int8 and fp8 row scales multiply the score columns (keys) and the probabilities (values), so the products read
-the codes themselves, exact in 16-bit floats; int4 is dequantized element by element, or (FOLD_INT4) its products
-read the codes too and each group's scale and zero apply to the scores and to P (_int4_folded_scores,
-_int4_folded_pv).
+the codes themselves, exact in 16-bit floats; int4 is dequantized element by element.
 
 Paged caches: key j of sequence b is slot j % page_size of page block_table[b, j // page_size]; a contiguous cache
 is read as pages of one sequence each (page b, slot j). A page number outside the pool, or a key beyond the cache's
@@ -245,64 +243,6 @@ def _load_keys(p_data, off_data, p_scales, off_scales, m_x, m_n, head_dim, o_d, 
 
 
 @triton.jit
-def _nibbles_as(b_n, DTYPE: tl.constexpr, UPCAST: tl.constexpr):
-    """Integers 0 <= n < 16 (uint8) as exact values of DTYPE, by their bits: a 16-bit float whose exponent puts its
-    last mantissa bit at 1 (bf16 0x4300: 128 + n; fp16 0x6400: 1024 + n) less that power of two, so each value
-    costs an OR and a subtraction on packed pairs, no conversion. fp32 (and bf16 under the interpreter, UPCAST,
-    whose bf16 arithmetic is not the GPU's) through code_as_float."""
-    if UPCAST or tl.float32 == DTYPE:
-        b_x = code_as_float(b_n.to(tl.int32))
-    elif tl.bfloat16 == DTYPE:
-        b_x = (b_n.to(tl.int16) | 0x4300).to(tl.bfloat16, bitcast=True) - 128.0
-    else:
-        b_x = (b_n.to(tl.int16) | 0x6400).to(tl.float16, bitcast=True) - 1024.0
-    return b_x
-
-
-@triton.jit
-def _int4_group_tiles(p_data, off_data, p_scales, off_scales, m_n, head_dim, stride_s_g, stride_s_z,
-                      DTYPE: tl.constexpr, UPCAST: tl.constexpr, BLOCK_D: tl.constexpr,
-                      GROUP: tl.constexpr):  # fmt: skip
-    """int4 rows (int64 offsets off_data and off_scales [N]; m_n: which rows) by group, for the folded products:
-    the codes of the even and odd values [D / G, N, G / 2] (exact, in DTYPE) and the groups' scales and zeros
-    [D / G, N] (fp32). Masked rows and padding groups read codes, scales and zeros 0."""
-    N_GROUPS: tl.constexpr = BLOCK_D // GROUP
-    HALF: tl.constexpr = GROUP // 2
-    o_g = tl.arange(0, N_GROUPS)
-    o_i = tl.arange(0, HALF)
-    m_g = (o_g[:, None] < head_dim // GROUP) & m_n[None, :]  # [D / G, N]
-    p_bytes = p_data + off_data[None, :, None] + (o_g[:, None, None] * HALF + o_i[None, None, :])
-    b_byte = tl.load(p_bytes, mask=m_g[:, :, None], other=0)  # [D / G, N, G / 2]
-    p_s = p_scales + off_scales[None, :] + o_g[:, None] * stride_s_g
-    b_scale = tl.load(p_s, mask=m_g, other=0.0).to(tl.float32)  # [D / G, N]
-    b_zero = tl.load(p_s + stride_s_z, mask=m_g, other=0.0).to(tl.float32)
-    return _nibbles_as(b_byte & 15, DTYPE, UPCAST), _nibbles_as(b_byte >> 4, DTYPE, UPCAST), b_scale, b_zero
-
-
-@triton.jit
-def _int4_folded_scores(b_q_even, b_q_odd, q_sum, b_lo, b_hi, b_scale, b_zero, DOT_PRECISION: tl.constexpr,
-                        UPCAST: tl.constexpr):  # fmt: skip
-    """q . k [M, N] of int4 keys from their codes: with k's group g holding c s_g + z_g,
-    q . k = sum_g s_g (q_g . c_g) + z_g sum(q_g). q's even and odd values [D / G, M, G / 2] meet the codes of the
-    even (low nibble) and odd (high nibble) values, one batched product per group; q_sum [D / G, M] in fp32."""
-    b_raw = dot_fp32(b_q_even, tl.permute(b_lo, (0, 2, 1)), DOT_PRECISION, UPCAST)  # [D / G, M, N]
-    b_raw += dot_fp32(b_q_odd, tl.permute(b_hi, (0, 2, 1)), DOT_PRECISION, UPCAST)
-    return tl.sum(b_raw * b_scale[:, None, :] + q_sum[:, :, None] * b_zero[:, None, :], axis=0)
-
-
-@triton.jit
-def _int4_folded_pv(b_p, b_lo, b_hi, b_scale, b_zero, DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr,
-                    UPCAST: tl.constexpr):  # fmt: skip
-    """P @ V [D / G, M, G / 2] for V's even and odd values of each group g, from the codes: with v's group g
-    holding c s_g + z_g, P v_g = (P * s_g) c_g + (P z_g): P, column n scaled by row n's s_g, meets the codes,
-    and the zeros add one fp32 column sum per group and row."""
-    b_ps = to_dot_operand(b_p[None, :, :] * b_scale[:, None, :], DTYPE, UPCAST)  # [D / G, M, N]
-    b_pz = tl.sum(b_p[None, :, :] * b_zero[:, None, :], axis=2)[:, :, None]  # [D / G, M, 1]
-    b_even = dot_fp32(b_ps, b_lo, DOT_PRECISION, UPCAST) + b_pz
-    return b_even, dot_fp32(b_ps, b_hi, DOT_PRECISION, UPCAST) + b_pz
-
-
-@triton.jit
 def _decode_kernel(
     p_q, p_k, p_v, p_k_scales, p_v_scales, p_seqlens, p_table, p_o, p_lse, p_part_o, p_part_lse,
     n_queries, n_heads_q, n_heads_k, group, head_dim, window, capacity, n_pages, qk_scale, softcap_log2,
@@ -313,15 +253,12 @@ def _decode_kernel(
     stride_o_b, stride_o_s, stride_o_h, stride_lse_b, stride_lse_h,
     KV: tl.constexpr, PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, CAUSAL: tl.constexpr, SOFTCAP: tl.constexpr,
     n_splits, SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, DIRECT_CODES: tl.constexpr,
-    FOLD_INT4: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    GROUP: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, GROUP: tl.constexpr,
 ):  # fmt: skip
     """One of n_splits splits of the keys for BLOCK_M rows of one (batch, key head): rows r = t * group + g are query
     t of query head h_k * group + g. Writes the partial (o_s, lse_s in base 2) to the workspace (SPLIT), or with one
     split o and lse. ``window`` is a bound no position reaches when unbounded; qk_scale is scale * log2(e), or
-    scale / c with a softcap c (softcap_log2 = c * log2(e)). FOLD_INT4 (int4, GROUP >= 32): the products read the
-    codes and the groups' scales and zeros apply to the scores and P (_int4_folded_scores, _int4_folded_pv), the
-    output accumulating as the even and odd values of each group."""
+    scale / c with a softcap c (softcap_log2 = c * log2(e))."""
     i_split = tl.program_id(0) % n_splits
     i_rows = tl.program_id(0) // n_splits
     i_b, i_hk = tl.program_id(1) // n_heads_k, tl.program_id(1) % n_heads_k
@@ -349,19 +286,8 @@ def _decode_kernel(
     b64 = i_b.to(tl.int64)
     p_q_rows = p_q + b64 * stride_q_b + o_t.to(tl.int64)[:, None] * stride_q_s + o_h.to(tl.int64)[:, None] * stride_q_h
     mma_dtype: tl.constexpr = p_q.dtype.element_ty
-    N_GROUPS: tl.constexpr = BLOCK_D // GROUP
-    HALF: tl.constexpr = GROUP // 2
-    if FOLD_INT4:  # q's even and odd values of each group, [D / G, M, G / 2], and each group's sum [D / G, M]
-        o_col = tl.arange(0, N_GROUPS)[:, None, None] * GROUP + 2 * tl.arange(0, HALF)[None, None, :]
-        m_q = m_r[None, :, None] & (o_col < head_dim)
-        b_q_even = tl.load(p_q_rows[None, :, :] + o_col, mask=m_q, other=0.0)
-        b_q_odd = tl.load(p_q_rows[None, :, :] + o_col + 1, mask=m_q, other=0.0)
-        q_sum = tl.sum(b_q_even.to(tl.float32) + b_q_odd.to(tl.float32), axis=2)
-        acc_even = tl.zeros([N_GROUPS, BLOCK_M, HALF], dtype=tl.float32)
-        acc_odd = tl.zeros([N_GROUPS, BLOCK_M, HALF], dtype=tl.float32)
-    else:
-        b_q = tl.load(p_q_rows + o_d[None, :], mask=m_r[:, None] & m_d[None, :], other=0.0)  # [M, D]
-        acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    b_q = tl.load(p_q_rows + o_d[None, :], mask=m_r[:, None] & m_d[None, :], other=0.0)  # [M, D]
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     hk64 = i_hk.to(tl.int64)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -374,22 +300,12 @@ def _decode_kernel(
         off_v = page * stride_v_page + slot64 * stride_v_slot + hk64 * stride_v_h
         off_ks = page * stride_ks_page + slot64 * stride_ks_slot + hk64 * stride_ks_h
         off_vs = page * stride_vs_page + slot64 * stride_vs_slot + hk64 * stride_vs_h
-        if FOLD_INT4:
-            k_lo, k_hi, k_scale, k_zero = _int4_group_tiles(p_k, off_k, p_k_scales, off_ks, m_n, head_dim,
-                                                            stride_ks_g, stride_ks_z, mma_dtype, UPCAST, BLOCK_D,
-                                                            GROUP)  # fmt: skip
-            v_lo, v_hi, v_scale, v_zero = _int4_group_tiles(p_v, off_v, p_v_scales, off_vs, m_n, head_dim,
-                                                            stride_vs_g, stride_vs_z, mma_dtype, UPCAST, BLOCK_D,
-                                                            GROUP)  # fmt: skip
-            b_s = _int4_folded_scores(b_q_even, b_q_odd, q_sum, k_lo, k_hi, k_scale, k_zero, DOT_PRECISION,
-                                      UPCAST) * qk_scale  # fmt: skip
-        else:
-            m_x = m_n[:, None] & m_d[None, :]
-            b_k, k_scale = _load_keys(p_k, off_k, p_k_scales, off_ks, m_x, m_n, head_dim, o_d, stride_ks_g,
-                                      stride_ks_z, mma_dtype, KV, BLOCK_D, GROUP, UPCAST, DIRECT_CODES)  # fmt: skip
-            b_v, v_scale = _load_keys(p_v, off_v, p_v_scales, off_vs, m_x, m_n, head_dim, o_d, stride_vs_g,
-                                      stride_vs_z, mma_dtype, KV, BLOCK_D, GROUP, UPCAST, DIRECT_CODES)  # fmt: skip
-            b_s = dot_fp32(b_q, tl.trans(b_k), DOT_PRECISION, UPCAST) * (qk_scale * k_scale)[None, :]  # [M, N]
+        m_x = m_n[:, None] & m_d[None, :]
+        b_k, k_scale = _load_keys(p_k, off_k, p_k_scales, off_ks, m_x, m_n, head_dim, o_d, stride_ks_g, stride_ks_z,
+                                  mma_dtype, KV, BLOCK_D, GROUP, UPCAST, DIRECT_CODES)  # fmt: skip
+        b_v, v_scale = _load_keys(p_v, off_v, p_v_scales, off_vs, m_x, m_n, head_dim, o_d, stride_vs_g, stride_vs_z,
+                                  mma_dtype, KV, BLOCK_D, GROUP, UPCAST, DIRECT_CODES)  # fmt: skip
+        b_s = dot_fp32(b_q, tl.trans(b_k), DOT_PRECISION, UPCAST) * (qk_scale * k_scale)[None, :]  # [M, N]
         if SOFTCAP:
             b_s = tanh_via_exp2(b_s) * softcap_log2
         visible = m_n[None, :] & (o_j[None, :] >= position[:, None] - window)
@@ -401,17 +317,9 @@ def _decode_kernel(
         b_p = tl.exp2(b_s - m_safe[:, None])
         alpha = tl.exp2(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(b_p, axis=1)
-        if FOLD_INT4:
-            pv_even, pv_odd = _int4_folded_pv(b_p, v_lo, v_hi, v_scale, v_zero, mma_dtype, DOT_PRECISION, UPCAST)
-            acc_even = acc_even * alpha[None, :, None] + pv_even
-            acc_odd = acc_odd * alpha[None, :, None] + pv_odd
-        else:
-            b_pv = to_dot_operand(b_p * v_scale[None, :], mma_dtype, UPCAST)
-            acc = acc * alpha[:, None] + dot_fp32(b_pv, b_v, DOT_PRECISION, UPCAST)
+        b_pv = to_dot_operand(b_p * v_scale[None, :], mma_dtype, UPCAST)
+        acc = acc * alpha[:, None] + dot_fp32(b_pv, b_v, DOT_PRECISION, UPCAST)
         m_i = m_new
-
-    if FOLD_INT4:  # back to [M, D]: group g's value 2i + j is column g * G + 2i + j
-        acc = tl.reshape(tl.permute(tl.join(acc_even, acc_odd), (1, 0, 2, 3)), (BLOCK_M, BLOCK_D))
 
     seen = l_i > 0.0
     l_safe = tl.where(seen, l_i, 1.0)

@@ -33,9 +33,6 @@ SCALE_DTYPES = {"int8": torch.float32, "fp8": torch.float32, "int4": torch.float
 MAX_HEAD_DIM = 256  # the widest q and cache tiles the plans hold in registers
 MAX_NEW_TOKENS = 16  # queries per sequence: decoding and speculative verification; longer prompts take attention
 INT4_GROUP = 32  # int4's default group along D: 16 bytes of codes and 4 of fp16 scale and zero per 32 values
-# plan.fold_int4 takes groups of at least this many values: each group's even values meet q's in a product of
-# depth G / 2, and a tensor-core product is at least 16 deep.
-MIN_FOLDED_GROUP = 32
 UNBOUNDED = 1 << 30  # a window no position reaches (positions stay below 2**30)
 LOG2_E = math.log2(math.e)
 _QUANTIZE_ROWS = 16  # rows per program of quantize_kv and dequantize_kv: a 16 x 256 fp32 tile per program at most
@@ -330,8 +327,8 @@ def decode_attention_fwd(
         KV=cache.format, PAGED=cache.paged, PAGE_SIZE=cache.page_size, CAUSAL=causal, SOFTCAP=softcap != 0.0,
         n_splits=num_splits, SPLIT=num_splits > 1, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         UPCAST=upcast_bf16_dots(q.dtype), DIRECT_CODES=plan.direct_codes and cache.format in ("int8", "fp8"),
-        FOLD_INT4=plan.fold_int4 and cache.format == "int4" and cache.group >= MIN_FOLDED_GROUP, BLOCK_M=block_m,
-        BLOCK_N=plan.block_n, BLOCK_D=block_d, GROUP=max(cache.group, 2), num_warps=plan.warps, num_stages=plan.stages,
+        BLOCK_M=block_m, BLOCK_N=plan.block_n, BLOCK_D=block_d, GROUP=max(cache.group, 2), num_warps=plan.warps,
+        num_stages=plan.stages,
     )  # fmt: skip
     if num_splits > 1:
         _decode_reduce_kernel[(n_batch * n_queries * n_heads_q,)](

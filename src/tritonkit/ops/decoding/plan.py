@@ -28,10 +28,6 @@ class DecodePlan:
     # How int8 and fp8 codes become the products' operand: straight to its 16-bit dtype (one conversion, exact for
     # both formats) instead of through fp32. On the H200: int8 faster by 5-15%, fp8 slower by 5-25%.
     direct_codes: bool = False
-    # int4 with groups of 32 or more: products of q and P with the codes themselves, each group's scale and zero
-    # applied to the [rows, keys] scores and to P (kernels.py), in place of dequantizing every value. On the H200:
-    # two to three times slower (its per-group scalars go through shared memory), so off.
-    fold_int4: bool = False
     # The split heuristic (choose_splits): programs per multiprocessor wanted, and the shortest split in keys.
     programs_per_sm: int = 2  # two programs per multiprocessor keep loads in flight while the other computes
     min_keys_per_split: int = 512  # a shorter split costs more in its partial's write and read-back than it gains

@@ -1,5 +1,4 @@
-"""Flash attention kernels: the forward, the backward's row dot product, dK/dV by key block (dQ fused in, opt-in),
-dQ by query block.
+"""Flash attention kernels: the forward, the backward's row dot product, dK/dV by key block, dQ by query block.
 
 Notation for one (batch, query head) pair: q_i, k_j, v_j the rows of Q (Sq x D), K and V (Sk x D); the query head
 reads key head h // (Hq / Hk) (GQA). Scores s_ij = scale * q_i . k_j, or with a softcap c > 0,
@@ -21,10 +20,7 @@ Backward, for an upstream gradient dO: D_i = sum_d dO_id O_id (the row dot produ
 where ds' = ds * scale, or with the softcap ds * scale * (1 - tanh^2(scale q.k / c)), the derivative of the score
 by the raw product q.k. Each program owns its output block, so every gradient is written once: dK and dV by key
 block (looping over the query heads of its key head and the query blocks that see it), dQ by query block; no
-atomics, so the backward is deterministic. The fused variant of dK/dV (FUSED_DQ, the opt-in of the non-deterministic
-backward) computes ds' of each block pair once for all three gradients: it adds the pair's ds' k_j terms into an fp32
-dQ buffer with atomic adds, so the scores and dp are not recomputed by a second kernel (5 products per block pair
-instead of 7), and dQ's sums take the order in which programs arrive (not bit-reproducible run to run).
+atomics, so the backward is deterministic.
 
 Every kernel walks its blocks in three runs: the blocks some mask cuts (a window's edge, the causal diagonal, the
 end of a sequence) are masked; the run in between, where every pair is visible, skips the mask.
@@ -277,14 +273,12 @@ def _attention_bwd_delta_kernel(
 
 
 @triton.jit
-def _dkdv_block(dk, dv, b_k, b_v, p_q, p_do, desc_q, desc_do, p_dq, i_b, i_h, p_lse, p_delta, start_m, o_m, o_n, o_d,
-                shift, left, right, seqlen_q, seqlen_k, head_dim, stride_q_s, stride_do_s, stride_dq_s, qk_scale,
-                softcap_log2, ds_scale, MASK: tl.constexpr, SOFTCAP: tl.constexpr, EVEN_D: tl.constexpr,
-                DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, DESCRIPTORS: tl.constexpr, SEQ_FIRST: tl.constexpr,
-                FUSED_DQ: tl.constexpr):  # fmt: skip
+def _dkdv_block(dk, dv, b_k, b_v, p_q, p_do, desc_q, desc_do, i_b, i_h, p_lse, p_delta, start_m, o_m, o_n, o_d, shift,
+                left, right, seqlen_q, seqlen_k, head_dim, stride_q_s, stride_do_s, qk_scale, softcap_log2, ds_scale,
+                MASK: tl.constexpr, SOFTCAP: tl.constexpr, EVEN_D: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                UPCAST: tl.constexpr, DESCRIPTORS: tl.constexpr, SEQ_FIRST: tl.constexpr):  # fmt: skip
     """Add the query rows [start_m, start_m + BLOCK_M) to the key block's dK and dV, in transposed form ([N, M]
-    tiles), so that no tile needs a transpose before its product; with FUSED_DQ also add their dQ terms from these
-    keys, ds' k, to the fp32 rows of p_dq (atomically: other key blocks add to the same rows)."""
+    tiles), so that no tile needs a transpose before its product."""
     o_i = start_m + o_m
     b_q = _stream_tile(p_q, desc_q, i_b, i_h, start_m, o_m, stride_q_s, o_d, seqlen_q, head_dim, MASK, EVEN_D,
                        DESCRIPTORS, SEQ_FIRST)  # fmt: skip
@@ -307,30 +301,23 @@ def _dkdv_block(dk, dv, b_k, b_v, p_q, p_do, desc_q, desc_do, p_dq, i_b, i_h, p_
         b_dst = b_dst * (1.0 - b_t * b_t)
     b_dst = b_dst.to(b_q.dtype)
     dk += dot_fp32(b_dst, b_q, DOT_PRECISION, UPCAST)
-    if FUSED_DQ:
-        b_dq = dot_fp32(tl.trans(b_dst), b_k, DOT_PRECISION, UPCAST)  # [M, D]
-        p_dq_tile = p_dq + start_m.to(tl.int64) * stride_dq_s + o_m[:, None] * stride_dq_s + o_d[None, :]
-        m_dq = (o_i[:, None] < seqlen_q) & (o_d[None, :] < head_dim)
-        # Relaxed: the adds need no order among themselves, and the kernel's end orders them before any reader.
-        tl.atomic_add(p_dq_tile, b_dq, mask=m_dq, sem="relaxed")
     return dk, dv
 
 
 @triton.jit
 def _attention_bwd_dkdv_kernel(
-    p_q, p_k, p_v, p_do, p_lse, p_delta, desc_q, desc_do, p_dk, p_dv, p_dq, p_cu_seqlens_q, p_cu_seqlens_k,
+    p_q, p_k, p_v, p_do, p_lse, p_delta, desc_q, desc_do, p_dk, p_dv, p_cu_seqlens_q, p_cu_seqlens_k,
     seqlen_q, seqlen_k, n_heads_k, group, head_dim, left, right, qk_scale, softcap_log2, ds_scale,
     stride_q_b, stride_q_h, stride_q_s, stride_k_b, stride_k_h, stride_k_s, stride_v_b, stride_v_h, stride_v_s,
     stride_do_b, stride_do_h, stride_do_s, stride_lse_b, stride_lse_h,
-    stride_dk_b, stride_dk_h, stride_dk_s, stride_dv_b, stride_dv_h, stride_dv_s, stride_dq_b, stride_dq_h, stride_dq_s,
+    stride_dk_b, stride_dk_h, stride_dk_s, stride_dv_b, stride_dv_h, stride_dv_s,
     IS_VARLEN: tl.constexpr, SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr,
-    DESCRIPTORS: tl.constexpr, SEQ_FIRST: tl.constexpr, FUSED_DQ: tl.constexpr, HEADS_FASTEST: tl.constexpr,
+    DESCRIPTORS: tl.constexpr, SEQ_FIRST: tl.constexpr, HEADS_FASTEST: tl.constexpr,
 ):  # fmt: skip
     """dK and dV of BLOCK_N keys of one (batch, key head): the sum over the group's query heads and the query blocks
     that see these keys (the delta and lse tensors share one layout). DESCRIPTORS (dense inputs only): Q and dO are
-    read through desc_q and desc_do (_stream_tile). FUSED_DQ: also add every block pair's dQ terms into p_dq, fp32
-    and zeroed by the launcher (unread otherwise, as are its strides)."""
+    read through desc_q and desc_do (_stream_tile)."""
     i_bh, i_n, _ = _program_blocks(HEADS_FASTEST)  # the first key blocks, seen by most rows, start first
     i_b, i_hk = i_bh // n_heads_k, i_bh % n_heads_k
     q_start, seqlen_q = _sequence(i_b, p_cu_seqlens_q, seqlen_q, IS_VARLEN)
@@ -358,15 +345,13 @@ def _attention_bwd_dkdv_kernel(
         p_do_h = p_do + i_b64 * stride_do_b + i_h64 * stride_do_h + q_start * stride_do_s
         p_lse_h = p_lse + i_b64 * stride_lse_b + i_h64 * stride_lse_h + q_start
         p_delta_h = p_delta + i_b64 * stride_lse_b + i_h64 * stride_lse_h + q_start
-        p_dq_h = p_dq + i_b64 * stride_dq_b + i_h64 * stride_dq_h + q_start * stride_dq_s
         for run in tl.static_range(3):  # masked blocks, whole blocks (no mask), masked blocks
             begin, end = _run_span(run, first_full, last_full, n_blocks)
             for i_m in range(begin, end):
-                dk, dv = _dkdv_block(dk, dv, b_k, b_v, p_q_h, p_do_h, desc_q, desc_do, p_dq_h, i_b, i_h, p_lse_h,
-                                     p_delta_h, lo + i_m * BLOCK_M, o_m, o_n, o_d, shift, left, right, seqlen_q,
-                                     seqlen_k, head_dim, stride_q_s, stride_do_s, stride_dq_s, qk_scale, softcap_log2,
-                                     ds_scale, run != 1, SOFTCAP, EVEN_D, DOT_PRECISION, UPCAST, DESCRIPTORS,
-                                     SEQ_FIRST, FUSED_DQ)  # fmt: skip
+                dk, dv = _dkdv_block(dk, dv, b_k, b_v, p_q_h, p_do_h, desc_q, desc_do, i_b, i_h, p_lse_h, p_delta_h,
+                                     lo + i_m * BLOCK_M, o_m, o_n, o_d, shift, left, right, seqlen_q, seqlen_k,
+                                     head_dim, stride_q_s, stride_do_s, qk_scale, softcap_log2, ds_scale, run != 1,
+                                     SOFTCAP, EVEN_D, DOT_PRECISION, UPCAST, DESCRIPTORS, SEQ_FIRST)  # fmt: skip
     p_dk += i_b64 * stride_dk_b + i_hk64 * stride_dk_h + (k_start + n_lo) * stride_dk_s
     p_dv += i_b64 * stride_dv_b + i_hk64 * stride_dv_h + (k_start + n_lo) * stride_dv_s
     m_kv = (o_n[:, None] < seqlen_k) & (o_d[None, :] < head_dim)

@@ -224,13 +224,11 @@ def attention_fwd(
     window_left: int,
     window_right: int,
     softcap: float,
-    deterministic: bool,
     *,
     plan: AttentionPlan | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(O, lse): O in q's shape and dtype (contiguous), lse fp32 (B, Hq, Sq), or (Hq, total_q) when packed.
-    ``deterministic`` is the backward's choice (attention_bwd), an argument here so that the op's autograd keeps it
-    among the forward's inputs. ``plan``: the measured plan unless a sweep or a test gives one."""
+    ``plan``: the measured plan unless a sweep or a test gives one."""
     n_batch, n_heads_q, n_heads_k, seqlen_q, seqlen_k, head_dim, packed = _problem(
         q, k, cu_seqlens_q, max_seqlen_q, max_seqlen_k, heads_dim)  # fmt: skip
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -297,13 +295,12 @@ def attention_bwd(
     window_left: int,
     window_right: int,
     softcap: float,
-    deterministic: bool,
     *,
     plan: AttentionPlan | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dQ, dK, dV) in q's, k's and v's shapes and dtype, for the upstream gradient ``grad_out`` (any strides,
-    expanded included) of the forward's ``out`` and ``lse``. ``deterministic=False`` (or a plan with ``fused_dq``)
-    takes the fused backward: one kernel that adds dQ atomically into fp32, so dQ's rounding varies run to run."""
+    expanded included) of the forward's ``out`` and ``lse``. Each gradient is written once, by one program, so
+    every run gives the same bits."""
     n_batch, n_heads_q, n_heads_k, seqlen_q, seqlen_k, head_dim, packed = _problem(
         q, k, cu_seqlens_q, max_seqlen_q, max_seqlen_k, heads_dim)  # fmt: skip
     dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
@@ -313,13 +310,7 @@ def attention_bwd(
     q, k, v, grad_out = _unit_last(q), _unit_last(k), _unit_last(v), _unit_last(grad_out)
     block_d = max(16, next_power_of_2(head_dim))
     plan = plan or attention_plan(arch(q.device), block_d, q.element_size())
-    # torch.use_deterministic_algorithms(True) asks every op for its reproducible path: the two-kernel backward.
-    fused = plan.fused_dq or not (deterministic or torch.are_deterministic_algorithms_enabled())
-    # The fused kernel adds dQ's terms into fp32 sums, zeroed first, then cast once (an fp32 q's sums are dQ itself).
-    if fused:
-        dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-    else:
-        dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     qk_scale, softcap_log2 = _scales(scale, softcap)
     shared = dict(IS_VARLEN=packed, SOFTCAP=softcap != 0.0, BLOCK_D=block_d, EVEN_D=block_d == head_dim,
                   **_dot_flags(q.dtype))  # fmt: skip
@@ -340,14 +331,12 @@ def attention_bwd(
     desc_q, desc_do = _descriptors((q, grad_out), heads_dim, packed, tiles, tiles.block_m, block_d)
     heads_fastest = _heads_fastest(k, v)
     _attention_bwd_dkdv_kernel[_grid(n_batch * n_heads_k, seqlen_k, tiles.block_n, heads_fastest)](
-        *operands, desc_q, desc_do, dk, dv, dq, cu_seqlens_q, cu_seqlens_k, seqlen_q, seqlen_k, n_heads_k,
+        *operands, desc_q, desc_do, dk, dv, cu_seqlens_q, cu_seqlens_k, seqlen_q, seqlen_k, n_heads_k,
         n_heads_q // n_heads_k, *options, *operand_strides, *_strides(dk, heads_dim, packed),
-        *_strides(dv, heads_dim, packed), *_strides(dq, heads_dim, packed), BLOCK_M=tiles.block_m,
-        BLOCK_N=tiles.block_n, DESCRIPTORS=desc_q is not None, SEQ_FIRST=heads_dim == 2, FUSED_DQ=fused,
-        HEADS_FASTEST=heads_fastest, num_warps=tiles.warps, num_stages=stages, **shared,
+        *_strides(dv, heads_dim, packed), BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,
+        DESCRIPTORS=desc_q is not None, SEQ_FIRST=heads_dim == 2, HEADS_FASTEST=heads_fastest, num_warps=tiles.warps,
+        num_stages=stages, **shared,
     )  # fmt: skip
-    if fused:
-        return dq.to(q.dtype), dk, dv
     tiles = plan.dq
     stages = pipeline_depth(tiles.stages, 2 * tiles.block_n * block_d * q.element_size(), q.device)
     desc_k, desc_v = _descriptors((k, v), heads_dim, packed, tiles, tiles.block_n, block_d)
@@ -361,7 +350,7 @@ def attention_bwd(
 
 
 def attention_fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, heads_dim, scale,
-                       window_left, window_right, softcap, deterministic):  # fmt: skip
+                       window_left, window_right, softcap):  # fmt: skip
     packed = cu_seqlens_q is not None
     return q.new_empty(q.shape), q.new_empty(_lse_shape(q, heads_dim, packed), dtype=torch.float32)
 

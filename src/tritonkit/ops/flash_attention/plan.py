@@ -1,7 +1,7 @@
 """Launch plans of flash attention: the tiles, warps and pipeline depth of each kernel, by architecture and head dim.
 
 Three kernels read a plan: the forward (query rows per program x keys per step), dK/dV (keys per program x query rows
-per step) and dQ (query rows per program x keys per step); the fused backward (``fused_dq``) runs on dK/dV's tiles.
+per step) and dQ (query rows per program x keys per step).
 A head dim is padded to a power of two of at least 16 (tl.dot's smallest K), and the plan is looked up by that padded
 width. fp32 (for checking, not speed) halves the row tiles and keeps at most two stages: its tiles take twice the
 registers and shared memory.
@@ -36,10 +36,6 @@ class AttentionPlan:
     # dK/dV tiles where dkdv's would give the GPU fewer than FEW_DKDV_PROGRAMS_PER_SM programs per multiprocessor
     # (one batch row, few key heads, short sequences): narrower key blocks, more programs. None: dkdv always.
     dkdv_few: Tiles | None = None
-    # The backward in one kernel on dkdv's tiles: dQ added atomically in fp32 by the key blocks (the dq tiles go
-    # unused), so dQ is not bit-reproducible run to run. Off in every measured plan; the ops' deterministic=False
-    # turns it on.
-    fused_dq: bool = False
 
 
 # Padded head dim -> plan, on sm90, each width swept on the H100 (benchmarks/attention_configs.py): d128 at B4 H32

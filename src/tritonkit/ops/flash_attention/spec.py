@@ -29,7 +29,6 @@ class AttentionCase(Case):
     layout: str = "bhsd"  # or "bshd"
     storage: str = "contiguous"  # "qkv": views of one fused projection (bshd memory); "transposed": the other layout's
     lse: bool = False  # also compare the log-sum-exp (return_lse=True)
-    deterministic: bool = True  # False: the fused backward (dQ added atomically)
 
 
 @dataclass(frozen=True)
@@ -44,7 +43,6 @@ class VarlenCase(Case):
     right: int = -1
     softcap: float = 0.0
     lse: bool = False
-    deterministic: bool = True
 
 
 def _visible(sq: int, sk: int, causal: bool, window: tuple[int, int], device) -> torch.Tensor:
@@ -85,7 +83,7 @@ def _heads_first(q, k, v, causal, scale, window, softcap):
 
 
 def _attention_reference(q, k, v, *, causal=False, scale=None, window=(-1, -1), softcap=0.0, layout="bhsd",
-                         return_lse=False, deterministic=True):  # fmt: skip
+                         return_lse=False):  # fmt: skip
     if layout == "bshd":
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     out, lse = _heads_first(q, k, v, causal, scale, window, softcap)
@@ -94,8 +92,7 @@ def _attention_reference(q, k, v, *, causal=False, scale=None, window=(-1, -1), 
 
 
 def _attention_varlen_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False,
-                                scale=None, window=(-1, -1), softcap=0.0, return_lse=False,
-                                deterministic=True):  # fmt: skip
+                                scale=None, window=(-1, -1), softcap=0.0, return_lse=False):  # fmt: skip
     """Each packed sequence on its own through the dense reference."""
     starts_q, starts_k = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
     outs, lses = [], []
@@ -122,8 +119,6 @@ def _options(case) -> dict:
     options = {"causal": case.causal, "window": (case.left, case.right), "softcap": case.softcap}
     if case.lse:
         options["return_lse"] = True
-    if not case.deterministic:
-        options["deterministic"] = False
     return options
 
 
@@ -261,8 +256,6 @@ _TESTS = (
     {"b": 1, "hq": 1, "hk": 1, "sq": 400, "sk": 400, "d": 16, "causal": True},  # key blocks
     {"b": 0, "hq": 2, "hk": 1, "sq": 5, "sk": 5, "d": 16},
     {"b": 1, "hq": 2, "hk": 1, "sq": 0, "sk": 5, "d": 16},
-    # The fused backward (dQ added atomically by the key blocks): GQA, and 20 rows the causal mask hides from every key
-    {"b": 2, "hq": 4, "hk": 2, "sq": 90, "sk": 70, "d": 32, "causal": True, "layout": "bshd", "deterministic": False},
 )
 _GPU = (
     {"b": 2, "hq": 16, "hk": 16, "sq": 1024, "sk": 1024, "d": 128},
@@ -273,9 +266,6 @@ _GPU = (
     {"b": 4, "hq": 32, "hk": 8, "sq": 1, "sk": 4097, "d": 128, "causal": True},
     {"b": 1, "hq": 12, "hk": 4, "sq": 777, "sk": 777, "d": 80, "storage": "qkv", "layout": "bshd"},
     {"b": 1, "hq": 4, "hk": 4, "sq": 2048, "sk": 2048, "d": 32, "left": 16, "right": 16},
-    {"b": 2, "hq": 32, "hk": 8, "sq": 1000, "sk": 1000, "d": 128, "causal": True, "deterministic": False},
-    {"b": 1, "hq": 8, "hk": 2, "sq": 777, "sk": 777, "d": 64, "causal": True, "left": 99, "deterministic": False},
-    {"b": 1, "hq": 8, "hk": 8, "sq": 513, "sk": 513, "d": 256, "causal": True, "deterministic": False},
 )
 # One line per setting of the others on the plots: sequence length swept at a fixed batch and heads.
 _BENCH = tuple(
@@ -293,9 +283,8 @@ register(KernelSpec(
     description="One program per block of query rows walks the visible key blocks with the online softmax (base 2, "
                 "fp32), never forming the score matrix; blocks no mask cuts skip the mask. The backward recomputes "
                 "the scores: dK and dV per key block (over the group's query heads), dQ per query block; no "
-                "atomics, so gradients are deterministic. deterministic=False fuses dQ into the key blocks' kernel "
-                "(atomic fp32 adds, one score recomputation instead of two). Causal aligns bottom-right as "
-                "flash-attn 2.",
+                "atomics, so gradients are deterministic (deterministic=, kept for flash-attn's signature, changes "
+                "nothing). Causal aligns bottom-right as flash-attn 2.",
     usage="o = tk.ops.attention(q, k, v, causal=True)  # q (B, Hq, S, D), k and v (B, Hk, S, D)",
     tags=("attention", "fused", "compute-bound", "backward"),
     limits="head_dim 1 to 256; Hq a multiple of Hk; fp16/bf16 (fp32 for checking); no dropout, no arbitrary "
@@ -323,13 +312,11 @@ _VARLEN_TESTS = (
     {"lens_q": (3, 30), "lens_k": (40, 10), "hq": 2, "hk": 2, "d": 32, "causal": True},
     {"lens_q": (70, 0, 9), "hq": 2, "hk": 1, "d": 16, "causal": True, "left": 6, "softcap": 4.0},
     {"lens_q": (140,), "hq": 1, "hk": 1, "d": 64, "left": 20, "right": 20},
-    {"lens_q": (33, 0, 70), "lens_k": (20, 5, 90), "hq": 4, "hk": 2, "d": 32, "causal": True, "deterministic": False},
 )
 _VARLEN_GPU = (
     {"lens_q": (1000, 17, 2048, 1, 600), "hq": 32, "hk": 8, "d": 128, "causal": True},
     {"lens_q": (513, 255), "lens_k": (700, 300), "hq": 8, "hk": 8, "d": 64, "causal": True, "softcap": 30.0},
     {"lens_q": (4096, 4096), "hq": 16, "hk": 4, "d": 128, "causal": True, "left": 1024, "lse": True},
-    {"lens_q": (1000, 17, 2048, 1, 600), "hq": 32, "hk": 8, "d": 128, "causal": True, "deterministic": False},
 )
 # Four sequences of the dense benchmark's total tokens: the cost of packing against the dense kernel.
 _VARLEN_BENCH = tuple(
