@@ -14,8 +14,9 @@ between providers to bf16 precision: a check that the patched model trains the s
 warm-up steps). ``--profile``: one more step under torch.profiler, whose top GPU kernels by time are printed.
 
 ``--model llama`` (the default) is Llama 3.2 1B's shape; ``--model moe`` is Qwen3-MoE's layout at 1.7B parameters,
-0.7B of them active per token (routed experts in transformers' own implementation under every provider: neither
-patch replaces them), trained with the routers' load-balancing loss. The record is
+0.7B of them active per token, trained with the routers' load-balancing loss; its routed experts run in
+transformers' default implementation (``grouped_mm``) under hf and tritonkit (whose patch leaves them), and in
+liger-kernel's own under liger where its version replaces them (``LigerExperts``, for transformers 5). The record is
 ``<date>-hf-training-<model>-<size>.{json,md}``. ``--tiny``: the chosen family at toy sizes in fp32 on the CPU
 through Triton's interpreter, one step of hf and tritonkit in this process (liger-kernel's patch is process-wide
 and its kernels need a GPU; compiling is left to the GPU runs), a check that the script and both patches run; its
