@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
             plan = GemmTiles(*tile)
             try:
                 ms = do_bench(lambda xq=xq, wq=wq, xs=xs, ws=ws, plan=plan: scaled_linear_fwd(
-                    xq, wq, xs, ws, None, torch.bfloat16, plan=plan))  # fmt: skip
+                    xq, wq, xs, ws, None, torch.bfloat16, False, plan=plan))  # fmt: skip
             except Exception as error:  # a tile this GPU cannot hold: recorded, the sweep goes on
                 print(f"{form:>22} {tile!s:>40} failed: {type(error).__name__}: {str(error)[:80]}", flush=True)
                 continue
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         one = torch.ones((), device="cuda")
         ones = torch.ones(256, 1, device="cuda")
         candidates = {
-            **{f"tritonkit promote {promote}": scaled_linear_fwd(a, b, ones, ones, None, torch.float32,
+            **{f"tritonkit promote {promote}": scaled_linear_fwd(a, b, ones, ones, None, torch.float32, False,
                                                                  plan=GemmTiles(128, 128, 128, 8, 3, 8, promote))
                for promote in (0, 128, 32)},
             "_scaled_mm": torch._scaled_mm(a, b.t(), one, one, out_dtype=torch.float32),

@@ -119,7 +119,7 @@ def _tiled_scaled_linear():
 
     def tiled(x_q, w_q, x_scale, w_scale, *, bias=None, out_dtype=torch.bfloat16, check_inputs=None):
         tiles = gemm_tiles(arch(x_q.device), x_q.numel() // x_q.shape[-1])
-        return scaled_linear_fwd(x_q, w_q, x_scale, w_scale, bias, out_dtype, plan=tiles)
+        return scaled_linear_fwd(x_q, w_q, x_scale, w_scale, bias, out_dtype, False, plan=tiles)
 
     return tiled
 

@@ -25,7 +25,7 @@ def _tiles(group: int) -> GemmTiles:
 def _two_kernels(x, wq, w_scale, bias, x_dtype, group):
     """quantize, then scaled_linear with the same tiles and K step."""
     xq, x_scale = tk.ops.quantize(x, x_dtype, granularity="group", block_size=group)
-    return launch.scaled_linear_fwd(xq, wq, x_scale, w_scale, bias, torch.float32, plan=_tiles(group))
+    return launch.scaled_linear_fwd(xq, wq, x_scale, w_scale, bias, torch.float32, False, plan=_tiles(group))
 
 
 @pytest.mark.parametrize(("x_dtype", "w_dtype"), FORMATS, ids=["int8", "e4m3", "e5m2-e4m3"])

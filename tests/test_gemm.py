@@ -19,7 +19,7 @@ from tritonkit.ops.gemm.plan import (
     gemm_tiles,
     splits_to_fill,
 )
-from tritonkit.ops.gemm.spec import FLOAT8_SUM_ERROR
+from tritonkit.ops.gemm.spec import FLOAT8_FAST_SUM_ERROR, FLOAT8_SUM_ERROR
 from tritonkit.registry import KernelSpec
 
 SPEC = catalog.get("scaled_linear")
@@ -54,7 +54,7 @@ def test_every_scale_combination_with_small_tiles(combination):
     inputs = _inputs({"m": 37, "n": 45, "k": 100, **combination})
     x, w, x_scale, w_scale = inputs.args
     bias = inputs.kwargs["bias"]
-    out = launch.scaled_linear_fwd(x, w, x_scale, w_scale, bias, torch.float32, plan=SMALL)
+    out = launch.scaled_linear_fwd(x, w, x_scale, w_scale, bias, torch.float32, False, plan=SMALL)
     torch.testing.assert_close(out.double(), _expected(inputs), rtol=1e-5, atol=1e-5)
 
 
@@ -84,7 +84,7 @@ def test_persistent_kernel_walks_every_tile(combination, split_store, monkeypatc
     inputs = _inputs({"m": 37, "n": 48, "k": 80, **combination})
     x, w, x_scale, w_scale = inputs.args
     plan = GemmTiles(16, 32 if split_store else 16, 32, 4, 1, 2, persistent=True, split_store=split_store)
-    out = launch.scaled_linear_fwd(x, w, x_scale, w_scale, inputs.kwargs["bias"], torch.float32, plan=plan)
+    out = launch.scaled_linear_fwd(x, w, x_scale, w_scale, inputs.kwargs["bias"], torch.float32, False, plan=plan)
     assert calls == [1]
     torch.testing.assert_close(out.double(), _expected(inputs), rtol=1e-5, atol=1e-5)
 
@@ -111,14 +111,14 @@ def test_calls_the_persistent_kernel_cannot_take_run_tiled(case, monkeypatch):
     calls = _count_persistent(monkeypatch)
     inputs = _inputs(case)
     x, w, x_scale, w_scale = inputs.args
-    out = launch.scaled_linear_fwd(x, w, x_scale, w_scale, None, torch.bfloat16, plan=PERSISTENT_SMALL)
+    out = launch.scaled_linear_fwd(x, w, x_scale, w_scale, None, torch.bfloat16, False, plan=PERSISTENT_SMALL)
     assert calls == []
     expected = _expected(inputs)
     torch.testing.assert_close(out.double(), expected, rtol=2**-7, atol=2**-7 * expected.abs().max().item())
 
 
 def _candidate_id(plan: GemmTiles) -> str:
-    return f"{plan.block_n}-wide-{plan.stages}-stages" + ("-fast-accum" if plan.fp8_fast_accum else "")
+    return f"{plan.block_n}-wide-{plan.stages}-stages"
 
 
 @pytest.mark.gpu
@@ -130,7 +130,7 @@ def test_persistent_candidates_match_the_reference(plan, codes, monkeypatch):
     case = {"m": 1100, "n": 1288, "k": 1040, "x": codes, "w": codes, "bias": True}
     inputs = _inputs(case, "cuda", torch.bfloat16)
     x, w, x_scale, w_scale = inputs.args
-    out = launch.scaled_linear_fwd(x, w, x_scale, w_scale, inputs.kwargs["bias"], torch.bfloat16, plan=plan)
+    out = launch.scaled_linear_fwd(x, w, x_scale, w_scale, inputs.kwargs["bias"], torch.bfloat16, False, plan=plan)
     assert calls == [1]
     report = testing.compare(out, _expected(inputs), SPEC.tolerance_for(case, torch.bfloat16))
     assert report.ok, report
@@ -157,7 +157,7 @@ WEIGHTS = [
 def test_gemv_splits_match_the_reference(plan, m, weights):
     inputs = _inputs({"m": m, "n": 37, "k": 100, **weights})
     x, w, x_scale, w_scale = inputs.args
-    out = launch.scaled_linear_fwd(x, w, x_scale, w_scale, inputs.kwargs["bias"], torch.float32, plan=plan)
+    out = launch.scaled_linear_fwd(x, w, x_scale, w_scale, inputs.kwargs["bias"], torch.float32, False, plan=plan)
     torch.testing.assert_close(out.double(), _expected(inputs), rtol=1e-5, atol=1e-5)
 
 
@@ -168,7 +168,7 @@ def test_gemv_reads_strided_rows_and_a_batch_of_single_tokens(plan):
     w, w_scale = tk.ops.quantize(torch.randn(29, 77), torch.int8)
     source = torch.randn(3, 2, 2 * 77)
     for x in (source[:, :1, :77], source[:, :1, ::2]):
-        out = launch.scaled_linear_fwd(x, w, None, w_scale, None, torch.float32, plan=plan)
+        out = launch.scaled_linear_fwd(x, w, None, w_scale, None, torch.float32, False, plan=plan)
         expected = x.double() @ (w.double() * w_scale.double()).T
         torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
 
@@ -185,8 +185,8 @@ def test_a_forced_tiled_plan_gives_the_gemvs_result():
     inputs = _inputs({"m": 1, "n": 50, "k": 1100, "w": "int8", "w_scale": "group", "block": 64, "bias": True})
     x, w, _, w_scale = inputs.args
     bias = inputs.kwargs["bias"]
-    gemv = launch.scaled_linear_fwd(x, w, None, w_scale, bias, torch.float32)  # 2 splits under the interpreter
-    tiled = launch.scaled_linear_fwd(x, w, None, w_scale, bias, torch.float32, plan=gemm_tiles("sm90", 1))
+    gemv = launch.scaled_linear_fwd(x, w, None, w_scale, bias, torch.float32, False)  # 2 splits under the interpreter
+    tiled = launch.scaled_linear_fwd(x, w, None, w_scale, bias, torch.float32, False, plan=gemm_tiles("sm90", 1))
     torch.testing.assert_close(gemv, tiled, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(gemv.double(), _expected(inputs), rtol=1e-5, atol=1e-5)
 
@@ -332,13 +332,15 @@ def test_bad_options_name_the_argument():
         tk.ops.scaled_linear(*args, bias=torch.ones(3))
     with pytest.raises(TypeError, match="out_dtype must be one of"):
         tk.ops.scaled_linear(*args, out_dtype=torch.int8)
+    with pytest.raises(TypeError, match="use_fast_accum must be a bool, got int"):
+        tk.ops.scaled_linear(*args, use_fast_accum=1)
     with pytest.raises(ValueError, match="weight-only"):
         tk.ops.scaled_linear(torch.randn(8, 64), args[1], args[2], args[3])
 
 
 def test_bad_plans_name_the_argument():
     arguments = _good()
-    args = (arguments["x_q"], arguments["w_q"], arguments["x_scale"], arguments["w_scale"], None, torch.float32)
+    args = (arguments["x_q"], arguments["w_q"], arguments["x_scale"], arguments["w_scale"], None, torch.float32, False)
     with pytest.raises(TypeError, match="plan must be a GemmTiles or a GemvPlan, got dict"):
         launch.scaled_linear_fwd(*args, plan={"block_m": 16})
     with pytest.raises(ValueError, match="plan: the split-K GEMV takes weight-only calls"):
@@ -396,7 +398,8 @@ def test_weight_only_layer_decodes_through_the_gemv(device, dtype):
     with torch.no_grad():
         out, exact = layer(x), linear(x)
     tiles = gemm_tiles("sm90", 4)
-    tiled = launch.scaled_linear_fwd(x, layer.weight_codes, None, layer.weight_scale, layer.bias, x.dtype, plan=tiles)
+    tiled = launch.scaled_linear_fwd(x, layer.weight_codes, None, layer.weight_scale, layer.bias, x.dtype, False,
+                                     plan=tiles)  # fmt: skip
     torch.testing.assert_close(out, tiled, rtol=1e-5, atol=1e-5)
     assert (out - exact).pow(2).mean().sqrt() < 0.05 * exact.pow(2).mean().sqrt()
 
@@ -412,20 +415,75 @@ def test_quantized_linear_refuses_training_and_bad_options():
         layer(torch.randn(2, 64, requires_grad=True))
 
 
+def _record_fast_accumulation(monkeypatch) -> list:
+    """FP8_FAST_ACC of each launch of the tiled and persistent kernels, in order."""
+    flags = []
+
+    class Recording:
+        def __init__(self, kernel):
+            self.kernel = kernel
+
+        def __getitem__(self, grid):
+            def run(*args, **kwargs):
+                flags.append(kwargs["FP8_FAST_ACC"])
+                return self.kernel[grid](*args, **kwargs)
+
+            return run
+
+    for name in ("_scaled_linear_kernel", "_scaled_linear_persistent_kernel"):
+        monkeypatch.setattr(launch, name, Recording(getattr(launch, name)))
+    return flags
+
+
 @pytest.mark.parametrize("persistent", [False, True], ids=["tiled", "persistent"])
 def test_float8_fast_accumulation_keeps_the_product(device, persistent, monkeypatch):
-    """GemmTiles.fp8_fast_accum (the tensor cores sum across all of K) changes only the sums' rounding, in both
-    kernels; scales that vary along K keep their per-step sums."""
-    calls = _count_persistent(monkeypatch)
-    plan = GemmTiles(64, 64, 32, 4, 3, 8, persistent=persistent, fp8_fast_accum=True)  # five K steps of 32
-    for case in ({"x_scale": "row", "w_scale": "tensor", "bias": True}, {"x_scale": "group", "w_scale": "block"}):
-        inputs = _inputs({"m": 37, "n": 48, "k": 160, "x": "e4m3", "w": "e5m2", "block": 32, **case}, device)
+    """use_fast_accum (the tensor cores sum across all of K) changes only the sums' rounding, within
+    FLOAT8_FAST_SUM_ERROR of the rms, in both kernels; scales that vary along K keep their per-step sums and int8
+    its exact ones, so neither asks the kernel for it. The interpreter sums in fp32 either way: on the CPU this
+    checks what reaches the kernel."""
+    calls, flags = _count_persistent(monkeypatch), _record_fast_accumulation(monkeypatch)
+    plan = GemmTiles(64, 64, 32, 4, 3, 8, persistent=persistent)  # five K steps of 32
+    for case in ({"x": "e4m3", "x_scale": "row", "w_scale": "tensor", "bias": True},
+                 {"x": "e4m3", "x_scale": "group", "w_scale": "block"}, {"x": "int8", "w": "int8"}):  # fmt: skip
+        inputs = _inputs({"m": 37, "n": 48, "k": 160, "w": case["x"] if "w" in case else "e5m2", "block": 32, **case},
+                         device)  # fmt: skip
         x, w, x_scale, w_scale = inputs.args
-        out = launch.scaled_linear_fwd(x, w, x_scale, w_scale, inputs.kwargs["bias"], torch.float32, plan=plan)
+        out = launch.scaled_linear_fwd(x, w, x_scale, w_scale, inputs.kwargs["bias"], torch.float32, True, plan=plan)
         expected = _expected(inputs)
-        bound = FLOAT8_SUM_ERROR * expected.pow(2).mean().sqrt().item()
+        bound = FLOAT8_FAST_SUM_ERROR * expected.pow(2).mean().sqrt().item()
         torch.testing.assert_close(out.double(), expected, rtol=0, atol=bound)
-    assert calls == ([1] if persistent else [])  # group scales run tiled
+    assert flags == [True, False, False]
+    assert calls == ([1, 1] if persistent else [])  # group scales run tiled
+
+
+def test_use_fast_accum_reaches_the_kernel_eager_compiled_and_from_quantized_linear(device, monkeypatch):
+    flags = _record_fast_accumulation(monkeypatch)
+    inputs = _inputs({"m": 20, "n": 30, "k": 64, "x": "e4m3", "w": "e4m3", "bias": True}, device)
+    expected = _expected(inputs)
+    bound = FLOAT8_FAST_SUM_ERROR * expected.pow(2).mean().sqrt().item()
+
+    def block(x, w, x_scale, w_scale, bias):
+        return tk.ops.scaled_linear(x, w, x_scale, w_scale, bias=bias, out_dtype=torch.float32, use_fast_accum=True)
+
+    args = (*inputs.args, inputs.kwargs["bias"])
+    torch.testing.assert_close(block(*args).double(), expected, rtol=0, atol=bound)
+    torch._dynamo.reset()
+    backend = "inductor" if device == "cuda" else "aot_eager"
+    compiled = torch.compile(block, fullgraph=True, backend=backend)(*args)
+    torch.testing.assert_close(compiled.double(), expected, rtol=0, atol=bound)
+    assert flags == [True, True]
+
+    linear = torch.nn.Linear(64, 32).to(device)
+    fast = tk.nn.QuantizedLinear.from_linear(linear, torch.float8_e4m3fn, use_fast_accum=True)
+    precise = tk.nn.QuantizedLinear.from_linear(linear, torch.float8_e4m3fn)
+    x = torch.randn(5, 64, device=device)
+    with torch.no_grad():
+        out, reference = fast(x), precise(x)
+    torch.testing.assert_close(out, reference, rtol=0, atol=FLOAT8_FAST_SUM_ERROR * reference.abs().max().item())
+    assert flags[2:] == [True, False]
+    assert "use_fast_accum=True" in repr(fast)
+    with pytest.raises(TypeError, match="use_fast_accum must be a bool, got str"):
+        tk.nn.QuantizedLinear.from_linear(linear, torch.float8_e4m3fn, use_fast_accum="yes")
 
 
 @pytest.mark.parametrize("promote", [0, 32])
@@ -434,7 +492,7 @@ def test_float8_promotion_keeps_the_product(device, promote):
     inputs = _inputs({"m": 40, "n": 33, "k": 256, "x": "e4m3", "w": "e4m3", "bias": True}, device)
     x, w, x_scale, w_scale = inputs.args
     plan = GemmTiles(64, 64, 128, 4, 3, 8, fp8_promote=promote)
-    out = launch.scaled_linear_fwd(x, w, x_scale, w_scale, inputs.kwargs["bias"], torch.float32, plan=plan)
+    out = launch.scaled_linear_fwd(x, w, x_scale, w_scale, inputs.kwargs["bias"], torch.float32, False, plan=plan)
     expected = _expected(inputs)
     bound = FLOAT8_SUM_ERROR * expected.pow(2).mean().sqrt().item()
     torch.testing.assert_close(out.double(), expected, rtol=0, atol=bound)

@@ -2,6 +2,7 @@
 from a scale's shape, strided inputs, torch.compile, the checker's power to catch a wrong quantizer, bad input; on a
 GPU a CUDA-graph capture."""
 
+import dataclasses
 import math
 
 import pytest
@@ -11,6 +12,9 @@ import tritonkit as tk
 from helpers import assert_graph_replay_matches_eager
 from tritonkit import catalog, testing
 from tritonkit._core.scales import granularity_of
+from tritonkit.ops.quant import plan as quant_plan
+from tritonkit.ops.quant.launch import quantize_fwd
+from tritonkit.ops.quant.plan import QuantPlan
 from tritonkit.registry import KernelSpec
 
 REFERENCE = catalog.get("quantize").reference
@@ -58,6 +62,65 @@ def test_strided_input(device, granularity):
     xq, scale = tk.ops.quantize(x, torch.float8_e4m3fn, granularity=granularity, block_size=32)
     codes, expected = REFERENCE(x.double(), torch.float8_e4m3fn, granularity=granularity, block_size=32)
     assert torch.equal(scale, expected) and torch.equal(xq.float(), codes.float())
+
+
+def _grid_values(dtype: torch.dtype) -> torch.Tensor:
+    """Values at a scale of 1 that probe the rounding: every int8 tie (k + 1/2) or every float8 value and the
+    midpoint of each pair of neighbours (ties, subnormals among them), with the fp32 values one ulp either side of
+    each midpoint, both signs, and -0."""
+    if dtype == torch.int8:
+        points = torch.arange(-127, 127, dtype=torch.float32) + 0.5
+    else:
+        grid = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(dtype).float()
+        grid = grid[torch.isfinite(grid) & (grid >= 0)].unique()  # sorted
+        points = torch.cat([grid, (grid[1:] + grid[:-1]) / 2])
+        points = torch.cat([points, -points])
+    above = torch.nextafter(points, torch.full_like(points, math.inf))
+    below = torch.nextafter(points, torch.full_like(points, -math.inf))
+    values = torch.cat([points, above, below, torch.tensor([-0.0, 0.0, -1e-30, 1e-30])])
+    return values[values.abs() <= QMAX[dtype]]  # none above qmax: the scale stays 1
+
+
+BLOCK = 32  # groups and blocks of the bit-for-bit tests
+TWO_PASS = QuantPlan(8, 16, 4, hardware_rounding=True)  # chunks of 8 rows x 16 columns: every region read twice
+
+
+def _assert_codes_at_ties(device, dtype, granularity, plan):
+    """Every region's amax is qmax (a column of them every 16), so its scale is 1 and x / scale is x: the codes of
+    ties, their neighbours, subnormals, +-0, +-inf and NaN are compared by their bits with torch's conversion."""
+    torch.manual_seed(0)
+    values = _grid_values(dtype)
+    x = values[torch.randint(0, values.numel(), (2 * BLOCK, 128))]
+    x[:, ::16] = QMAX[dtype]
+    x[3, 5], x[7, 9], x[11, 13] = math.inf, -math.inf, math.nan
+    x = x.to(device)
+    xq, scale = quantize_fwd(x, dtype, granularity, BLOCK, plan=plan)
+    codes, expected_scale = REFERENCE(x, dtype, granularity=granularity, block_size=BLOCK)
+    assert torch.equal(scale, expected_scale) and torch.all(scale == 1)
+    nan = torch.isnan(codes.float())
+    assert torch.equal(torch.isnan(xq.float()), nan)
+    bits, expected_bits = xq.view(torch.uint8), codes.view(torch.uint8)
+    assert torch.equal(bits[~nan], expected_bits[~nan])
+
+
+@pytest.mark.parametrize("two_pass", [False, True], ids=["one-pass", "two-pass"])
+@pytest.mark.parametrize("granularity", ["row", "group", "block"])
+@pytest.mark.parametrize("dtype", [torch.int8, *FP8], ids=["int8", "e4m3", "e5m2"])
+def test_codes_equal_the_definition_bit_for_bit_at_every_tie(device, dtype, granularity, two_pass):
+    """The plan's kernels (regions read once; float8 rounded by the conversion on a GPU, in fp32 arithmetic under
+    the interpreter) and regions read twice."""
+    _assert_codes_at_ties(device, dtype, granularity, TWO_PASS if two_pass else None)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("granularity", ["row", "group", "block"])
+@pytest.mark.parametrize("dtype", FP8, ids=["e4m3", "e5m2"])
+def test_float8_rounded_in_fp32_arithmetic_gives_the_same_codes(dtype, granularity):
+    """The plans' other float8 rounding (fp32 arithmetic, then an exact conversion), compiled."""
+    default = (quant_plan.blocks_plan("sm90", BLOCK) if granularity == "block" else
+               quant_plan.groups_plan("sm90", BLOCK if granularity == "group" else 128))  # fmt: skip
+    assert default.hardware_rounding
+    _assert_codes_at_ties("cuda", dtype, granularity, dataclasses.replace(default, hardware_rounding=False))
 
 
 def test_quantize_and_dequantize_compile_fullgraph(device):

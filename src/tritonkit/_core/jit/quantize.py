@@ -6,6 +6,11 @@ For a region R of values (a tensor, a row, a 1 x G group, a G x G block), with q
 0), q = saturate(round(x / scale_R)); round to the nearest integer or float8 value, ties to even; saturate clamps to
 [-qmax, qmax], so +-inf becomes +-qmax; NaN becomes 0 in int8 and stays NaN in float8. The divisions are IEEE
 (div_rn), as torch's of a tensor by a tensor.
+
+Float8 rounding takes one of two routes to the same codes: compiled for a GPU with float8 conversions (sm_89 and
+newer), the conversion itself rounds (cvt.rn.satfinite: to nearest, ties to even, one instruction for two values);
+under the interpreter, whose conversion rounds wrongly, rounding.round_to_float8 puts the value on the format's grid
+in fp32 arithmetic first (about a dozen instructions a value), and the conversion is then exact.
 """
 
 import triton
@@ -35,15 +40,18 @@ def amax_scale(amax, KIND: tl.constexpr):
 
 
 @triton.jit
-def codes(b_x, b_scale, KIND: tl.constexpr):
-    """The codes of b_x (fp32) at b_scale (broadcast to it): see the module docstring."""
+def codes(b_x, b_scale, KIND: tl.constexpr, HARDWARE_ROUNDING: tl.constexpr):
+    """The codes of b_x (fp32) at b_scale (broadcast to it): see the module docstring. HARDWARE_ROUNDING: float8
+    values rounded by the conversion (a GPU of sm_89 or newer), else in fp32 arithmetic first."""
     top = qmax(KIND)
     b_y = tl.minimum(tl.maximum(tl.math.div_rn(b_x, b_scale), -top), top)
     nan = b_x != b_x
     if KIND == "int8":
         b_q = tl.where(nan, 0.0, round_half_even(b_y)).to(tl.int8)
     else:
-        if KIND == "e4m3":
+        if HARDWARE_ROUNDING:
+            b_q = b_y.to(tl.float8e4nv if KIND == "e4m3" else tl.float8e5, fp_downcast_rounding="rtne")
+        elif KIND == "e4m3":
             b_q = round_to_float8(b_y, 3, -6).to(tl.float8e4nv)
         else:
             b_q = round_to_float8(b_y, 2, -14).to(tl.float8e5)

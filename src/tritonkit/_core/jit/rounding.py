@@ -20,16 +20,17 @@ def round_to_float8(y, MANTISSA_BITS: tl.constexpr, MIN_EXPONENT: tl.constexpr):
     bits and smallest normal exponent MIN_EXPONENT (e4m3: 3, -6; e5m2: 2, -14), ties to even, in fp32: the
     conversion that follows is then exact, and gives the same codes on a GPU and under the interpreter (whose own
     rounding misses the carry into the exponent: 127.0 became 64 in e4m3). The step is 2^(e - MANTISSA_BITS) for
-    2^e <= |y|, and 2^(MIN_EXPONENT - MANTISSA_BITS) among the subnormals. The sign goes back on after the rounding,
-    so that a tiny negative y gives -0 as the conversion would. NaN stays NaN. The step is a power of two, so |y| is
-    divided by it exactly as a product with its reciprocal, also a power of two (a division per value would cost a
-    reciprocal on the special-function unit, a quarter of the FMA rate)."""
+    2^e <= |y|, and 2^(MIN_EXPONENT - MANTISSA_BITS) among the subnormals. y's sign bit goes back on after the
+    rounding, so that -0 and a tiny negative y give -0, as the hardware's conversion and torch's do. NaN stays NaN.
+    The step is a power of two, so |y| is divided by it exactly as a product with its reciprocal, also a power of
+    two (a division per value would cost a reciprocal on the special-function unit, a quarter of the FMA rate)."""
     biased = (y.to(tl.int32, bitcast=True) >> 23) & 0xFF  # fp32's biased exponent of y
     step_biased = tl.maximum(biased, 127 + MIN_EXPONENT) - MANTISSA_BITS  # the step's biased exponent
     step = (step_biased << 23).to(tl.float32, bitcast=True)
     inverse = ((254 - step_biased) << 23).to(tl.float32, bitcast=True)  # 2^(127 - s) for step 2^(s - 127)
     rounded = round_half_even(tl.abs(y) * inverse) * step
-    return tl.where(y < 0.0, -rounded, rounded)
+    sign = y.to(tl.int32, bitcast=True) & -2147483648  # 0x80000000: fp32's sign bit
+    return (rounded.to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True)
 
 
 @triton.jit

@@ -143,7 +143,9 @@ def _scaled_linear_kernel(
         if DYNAMIC:  # this step is one group of each row: its scale, then its codes (the padding's are 0)
             b_x = b_x.to(tl.float32)
             x_scale = amax_scale(tl.max(finite_abs(b_x), axis=1), KIND)
-            b_x = codes(b_x, x_scale[:, None], KIND)
+            # Compiled, float8 codes round in the conversion (float8 products need sm_89 or newer, which has it);
+            # the interpreter's conversion rounds wrongly, so it rounds in fp32 first. The same codes either way.
+            b_x = codes(b_x, x_scale[:, None], KIND, not UPCAST)
         if INT_ACC:
             acc = tl.dot(b_x, tl.trans(b_w), acc, out_dtype=tl.int32)
         elif PER_STEP:

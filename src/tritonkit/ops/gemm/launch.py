@@ -73,10 +73,12 @@ def _check_finite_scales(name: str, check_inputs, x, **scales) -> None:
             raise ValueError(f"{name}: {arg} holds a non-finite value")
 
 
-def check_scaled_linear(x, w, x_scale, w_scale, bias, out_dtype, check_inputs) -> None:
+def check_scaled_linear(x, w, x_scale, w_scale, bias, out_dtype, use_fast_accum, check_inputs) -> None:
     """Validate scaled_linear's arguments; non-finite scales only with a host read (check_inputs, TRITONKIT_DEBUG=1,
     or CPU tensors)."""
     name = "scaled_linear"
+    if not isinstance(use_fast_accum, bool):
+        raise TypeError(f"{name}: use_fast_accum must be a bool, got {type(use_fast_accum).__name__}")
     check_tensor(f"{name}: x_q", x, dtypes=(*CODE_KINDS, torch.bfloat16, torch.float16, torch.float32))
     check_tensor(f"{name}: w_q", w, ndim=2, dtypes=tuple(CODE_KINDS))
     if x.dim() == 0:
@@ -143,12 +145,14 @@ def scaled_linear_fwd(
     w_scale: torch.Tensor,
     bias: torch.Tensor | None,
     out_dtype: torch.dtype,
+    use_fast_accum: bool,
     *,
     plan: GemmTiles | GemvPlan | None = None,
 ) -> torch.Tensor:
-    """out (..., N) in ``out_dtype`` of validated arguments (kernels.py's definition). ``plan``: GemmTiles runs the
-    tiled kernel, or the persistent one where its ``persistent`` asks and the call allows (_persistent_applies),
-    GemvPlan the split-K GEMV (weight-only calls only); None: choose_plan."""
+    """out (..., N) in ``out_dtype`` of validated arguments (kernels.py's definition). ``use_fast_accum``: float8
+    codes with tensor or row scales let the tensor cores sum over all of K (FP8_FAST_ACC); other calls ignore it.
+    ``plan``: GemmTiles runs the tiled kernel, or the persistent one where its ``persistent`` asks and the call
+    allows (_persistent_applies), GemvPlan the split-K GEMV (weight-only calls only); None: choose_plan."""
     weight_only = x.dtype not in CODE_KINDS
     if plan is not None and not isinstance(plan, (GemmTiles, GemvPlan)):
         raise TypeError(f"scaled_linear: plan must be a GemmTiles or a GemvPlan, got {type(plan).__name__}")
@@ -175,28 +179,32 @@ def scaled_linear_fwd(
         _gemv(rows, w, w_scale, stride_ws, w_granularity, max(group, 1), bias, out_rows, tiles, block_k, precision)
         return out
     if tiles.persistent and _persistent_applies(rows, w, out_rows, x_granularity, w_granularity):
-        _persistent(rows, w, x_scale, stride_xs, w_scale, stride_ws, bias, out_rows, tiles, block_k,
+        _persistent(rows, w, x_scale, stride_xs, w_scale, stride_ws, bias, out_rows, tiles, block_k, use_fast_accum,
                     X_SCALE=x_granularity, W_SCALE=w_granularity,
                     INT_ACC=x.dtype == torch.int8 and not upcast)  # fmt: skip
         return out
-    _tiled(rows, w, x_scale, stride_xs, w_scale, stride_ws, bias, out_rows, tiles, block_k, X_SCALE=x_granularity,
-           W_SCALE=w_granularity, G=max(group, 1), INT_ACC=x.dtype == torch.int8 and not per_step and not upcast,
+    _tiled(rows, w, x_scale, stride_xs, w_scale, stride_ws, bias, out_rows, tiles, block_k, use_fast_accum,
+           X_SCALE=x_granularity, W_SCALE=w_granularity, G=max(group, 1),
+           INT_ACC=x.dtype == torch.int8 and not per_step and not upcast,
            DOT_PRECISION=precision)  # fmt: skip
     return out
 
 
 def _tiled(rows, w, x_scale, stride_xs, w_scale, stride_ws, bias, out_rows, tiles: GemmTiles, block_k: int,
-           **constexprs) -> None:  # fmt: skip
+           fast_accum: bool, **constexprs) -> None:  # fmt: skip
     """The tiled kernel over rows (M, K) and w (N, K) into out_rows (M, N), with tiles' plan and a K step of
-    block_k; ``constexprs``: the scales' forms and the product's (kernels.py)."""
+    block_k; ``fast_accum``: float8 sums over all of K in the tensor cores (where no scale varies along K);
+    ``constexprs``: the scales' forms and the product's (kernels.py)."""
     m, n = out_rows.shape
     float8_product = CODE_KINDS.get(w.dtype) == "fp8" and constexprs["X_SCALE"] != "none"
+    # Scales varying along K scale each step's sum apart (kernels.py), so fast accumulation has nothing to change.
+    per_step = constexprs["X_SCALE"] in ("group", "dynamic") or constexprs["W_SCALE"] in ("group", "block")
     _scaled_linear_kernel[(cdiv(m, tiles.block_m) * cdiv(n, tiles.block_n),)](
         rows, w, x_scale, w_scale, bias, out_rows, m, n, w.shape[1],
         rows.stride(0), w.stride(0), stride_xs, stride_ws, out_rows.stride(0),
         HAS_BIAS=bias is not None, UPCAST=interpreting(), **constexprs,
         FP8_PROMOTE=(min(tiles.fp8_promote, block_k) or None) if float8_product else None,
-        FP8_FAST_ACC=tiles.fp8_fast_accum and float8_product,
+        FP8_FAST_ACC=fast_accum and float8_product and not per_step,
         BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=block_k, GROUP_SIZE=tiles.group,
         num_warps=tiles.warps, num_stages=tiles.stages,
     )  # fmt: skip
@@ -210,9 +218,9 @@ def _persistent_applies(rows, w, out_rows, x_granularity: str, w_granularity: st
 
 
 def _persistent(rows, w, x_scale, stride_xs, w_scale, stride_ws, bias, out_rows, tiles: GemmTiles, block_k: int,
-                **constexprs) -> None:  # fmt: skip
+                fast_accum: bool, **constexprs) -> None:  # fmt: skip
     """The persistent kernel over rows (M, K) and w (N, K) into out_rows (M, N): one program per multiprocessor at
-    most, tiles' plan with a K step of block_k; ``constexprs``: the scales' forms and the product's (kernels.py)."""
+    most, tiles' plan with a K step of block_k; ``fast_accum`` and ``constexprs`` as _tiled's."""
     m, n = out_rows.shape
     n_programs = min(sm_count(rows.device), cdiv(m, tiles.block_m) * cdiv(n, tiles.block_n))
     store_n = tiles.block_n // 2 if tiles.split_store else tiles.block_n
@@ -222,7 +230,7 @@ def _persistent(rows, w, x_scale, stride_xs, w_scale, stride_ws, bias, out_rows,
         descriptor(out_rows, [tiles.block_m, store_n]), x_scale, w_scale, bias, m, n, w.shape[1], stride_xs, stride_ws,
         n_programs, HAS_BIAS=bias is not None, UPCAST=interpreting(), **constexprs,
         FP8_PROMOTE=(min(tiles.fp8_promote, block_k) or None) if float8_product else None,
-        FP8_FAST_ACC=tiles.fp8_fast_accum and float8_product, SPLIT_STORE=tiles.split_store,
+        FP8_FAST_ACC=fast_accum and float8_product, SPLIT_STORE=tiles.split_store,
         BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=block_k,
         GROUP_SIZE=tiles.group, num_warps=tiles.warps, num_stages=tiles.stages,
     )  # fmt: skip
@@ -286,6 +294,7 @@ def dynamic_scaled_linear_fwd(
         out_rows,
         tiles,
         group_size,
+        False,  # each group's sum is scaled apart: there is no sum over K for the tensor cores to keep
         X_SCALE="dynamic",
         W_SCALE=w_granularity,
         G=group_size,
@@ -326,5 +335,5 @@ def _gemv(rows, w, w_scale, stride_ws, w_granularity, group, bias, out_rows, pla
         )  # fmt: skip
 
 
-def scaled_linear_fake(x, w, x_scale, w_scale, bias, out_dtype):
+def scaled_linear_fake(x, w, x_scale, w_scale, bias, out_dtype, use_fast_accum):
     return x.new_empty((*x.shape[:-1], w.shape[0]), dtype=out_dtype)

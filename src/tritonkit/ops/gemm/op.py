@@ -29,6 +29,7 @@ def scaled_linear(
     *,
     bias: torch.Tensor | None = None,
     out_dtype: torch.dtype = torch.bfloat16,
+    use_fast_accum: bool = False,
     check_inputs: bool | None = None,
 ) -> torch.Tensor:
     """dequantize(x_q) @ dequantize(w_q).T + bias in one kernel, in F.linear's layout: x (..., K), w (N, K).
@@ -39,6 +40,11 @@ def scaled_linear(
     - Weight-only: x in bf16, fp16 or fp32 and ``x_scale=None``; w's codes are converted in the kernel.
     - Scales that do not vary along K multiply each output once; group and block scales multiply each K step's
       partial sum. fp32 accumulation (int8 products in int32). Returns (..., N) in ``out_dtype``.
+    - ``use_fast_accum`` (torch._scaled_mm's name): float8 codes with tensor or row scales let Hopper's tensor cores
+      sum the products over all of K in their shortened format instead of adding each K step's sum in fp32: faster,
+      and the outputs move by about 2-3e-3 of their rms at K 4096-8192 (docs/kernels/gemm.md). int8 sums are exact
+      in int32 either way, and group or block scales scale each K step's sum apart, so those calls (and weight-only
+      ones) ignore it, as do GPUs before Hopper and the interpreter, whose sums are fp32 throughout.
     - Non-finite scales raise ValueError where reading them costs no synchronisation (CPU tensors), or with
       ``check_inputs=True`` or TRITONKIT_DEBUG=1. Forward only (inference).
 
@@ -48,8 +54,8 @@ def scaled_linear(
     if torch.is_grad_enabled() and isinstance(x_q, torch.Tensor) and x_q.requires_grad:
         raise ValueError("scaled_linear is forward only (inference), but x_q requires grad; call it under "
                          "torch.no_grad()")  # fmt: skip
-    check_scaled_linear(x_q, w_q, x_scale, w_scale, bias, out_dtype, check_inputs)
-    return scaled_linear_op(x_q, w_q, x_scale, w_scale, bias, out_dtype)
+    check_scaled_linear(x_q, w_q, x_scale, w_scale, bias, out_dtype, use_fast_accum, check_inputs)
+    return scaled_linear_op(x_q, w_q, x_scale, w_scale, bias, out_dtype, use_fast_accum)
 
 
 def dynamic_scaled_linear(

@@ -28,11 +28,6 @@ class GemmTiles:
     # an fp32 promotion inside a K step (each step's sum is added in fp32 anyway); 0: Triton's sm_90 default (none).
     # On an H100, 32 cut the largest error over the rms from 1.6e-3 to 2.7e-4 at K = 128; 64 cost 17% at 8192^3.
     fp8_promote: int = 0
-    # float8 x float8 with no scale varying along K: the tensor cores add every K step's products into the
-    # accumulator itself (tl.dot's accumulator form, cuBLAS's use_fast_accum) instead of each step's sum entering it
-    # in fp32. The sm_90 code then keeps one accumulator and a wgmma group in flight across steps (128 x 256: 195
-    # registers against 255 with spills, no fp32 adds in the loop), as int8's does; the sums' error grows with K.
-    fp8_fast_accum: bool = False
     # The persistent TMA kernel (codes with tensor or row scales, operands a tensor descriptor can address, sm90 and
     # newer); elsewhere the tiled kernel runs with these tiles.
     persistent: bool = False
@@ -64,12 +59,11 @@ PERSISTENT_MIN_SIZE = 1024
 PERSISTENT: dict[str, GemmTiles] = {"sm90": GemmTiles(128, 256, 128, 8, 3, 8, persistent=True, split_store=True)}
 # The persistent tiles benchmarks/fp8_persistent.py times on sm90 (and the GPU tests check): 128 or 256 outputs wide,
 # three or four stages, 8 warps; 128 x 256 stores its output in halves, or 4 stages of 48 KB and the 64 KB bf16 tile
-# it stages would pass the H100's 227 KB of shared memory; and sm90's tile with float8's fast accumulation.
+# it stages would pass the H100's 227 KB of shared memory.
 PERSISTENT_CANDIDATES = (
     GemmTiles(128, 128, 128, 8, 4, 8, persistent=True),
     PERSISTENT["sm90"],
     GemmTiles(128, 256, 128, 8, 4, 8, persistent=True, split_store=True),
-    GemmTiles(128, 256, 128, 8, 3, 8, persistent=True, split_store=True, fp8_fast_accum=True),
 )
 
 

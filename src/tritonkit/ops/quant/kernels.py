@@ -9,7 +9,11 @@ largest value (int8 127, float8 e4m3 448, e5m2 57344):
 
 round: to the nearest integer (int8) or float8 value, ties to even; saturate: clamp to [-qmax, qmax], so +-inf
 becomes +-qmax; NaN becomes 0 in int8 and stays NaN in float8. Divisions are IEEE (div_rn), as torch's of a tensor by
-a tensor, so the codes follow the definition exactly.
+a tensor, so the codes follow the definition exactly. HARDWARE_ROUNDING: float8 values rounded by the conversion
+instruction (sm_89 and newer) instead of in fp32 arithmetic first (_core/jit/quantize.py); the same codes.
+
+A region that fits one tile (ONE_PASS) is read once: its amax and its codes come from the same registers. A wider one
+is read twice, chunk by chunk (the second read mostly from L2).
 """
 
 import triton
@@ -33,11 +37,13 @@ def _amax_kernel(p_x, p_amax, n_rows, n_cols, stride_x_r, BLOCK_R: tl.constexpr,
 @triton.jit
 def _quantize_groups_kernel(
     p_x, p_q, p_scale, p_amax, n_rows, n_cols, group, stride_x_r, stride_q_r, stride_s_r,
-    KIND: tl.constexpr, TENSOR: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
+    KIND: tl.constexpr, TENSOR: tl.constexpr, HARDWARE_ROUNDING: tl.constexpr, ONE_PASS: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
 ):  # fmt: skip
     """BLOCK_R rows x the columns of group i_g = program_id(1), [i_g * group, (i_g + 1) * group) (row granularity: one
-    group of all the columns). A group wider than BLOCK_C is read twice, chunk by chunk: once for its amax, once to
-    write the codes. TENSOR: the scale comes from the tensor's amax (p_amax), stored by program (0, 0)."""
+    group of all the columns). ONE_PASS (group <= BLOCK_C): the tile is read once; else the group is read twice, chunk
+    by chunk: once for its amax, once to write the codes. TENSOR: the scale comes from the tensor's amax (p_amax),
+    stored by program (0, 0), and one read suffices."""
     i_g = tl.program_id(1)
     o_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     r64 = o_r.to(tl.int64)
@@ -45,48 +51,69 @@ def _quantize_groups_kernel(
     c_lo = i_g * group
     c_hi = tl.minimum(c_lo + group, n_cols)
     o_c = tl.arange(0, BLOCK_C)
-    if TENSOR:
-        scale = amax_scale(tl.load(p_amax), KIND) + tl.zeros([BLOCK_R], tl.float32)
-        if (tl.program_id(0) == 0) & (i_g == 0):
-            tl.store(p_scale, tl.max(scale, axis=0))
+    p_x_rows = p_x + r64[:, None] * stride_x_r
+    p_q_rows = p_q + r64[:, None] * stride_q_r
+    if ONE_PASS and not TENSOR:
+        m_x = m_r[:, None] & (c_lo + o_c < c_hi)[None, :]
+        b_x = tl.load(p_x_rows + (c_lo + o_c)[None, :], mask=m_x, other=0.0).to(tl.float32)  # [R, C]
+        scale = amax_scale(tl.max(finite_abs(b_x), axis=1), KIND)
+        tl.store(p_scale + r64 * stride_s_r + i_g, scale, mask=m_r)
+        tl.store(p_q_rows + (c_lo + o_c)[None, :], codes(b_x, scale[:, None], KIND, HARDWARE_ROUNDING), mask=m_x)
     else:
-        amax = tl.zeros([BLOCK_R], tl.float32)
+        if TENSOR:
+            scale = amax_scale(tl.load(p_amax), KIND) + tl.zeros([BLOCK_R], tl.float32)
+            if (tl.program_id(0) == 0) & (i_g == 0):
+                tl.store(p_scale, tl.max(scale, axis=0))
+        else:
+            amax = tl.zeros([BLOCK_R], tl.float32)
+            for c in range(c_lo, c_hi, BLOCK_C):
+                m_x = m_r[:, None] & (c + o_c < c_hi)[None, :]
+                b_x = tl.load(p_x_rows + (c + o_c)[None, :], mask=m_x, other=0.0)  # [R, C]
+                amax = tl.maximum(amax, tl.max(finite_abs(b_x.to(tl.float32)), axis=1))
+            scale = amax_scale(amax, KIND)
+            tl.store(p_scale + r64 * stride_s_r + i_g, scale, mask=m_r)
         for c in range(c_lo, c_hi, BLOCK_C):
             m_x = m_r[:, None] & (c + o_c < c_hi)[None, :]
-            b_x = tl.load(p_x + r64[:, None] * stride_x_r + (c + o_c)[None, :], mask=m_x, other=0.0)  # [R, C]
-            amax = tl.maximum(amax, tl.max(finite_abs(b_x.to(tl.float32)), axis=1))
-        scale = amax_scale(amax, KIND)
-        tl.store(p_scale + r64 * stride_s_r + i_g, scale, mask=m_r)
-    for c in range(c_lo, c_hi, BLOCK_C):
-        m_x = m_r[:, None] & (c + o_c < c_hi)[None, :]
-        b_x = tl.load(p_x + r64[:, None] * stride_x_r + (c + o_c)[None, :], mask=m_x, other=0.0).to(tl.float32)
-        tl.store(p_q + r64[:, None] * stride_q_r + (c + o_c)[None, :], codes(b_x, scale[:, None], KIND), mask=m_x)
+            b_x = tl.load(p_x_rows + (c + o_c)[None, :], mask=m_x, other=0.0).to(tl.float32)
+            tl.store(p_q_rows + (c + o_c)[None, :], codes(b_x, scale[:, None], KIND, HARDWARE_ROUNDING), mask=m_x)
 
 
 @triton.jit
 def _quantize_blocks_kernel(
     p_x, p_q, p_scale, n_rows, n_cols, stride_x_r, stride_q_r, stride_s_r,
-    KIND: tl.constexpr, BLOCK: tl.constexpr, CHUNK_R: tl.constexpr,
+    KIND: tl.constexpr, HARDWARE_ROUNDING: tl.constexpr, BLOCK: tl.constexpr, CHUNK_R: tl.constexpr,
 ):  # fmt: skip
-    """One BLOCK x BLOCK block (program_id(0), program_id(1)) of a 2-D x, read in CHUNK_R-row chunks twice: its amax,
-    then its codes."""
+    """One BLOCK x BLOCK block (program_id(0), program_id(1)) of a 2-D x: read once when CHUNK_R >= BLOCK, else in
+    CHUNK_R-row chunks twice (its amax, then its codes)."""
     i_br, i_bc = tl.program_id(0), tl.program_id(1)
     o_c = i_bc * BLOCK + tl.arange(0, BLOCK)
     m_c = o_c < n_cols
-    o_r = tl.arange(0, CHUNK_R)
-    amax = tl.zeros([CHUNK_R], tl.float32)
-    for r in range(i_br * BLOCK, tl.minimum(i_br * BLOCK + BLOCK, n_rows), CHUNK_R):
-        r64 = (r + o_r).to(tl.int64)
-        m_x = (r + o_r < n_rows)[:, None] & m_c[None, :]
+    r_lo = i_br * BLOCK
+    r_hi = tl.minimum(r_lo + BLOCK, n_rows)
+    p_scale_block = p_scale + i_br.to(tl.int64) * stride_s_r + i_bc
+    if CHUNK_R >= BLOCK:
+        r64 = (r_lo + tl.arange(0, BLOCK)).to(tl.int64)
+        m_x = (r64 < n_rows)[:, None] & m_c[None, :]
         b_x = tl.load(p_x + r64[:, None] * stride_x_r + o_c[None, :], mask=m_x, other=0.0).to(tl.float32)
-        amax = tl.maximum(amax, tl.max(finite_abs(b_x), axis=1))
-    scale = amax_scale(tl.max(amax, axis=0), KIND)
-    tl.store(p_scale + i_br.to(tl.int64) * stride_s_r + i_bc, scale)
-    for r in range(i_br * BLOCK, tl.minimum(i_br * BLOCK + BLOCK, n_rows), CHUNK_R):
-        r64 = (r + o_r).to(tl.int64)
-        m_x = (r + o_r < n_rows)[:, None] & m_c[None, :]
-        b_x = tl.load(p_x + r64[:, None] * stride_x_r + o_c[None, :], mask=m_x, other=0.0).to(tl.float32)
-        tl.store(p_q + r64[:, None] * stride_q_r + o_c[None, :], codes(b_x, scale, KIND), mask=m_x)
+        scale = amax_scale(tl.max(tl.max(finite_abs(b_x), axis=1), axis=0), KIND)
+        tl.store(p_scale_block, scale)
+        tl.store(p_q + r64[:, None] * stride_q_r + o_c[None, :], codes(b_x, scale, KIND, HARDWARE_ROUNDING), mask=m_x)
+    else:
+        o_r = tl.arange(0, CHUNK_R)
+        amax = tl.zeros([CHUNK_R], tl.float32)
+        for r in range(r_lo, r_hi, CHUNK_R):
+            r64 = (r + o_r).to(tl.int64)
+            m_x = (r + o_r < n_rows)[:, None] & m_c[None, :]
+            b_x = tl.load(p_x + r64[:, None] * stride_x_r + o_c[None, :], mask=m_x, other=0.0).to(tl.float32)
+            amax = tl.maximum(amax, tl.max(finite_abs(b_x), axis=1))
+        scale = amax_scale(tl.max(amax, axis=0), KIND)
+        tl.store(p_scale_block, scale)
+        for r in range(r_lo, r_hi, CHUNK_R):
+            r64 = (r + o_r).to(tl.int64)
+            m_x = (r + o_r < n_rows)[:, None] & m_c[None, :]
+            b_x = tl.load(p_x + r64[:, None] * stride_x_r + o_c[None, :], mask=m_x, other=0.0).to(tl.float32)
+            b_q = codes(b_x, scale, KIND, HARDWARE_ROUNDING)
+            tl.store(p_q + r64[:, None] * stride_q_r + o_c[None, :], b_q, mask=m_x)
 
 
 @triton.jit

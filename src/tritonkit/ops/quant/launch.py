@@ -10,6 +10,7 @@ import torch
 
 from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor
 from tritonkit._core.device import arch
+from tritonkit._core.env import interpreting
 from tritonkit._core.fourbit import (
     NESTED_BLOCK,
     NF4_BLOCKSIZES,
@@ -76,10 +77,19 @@ def _rows(x: torch.Tensor) -> torch.Tensor:
     return rows if rows.stride(1) == 1 or rows.shape[1] <= 1 else rows.contiguous()
 
 
+def _hardware_rounding(plan: QuantPlan) -> bool:
+    """The plan's float8 rounding, except under the interpreter, whose conversion rounds wrongly (fp32 arithmetic)."""
+    return plan.hardware_rounding and not interpreting()
+
+
 def quantize_fwd(
     x: torch.Tensor, dtype: torch.dtype, granularity: str, block_size: int, *, plan: QuantPlan | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(codes in x's shape and ``dtype``, fp32 scales) of validated arguments (kernels.py's definition)."""
+    """(codes in x's shape and ``dtype``, fp32 scales) of validated arguments (kernels.py's definition). ``plan``:
+    QuantPlan tiles (block_r rows of a block per chunk for block scales), or None: plan.groups_plan or
+    plan.blocks_plan."""
+    if plan is not None and not isinstance(plan, QuantPlan):
+        raise TypeError(f"quantize: plan must be a QuantPlan, got {type(plan).__name__}")
     codes = torch.empty(x.shape, dtype=dtype, device=x.device)
     scale = torch.empty(scale_shape(tuple(x.shape), granularity, block_size), dtype=torch.float32, device=x.device)
     if x.numel() == 0:
@@ -92,7 +102,8 @@ def quantize_fwd(
         tiles = plan or blocks_plan(arch(x.device), block_size)
         _quantize_blocks_kernel[(scale.shape[0], scale.shape[1])](
             rows, code_rows, scale, n_rows, n_cols, rows.stride(0), code_rows.stride(0), scale.stride(0),
-            KIND=kind, BLOCK=block_size, CHUNK_R=tiles.block_r, num_warps=tiles.warps,
+            KIND=kind, HARDWARE_ROUNDING=_hardware_rounding(tiles), BLOCK=block_size, CHUNK_R=tiles.block_r,
+            num_warps=tiles.warps,
         )  # fmt: skip
         return codes, scale
     group = block_size if granularity == "group" else n_cols
@@ -109,8 +120,8 @@ def quantize_fwd(
     _quantize_groups_kernel[(cdiv(n_rows, tiles.block_r), cdiv(n_cols, group))](
         rows, code_rows, scale_rows, amax, n_rows, n_cols, group, rows.stride(0), code_rows.stride(0),
         scale_rows.stride(0) if granularity != "tensor" else 0,
-        KIND=kind, TENSOR=granularity == "tensor", BLOCK_R=tiles.block_r, BLOCK_C=tiles.block_c,
-        num_warps=tiles.warps,
+        KIND=kind, TENSOR=granularity == "tensor", HARDWARE_ROUNDING=_hardware_rounding(tiles),
+        ONE_PASS=group <= tiles.block_c, BLOCK_R=tiles.block_r, BLOCK_C=tiles.block_c, num_warps=tiles.warps,
     )  # fmt: skip
     return codes, scale
 

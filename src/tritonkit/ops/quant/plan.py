@@ -1,7 +1,10 @@
-"""Launch plans of quantize and dequantize: tile shapes of memory-bound kernels that read x once or twice.
+"""Launch plans of quantize and dequantize: tile shapes of memory-bound kernels that read x once (a region that
+fits one tile) or twice (a wider one), and how float8 values are rounded.
 
-Every architecture shares one table until a GPU sweep replaces it: tiles of about 4096 elements per program (16 KB of
-fp32 in registers with 4 warps), which any CUDA GPU holds without spilling.
+Every architecture shares one table of tiles until a GPU sweep replaces it: tiles of about 4096 elements per program
+(16 KB of fp32 in registers with 4 warps), which any CUDA GPU holds without spilling; a 128 x 128 block takes one
+tile of 16384 elements at 8 warps, so that it is read once. Float8 rounding by the conversion instruction needs
+sm_89 or newer; older GPUs (and the interpreter) round in fp32 arithmetic.
 """
 
 from __future__ import annotations
@@ -11,7 +14,11 @@ from dataclasses import dataclass
 from tritonkit._core.ints import next_power_of_2
 
 TILE_ELEMENTS = 4096  # elements per program tile: 32 fp32 registers a thread at 4 warps
-MAX_COLUMNS = 2048  # a wider group (or row) is read in chunks of this many columns
+MAX_COLUMNS = 2048  # a wider group (or row) is read in chunks of this many columns, twice
+# A block of up to this many elements is one tile, read once: 128 x 128 at 8 warps is 64 fp32 registers a thread.
+ONE_PASS_BLOCK_ELEMENTS = 16384
+ONE_PASS_BLOCK_WARPS = 8
+FLOAT8_CONVERSION_ARCH = 89  # sm_89 (Ada) and newer convert fp32 to float8 in one instruction (cvt.rn.satfinite)
 
 
 @dataclass(frozen=True)
@@ -19,18 +26,32 @@ class QuantPlan:
     block_r: int  # rows per tile
     block_c: int  # columns per tile (a group wider than this is read in chunks)
     warps: int
+    # float8 codes rounded by the conversion (cvt.rn.satfinite, one instruction for two values) instead of in fp32
+    # arithmetic first (about a dozen instructions a value): the same codes. The interpreter always takes the fp32
+    # arithmetic (its own conversion rounds wrongly).
+    hardware_rounding: bool = False
+
+
+def hardware_rounding(arch: str) -> bool:
+    """Whether GPUs of ``arch`` ("sm90") round to float8 in their conversion instruction."""
+    return int(arch.removeprefix("sm")) >= FLOAT8_CONVERSION_ARCH
 
 
 def groups_plan(arch: str, group: int) -> QuantPlan:
     """Tiles for groups of ``group`` columns (a row: all the columns): as wide as the group up to MAX_COLUMNS, as
     many rows as fill TILE_ELEMENTS."""
     block_c = min(next_power_of_2(max(group, 1)), MAX_COLUMNS)
-    return QuantPlan(max(1, TILE_ELEMENTS // block_c), block_c, 4)
+    return QuantPlan(max(1, TILE_ELEMENTS // block_c), block_c, 4, hardware_rounding(arch))
 
 
 def blocks_plan(arch: str, block: int) -> QuantPlan:
-    """Row chunks of a block x block block: block columns, as many rows as fill TILE_ELEMENTS."""
-    return QuantPlan(max(1, min(block, TILE_ELEMENTS // block)), block, 4)
+    """Row chunks of a block x block block, block columns wide: the whole block up to ONE_PASS_BLOCK_ELEMENTS (read
+    once), else as many rows as fill TILE_ELEMENTS (read twice)."""
+    if block * block <= TILE_ELEMENTS:
+        return QuantPlan(block, block, 4, hardware_rounding(arch))
+    if block * block <= ONE_PASS_BLOCK_ELEMENTS:
+        return QuantPlan(block, block, ONE_PASS_BLOCK_WARPS, hardware_rounding(arch))
+    return QuantPlan(max(1, TILE_ELEMENTS // block), block, 4, hardware_rounding(arch))
 
 
 def elementwise_plan(arch: str, n_cols: int) -> QuantPlan:
