@@ -269,9 +269,9 @@ def heuristic(runner: Runner, shapes) -> None:
 
 
 def quantized(runner: Runner, shapes) -> None:
-    """--part quantized: paged bf16 with this GPU's plan, then int8, fp8 and int4 with theirs as it is and with
-    the cache's tiles as the products' register operand (keys only, then keys and values: AS_A_VARIANTS), each
-    against the bf16 run at the shape."""
+    """--part quantized: paged bf16 with this GPU's plan, then int8, fp8 and int4 with theirs as it is, with the
+    codes zero-filled by their load, and with that and the cache's tiles as the products' register operand (keys
+    only, then keys and values): AS_A_VARIANTS, each against the bf16 run at the shape."""
     from tritonkit.ops.decoding.plan import decode_plan
 
     d = runner.heads["d"]
