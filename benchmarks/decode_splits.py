@@ -12,7 +12,12 @@ of 64-token pages, SDPA with enable_gqa over a contiguous bf16 cache of the same
   int8's and fp8's variant), at key block 64 with the heuristic's split count and with 16 to 64, and at 128 with the
   heuristic's.
 
-    python benchmarks/decode_splits.py --out DIR [--budget-s 50] [--dry-run] [--part heuristic]
+    python benchmarks/decode_splits.py --out DIR [--budget-s 50] [--dry-run] [--part heuristic|quantized]
+
+``--part quantized`` (``<date>-decode-quantized.json``): at B 8 S 32k and B 64 S 4k, paged bf16 with this GPU's
+plan, and int8, fp8 and int4 with theirs, as they are, with the codes zero-filled by their load (zero_fill_codes,
+int8 and fp8), and with that and the K tile (keys_as_a), then the K and V tiles (values_as_a too) as the products'
+first operand, the one wgmma reads from registers; each against bf16 (bf16_over_this).
 
 Prints one line per run and writes ``<date>-decode-splits.json`` into DIR: per run the shape, cache, plan, key block,
 split count asked (0: the heuristic) and used, µs, GB/s of the spec's cost model (the keys and values in their
@@ -45,6 +50,11 @@ HEURISTIC_SHAPES = (*((b, s) for b in (1, 4, 8, 16) for s in (4096, 8192, 32768)
 MIN_SPLIT_KEYS = 128  # fewer keys per split than two blocks of 64: the partials' traffic outweighs any parallelism
 # Each quantized format's plan variant, timed beside its default plan; int4 has none.
 VARIANTS = {"int8": {"direct_codes": True}, "fp8": {"direct_codes": True}, "int4": {}}
+# --part quantized: the plan's switches that convert the codes in the products' operand layout (zero_fill_codes:
+# int8 and fp8 only, so int4 skips it) and make the K and V tiles the first, register, operand of wgmma.
+ZERO_FILL = {"zero_fill_codes": True}
+AS_A_VARIANTS = {"default": {}, "zero_fill": ZERO_FILL, "zf+keys_as_a": {**ZERO_FILL, "keys_as_a": True},
+                 "zf+kv_as_a": {**ZERO_FILL, "keys_as_a": True, "values_as_a": True}}  # fmt: skip
 APPEND_TOKENS = 8192  # a prompt's keys and values appended at once (kv_cache_append's bandwidth case)
 # The CPU check: two small shapes, heads of two int4 groups of 32 (the default group).
 DRY = {"heads": {"hq": 4, "hk": 2, "d": 64}, "shapes": ((1, 256), (2, 512)), "headline": ((2, 256),), "append": 64}
@@ -84,9 +94,11 @@ class Runner:
 
         return dataclasses.replace(decode_plan(self.arch, self.heads["d"]), block_n=block_n, **variant)
 
-    def run(self, case, inputs, label: dict, fn, sdpa_ms: float | None = None, variant=None, spec=None):
+    def run(self, case, inputs, label: dict, fn, sdpa_ms: float | None = None, variant=None, spec=None,
+            baseline: str = "SDPA"):  # fmt: skip
         """Time fn (one call of the op) and record a row labelled ``label``; returns the milliseconds. ``variant``:
-        the keys of the kernels fn compiles (the split kernel's, the reduction's or None; None: none of ours)."""
+        the keys of the kernels fn compiles (the split kernel's, the reduction's or None; None: none of ours).
+        ``sdpa_ms``: the time of the ``baseline`` run at this shape, recorded as its time over this one's."""
         import torch
         import triton.testing
 
@@ -132,15 +144,17 @@ class Runner:
         torch.cuda.synchronize()
         ms = triton.testing.do_bench_cudagraph(fn, rep=self.rep_ms)
         row.update(us=ms * 1e3, gb_s=spec.bytes_moved(case, self.dtype) / ms / 1e6)
+        ratio_key = f"{baseline.lower()}_over_this"
         if sdpa_ms:
-            row["sdpa_over_this"] = sdpa_ms / ms
-        versus = f"  {row['sdpa_over_this']:5.2f}x SDPA" if sdpa_ms else ""
+            row[ratio_key] = sdpa_ms / ms
+        versus = f"  {row[ratio_key]:5.2f}x {baseline}" if sdpa_ms else ""
         print(f"B{case.b:<3} S{case.s:<6} {_describe(label)}  {row['us']:8.1f} us {row['gb_s']:6.0f} GB/s{versus}",
               flush=True)  # fmt: skip
         self.rows.append(row)
         return ms
 
-    def ours(self, case, inputs, plan, splits: int, label: dict, sdpa_ms: float | None = None) -> float | None:
+    def ours(self, case, inputs, plan, splits: int, label: dict, sdpa_ms: float | None = None,
+             baseline: str = "SDPA") -> float | None:  # fmt: skip
         from tritonkit.ops.decoding import launch
         from tritonkit.ops.decoding.plan import choose_splits
 
@@ -159,7 +173,7 @@ class Runner:
         # the split count's divisibility by 16 (Triton specialises on it); the reduction's tile of splits.
         split_key = (label["cache"], label["plan"], plan.block_n, used > 1, used % 16 == 0)
         variant = (split_key, ("reduce", 1 << (used - 1).bit_length()) if used > 1 else None)
-        return self.run(case, inputs, label, call, sdpa_ms, variant)
+        return self.run(case, inputs, label, call, sdpa_ms, variant, baseline=baseline)
 
 
 def _describe(label: dict) -> str:
@@ -260,9 +274,35 @@ def heuristic(runner: Runner, shapes) -> None:
         del inputs
 
 
-def _warm(task: tuple[int, int, bool]) -> None:
-    index, workers, dry = task
+def quantized(runner: Runner, shapes) -> None:
+    """--part quantized: paged bf16 with this GPU's plan, then int8, fp8 and int4 with theirs as it is, with the
+    codes zero-filled by their load, and with that and the cache's tiles as the products' register operand (keys
+    only, then keys and values): AS_A_VARIANTS, each against the bf16 run at the shape."""
+    from tritonkit.ops.decoding.plan import decode_plan
+
+    d = runner.heads["d"]
+    for b, s in shapes:
+        case, inputs = runner.inputs(b, s, "plain")
+        label = {"part": "quantized", "cache": "bf16", "plan": "default"}
+        bf16_ms = runner.ours(case, inputs, decode_plan(runner.arch, d, "plain"), 0, label)
+        del inputs
+        for kv in ("int8", "fp8", "int4"):
+            case, inputs = runner.inputs(b, s, kv)
+            for name, change in AS_A_VARIANTS.items():
+                if kv == "int4" and name == "zero_fill":  # the same kernel as the default
+                    continue
+                plan = dataclasses.replace(decode_plan(runner.arch, d, kv), **change)
+                label = {"part": "quantized", "cache": kv, "plan": name}
+                runner.ours(case, inputs, plan, 0, label, bf16_ms, baseline="bf16")
+            del inputs
+
+
+def _warm(task: tuple[int, int, bool, str]) -> None:
+    index, workers, dry, part = task
     runner = Runner(dry, math.inf, 0, warm=(index, workers))
+    if part == "quantized":
+        quantized(runner, DRY["headline"] if dry else HEADLINE)
+        return
     headline(runner, DRY["headline"] if dry else HEADLINE)
     appends(runner, DRY["append"] if dry else APPEND_TOKENS)
     sweep(runner, DRY["shapes"] if dry else SHAPES)
@@ -274,8 +314,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=50.0, help="stop timing after this many seconds")
     parser.add_argument("--rep-ms", type=int, default=4, help="do_bench_cudagraph's rep: ms of work per graph")
     parser.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU, each run once, no times")
-    parser.add_argument("--part", choices=("all", "heuristic"), default="all",
-                        help="heuristic: this GPU's split heuristic against the fallback's, paged bf16")  # fmt: skip
+    parser.add_argument("--part", choices=("all", "heuristic", "quantized"), default="all",
+                        help="heuristic: this GPU's split heuristic against the fallback's, paged bf16; quantized: "
+                             "the quantized caches' register-operand switches against paged bf16")  # fmt: skip
     parser.add_argument("--compile-workers", type=int, default=min(12, (os.cpu_count() or 2) - 2),
                         help="processes compiling the kernel variants first (0: compile as the runs come)")  # fmt: skip
     args = parser.parse_args(argv)
@@ -295,10 +336,13 @@ def main(argv: list[str] | None = None) -> int:
         # into Triton's on-disk cache, they cost the timing process a cache read each.
         workers = args.compile_workers
         with multiprocessing.get_context("spawn").Pool(workers) as pool:
-            pool.map(_warm, [(index, workers, args.dry_run) for index in range(workers)])
+            pool.map(_warm, [(index, workers, args.dry_run, args.part) for index in range(workers)])
         print(f"compiled in {time.perf_counter() - start:.0f} s by {workers} processes", flush=True)
     budget = math.inf if args.dry_run else args.budget_s - (time.perf_counter() - start)
     runner = Runner(args.dry_run, budget, args.rep_ms)
+    if args.part == "quantized":
+        quantized(runner, DRY["headline"] if args.dry_run else HEADLINE)
+        return _write(args, runner, start, "decode-quantized")
     headline(runner, DRY["headline"] if args.dry_run else HEADLINE)
     appends(runner, DRY["append"] if args.dry_run else APPEND_TOKENS)
     sweep(runner, DRY["shapes"] if args.dry_run else SHAPES)
