@@ -265,6 +265,7 @@ def _zero_filled_codes(p_data, offsets, mask):
     return b_code
 
 
+@triton.jit
 def _decode_kernel(
     p_q, p_k, p_v, p_k_scales, p_v_scales, p_seqlens, p_table, p_o, p_lse, p_part_o, p_part_lse,
     n_queries, n_heads_q, n_heads_k, group, head_dim, window, capacity, n_pages, qk_scale, softcap_log2,
