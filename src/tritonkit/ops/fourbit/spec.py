@@ -185,6 +185,7 @@ _NF4_TESTS = (
     {"m": 40, "n": 70, "k": 96, "bias": True, "x_transposed": True},  # from 17 rows: dequantized first
     {"m": 130, "n": 17, "k": 72, "blocksize": 128, "double_quant": True},  # odd N
     {"m": 3, "n": 9, "k": 1},  # K = 1: half a byte a row
+    {"m": 12, "n": 20, "k": 128, "double_quant": True, "blocksize": 32},  # past the GEMV's rows: the 16-row dot tile
     {"m": 0, "n": 8, "k": 64, "bias": True},
 )
 _INT4_TESTS = (
