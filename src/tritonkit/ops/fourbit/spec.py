@@ -189,7 +189,7 @@ _NF4_TESTS = (
     {"m": 0, "n": 8, "k": 64, "bias": True},
 )
 _INT4_TESTS = (
-    {"m": 1, "n": 33, "k": 256},
+    {"m": 1, "n": 33, "k": 768},  # one row: K split in three (the GEMV's 256-column steps)
     {"m": 6, "n": 40, "k": 200, "group_size": 64, "bias": True},  # K not a multiple of the group
     {"lead": (2, 5), "n": 17, "k": 96, "group_size": 32, "x_transposed": True},
     {"m": 70, "n": 50, "k": 160, "group_size": 16, "bias": True},  # dequantized first
