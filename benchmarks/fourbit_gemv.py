@@ -1,0 +1,135 @@
+"""The 4-bit layers' forward at 1, 4 and 16 rows: the GEMV kernel (plan.Gemv4Tiles) over a small sweep of its tiles
+against the 16-row dot tile and the peers. One GPU, CUDA-graph GPU time (triton.testing.do_bench_cudagraph), bf16 x,
+(N 14336, K 4096) and (N 4096, K 14336), NF4 double-quantized (blocks of 64) and INT4 (groups of 128).
+
+- "dot 16-row": the 16 x 64 dot tile with split-K (linear4_tiles' plan, the default at these rows before the GEMV).
+- "default": the public op with its default plan (the GEMV up to plan.GEMV_ROWS rows, the dot tile above).
+- "gemv NxK wW sS": the GEMV with block_n N, block_k K, W warps and S splits of K (auto: choose_splits'), the whole
+  sweep at one row and its first configurations at 4 and 16 (each row count compiles its own kernels).
+- Peers: cuBLAS bf16 F.linear on the dequantized weight, and bitsandbytes' matmul_4bit on the same NF4 codes where
+  bitsandbytes imports.
+
+    python benchmarks/fourbit_gemv.py --out DIR
+
+Prints a table and writes ``<date>-fourbit-gemv.json`` into DIR: microseconds, the GB/s of the packed weight (codes
+and their scales, zero points or absmax; cuBLAS: its bf16 weight) and cuBLAS's time over each run's. Past --budget
+seconds the remaining GEMV configurations are skipped (and listed), so that the run stays within a minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import time
+from pathlib import Path
+
+import torch
+import triton.testing
+
+import tritonkit as tk
+from tritonkit._core.device import arch
+from tritonkit.bench import report
+from tritonkit.ops.fourbit import launch
+from tritonkit.ops.fourbit.plan import gemv4_tiles, linear4_tiles
+
+SHAPES = ((14336, 4096), (4096, 14336))  # (N, K): an MLP's up and down projections
+ROWS = (1, 4, 16)
+# (block_n, block_k, warps, splits); the first FEW_ROWS_CONFIGS also at 4 and 16 rows. 0 splits: choose_splits'.
+SWEEP = ((32, 256, 4, 0), (16, 256, 4, 0), (16, 512, 4, 1), (64, 256, 4, 0), (32, 512, 8, 0), (32, 256, 4, 1))
+FEW_ROWS_CONFIGS = 3
+REP_MS = 10  # do_bench_cudagraph's timed span per run: enough for µs kernels, and the whole run under a minute
+
+
+def _bitsandbytes():
+    try:
+        from tritonkit.bench import fourbit_peers
+
+        return fourbit_peers.bitsandbytes()
+    except ImportError:
+        return None
+
+
+def _layer(n: int, k: int) -> dict:
+    """(packed bytes, forward(x, plan), op(x)) by format, and the bf16 weight, for a random (n, k) weight."""
+    weight = torch.randn(n, k, device="cuda") * k**-0.5
+    packed, state = tk.ops.nf4_quantize(weight, blocksize=64, double_quant=True)
+    qweight, scales, zeros = tk.ops.int4_quantize(weight.to(torch.bfloat16), group_size=128)
+    nf4_args = launch.nf4_arguments(packed, state)
+    nested = [t for t in (state.absmax_codes, state.absmax_scales, state.offset) if t is not None]
+    return {
+        "nf4": (sum(t.numel() * t.element_size() for t in (packed, *state.tensors().values())),
+                lambda x, plan: launch.nf4_linear_fwd(x, None, *nf4_args, plan=plan),
+                lambda x: tk.ops.nf4_linear(x, packed, state), (packed, nested, state.shape)),
+        "int4": (qweight.numel() + scales.numel() * scales.element_size() + zeros.numel(),
+                 lambda x, plan: launch.int4_linear_fwd(x, None, qweight, scales, zeros, 128, plan=plan),
+                 lambda x: tk.ops.int4_linear(x, qweight, scales, zeros, group_size=128), None),
+        "dense": weight.to(torch.bfloat16),
+    }  # fmt: skip
+
+
+def _runs(fmt: str, layer: dict, x: torch.Tensor, sweep) -> list[tuple[str, int, object]]:
+    """(label, bytes read, callable): the dot tile, the default, the GEMV sweep, the peers."""
+    weight_bytes, forward, op, nf4 = layer[fmt]
+    device_arch = arch(x.device)
+    base = gemv4_tiles(device_arch)
+    runs = [("dot 16-row", weight_bytes, functools.partial(forward, x, linear4_tiles(device_arch, x.shape[0]))),
+            ("default", weight_bytes, functools.partial(op, x))]  # fmt: skip
+    for block_n, block_k, warps, splits in sweep:
+        plan = dataclasses.replace(base, block_n=block_n, block_k=block_k, warps=warps, splits=splits)
+        label = f"gemv {block_n}x{block_k} w{warps} s{splits or 'auto'}"
+        runs.append((label, weight_bytes, functools.partial(forward, x, plan)))
+    dense = layer["dense"]
+    runs.append(("cublas bf16", dense.numel() * 2, functools.partial(torch.nn.functional.linear, x, dense)))
+    theirs = _bitsandbytes() if nf4 is not None else None
+    if theirs is not None:
+        packed, nested, shape = nf4
+        runs.append(("bitsandbytes nf4", weight_bytes,
+                     functools.partial(theirs, x, packed, *nested, shape=shape, blocksize=64)))  # fmt: skip
+    return runs
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--budget", type=float, default=35.0, help="seconds after which GEMV sweeps are skipped")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    start = time.perf_counter()
+    rows, skipped = [], []
+    for n, k in SHAPES:
+        layer = _layer(n, k)
+        for fmt in ("int4", "nf4"):
+            for m in ROWS:
+                x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+                sweep = SWEEP if m == 1 else SWEEP[:FEW_ROWS_CONFIGS]
+                if time.perf_counter() - start > args.budget:
+                    skipped += [f"{fmt} {n}x{k} m={m} {config}" for config in sweep]
+                    sweep = ()
+                measured = []
+                for label, weight_bytes, run in _runs(fmt, layer, x, sweep):
+                    try:
+                        ms = triton.testing.do_bench_cudagraph(run, rep=REP_MS)
+                    except Exception as error:  # a peer's own failure (bitsandbytes' build) costs its row only
+                        if not label.startswith("bitsandbytes"):
+                            raise
+                        print(f"{label}: {type(error).__name__}: {error}", flush=True)
+                        continue
+                    measured.append({"format": fmt, "n": n, "k": k, "m": m, "run": label, "us": ms * 1e3,
+                                     "gb_s": weight_bytes / ms / 1e6})  # fmt: skip
+                cublas_us = next(row["us"] for row in measured if row["run"] == "cublas bf16")
+                for row in measured:
+                    row["vs_cublas"] = cublas_us / row["us"]
+                    print(f"{fmt:4} N{n:<5} K{k:<5} m={m:<2} {row['run']:24} {row['us']:8.1f} us "
+                          f"{row['gb_s']:6.0f} GB/s {row['vs_cublas']:5.2f}x cuBLAS", flush=True)  # fmt: skip
+                rows += measured
+    if skipped:
+        print(f"skipped past the budget: {'; '.join(skipped)}", flush=True)
+    record = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows, "skipped": skipped,
+              "seconds": time.perf_counter() - start}  # fmt: skip
+    report.write_record(args.out, "fourbit-gemv", record)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
