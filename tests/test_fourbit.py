@@ -360,7 +360,7 @@ def test_captures_in_a_cuda_graph():
 @pytest.mark.parametrize("k", [100, 4096], ids=["blocks-across-rows", "blocks-within-rows"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_every_nf4_decode_gives_the_same_bits(k, dtype):
-    """The NF4 lookups ("gather", "select", "prmt") in every kernel: the same outputs, bit for bit."""
+    """The NF4 lookups ("gather", "select", "prmt") in every kernel (the GEMV's too): the same outputs, bit for bit."""
     packed, state = tk.ops.nf4_quantize(_weight(300, k, "cuda"), blocksize=64, double_quant=True)
     args = launch.nf4_arguments(packed, state)
     x = torch.randn(16, k, device="cuda", dtype=dtype)
@@ -369,7 +369,9 @@ def test_every_nf4_decode_gives_the_same_bits(k, dtype):
     results = {}
     for decode in ("gather", "select", "prmt"):
         tiles = dataclasses.replace(few_rows, nf4_decode=decode)
+        gemv = dataclasses.replace(Gemv4Tiles(), nf4_decode=decode)
         results[decode] = (launch.nf4_linear_fwd(x, None, *args, plan=tiles),
+                           launch.nf4_linear_fwd(x[:3], None, *args, plan=gemv),
                            launch.nf4_linear_bwd(dy, *args, True, False, plan=tiles)[0],
                            launch._dequantized(launch._nf4_weight(*args[:6], k, 64), 300, k, dtype, x.device,
                                                DequantizeFirst(nf4_decode=decode)))  # fmt: skip
