@@ -4,8 +4,8 @@ against the 16-row dot tile and the peers. One GPU, CUDA-graph GPU time (triton.
 
 - "dot 16-row": the 16 x 64 dot tile with split-K (linear4_tiles' plan, the default at these rows before the GEMV).
 - "default": the public op with its default plan (the GEMV up to plan.GEMV_ROWS rows, the dot tile above).
-- "gemv NxK wW sS": the GEMV with block_n N, block_k K, W warps and S splits of K (auto: choose_splits'), the whole
-  sweep at one row and its first configurations at 4 and 16 (each row count compiles its own kernels).
+- "gemv NxK wW sS": the GEMV with block_n N, block_k K, W warps and S splits of K (auto: choose_splits'), nine
+  configurations at one row and the first two at 4 rows, one at 16 (each row count compiles its own kernels).
 - Peers: cuBLAS bf16 F.linear on the dequantized weight, and bitsandbytes' matmul_4bit on the same NF4 codes where
   bitsandbytes imports.
 
@@ -35,9 +35,11 @@ from tritonkit.ops.fourbit.plan import gemv4_tiles, linear4_tiles
 
 SHAPES = ((14336, 4096), (4096, 14336))  # (N, K): an MLP's up and down projections
 ROWS = (1, 4, 16)
-# (block_n, block_k, warps, splits); the first FEW_ROWS_CONFIGS also at 4 and 16 rows. 0 splits: choose_splits'.
-SWEEP = ((32, 256, 4, 0), (16, 256, 4, 0), (16, 512, 4, 1), (64, 256, 4, 0), (32, 512, 8, 0), (32, 256, 4, 1))
-FEW_ROWS_CONFIGS = 3
+# (block_n, block_k, warps, splits), 0 splits: choose_splits'. Every one at one row; at 4 and 16 rows (each a kernel
+# of its own to compile, slower the more rows) the first SWEPT_AT[m]. Split counts share a compile (two grids).
+SWEEP = ((32, 256, 4, 0), (16, 512, 4, 1), (16, 256, 4, 0), (32, 256, 4, 4), (32, 256, 4, 8), (64, 256, 4, 0),
+         (32, 512, 8, 0), (32, 256, 4, 1), (16, 256, 4, 4))  # fmt: skip
+SWEPT_AT = {1: len(SWEEP), 4: 2, 16: 1}
 REP_MS = 10  # do_bench_cudagraph's timed span per run: enough for µs kernels, and the whole run under a minute
 
 
@@ -102,7 +104,7 @@ def main() -> int:
         for fmt in ("int4", "nf4"):
             for m in ROWS:
                 x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-                sweep = SWEEP if m == 1 else SWEEP[:FEW_ROWS_CONFIGS]
+                sweep = SWEEP[: SWEPT_AT[m]]
                 if time.perf_counter() - start > args.budget:
                     skipped += [f"{fmt} {n}x{k} m={m} {config}" for config in sweep]
                     sweep = ()
