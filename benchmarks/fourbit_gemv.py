@@ -4,8 +4,9 @@ against the 16-row dot tile and the peers. One GPU, CUDA-graph GPU time (triton.
 
 - "dot 16-row": the 16 x 64 dot tile with split-K (linear4_tiles' plan, the default at these rows before the GEMV).
 - "default": the public op with its default plan (the GEMV up to plan.GEMV_ROWS rows, the dot tile above).
-- "gemv NxK wW sS": the GEMV with block_n N, block_k K, W warps and S splits of K (auto: choose_splits'), nine
-  configurations at one row and the first two at 4 rows, one at 16 (each row count compiles its own kernels).
+- "gemv-P NxK wW sS": the GEMV with block_n N, block_k K, W warps and S splits of K (auto: choose_splits'),
+  products P: "dot" on the tensor cores (two configurations at every row count) or "fma" on the CUDA cores (nine at
+  one row, two at 4 rows, one at 16; each row count compiles its own kernels).
 - Peers: cuBLAS bf16 F.linear on the dequantized weight, and bitsandbytes' matmul_4bit on the same NF4 codes where
   bitsandbytes imports.
 
@@ -35,11 +36,14 @@ from tritonkit.ops.fourbit.plan import gemv4_tiles, linear4_tiles
 
 SHAPES = ((14336, 4096), (4096, 14336))  # (N, K): an MLP's up and down projections
 ROWS = (1, 4, 16)
-# (block_n, block_k, warps, splits), 0 splits: choose_splits'. Every one at one row; at 4 and 16 rows (each a kernel
-# of its own to compile, slower the more rows) the first SWEPT_AT[m]. Split counts share a compile (two grids).
-SWEEP = ((32, 256, 4, 0), (16, 512, 4, 1), (16, 256, 4, 0), (32, 256, 4, 4), (32, 256, 4, 8), (64, 256, 4, 0),
-         (32, 512, 8, 0), (32, 256, 4, 1), (16, 256, 4, 4))  # fmt: skip
-SWEPT_AT = {1: len(SWEEP), 4: 2, 16: 1}
+# (block_n, block_k, warps, splits, products), 0 splits: choose_splits'. The tensor cores' two at every row count;
+# on the CUDA cores every one at one row, the first two at 4 rows, one at 16 (each row count compiles kernels of its
+# own, slower the more rows). Split counts share a compile (two grids).
+DOT_SWEEP = ((32, 256, 2, 0, "dot"), (64, 256, 4, 0, "dot"))  # mma.sync; wgmma (its smallest M, 64)
+FMA_SWEEP = ((32, 256, 4, 0, "fma"), (16, 512, 4, 1, "fma"), (16, 256, 4, 0, "fma"), (32, 256, 4, 4, "fma"),
+             (32, 256, 4, 8, "fma"), (64, 256, 4, 0, "fma"), (32, 512, 8, 0, "fma"), (32, 256, 4, 1, "fma"),
+             (16, 256, 4, 4, "fma"))  # fmt: skip
+FMA_SWEPT_AT = {1: len(FMA_SWEEP), 4: 2, 16: 1}
 REP_MS = 10  # do_bench_cudagraph's timed span per run: enough for µs kernels, and the whole run under a minute
 
 
@@ -77,9 +81,10 @@ def _runs(fmt: str, layer: dict, x: torch.Tensor, sweep) -> list[tuple[str, int,
     base = gemv4_tiles(device_arch)
     runs = [("dot 16-row", weight_bytes, functools.partial(forward, x, linear4_tiles(device_arch, x.shape[0]))),
             ("default", weight_bytes, functools.partial(op, x))]  # fmt: skip
-    for block_n, block_k, warps, splits in sweep:
-        plan = dataclasses.replace(base, block_n=block_n, block_k=block_k, warps=warps, splits=splits)
-        label = f"gemv {block_n}x{block_k} w{warps} s{splits or 'auto'}"
+    for block_n, block_k, warps, splits, products in sweep:
+        plan = dataclasses.replace(base, block_n=block_n, block_k=block_k, warps=warps, splits=splits,
+                                   products=products)  # fmt: skip
+        label = f"gemv-{products} {block_n}x{block_k} w{warps} s{splits or 'auto'}"
         runs.append((label, weight_bytes, functools.partial(forward, x, plan)))
     dense = layer["dense"]
     runs.append(("cublas bf16", dense.numel() * 2, functools.partial(torch.nn.functional.linear, x, dense)))
@@ -104,7 +109,7 @@ def main() -> int:
         for fmt in ("int4", "nf4"):
             for m in ROWS:
                 x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-                sweep = SWEEP[: SWEPT_AT[m]]
+                sweep = DOT_SWEEP + FMA_SWEEP[: FMA_SWEPT_AT[m]]
                 if time.perf_counter() - start > args.budget:
                     skipped += [f"{fmt} {n}x{k} m={m} {config}" for config in sweep]
                     sweep = ()
@@ -122,7 +127,7 @@ def main() -> int:
                 cublas_us = next(row["us"] for row in measured if row["run"] == "cublas bf16")
                 for row in measured:
                     row["vs_cublas"] = cublas_us / row["us"]
-                    print(f"{fmt:4} N{n:<5} K{k:<5} m={m:<2} {row['run']:24} {row['us']:8.1f} us "
+                    print(f"{fmt:4} N{n:<5} K{k:<5} m={m:<2} {row['run']:27} {row['us']:8.1f} us "
                           f"{row['gb_s']:6.0f} GB/s {row['vs_cublas']:5.2f}x cuBLAS", flush=True)  # fmt: skip
                 rows += measured
     if skipped:

@@ -139,6 +139,7 @@ GEMV_CASES = [  # (plan, rows, K): rows from one to the kernel's most, both NF4 
     (Gemv4Tiles(), 1, 128),
     (Gemv4Tiles(16, 32, splits=3), 3, 100),  # three partial sums; blocks across rows, odd K tail
     (Gemv4Tiles(8, 64, 2, splits=1, nf4_decode="gather"), 16, 128),  # one split: bias and output in the kernel
+    (Gemv4Tiles(16, 32, 2, splits=2, products="dot"), 3, 100),  # on the tensor cores: x's rows padded to 16
 ]
 
 
@@ -171,6 +172,10 @@ def test_the_gemv_is_the_forward_plan_up_to_its_rows_only():
         launch.nf4_linear_fwd(x, None, *launch.nf4_arguments(packed, state), plan=Gemv4Tiles())
     with pytest.raises(ValueError, match="Gemv4Tiles: block_k must be a power of two >= 2, got 96"):
         Gemv4Tiles(block_k=96)
+    with pytest.raises(ValueError, match="Gemv4Tiles: block_n must be a power of two >= 16, got 8"):
+        Gemv4Tiles(block_n=8, products="dot")
+    with pytest.raises(ValueError, match="Gemv4Tiles: products must be one of"):
+        Gemv4Tiles(products="wgmma")
 
 
 def test_tiles_below_the_dots_smallest_side_are_refused():

@@ -26,6 +26,7 @@ from tritonkit.ops.fourbit.kernels import (
     _split_sum_kernel,
 )
 from tritonkit.ops.fourbit.plan import (
+    MIN_DOT,
     DequantizeFirst,
     Gemv4Tiles,
     Linear4Tiles,
@@ -250,11 +251,13 @@ def _gemv(x: torch.Tensor, out: torch.Tensor, bias, weight: _Weight, n: int, k: 
     n_tiles = cdiv(n, tiles.block_n)
     splits, pairs_per_split = _split(tiles, n_tiles, cdiv(k, 2), tiles.block_k // 2, m * n, x.device)
     part = torch.empty((splits, m, n), dtype=torch.float32, device=x.device) if splits > 1 else out
+    block_m = max(next_power_of_2(m), MIN_DOT if tiles.products == "dot" else 1)  # x's rows, padded for a dot
     _linear4_gemv_kernel[(n_tiles, splits)](
         x, out, part, bias, *weight.pointers, m, n, k, k // 2, pairs_per_split, x.stride(0), x.stride(1), out.stride(0),
         weight.stride_q_n, weight.stride_s_n, **weight.flags, HAS_BIAS=bias is not None, SPLIT=splits > 1,
-        UPCAST=upcast_bf16_dots(x.dtype), NF4_DECODE=_decode(weight, tiles), BLOCK_M=next_power_of_2(m),
-        BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, num_warps=tiles.warps, num_stages=tiles.stages,
+        UPCAST=upcast_bf16_dots(x.dtype), NF4_DECODE=_decode(weight, tiles), PRODUCTS=tiles.products,
+        DOT_PRECISION=input_precision(x.dtype), BLOCK_M=block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
+        num_warps=tiles.warps, num_stages=tiles.stages,
         # The nested absmax rounds twice (no fused multiply-add there); elsewhere the products may fuse with the sums.
         enable_fp_fusion=not weight.flags["NESTED"],
     )  # fmt: skip

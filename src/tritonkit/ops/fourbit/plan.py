@@ -30,6 +30,7 @@ from tritonkit._core.ints import cdiv
 
 MIN_DOT = 16  # tl.dot's smallest side
 NF4_DECODES = ("gather", "select", "prmt")  # NF4's code lookups (module docstring)
+GEMV_PRODUCTS = ("fma", "dot")  # where the GEMV multiplies: CUDA cores, or tensor cores (Gemv4Tiles)
 
 
 def _check_decode(plan) -> None:
@@ -67,12 +68,16 @@ class Gemv4Tiles:
     stages: int = 3
     splits: int = 0  # splits of K; 0: chosen by choose_splits
     nf4_decode: str = "select"  # NF4's code lookup (NF4_DECODES)
+    products: str = "fma"  # "fma": on the CUDA cores; "dot": the tensor cores, x's rows padded to 16 (GEMV_PRODUCTS)
 
     def __post_init__(self) -> None:
+        if self.products not in GEMV_PRODUCTS:
+            raise ValueError(f"Gemv4Tiles: products must be one of {GEMV_PRODUCTS}, got {self.products!r}")
+        smallest = MIN_DOT if self.products == "dot" else 2  # tl.dot's sides; else tl.arange's, and whole bytes
         for name in ("block_n", "block_k"):
             value = getattr(self, name)
-            if value < 2 or value & (value - 1):  # tl.arange's sides; block_k: whole bytes
-                raise ValueError(f"Gemv4Tiles: {name} must be a power of two >= 2, got {value}")
+            if value < smallest or value & (value - 1):
+                raise ValueError(f"Gemv4Tiles: {name} must be a power of two >= {smallest}, got {value}")
         _check_decode(self)
 
 
