@@ -15,7 +15,16 @@ import tritonkit as tk
 from helpers import assert_compiled_matches_eager, assert_graph_replay_matches_eager
 from tritonkit import catalog
 from tritonkit.ops.fourbit import launch
-from tritonkit.ops.fourbit.plan import DEQUANTIZE_FIRST_ROWS, FALLBACK, DequantizeFirst, Linear4Tiles, choose_splits
+from tritonkit.ops.fourbit.plan import (
+    DEQUANTIZE_FIRST_ROWS,
+    FALLBACK,
+    GEMV_ROWS,
+    DequantizeFirst,
+    Gemv4Tiles,
+    Linear4Tiles,
+    choose_splits,
+    linear4_plan,
+)
 
 
 def _weight(n=40, k=96, device="cpu"):
@@ -124,6 +133,49 @@ def test_many_rows_dequantize_the_weight_once(monkeypatch):
     torch.testing.assert_close(tk.ops.int4_linear(x, qweight, scales, zeros, group_size=32).double(), expected,
                                rtol=1e-5, atol=1e-5)  # fmt: skip
     assert launched == [DequantizeFirst(), DequantizeFirst()]
+
+
+GEMV_CASES = [  # (plan, rows, K): rows from one to the kernel's most, both NF4 loaders, splits chosen and forced
+    (Gemv4Tiles(), 1, 128),
+    (Gemv4Tiles(16, 32, splits=3), 3, 100),  # three partial sums; blocks across rows, odd K tail
+    (Gemv4Tiles(8, 64, 2, splits=1, nf4_decode="gather"), 16, 128),  # one split: bias and output in the kernel
+    (Gemv4Tiles(16, 32, 2, splits=2, products="dot"), 3, 100),  # on the tensor cores: x's rows padded to 16
+]
+
+
+@pytest.mark.parametrize(("plan", "m", "k"), GEMV_CASES, ids=lambda v: str(v) if isinstance(v, int) else None)
+def test_the_few_rows_gemv_gives_the_product_and_hands_the_gradient_to_the_dot_tiles(plan, m, k):
+    x, packed, state, dense = _nf4_case(m=m, k=k)
+    args = launch.nf4_arguments(packed, state)
+    bias = torch.randn(24)
+    y = launch.nf4_linear_fwd(x, bias, *args, plan=plan)
+    torch.testing.assert_close(y.double(), x.double() @ dense.t() + bias.double(), rtol=1e-5, atol=1e-5)
+    dy = torch.randn(m, 24)
+    dx, _ = launch.nf4_linear_bwd(dy, *args, True, False, plan=plan)  # no GEMV backward: the dot tiles run it
+    torch.testing.assert_close(dx.double(), dy.double() @ dense, rtol=1e-5, atol=1e-5)
+
+
+def test_the_gemv_reads_strided_rows_of_x_for_int4():
+    qweight, scales, zeros = tk.ops.int4_quantize(_weight(20, 64), group_size=32)
+    x = torch.randn(64, 2).t()  # rows 1 apart, columns 2 apart
+    dense = tk.ops.int4_dequantize(qweight, scales, zeros, group_size=32, dtype=x.dtype).double()
+    y = launch.int4_linear_fwd(x, None, qweight, scales, zeros, 32, plan=Gemv4Tiles(8, 32, splits=2))
+    torch.testing.assert_close(y.double(), x.double() @ dense.t(), rtol=1e-5, atol=1e-5)
+
+
+def test_the_gemv_is_the_forward_plan_up_to_its_rows_only():
+    assert isinstance(linear4_plan("sm90", 1), Gemv4Tiles) and isinstance(linear4_plan("sm80", GEMV_ROWS), Gemv4Tiles)
+    assert isinstance(linear4_plan("sm90", GEMV_ROWS + 1), Linear4Tiles)
+    assert isinstance(linear4_plan("sm90", 1, forward=False), Linear4Tiles)
+    x, packed, state, _ = _nf4_case(m=launch.MAX_GEMV_ROWS + 1, k=64)
+    with pytest.raises(ValueError, match="Gemv4Tiles: x may have at most 16 rows, got 17"):
+        launch.nf4_linear_fwd(x, None, *launch.nf4_arguments(packed, state), plan=Gemv4Tiles())
+    with pytest.raises(ValueError, match="Gemv4Tiles: block_k must be a power of two >= 2, got 96"):
+        Gemv4Tiles(block_k=96)
+    with pytest.raises(ValueError, match="Gemv4Tiles: block_n must be a power of two >= 16, got 8"):
+        Gemv4Tiles(block_n=8, products="dot")
+    with pytest.raises(ValueError, match="Gemv4Tiles: products must be one of"):
+        Gemv4Tiles(products="wgmma")
 
 
 def test_tiles_below_the_dots_smallest_side_are_refused():
@@ -313,7 +365,7 @@ def test_captures_in_a_cuda_graph():
 @pytest.mark.parametrize("k", [100, 4096], ids=["blocks-across-rows", "blocks-within-rows"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_every_nf4_decode_gives_the_same_bits(k, dtype):
-    """The NF4 lookups ("gather", "select", "prmt") in every kernel: the same outputs, bit for bit."""
+    """The NF4 lookups ("gather", "select", "prmt") in every kernel (the GEMV's too): the same outputs, bit for bit."""
     packed, state = tk.ops.nf4_quantize(_weight(300, k, "cuda"), blocksize=64, double_quant=True)
     args = launch.nf4_arguments(packed, state)
     x = torch.randn(16, k, device="cuda", dtype=dtype)
@@ -322,7 +374,9 @@ def test_every_nf4_decode_gives_the_same_bits(k, dtype):
     results = {}
     for decode in ("gather", "select", "prmt"):
         tiles = dataclasses.replace(few_rows, nf4_decode=decode)
+        gemv = dataclasses.replace(Gemv4Tiles(), nf4_decode=decode)
         results[decode] = (launch.nf4_linear_fwd(x, None, *args, plan=tiles),
+                           launch.nf4_linear_fwd(x[:3], None, *args, plan=gemv),
                            launch.nf4_linear_bwd(dy, *args, True, False, plan=tiles)[0],
                            launch._dequantized(launch._nf4_weight(*args[:6], k, 64), 300, k, dtype, x.device,
                                                DequantizeFirst(nf4_decode=decode)))  # fmt: skip

@@ -14,6 +14,10 @@ that dtype, so y equals F.linear(x, dequantize(W)) up to the order of the fp32 s
 because a byte holds a pair: a program's K step splits x into its even and odd columns and multiplies each by the
 matching half of the weight tile, two tensor-core products over K / 2 each, so that no nibble is ever interleaved.
 
+With one to a few rows of x (plan.Gemv4Tiles) _linear4_gemv_kernel streams the weight's rows and multiplies on the
+CUDA cores (no dot, whose smallest side pads x to 16 rows, and no trip of the weight tile through shared memory), or,
+as the plan says, on the tensor cores with the weight tile as the dot's first operand, straight from registers.
+
 With many rows of x (plan.DequantizeFirst) the weight is instead written once in x's dtype by _dequantize_kernel
 and the products run on cuBLAS: the fused kernels dequantize every weight tile again for each block of rows.
 
@@ -207,6 +211,76 @@ def _linear4_fwd_kernel(
         if HAS_BIAS:
             acc += tl.load(p_bias + o_n, mask=m_n, other=0.0).to(tl.float32)[None, :]
         p_y = p_out + o_m.to(tl.int64)[:, None] * stride_out_m + o_n[None, :]
+        tl.store(p_y, acc.to(p_out.dtype.element_ty), mask=m_out)
+
+
+@triton.jit
+def _linear4_gemv_kernel(
+    p_x, p_out, p_part, p_bias,
+    p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros,
+    M, N, K, half_k, pairs_per_split, stride_x_m, stride_x_k, stride_out_m, stride_q_n, stride_s_n,
+    FORMAT: tl.constexpr, NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr, EVEN_K: tl.constexpr,
+    BY_GROUP: tl.constexpr, GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr, UPCAST: tl.constexpr,
+    NF4_DECODE: tl.constexpr, PRODUCTS: tl.constexpr, DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """The forward for a few rows of x (M <= BLOCK_M, all in one program): program (i, s)
+    streams rows i BLOCK_N .. of W over split s of K, BLOCK_K columns a step (BLOCK_K / 2 contiguous bytes of each
+    row), and for each row m of x
+
+        y[m, n] = sum_k x[m, k] w[n, k]   (fp32 products and sums, w rounded to x's dtype first)
+
+    The halves of each byte are joined back into columns in registers, so x's row is read contiguously; each row of x
+    is multiplied elementwise and summed along K, then added into column m of the [BLOCK_N, BLOCK_M] accumulator.
+    A dot would pad x to 16 rows and move every dequantized tile through shared memory into the tensor cores'
+    layout; here the packed bytes go from the load to the FMAs in registers. PRODUCTS "dot" instead multiplies on
+    the tensor cores with the weight tile as the dot's first operand (its rows the output columns, from registers)
+    and x's rows as the columns of the second, padded to BLOCK_M >= 16, acc = W_tile x_tile^T: no FMA a value, and
+    no trip of the weight through shared memory where the compiler keeps it in registers. SPLIT: store the fp32
+    partial sum to
+    p_part (S, M, N) (summed in order by _split_sum_kernel); else add the bias and store y in x's dtype."""
+    # K as 2 (K / 2) where K is even: the same value, but one the compiler knows to be a multiple of 32 when K / 2 (an
+    # argument) is one of 16, so that the byte loads' mask is constant over 16 lanes and they load 16 bytes a thread.
+    k_w = 2 * half_k if EVEN_K else K
+    i_split = tl.program_id(1)
+    o_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    o_m = tl.arange(0, BLOCK_M)
+    m_n, m_m = o_n < N, o_m < M
+    pair_lo = i_split * pairs_per_split
+    pair_hi = tl.minimum(pair_lo + pairs_per_split, (k_w + 1) // 2)
+    acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)  # transposed: a row's sums along K land as a column
+    for pair in range(pair_lo, pair_hi, BLOCK_K // 2):
+        b_even, b_odd = _weight_operands(
+            p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros, o_n,
+            pair, m_n, k_w, stride_q_n, stride_s_n, FORMAT, NESTED, NESTED_BLOCK, EVEN_K, BY_GROUP, GROUP,
+            BLOCK_K // 2, p_x.dtype.element_ty, UPCAST, NF4_DECODE,
+        )  # [N, P] each, masked values finite  # fmt: skip
+        b_w = tl.reshape(tl.join(b_even, b_odd), (BLOCK_N, BLOCK_K))  # columns 2p, 2p + 1 again
+        o_k = 2 * pair + tl.arange(0, BLOCK_K)
+        p_x_step = p_x + o_k.to(tl.int64) * stride_x_k
+        if PRODUCTS == "dot":
+            p_x_tile = p_x_step[:, None] + o_m.to(tl.int64)[None, :] * stride_x_m
+            b_x_t = tl.load(p_x_tile, mask=(o_k < K)[:, None] & m_m[None, :], other=0.0)  # [K, M]
+            if UPCAST:
+                b_x_t = b_x_t.to(tl.float32)
+            acc = tl.dot(b_w, b_x_t, acc, input_precision=DOT_PRECISION)
+        else:
+            b_w = b_w.to(tl.float32)
+            for row in tl.static_range(BLOCK_M):
+                b_x = tl.load(p_x_step + row * stride_x_m, mask=(o_k < K) & (row < M), other=0.0).to(tl.float32)
+                b_row = tl.sum(b_w * b_x[None, :], axis=1)[:, None]  # [N, 1]
+                if BLOCK_M == 1:
+                    acc += b_row
+                else:
+                    acc = tl.where(o_m[None, :] == row, acc + b_row, acc)
+    m_out = m_n[:, None] & m_m[None, :]
+    if SPLIT:
+        o_part = (i_split * M + o_m).to(tl.int64)[None, :] * N + o_n[:, None]
+        tl.store(p_part + o_part, acc, mask=m_out)
+    else:
+        if HAS_BIAS:
+            acc += tl.load(p_bias + o_n, mask=m_n, other=0.0).to(tl.float32)[:, None]
+        p_y = p_out + o_m.to(tl.int64)[None, :] * stride_out_m + o_n[:, None]
         tl.store(p_y, acc.to(p_out.dtype.element_ty), mask=m_out)
 
 

@@ -17,15 +17,25 @@ from tritonkit._core.device import arch, sm_count
 from tritonkit._core.env import upcast_bf16_dots
 from tritonkit._core.fourbit import NESTED_BLOCK, NF4State, check_int4_weight, check_nf4_state, nf4_tables
 from tritonkit._core.gemm_plan import input_precision
-from tritonkit._core.ints import cdiv
+from tritonkit._core.ints import cdiv, next_power_of_2
 from tritonkit.ops.fourbit.kernels import (
     _dequantize_kernel,
     _linear4_dx_kernel,
     _linear4_fwd_kernel,
+    _linear4_gemv_kernel,
     _split_sum_kernel,
 )
-from tritonkit.ops.fourbit.plan import DequantizeFirst, Linear4Tiles, choose_splits, linear4_plan
+from tritonkit.ops.fourbit.plan import (
+    MIN_DOT,
+    DequantizeFirst,
+    Gemv4Tiles,
+    Linear4Tiles,
+    choose_splits,
+    linear4_plan,
+    linear4_tiles,
+)
 
+MAX_GEMV_ROWS = 16  # rows of x a _linear4_gemv_kernel program holds: one multiply-add pass over the weight tile each
 _SUM_TILE = (16, 256)  # rows x columns per program of the split sum: 4096 fp32 partials a split, 4 warps
 
 
@@ -168,15 +178,16 @@ def _int4_weight(qweight, scales, zeros, group_size) -> _Weight:
     return _Weight(pointers, qweight.stride(0), scales.stride(0), flags)
 
 
-def _split(tiles: Linear4Tiles, n_tiles: int, length: int, step: int, outputs: int, device) -> tuple[int, int]:
-    """(splits, length per split, a multiple of step) of a contraction of ``length``."""
+def _split(tiles, n_tiles: int, length: int, step: int, outputs: int, device) -> tuple[int, int]:
+    """(splits, length per split, a multiple of step) of a contraction of ``length`` (tiles: Linear4Tiles or
+    Gemv4Tiles, whose splits field forces the count)."""
     steps = cdiv(length, step)
     splits = tiles.splits or choose_splits(n_tiles, steps, outputs, sm_count(device))
     per_split = cdiv(steps, max(1, min(splits, steps))) * step
     return max(1, cdiv(length, per_split)), per_split
 
 
-def _decode(weight: _Weight, plan: Linear4Tiles | DequantizeFirst) -> str:
+def _decode(weight: _Weight, plan: Linear4Tiles | Gemv4Tiles | DequantizeFirst) -> str:
     """The plan's NF4 lookup; INT4 has none, and takes one value so that plans differing in it share a compile."""
     return plan.nf4_decode if weight.flags["FORMAT"] == "nf4" else "select"
 
@@ -212,6 +223,9 @@ def _forward(x: torch.Tensor, bias, weight: _Weight, n: int, k: int, plan) -> to
         return out
     if k == 0:
         return out.copy_(bias.expand(m, n)) if bias is not None else out.zero_()
+    if isinstance(tiles, Gemv4Tiles):
+        _gemv(x, out, bias, weight, n, k, tiles)
+        return out
     n_tiles = cdiv(m, tiles.block_m) * cdiv(n, tiles.block_n)
     splits, pairs_per_split = _split(tiles, n_tiles, cdiv(k, 2), tiles.block_k // 2, m * n, x.device)
     part = torch.empty((splits, m, n), dtype=torch.float32, device=x.device) if splits > 1 else out
@@ -228,13 +242,38 @@ def _forward(x: torch.Tensor, bias, weight: _Weight, n: int, k: int, plan) -> to
     return out
 
 
+def _gemv(x: torch.Tensor, out: torch.Tensor, bias, weight: _Weight, n: int, k: int, tiles: Gemv4Tiles) -> None:
+    """y = x W^T + bias into out by _linear4_gemv_kernel (m, n and k non-zero), every row of x in each program."""
+    m = x.shape[0]
+    if m > MAX_GEMV_ROWS:
+        raise ValueError(f"Gemv4Tiles: x may have at most {MAX_GEMV_ROWS} rows, got {m}; take Linear4Tiles or "
+                         "DequantizeFirst for more")  # fmt: skip
+    n_tiles = cdiv(n, tiles.block_n)
+    splits, pairs_per_split = _split(tiles, n_tiles, cdiv(k, 2), tiles.block_k // 2, m * n, x.device)
+    part = torch.empty((splits, m, n), dtype=torch.float32, device=x.device) if splits > 1 else out
+    block_m = max(next_power_of_2(m), MIN_DOT if tiles.products == "dot" else 1)  # x's rows, padded for a dot
+    _linear4_gemv_kernel[(n_tiles, splits)](
+        x, out, part, bias, *weight.pointers, m, n, k, k // 2, pairs_per_split, x.stride(0), x.stride(1), out.stride(0),
+        weight.stride_q_n, weight.stride_s_n, **weight.flags, HAS_BIAS=bias is not None, SPLIT=splits > 1,
+        UPCAST=upcast_bf16_dots(x.dtype), NF4_DECODE=_decode(weight, tiles), PRODUCTS=tiles.products,
+        DOT_PRECISION=input_precision(x.dtype), BLOCK_M=block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
+        num_warps=tiles.warps, num_stages=tiles.stages,
+        # The nested absmax rounds twice (no fused multiply-add there); elsewhere the products may fuse with the sums.
+        enable_fp_fusion=not weight.flags["NESTED"],
+    )  # fmt: skip
+    if splits > 1:
+        _sum_splits(part, bias, out)
+
+
 def _backward(dy, weight: _Weight, n: int, k: int, need_dx: bool, need_dbias: bool, plan) -> tuple:
     """(dx, dbias), each empty unless asked for."""
     m = dy.shape[0]
     dbias = dy.sum(0, dtype=torch.float32).to(dy.dtype) if need_dbias else dy.new_empty((0,))
     if not need_dx:
         return dy.new_empty((0,)), dbias
-    tiles = plan or linear4_plan(arch(dy.device), m)
+    tiles = plan or linear4_plan(arch(dy.device), m, forward=False)
+    if isinstance(tiles, Gemv4Tiles):  # a forward plan only: the input gradient at those rows takes the dot tiles
+        tiles = linear4_tiles(arch(dy.device), m)
     if isinstance(tiles, DequantizeFirst) and m and n and k:
         return mm_rounded(dy, _dequantized(weight, n, k, dy.dtype, dy.device, tiles)), dbias
     dx = torch.empty((m, k), dtype=dy.dtype, device=dy.device)
@@ -273,7 +312,7 @@ def nf4_linear_fwd(
     k: int,
     blocksize: int,
     *,
-    plan: Linear4Tiles | DequantizeFirst | None = None,
+    plan: Linear4Tiles | Gemv4Tiles | DequantizeFirst | None = None,
 ) -> torch.Tensor:
     """y = x W^T + bias (M, N) for x (M, K) and NF4 codes of W (N, K) (validated arguments)."""
     weight = _nf4_weight(packed, absmax, absmax_codes, absmax_scales, offset, nested_code, k, blocksize)
@@ -298,7 +337,7 @@ def nf4_linear_bwd(
     need_dx: bool,
     need_dbias: bool,
     *,
-    plan: Linear4Tiles | DequantizeFirst | None = None,
+    plan: Linear4Tiles | Gemv4Tiles | DequantizeFirst | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(dx = dy W, dbias = sum of dy's rows), each empty unless asked for."""
     weight = _nf4_weight(packed, absmax, absmax_codes, absmax_scales, offset, nested_code, k, blocksize)
@@ -322,7 +361,7 @@ def int4_linear_fwd(
     zeros: torch.Tensor,
     group_size: int,
     *,
-    plan: Linear4Tiles | DequantizeFirst | None = None,
+    plan: Linear4Tiles | Gemv4Tiles | DequantizeFirst | None = None,
 ) -> torch.Tensor:
     """y = x W^T + bias (M, N) for x (M, K) and INT4 codes of W (N, K) (validated arguments)."""
     return _forward(x, bias, _int4_weight(qweight, scales, zeros, group_size), qweight.shape[0], x.shape[1], plan)
@@ -341,7 +380,7 @@ def int4_linear_bwd(
     need_dx: bool,
     need_dbias: bool,
     *,
-    plan: Linear4Tiles | DequantizeFirst | None = None,
+    plan: Linear4Tiles | Gemv4Tiles | DequantizeFirst | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(dx = dy W, dbias = sum of dy's rows), each empty unless asked for."""
     weight = _int4_weight(qweight, scales, zeros, group_size)

@@ -1,10 +1,11 @@
 """Launch plans of the 4-bit linear layers: the tile by how many rows x has, and how many splits of the contraction.
 
-Two schedules share one kernel per direction. Few rows (decoding, M <= 16): a BLOCK_M of 16 (tl.dot's smallest) and
-wide K steps; the output has too few tiles to occupy the GPU, so the contraction is split across programs (split-K)
-until there are about SPLIT_TARGET_WAVES programs per multiprocessor, and a second kernel adds the splits' fp32
-partial sums in order. Many rows: GEMM tiles in grouped order, one split. The same rule serves the input gradient,
-whose contraction runs over N.
+Up to GEMV_ROWS rows the forward runs Gemv4Tiles: a kernel of its own with no dot (kernels._linear4_gemv_kernel), split
+over K as below. Otherwise two schedules share one kernel per direction. Few rows (decoding, M <= 16): a BLOCK_M of 16
+(tl.dot's smallest) and wide K steps; the output has too few tiles to occupy the GPU, so the contraction is split across
+programs (split-K) until there are about SPLIT_TARGET_WAVES programs per multiprocessor, and a second kernel adds the
+splits' fp32 partial sums in order. Many rows: GEMM tiles in grouped order, one split. The same rule serves the input
+gradient, whose contraction runs over N.
 
 MEASURED holds sm90's table (FALLBACK's tiles, NF4 decoded by byte permutes); every other architecture takes
 FALLBACK. On an H100 its many-rows tile at three stages
@@ -29,6 +30,7 @@ from tritonkit._core.ints import cdiv
 
 MIN_DOT = 16  # tl.dot's smallest side
 NF4_DECODES = ("gather", "select", "prmt")  # NF4's code lookups (module docstring)
+GEMV_PRODUCTS = ("fma", "dot")  # where the GEMV multiplies: CUDA cores, or tensor cores (Gemv4Tiles)
 
 
 def _check_decode(plan) -> None:
@@ -51,6 +53,31 @@ class Linear4Tiles:
         # tl.dot takes no side below 16, and a K step of block_k columns is two dots of block_k / 2.
         if min(self.block_m, self.block_n, self.block_k // 2) < MIN_DOT:
             raise ValueError(f"Linear4Tiles: block_m, block_n and block_k / 2 must be >= {MIN_DOT}, got {self}")
+        _check_decode(self)
+
+
+@dataclass(frozen=True)
+class Gemv4Tiles:
+    """One to a few rows (up to GEMV_ROWS), forward only: _linear4_gemv_kernel on a grid of (N / block_n output
+    columns, splits of K), every row of x in each program, products and sums on the CUDA cores. The input gradient
+    at those rows takes linear4_tiles' tiles."""
+
+    block_n: int = 32  # rows of W (output columns) a program
+    block_k: int = 256  # columns of W a step: block_k / 2 contiguous bytes of each of the block_n rows
+    warps: int = 4
+    stages: int = 3
+    splits: int = 0  # splits of K; 0: chosen by choose_splits
+    nf4_decode: str = "select"  # NF4's code lookup (NF4_DECODES)
+    products: str = "fma"  # "fma": on the CUDA cores; "dot": the tensor cores, x's rows padded to 16 (GEMV_PRODUCTS)
+
+    def __post_init__(self) -> None:
+        if self.products not in GEMV_PRODUCTS:
+            raise ValueError(f"Gemv4Tiles: products must be one of {GEMV_PRODUCTS}, got {self.products!r}")
+        smallest = MIN_DOT if self.products == "dot" else 2  # tl.dot's sides; else tl.arange's, and whole bytes
+        for name in ("block_n", "block_k"):
+            value = getattr(self, name)
+            if value < smallest or value & (value - 1):
+                raise ValueError(f"Gemv4Tiles: {name} must be a power of two >= {smallest}, got {value}")
         _check_decode(self)
 
 
@@ -89,15 +116,32 @@ MAX_SPLITS = 16  # the partial sums are S x M x N fp32; beyond 16 their traffic 
 MAX_PARTIAL_ELEMENTS = 1 << 28  # partial sums stay far below 2**31 elements (int32 offsets in the sum kernel)
 
 
+# Rows of x up to which the forward takes Gemv4Tiles: products on the CUDA cores cost 2 M FMAs a packed byte, within
+# an H200's FMA rate at HBM speed up to a few rows; from 9 rows the 16-row dot tile keeps the tensor cores' rate.
+# Not yet measured on a GPU (benchmarks/fourbit_gemv.py times both paths at 1, 4 and 16 rows).
+GEMV_ROWS = 8
+GEMV_FALLBACK = Gemv4Tiles()
+# sm90: NF4's codes by byte permutes, as its dot tiles (measured there against the select tree).
+GEMV_MEASURED: dict[str, Gemv4Tiles] = {"sm90": replace(GEMV_FALLBACK, nf4_decode="prmt")}
+
+
+def gemv4_tiles(arch: str) -> Gemv4Tiles:
+    """The few-row forward's tiles on ``arch``."""
+    return GEMV_MEASURED.get(arch, GEMV_FALLBACK)
+
+
 def linear4_tiles(arch: str, m: int) -> Linear4Tiles:
     """The fused kernels' tiles for ``m`` rows of x."""
     table = MEASURED.get(arch, FALLBACK)
     return next((tiles for bound, tiles in table if m <= bound), table[-1][1])
 
 
-def linear4_plan(arch: str, m: int) -> Linear4Tiles | DequantizeFirst:
-    """The plan for ``m`` rows of x: the fused tiles, or DequantizeFirst from DEQUANTIZE_FIRST_ROWS rows."""
-    return DequantizeFirst() if m >= DEQUANTIZE_FIRST_ROWS else linear4_tiles(arch, m)
+def linear4_plan(arch: str, m: int, *, forward: bool = True) -> Linear4Tiles | Gemv4Tiles | DequantizeFirst:
+    """The plan for ``m`` rows of x: Gemv4Tiles up to GEMV_ROWS (the forward only), the fused tiles, or
+    DequantizeFirst from DEQUANTIZE_FIRST_ROWS rows."""
+    if m >= DEQUANTIZE_FIRST_ROWS:
+        return DequantizeFirst()
+    return gemv4_tiles(arch) if forward and m <= GEMV_ROWS else linear4_tiles(arch, m)
 
 
 def choose_splits(tiles: int, steps: int, outputs: int, sm_count: int) -> int:

@@ -185,10 +185,11 @@ _NF4_TESTS = (
     {"m": 40, "n": 70, "k": 96, "bias": True, "x_transposed": True},  # from 17 rows: dequantized first
     {"m": 130, "n": 17, "k": 72, "blocksize": 128, "double_quant": True},  # odd N
     {"m": 3, "n": 9, "k": 1},  # K = 1: half a byte a row
+    {"m": 12, "n": 20, "k": 128, "double_quant": True, "blocksize": 32},  # past the GEMV's rows: the 16-row dot tile
     {"m": 0, "n": 8, "k": 64, "bias": True},
 )
 _INT4_TESTS = (
-    {"m": 1, "n": 33, "k": 256},
+    {"m": 1, "n": 33, "k": 768},  # one row: K split in three (the GEMV's 256-column steps)
     {"m": 6, "n": 40, "k": 200, "group_size": 64, "bias": True},  # K not a multiple of the group
     {"lead": (2, 5), "n": 17, "k": 96, "group_size": 32, "x_transposed": True},
     {"m": 70, "n": 50, "k": 160, "group_size": 16, "bias": True},  # dequantized first
@@ -227,11 +228,12 @@ register(KernelSpec(
     name="nf4_linear",
     case_type=NF4LinearCase,
     summary="x @ W.T + bias with W in bitsandbytes' NF4 (double quantization too), dequantized in registers.",
-    description="Each K step loads the weight's bytes and block absmax values (decoding the double-quantized ones), "
-                "looks the codes up in the 16 NF4 values and multiplies x's even and odd columns by the two halves "
-                "on the tensor cores; M <= 16 splits K across programs with an ordered sum of the partials; from 17 "
-                "rows the weight is dequantized once and multiplied on cuBLAS. The "
-                "input gradient dx = dy W is a kernel of the same shape over N. Peers: cuBLAS on the bf16 weight, "
+    description="Up to 8 rows a GEMV kernel streams the weight's bytes, decodes them and multiplies on the CUDA "
+                "cores. From 9 to 16 each K step loads the weight's bytes and block absmax values (decoding the "
+                "double-quantized ones), looks the codes up in the 16 NF4 values and multiplies x's even and odd "
+                "columns by the two halves on the tensor cores. Both split K across programs with an ordered sum of "
+                "the partials; from 17 rows the weight is dequantized once and multiplied on cuBLAS. The input "
+                "gradient dx = dy W is a kernel of the dot's shape over N. Peers: cuBLAS on the bf16 weight, "
                 "nf4_dequantize + cuBLAS, torch.compile of a plain dequantization + cuBLAS, bitsandbytes.",
     usage="y = tk.ops.nf4_linear(x, packed, state, bias=b)  # packed, state = tk.ops.nf4_quantize(w)",
     limits="state.shape 2-D (N, K), any K; the weight is frozen (gradients for x and bias).",
