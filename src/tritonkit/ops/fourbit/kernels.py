@@ -267,7 +267,9 @@ def _linear4_gemv_kernel(
         else:
             b_w = b_w.to(tl.float32)
             for row in tl.static_range(BLOCK_M):
-                b_x = tl.load(p_x_step + row * stride_x_m, mask=(o_k < K) & (row < M), other=0.0).to(tl.float32)
+                # The row test as a tensor: Triton 3.9's interpreter refuses a mask of a tensor and a Python bool.
+                m_x = (o_k < K) & (tl.full([BLOCK_K], row, tl.int32) < M)
+                b_x = tl.load(p_x_step + row * stride_x_m, mask=m_x, other=0.0).to(tl.float32)
                 b_row = tl.sum(b_w * b_x[None, :], axis=1)[:, None]  # [N, 1]
                 if BLOCK_M == 1:
                     acc += b_row
