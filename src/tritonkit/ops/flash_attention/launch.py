@@ -272,11 +272,10 @@ def _descriptors(operands, heads_dim: int, packed: bool, tiles: Tiles, rows: int
 
 def _dkdv_tiles(plan: AttentionPlan, heads: int, seqlen_k: int, device: torch.device) -> Tiles:
     """The plan's dK/dV tiles, or its dkdv_few where those would launch too few programs to fill the GPU."""
-    if plan.dkdv_few is None or heads * cdiv(seqlen_k, plan.dkdv.block_n) >= FEW_DKDV_PROGRAMS_PER_SM * sm_count(
-        device
-    ):
+    if plan.dkdv_few is None:
         return plan.dkdv
-    return plan.dkdv_few
+    programs = heads * cdiv(seqlen_k, plan.dkdv.block_n)
+    return plan.dkdv_few if programs < FEW_DKDV_PROGRAMS_PER_SM * sm_count(device) else plan.dkdv
 
 
 def attention_bwd(
