@@ -111,7 +111,7 @@ def main() -> int:
     print(f"{'form':12} {'provider':40} {'us':>8} {'GB/s':>7} {'% copy':>7} {'vs compile':>10} {'bits':>5}")
     for fmt, granularity in FORMS:
         dtype, providers = _providers(fmt, granularity, x)
-        compiled = torch.compile(functools.partial(quantize_reference, dtype=dtype, granularity=granularity,
+        compiled = torch.compile(functools.partial(quantize_reference, x, dtype=dtype, granularity=granularity,
                                                    block_size=BLOCK), dynamic=False)  # fmt: skip
         runs = {"torch.compile (reference)": compiled, **providers}
         compile_ms, expected = None, None
