@@ -4,7 +4,8 @@
     torchrun --nproc-per-node 2 benchmarks/fsdp_training.py --tiny     # 2 CPU ranks, gloo, Triton interpreter
     python benchmarks/fsdp_training.py --tiny                          # one CPU rank
 
-Each rank builds the same randomly initialised model (transformers' LlamaConfig, seeded: nothing is downloaded),
+Each rank builds the same randomly initialised model (transformers' LlamaConfig, seeded: nothing is downloaded;
+``use_cache`` off, as in training code),
 shards it with ``fully_shard`` (each decoder layer, then the root; the LM head stays in the root's unit) and trains
 it with AdamW on its own random tokens (seeded by rank, the same for both providers), once as transformers wrote it
 (``hf``, SDPA attention) and once after ``tritonkit.integrations.transformers.apply`` (``tritonkit``). On GPUs the
@@ -96,7 +97,7 @@ def build(provider: str, config_values: dict, tiny: bool, mesh):
 
     torch.manual_seed(0)  # the same weights on every rank and for both providers
     config = transformers.LlamaConfig(**config_values, attn_implementation="sdpa", bos_token_id=None,
-                                      eos_token_id=None)  # fmt: skip
+                                      eos_token_id=None, use_cache=False)  # fmt: skip
     with torch.device("cpu" if tiny else "cuda"):  # initialised on the GPU: seconds, not a minute, for 1.2B
         model = transformers.LlamaForCausalLM(config)
     if provider == "tritonkit":

@@ -7,7 +7,8 @@
 
 Each provider runs in its own process, because liger-kernel's patch replaces module-level functions of
 transformers for the whole process (tritonkit's changes one model instance). Every process builds the same
-randomly initialised model (seeded; no download), trains it with AdamW in bf16 on the same random tokens,
+randomly initialised model (seeded; no download; ``use_cache`` off, as in training code, so no provider builds a
+KV cache during the step), trains it with AdamW in bf16 on the same random tokens,
 and reports tokens per second over the timed steps, peak GPU memory, and the losses (which should agree
 between providers to bf16 precision: a check that the patched model trains the same). A provider named
 ``<name>+compile`` is that provider with the whole model under ``torch.compile`` (its compilation falls in the
@@ -92,7 +93,7 @@ def run_one(provider: str, seq: int, batch: int, warmup: int, steps: int, profil
     on_gpu = device == "cuda"
     torch.manual_seed(0)
     config_class = getattr(transformers, spec.config_class)
-    config = config_class(**(spec.tiny_config if tiny else spec.config), attn_implementation="sdpa")
+    config = config_class(**(spec.tiny_config if tiny else spec.config), attn_implementation="sdpa", use_cache=False)
     model = getattr(transformers, spec.causal_lm_class)(config).to(device=device, dtype=dtype)
     patch, compiled = provider.removesuffix("+compile"), provider.endswith("+compile")
     if patch == "tritonkit":
