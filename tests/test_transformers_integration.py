@@ -641,10 +641,16 @@ def test_attention_packed_batch_matches_separate_sequences(monkeypatch):
     torch.testing.assert_close(got, expected, **ATTENTION_TOLERANCE)
 
 
-def test_attention_reads_no_position_ids_the_caller_did_not_give(monkeypatch):
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_attention_reads_no_position_ids_the_caller_did_not_give(monkeypatch, use_cache):
     """Without position ids or a cache, the decoder gets transformers' own (0, 1, ... in one row) from tritonkit's
     pre-hook, known to hold one sequence per row: the attention reads nothing on the host (a read would stall the
-    device once per step), and logits, loss and gradients are the unpatched model's. revert() takes the hook off."""
+    device once per step), and logits, loss and gradients are the unpatched model's. Without a mask too, the hook
+    passes an all-ones one, so that transformers skips its own host read of the position ids (a look for packed
+    sequences it makes when there is no mask and no cache, as in training with use_cache off); the unpatched model
+    still makes it. revert() takes the hook off."""
+    from transformers import masking_utils
+
     seed = testing.fresh_seed()
     print(f"seed={seed}")
     torch.manual_seed(seed)
@@ -652,7 +658,14 @@ def test_attention_reads_no_position_ids_the_caller_did_not_give(monkeypatch):
     patched = _attention_pair(reference)
     ids, labels = _batch(torch.Generator().manual_seed(seed), batch=2)
     monkeypatch.setattr(tk_attention, "_from_positions", lambda _: pytest.fail("position_ids were read"))
-    _assert_same_step(reference, patched, ids, labels)
+    looks = []
+    look = masking_utils.find_packed_sequence_indices
+    monkeypatch.setattr(masking_utils, "find_packed_sequence_indices", lambda p: looks.append(1) or look(p))
+    reference(ids, use_cache=use_cache)
+    unpatched_looks, looks[:] = len(looks), []
+    assert unpatched_looks == (0 if use_cache else 1)  # the look is there to be skipped (or not, with a cache)
+    _assert_same_step(reference, patched, ids, labels, use_cache=use_cache)
+    assert len(looks) == unpatched_looks  # the reference's own: none from the patched model
     assert len(patched.model._forward_pre_hooks) == 1
     tk_hf.revert(patched)
     assert not patched.model._forward_pre_hooks

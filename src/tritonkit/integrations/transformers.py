@@ -146,7 +146,7 @@ def _use_tritonkit_attention(model, record) -> None:
             f"{model.config._attn_implementation!r} (it does not take a registered attention function)"
         )
     decoder = model.get_decoder() if callable(getattr(model, "get_decoder", None)) else model
-    hook = decoder.register_forward_pre_hook(transformers_attention.default_positions_hook, with_kwargs=True)
+    hook = decoder.register_forward_pre_hook(transformers_attention.default_inputs_hook, with_kwargs=True)
     record.append(hook.remove)
 
 

@@ -72,18 +72,21 @@ def _version(tensor: torch.Tensor) -> int | None:
     return tensor._version
 
 
-# id -> (weak reference, version) of the position ids default_positions_hook passed: one sequence per row, known
-# without a host read.
-_default_positions: dict[int, tuple] = {}
+# id -> (weak reference, version) of the tensors default_inputs_hook passed: position ids known to hold one sequence
+# per row, and all-ones attention masks known to pad nothing, both without a host read.
+_defaults: dict[int, tuple] = {}
 
 
-def default_positions_hook(module, args, kwargs):
+def default_inputs_hook(module, args, kwargs):
     """A forward pre-hook for the decoder of a model that runs tritonkit attention. Where the caller gives no
     position ids and no cache, it passes transformers' own (0, 1, ..., seq - 1 in one row, what the decoder would
     make) and remembers them, so that the attention knows each row holds one sequence without reading the ids on
     the host: that read waits for the device to finish the previous step and leaves it idle while the host catches
-    up, about a seventh of a 1B model's training step. Position ids the caller gives (packed sequences) are read once
-    per forward as before. Under torch.compile nothing is read on the host, so the hook leaves the call as it is."""
+    up, about a seventh of a 1B model's training step. Where the caller gives no attention mask either, it passes an
+    all-ones one (nothing padded) and remembers it: without a mask or a cache transformers itself looks for packed
+    sequences in the position ids, a host read of its own, and the mask builder (_padding_mask) drops the remembered
+    mask unread. Position ids the caller gives (packed sequences) are read once per forward as before. Under
+    torch.compile nothing is read on the host, so the hook leaves the call as it is."""
     if torch.compiler.is_compiling() or len(args) > 1:
         return None
     if any(kwargs.get(name) is not None for name in ("position_ids", "past_key_values", "cache", "cache_position")):
@@ -93,16 +96,24 @@ def default_positions_hook(module, args, kwargs):
         tokens = args[0] if args else kwargs.get("input_ids")
     if tokens is None or tokens.dim() < 2:
         return None
-    positions = torch.arange(tokens.shape[1], device=tokens.device).unsqueeze(0)
-    for key in [key for key, (ref, _) in _default_positions.items() if ref() is None]:
-        del _default_positions[key]  # the ids of earlier forwards, freed
-    _default_positions[id(positions)] = (weakref.ref(positions), _version(positions))
-    return args, {**kwargs, "position_ids": positions}
+    for key in [key for key, (ref, _) in _defaults.items() if ref() is None]:
+        del _defaults[key]  # the tensors of earlier forwards, freed
+    given = {"position_ids": _remember(torch.arange(tokens.shape[1], device=tokens.device).unsqueeze(0))}
+    if kwargs.get("attention_mask") is None:
+        # bool on the tokens' device: transformers' own conversion of a 2-D mask then returns this very tensor.
+        given["attention_mask"] = _remember(torch.ones(tokens.shape[:2], dtype=torch.bool, device=tokens.device))
+    return args, {**kwargs, **given}
 
 
-def _are_default_positions(positions: torch.Tensor) -> bool:
-    entry = _default_positions.get(id(positions))
-    return entry is not None and entry[0]() is positions and entry[1] == _version(positions)
+def _remember(tensor: torch.Tensor) -> torch.Tensor:
+    _defaults[id(tensor)] = (weakref.ref(tensor), _version(tensor))
+    return tensor
+
+
+def _is_default(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` is one default_inputs_hook passed, unchanged since."""
+    entry = _defaults.get(id(tensor))
+    return entry is not None and entry[0]() is tensor and entry[1] == _version(tensor)
 
 
 def _read_once(key: tuple, source: torch.Tensor, read: Callable[[torch.Tensor], _Ragged | None]) -> _Ragged | None:
@@ -238,7 +249,7 @@ def _packed(name: str, q, k, kwargs: dict) -> tuple | None:
         runs_on = (positions[:, 1:] == positions[:, :-1] + 1).all()
         torch._assert_async(runs_on, _PACKED_UNDER_COMPILE)
         return None
-    if _are_default_positions(positions):
+    if _is_default(positions):
         return None
     ragged = _read_once(("positions", batch), positions, lambda p: _from_positions(p.expand(batch, -1)))
     if ragged is None:
@@ -299,6 +310,8 @@ def _padding_mask(batch_size, q_length=None, kv_length=None, q_offset=0, kv_offs
     or None when nothing is padded), after refusing what a padding mask cannot carry."""
     from transformers import masking_utils
 
+    if attention_mask is not None and _is_default(attention_mask):
+        attention_mask = None  # default_inputs_hook's all-ones mask: nothing padded, known without reading it
     where = {"q_length": q_length, "q_offset": q_offset}
     if cache_position is not None:  # earlier 5.x versions pass the queries' positions instead of their count and offset
         where = {"cache_position": cache_position}
