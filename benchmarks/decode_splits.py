@@ -15,9 +15,8 @@ of 64-token pages, SDPA with enable_gqa over a contiguous bf16 cache of the same
     python benchmarks/decode_splits.py --out DIR [--budget-s 50] [--dry-run] [--part heuristic|quantized]
 
 ``--part quantized`` (``<date>-decode-quantized.json``): at B 8 S 32k and B 64 S 4k, paged bf16 with this GPU's
-plan, and int8, fp8 and int4 with theirs, as they are, with the codes zero-filled by their load (zero_fill_codes,
-int8 and fp8), and with that and the K tile (keys_as_a), then the K and V tiles (values_as_a too) as the products'
-first operand, the one wgmma reads from registers; each against bf16 (bf16_over_this).
+plan, and int8, fp8 and int4 with theirs, int8 and fp8 also with their plan's direct_codes the other way (the codes
+converted straight to bf16 or through fp32); each against bf16 (bf16_over_this).
 
 Prints one line per run and writes ``<date>-decode-splits.json`` into DIR: per run the shape, cache, plan, key block,
 split count asked (0: the heuristic) and used, µs, GB/s of the spec's cost model (the keys and values in their
@@ -50,11 +49,6 @@ HEURISTIC_SHAPES = (*((b, s) for b in (1, 4, 8, 16) for s in (4096, 8192, 32768)
 MIN_SPLIT_KEYS = 128  # fewer keys per split than two blocks of 64: the partials' traffic outweighs any parallelism
 # Each quantized format's plan variant, timed beside its default plan; int4 has none.
 VARIANTS = {"int8": {"direct_codes": True}, "fp8": {"direct_codes": True}, "int4": {}}
-# --part quantized: the plan's switches that convert the codes in the products' operand layout (zero_fill_codes:
-# int8 and fp8 only, so int4 skips it) and make the K and V tiles the first, register, operand of wgmma.
-ZERO_FILL = {"zero_fill_codes": True}
-AS_A_VARIANTS = {"default": {}, "zero_fill": ZERO_FILL, "zf+keys_as_a": {**ZERO_FILL, "keys_as_a": True},
-                 "zf+kv_as_a": {**ZERO_FILL, "keys_as_a": True, "values_as_a": True}}  # fmt: skip
 APPEND_TOKENS = 8192  # a prompt's keys and values appended at once (kv_cache_append's bandwidth case)
 # The CPU check: two small shapes, heads of two int4 groups of 32 (the default group).
 DRY = {"heads": {"hq": 4, "hk": 2, "d": 64}, "shapes": ((1, 256), (2, 512)), "headline": ((2, 256),), "append": 64}
@@ -275,9 +269,8 @@ def heuristic(runner: Runner, shapes) -> None:
 
 
 def quantized(runner: Runner, shapes) -> None:
-    """--part quantized: paged bf16 with this GPU's plan, then int8, fp8 and int4 with theirs as it is, with the
-    codes zero-filled by their load, and with that and the cache's tiles as the products' register operand (keys
-    only, then keys and values): AS_A_VARIANTS, each against the bf16 run at the shape."""
+    """--part quantized: paged bf16 with this GPU's plan, then int8, fp8 and int4 with theirs, and int8 and fp8 with
+    their plan's direct_codes flipped, each against the bf16 run at the shape."""
     from tritonkit.ops.decoding.plan import decode_plan
 
     d = runner.heads["d"]
@@ -288,12 +281,15 @@ def quantized(runner: Runner, shapes) -> None:
         del inputs
         for kv in ("int8", "fp8", "int4"):
             case, inputs = runner.inputs(b, s, kv)
-            for name, change in AS_A_VARIANTS.items():
-                if kv == "int4" and name == "zero_fill":  # the same kernel as the default
-                    continue
-                plan = dataclasses.replace(decode_plan(runner.arch, d, kv), **change)
-                label = {"part": "quantized", "cache": kv, "plan": name}
-                runner.ours(case, inputs, plan, 0, label, bf16_ms, baseline="bf16")
+            default = decode_plan(runner.arch, d, kv)
+            plans = [("default", default)]
+            if kv != "int4":  # direct_codes converts int8 and fp8 codes only
+                flipped = not default.direct_codes
+                plans.append((f"direct_codes {'on' if flipped else 'off'}",
+                              dataclasses.replace(default, direct_codes=flipped)))  # fmt: skip
+            for name, plan in plans:
+                runner.ours(case, inputs, plan, 0, {"part": "quantized", "cache": kv, "plan": name}, bf16_ms,
+                            baseline="bf16")  # fmt: skip
             del inputs
 
 
@@ -316,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU, each run once, no times")
     parser.add_argument("--part", choices=("all", "heuristic", "quantized"), default="all",
                         help="heuristic: this GPU's split heuristic against the fallback's, paged bf16; quantized: "
-                             "the quantized caches' register-operand switches against paged bf16")  # fmt: skip
+                             "the quantized caches' plans (direct_codes both ways) against paged bf16")  # fmt: skip
     parser.add_argument("--compile-workers", type=int, default=min(12, (os.cpu_count() or 2) - 2),
                         help="processes compiling the kernel variants first (0: compile as the runs come)")  # fmt: skip
     args = parser.parse_args(argv)

@@ -216,39 +216,32 @@ def _kv_append_kernel(
 @triton.jit
 def _load_keys(p_data, off_data, p_scales, off_scales, m_x, m_n, head_dim, o_d, stride_s_g, stride_s_z,
                mma_dtype: tl.constexpr, KV: tl.constexpr, BLOCK_D: tl.constexpr, GROUP: tl.constexpr,
-               UPCAST: tl.constexpr, DIRECT_CODES: tl.constexpr, ZERO_FILL: tl.constexpr,
-               TRANSPOSED: tl.constexpr):  # fmt: skip
+               UPCAST: tl.constexpr, DIRECT_CODES: tl.constexpr):  # fmt: skip
     """A [N, D] tile of cache rows as the products read it (mma_dtype) and the rows' scales [N] (1 where the format
     has none, or folds them into the values: plain, int4). Masked rows read 0 (a value row of NaN would poison the
     products even with weight 0). UPCAST: int4's values rounded to bf16 by their bits (and kept in fp32), because the
     interpreter's conversion truncates (a CPU test saw scores 0.02 off); the other formats' values are exact in bf16.
     DIRECT_CODES: int8 and fp8 codes converted to mma_dtype in one step (exact: |c| <= 127 in int8, and e4m3's four
     significant bits and exponents fit bf16 and fp16), not through fp32; under the interpreter (UPCAST) bf16 takes
-    the fp32 step, its conversion from int8 gives NaN there.
-    ZERO_FILL: int8 and fp8 masked rows filled with 0 by the load itself (_zero_filled_codes), so that the
-    conversion is the tile's only operation, which the compiler then moves after the read of the tile in the layout
-    of a product's register operand (no round trip of the converted tile through shared memory). TRANSPOSED: the
-    tile as [D, N], read so rather than transposed after the load."""
+    the fp32 step, its conversion from int8 gives NaN there. int8 and fp8 masked rows are filled with 0 by the load
+    itself (_zero_filled_codes), so that the conversion is the tile's only operation, which the compiler then moves
+    after the read of the tile in the layout of the product's operand (no round trip of the converted tile through
+    shared memory)."""
     offsets = off_data[:, None] + o_d[None, :]
-    if TRANSPOSED:
-        offsets, m_x = tl.trans(offsets), tl.trans(m_x)
     if KV == "int4":  # values not exact in bf16: the one format whose rounding to the operand matters
         b_x = _int4_values(p_data, off_data, p_scales, off_scales, m_n, head_dim, stride_s_g, stride_s_z, BLOCK_D,
                            GROUP)  # fmt: skip
-        b_x = to_dot_operand(tl.trans(b_x) if TRANSPOSED else b_x, mma_dtype, UPCAST)
+        b_x = to_dot_operand(b_x, mma_dtype, UPCAST)
         b_scale = tl.full(m_n.shape, 1.0, tl.float32)
     elif KV == "plain":
         b_x = tl.load(p_data + offsets, mask=m_x, other=0.0)
         b_scale = tl.full(m_n.shape, 1.0, tl.float32)
     else:
         # int8 and fp8 through the hardware conversions: the bit arithmetic of int4's values measured slower for
-        # these (docs/kernels/decoding.md). The interpreter cannot fill fp8 with `other`, so masked rows are zeroed
-        # after the conversion, or read as bytes (ZERO_FILL).
+        # these (docs/kernels/decoding.md). Zero-filled by the load rather than zeroed after the conversion: faster
+        # on the H200 (benchmarks/results/nvidia-h200/2026-11-28-decode-quantized-switches.md).
         code_dtype: tl.constexpr = mma_dtype if DIRECT_CODES and not UPCAST else tl.float32
-        if ZERO_FILL:
-            b_x = _zero_filled_codes(p_data, offsets, m_x).to(code_dtype)
-        else:
-            b_x = tl.where(m_x, tl.load(p_data + offsets, mask=m_x).to(code_dtype), 0.0)
+        b_x = _zero_filled_codes(p_data, offsets, m_x).to(code_dtype)
         b_scale = tl.load(p_scales + off_scales, mask=m_n, other=0.0)
     return (b_x if KV == "int4" else b_x.to(mma_dtype)), b_scale
 
@@ -277,16 +270,11 @@ def _decode_kernel(
     KV: tl.constexpr, PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, CAUSAL: tl.constexpr, SOFTCAP: tl.constexpr,
     n_splits, SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, DIRECT_CODES: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, GROUP: tl.constexpr,
-    ZERO_FILL_CODES: tl.constexpr, KEYS_AS_A: tl.constexpr, VALUES_AS_A: tl.constexpr,
 ):  # fmt: skip
     """One of n_splits splits of the keys for BLOCK_M rows of one (batch, key head): rows r = t * group + g are query
     t of query head h_k * group + g. Writes the partial (o_s, lse_s in base 2) to the workspace (SPLIT), or with one
     split o and lse. ``window`` is a bound no position reaches when unbounded; qk_scale is scale * log2(e), or
-    scale / c with a softcap c (softcap_log2 = c * log2(e)). ZERO_FILL_CODES: int8 and fp8 tiles read with their
-    masked rows filled by the load (_load_keys). KEYS_AS_A and VALUES_AS_A: the scores' and the output's product
-    transposed, S^T = K q^T [N, M] and O^T += V^T P^T [D, M], so that the cache's tile is the product's first
-    operand, the one a Hopper tensor-core product (wgmma, at least 64 rows) may read from registers; the few query
-    rows, q^T and P^T, are the second operand, read from shared memory."""
+    scale / c with a softcap c (softcap_log2 = c * log2(e))."""
     i_split = tl.program_id(0) % n_splits
     i_rows = tl.program_id(0) // n_splits
     i_b, i_hk = tl.program_id(1) // n_heads_k, tl.program_id(1) % n_heads_k
@@ -315,11 +303,7 @@ def _decode_kernel(
     p_q_rows = p_q + b64 * stride_q_b + o_t.to(tl.int64)[:, None] * stride_q_s + o_h.to(tl.int64)[:, None] * stride_q_h
     mma_dtype: tl.constexpr = p_q.dtype.element_ty
     b_q = tl.load(p_q_rows + o_d[None, :], mask=m_r[:, None] & m_d[None, :], other=0.0)  # [M, D]
-    b_q_t = tl.trans(b_q)  # [D, M] (KEYS_AS_A), once per program
-    if VALUES_AS_A:
-        acc = tl.zeros([BLOCK_D, BLOCK_M], dtype=tl.float32)  # O^T
-    else:
-        acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     hk64 = i_hk.to(tl.int64)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -334,16 +318,10 @@ def _decode_kernel(
         off_vs = page * stride_vs_page + slot64 * stride_vs_slot + hk64 * stride_vs_h
         m_x = m_n[:, None] & m_d[None, :]
         b_k, k_scale = _load_keys(p_k, off_k, p_k_scales, off_ks, m_x, m_n, head_dim, o_d, stride_ks_g,
-                                  stride_ks_z, mma_dtype, KV, BLOCK_D, GROUP, UPCAST, DIRECT_CODES,
-                                  ZERO_FILL_CODES, False)  # fmt: skip
+                                  stride_ks_z, mma_dtype, KV, BLOCK_D, GROUP, UPCAST, DIRECT_CODES)  # fmt: skip
         b_v, v_scale = _load_keys(p_v, off_v, p_v_scales, off_vs, m_x, m_n, head_dim, o_d, stride_vs_g,
-                                  stride_vs_z, mma_dtype, KV, BLOCK_D, GROUP, UPCAST, DIRECT_CODES,
-                                  ZERO_FILL_CODES, VALUES_AS_A)  # fmt: skip
-        if KEYS_AS_A:
-            b_s = tl.trans(dot_fp32(b_k, b_q_t, DOT_PRECISION, UPCAST))
-        else:
-            b_s = dot_fp32(b_q, tl.trans(b_k), DOT_PRECISION, UPCAST)
-        b_s = b_s * (qk_scale * k_scale)[None, :]  # [M, N]
+                                  stride_vs_z, mma_dtype, KV, BLOCK_D, GROUP, UPCAST, DIRECT_CODES)  # fmt: skip
+        b_s = dot_fp32(b_q, tl.trans(b_k), DOT_PRECISION, UPCAST) * (qk_scale * k_scale)[None, :]  # [M, N]
         if SOFTCAP:
             b_s = tanh_via_exp2(b_s) * softcap_log2
         visible = m_n[None, :] & (o_j[None, :] >= position[:, None] - window)
@@ -356,14 +334,8 @@ def _decode_kernel(
         alpha = tl.exp2(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(b_p, axis=1)
         b_pv = to_dot_operand(b_p * v_scale[None, :], mma_dtype, UPCAST)
-        if VALUES_AS_A:
-            acc = acc * alpha[None, :] + dot_fp32(b_v, tl.trans(b_pv), DOT_PRECISION, UPCAST)  # b_v: [D, N]
-        else:
-            acc = acc * alpha[:, None] + dot_fp32(b_pv, b_v, DOT_PRECISION, UPCAST)
+        acc = acc * alpha[:, None] + dot_fp32(b_pv, b_v, DOT_PRECISION, UPCAST)
         m_i = m_new
-
-    if VALUES_AS_A:
-        acc = tl.trans(acc)
 
     seen = l_i > 0.0
     l_safe = tl.where(seen, l_i, 1.0)

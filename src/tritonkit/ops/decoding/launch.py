@@ -329,8 +329,6 @@ def decode_attention_fwd(
         UPCAST=upcast_bf16_dots(q.dtype), DIRECT_CODES=plan.direct_codes and cache.format in ("int8", "fp8"),
         BLOCK_M=block_m, BLOCK_N=plan.block_n, BLOCK_D=block_d, GROUP=max(cache.group, 2), num_warps=plan.warps,
         num_stages=plan.stages,
-        ZERO_FILL_CODES=plan.zero_fill_codes and cache.format in ("int8", "fp8"), KEYS_AS_A=plan.keys_as_a,
-        VALUES_AS_A=plan.values_as_a,
     )  # fmt: skip
     if num_splits > 1:
         _decode_reduce_kernel[(n_batch * n_queries * n_heads_q,)](

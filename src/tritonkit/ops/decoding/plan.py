@@ -26,21 +26,9 @@ class DecodePlan:
     stages: int  # software pipeline depth of the key loop
     max_rows: int  # query rows (query heads of one key head x new tokens) per program; more take several programs
     # How int8 and fp8 codes become the products' operand: straight to its 16-bit dtype (one conversion, exact for
-    # both formats) instead of through fp32. On the H200: int8 faster by 5-15%, fp8 slower by 5-25%.
+    # both formats) instead of through fp32. On the H200, timed before the loads zero-filled the codes: int8 faster
+    # by 5-15%, fp8 slower by 5-25%.
     direct_codes: bool = False
-    # int8 and fp8 tiles whose masked rows the load fills with 0 (not zeroed after the conversion), so that the
-    # conversion is the only operation on the tile: the compiler then reads the codes from shared memory straight
-    # into the product's operand layout and converts them there, instead of converting in the load's layout and
-    # storing the converted tile to shared memory and reading it back. The copies into shared memory narrow from 16
-    # to 8 bytes, and V's codes (and K's, as the first operand) are read from shared memory byte by byte, the
-    # product's depth (the keys) being strided in memory. Not yet timed.
-    zero_fill_codes: bool = False
-    # The scores' and the output's products transposed (S^T = K q^T, O^T += V^T P^T), so that the K and the V tile
-    # is the first operand, which a Hopper tensor-core product (wgmma; 64 rows or more: the key block, the head dim)
-    # reads from registers; q^T and P^T are the second operand. Without them the products have the 16 padded query
-    # rows as their first operand, too few for wgmma, and take the older mma.sync. Not yet timed.
-    keys_as_a: bool = False
-    values_as_a: bool = False
     # The split heuristic (choose_splits): programs per multiprocessor wanted, and the shortest split in keys.
     programs_per_sm: int = 2  # two programs per multiprocessor keep loads in flight while the other computes
     min_keys_per_split: int = 512  # a shorter split costs more in its partial's write and read-back than it gains
