@@ -18,7 +18,6 @@ from tritonkit.ops.fourbit import launch
 from tritonkit.ops.fourbit.plan import (
     DEQUANTIZE_FIRST_ROWS,
     FALLBACK,
-    GEMV_ROWS,
     DequantizeFirst,
     Gemv4Tiles,
     Linear4Tiles,
@@ -163,10 +162,60 @@ def test_the_gemv_reads_strided_rows_of_x_for_int4():
     torch.testing.assert_close(y.double(), x.double() @ dense.t(), rtol=1e-5, atol=1e-5)
 
 
-def test_the_gemv_is_the_forward_plan_up_to_its_rows_only():
-    assert isinstance(linear4_plan("sm90", 1), Gemv4Tiles) and isinstance(linear4_plan("sm80", GEMV_ROWS), Gemv4Tiles)
-    assert isinstance(linear4_plan("sm90", GEMV_ROWS + 1), Linear4Tiles)
-    assert isinstance(linear4_plan("sm90", 1, forward=False), Linear4Tiles)
+_ONE_ROW = Gemv4Tiles(32, 256, warps=4, products="fma")  # the measured choices, spelled out (plan.GEMV_FALLBACK)
+_ROWS_ON_TENSOR_CORES = Gemv4Tiles(32, 256, warps=2, products="dot")
+_DOT_TILE = Linear4Tiles(16, 64, 128, 4, 3, 1)
+PLAN_BY_FORMAT_AND_ROWS = [  # (format, rows, the forward's plan but for NF4's lookup)
+    ("int4", 1, _ONE_ROW),
+    ("nf4", 1, _ONE_ROW),
+    ("int4", 2, _ROWS_ON_TENSOR_CORES),
+    ("int4", 16, _ROWS_ON_TENSOR_CORES),
+    ("nf4", 2, _DOT_TILE),
+    ("nf4", 16, _DOT_TILE),
+    ("int4", DEQUANTIZE_FIRST_ROWS, DequantizeFirst()),
+    ("nf4", DEQUANTIZE_FIRST_ROWS, DequantizeFirst()),
+]
+
+
+@pytest.mark.parametrize("arch", ["sm90", "sm80"])
+@pytest.mark.parametrize(("fmt", "m", "expected"), PLAN_BY_FORMAT_AND_ROWS, ids=lambda v: str(v)[:12])
+def test_each_format_and_row_count_gets_its_measured_plan(arch, fmt, m, expected):
+    """One row: the GEMV on the CUDA cores; INT4 from 2 to 16 rows the GEMV on the tensor cores, NF4 the dot tile;
+    dequantize first from 17. sm90 decodes NF4 by byte permutes (the fused kernels; DequantizeFirst gathers), other
+    architectures by the select tree. The input gradient never takes the GEMV."""
+    plan = linear4_plan(arch, fmt, m)
+    decode = "gather" if isinstance(expected, DequantizeFirst) else "prmt" if arch == "sm90" else "select"
+    assert plan == dataclasses.replace(expected, nf4_decode=decode)
+    backward = linear4_plan(arch, fmt, m, forward=False)
+    assert backward == (plan if m >= DEQUANTIZE_FIRST_ROWS else dataclasses.replace(_DOT_TILE, nf4_decode=decode))
+
+
+def test_the_launchers_pass_the_weights_format_to_the_plan(monkeypatch):
+    """nf4_linear and int4_linear launch the kernel their format's plan names: at 4 rows the GEMV for INT4, the dot
+    tile for NF4; at one row the GEMV for both."""
+    launched = []
+    real = launch._forward_split_k
+
+    def spy(kernel, *args, **kwargs):
+        launched.append((kernel.__name__, args[-1]))
+        real(kernel, *args, **kwargs)
+
+    monkeypatch.setattr(launch, "_forward_split_k", spy)
+    qweight, scales, zeros = tk.ops.int4_quantize(_weight(24, 64), group_size=32)
+    packed, state = tk.ops.nf4_quantize(_weight(24, 64), blocksize=32)
+    for m in (1, 4):
+        x = torch.randn(m, 64)
+        tk.ops.int4_linear(x, qweight, scales, zeros, group_size=32)
+        tk.ops.nf4_linear(x, packed, state)
+    assert [(name, type(tiles).__name__, getattr(tiles, "products", None)) for name, tiles in launched] == [
+        ("_linear4_gemv_kernel", "Gemv4Tiles", "fma"),
+        ("_linear4_gemv_kernel", "Gemv4Tiles", "fma"),
+        ("_linear4_gemv_kernel", "Gemv4Tiles", "dot"),
+        ("_linear4_fwd_kernel", "Linear4Tiles", None),
+    ]
+
+
+def test_gemv_plans_are_checked():
     x, packed, state, _ = _nf4_case(m=launch.MAX_GEMV_ROWS + 1, k=64)
     with pytest.raises(ValueError, match="Gemv4Tiles: x may have at most 16 rows, got 17"):
         launch.nf4_linear_fwd(x, None, *launch.nf4_arguments(packed, state), plan=Gemv4Tiles())
@@ -176,6 +225,8 @@ def test_the_gemv_is_the_forward_plan_up_to_its_rows_only():
         Gemv4Tiles(block_n=8, products="dot")
     with pytest.raises(ValueError, match="Gemv4Tiles: products must be one of"):
         Gemv4Tiles(products="wgmma")
+    with pytest.raises(ValueError, match=r"linear4_plan: fmt must be one of \('nf4', 'int4'\), got 'int8'"):
+        linear4_plan("sm90", "int8", 1)
 
 
 def test_tiles_below_the_dots_smallest_side_are_refused():

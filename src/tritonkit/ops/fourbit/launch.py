@@ -214,7 +214,7 @@ def _dequantized(weight: _Weight, n: int, k: int, dtype: torch.dtype, device, pl
 
 def _forward(x: torch.Tensor, bias, weight: _Weight, n: int, k: int, plan) -> torch.Tensor:
     m = x.shape[0]
-    tiles = plan or linear4_plan(arch(x.device), m)
+    tiles = plan or linear4_plan(arch(x.device), weight.flags["FORMAT"], m)
     if isinstance(tiles, DequantizeFirst) and m and n and k:
         # cuBLAS with fp32 split-K sums (torch lets it sum them in 16 bits: seen off by 0.02 at 513 x 1000 x 4100).
         return mm_rounded(x, _dequantized(weight, n, k, x.dtype, x.device, tiles).t(), bias)
@@ -267,7 +267,7 @@ def _backward(dy, weight: _Weight, n: int, k: int, need_dx: bool, need_dbias: bo
     dbias = dy.sum(0, dtype=torch.float32).to(dy.dtype) if need_dbias else dy.new_empty((0,))
     if not need_dx:
         return dy.new_empty((0,)), dbias
-    tiles = plan or linear4_plan(arch(dy.device), m, forward=False)
+    tiles = plan or linear4_plan(arch(dy.device), weight.flags["FORMAT"], m, forward=False)
     if isinstance(tiles, Gemv4Tiles):  # a forward plan only: the input gradient at those rows takes the dot tiles
         tiles = linear4_tiles(arch(dy.device), m)
     if isinstance(tiles, DequantizeFirst) and m and n and k:
