@@ -415,25 +415,39 @@ def test_captures_in_a_cuda_graph():
 @pytest.mark.gpu
 @pytest.mark.parametrize("k", [100, 4096], ids=["blocks-across-rows", "blocks-within-rows"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_every_nf4_decode_gives_the_same_bits(k, dtype):
-    """The NF4 lookups ("gather", "select", "prmt") in every kernel (the GEMV's too): the same outputs, bit for bit."""
+def test_every_nf4_decode_gives_the_same_weight_and_products(k, dtype):
+    """The NF4 lookups ("gather", "select", "prmt") in every kernel. Bit for bit: the dequantized weight (elementwise),
+    and the kernels whose sums are dots (the dot tiles both ways, the GEMV on the tensor cores): the compiler gives a
+    dot one encoding whatever computed its operands, and an MMA, or a dot of scalar FMAs (IEEE fp32) adding each
+    output's products in K's order, sums the same values in the same order. The GEMV on the CUDA cores sums with
+    tl.sum, whose order follows the layout the compiler gives the products, and that layout follows the decode (for
+    sm_90: a gathered code's layout holds 64 consecutive columns a thread, the select tree's spreads them over a
+    warp's lanes): its fp32 sums may differ by the roundings of another order, each at most half an ulp of a partial
+    sum no larger than sum_k |x w| (on an H200 about a tenth of an ulp of it), so it is held to 2 ulps of that, plus
+    one rounding of the output to its dtype."""
     packed, state = tk.ops.nf4_quantize(_weight(300, k, "cuda"), blocksize=64, double_quant=True)
     args = launch.nf4_arguments(packed, state)
     x = torch.randn(16, k, device="cuda", dtype=dtype)
     dy = torch.randn(16, 300, device="cuda", dtype=dtype)
     few_rows = FALLBACK[0][1]
-    results = {}
+    exact, gemv = {}, {}
     for decode in ("gather", "select", "prmt"):
         tiles = dataclasses.replace(few_rows, nf4_decode=decode)
-        gemv = dataclasses.replace(Gemv4Tiles(), nf4_decode=decode)
-        results[decode] = (launch.nf4_linear_fwd(x, None, *args, plan=tiles),
-                           launch.nf4_linear_fwd(x[:3], None, *args, plan=gemv),
-                           launch.nf4_linear_bwd(dy, *args, True, False, plan=tiles)[0],
-                           launch._dequantized(launch._nf4_weight(*args[:6], k, 64), 300, k, dtype, x.device,
-                                               DequantizeFirst(nf4_decode=decode)))  # fmt: skip
+        on_tensor_cores = Gemv4Tiles(32, 256, 2, products="dot", nf4_decode=decode)
+        exact[decode] = (launch.nf4_linear_fwd(x, None, *args, plan=tiles),
+                         launch.nf4_linear_fwd(x[:3], None, *args, plan=on_tensor_cores),
+                         launch.nf4_linear_bwd(dy, *args, True, False, plan=tiles)[0],
+                         launch._dequantized(launch._nf4_weight(*args[:6], k, 64), 300, k, dtype, x.device,
+                                             DequantizeFirst(nf4_decode=decode)))  # fmt: skip
+        gemv[decode] = launch.nf4_linear_fwd(x[:3], None, *args, plan=Gemv4Tiles(nf4_decode=decode))
+    weight = exact["gather"][3].double()
+    sum_of_magnitudes = x[:3].double().abs() @ weight.abs().t()
     for decode in ("select", "prmt"):
-        for ours, theirs in zip(results[decode], results["gather"], strict=True):
+        for ours, theirs in zip(exact[decode], exact["gather"], strict=True):
             assert torch.equal(ours, theirs), decode
+        ours, theirs = gemv[decode].double(), gemv["gather"].double()
+        bound = 2 * torch.finfo(torch.float32).eps * sum_of_magnitudes + torch.finfo(dtype).eps * theirs.abs()
+        assert ((ours - theirs).abs() <= bound).all(), (decode, (ours - theirs).abs().max().item())
 
 
 @pytest.mark.gpu
