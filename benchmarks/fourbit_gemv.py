@@ -2,8 +2,8 @@
 against the 16-row dot tile and the peers. One GPU, CUDA-graph GPU time (triton.testing.do_bench_cudagraph), bf16 x,
 (N 14336, K 4096) and (N 4096, K 14336), NF4 double-quantized (blocks of 64) and INT4 (groups of 128).
 
-- "dot 16-row": the 16 x 64 dot tile with split-K (linear4_tiles' plan, the default at these rows before the GEMV).
-- "default": the public op with its default plan (the GEMV up to plan.GEMV_ROWS rows, the dot tile above).
+- "dot 16-row": the 16 x 64 dot tile with split-K (linear4_tiles' plan, NF4's default from 2 rows).
+- "default": the public op with its default plan (plan.GEMV_FALLBACK: by format and rows, the GEMV or the dot tile).
 - "gemv-P NxK wW sS": the GEMV with block_n N, block_k K, W warps and S splits of K (auto: choose_splits'),
   products P: "dot" on the tensor cores (two configurations at every row count) or "fma" on the CUDA cores (nine at
   one row, two at 4 rows, one at 16; each row count compiles its own kernels).
@@ -79,7 +79,7 @@ def _runs(fmt: str, layer: dict, x: torch.Tensor, sweep) -> list[tuple[str, int,
     """(label, bytes read, callable): the dot tile, the default, the GEMV sweep, the peers."""
     weight_bytes, forward, op, nf4 = layer[fmt]
     device_arch = arch(x.device)
-    base = gemv4_tiles(device_arch)
+    base = gemv4_tiles(device_arch, fmt, 1)  # the one-row tiles, with the architecture's NF4 lookup
     runs = [("dot 16-row", weight_bytes, functools.partial(forward, x, linear4_tiles(device_arch, x.shape[0]))),
             ("default", weight_bytes, functools.partial(op, x))]  # fmt: skip
     for block_n, block_k, warps, splits, products in sweep:

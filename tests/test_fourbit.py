@@ -18,7 +18,6 @@ from tritonkit.ops.fourbit import launch
 from tritonkit.ops.fourbit.plan import (
     DEQUANTIZE_FIRST_ROWS,
     FALLBACK,
-    GEMV_ROWS,
     DequantizeFirst,
     Gemv4Tiles,
     Linear4Tiles,
@@ -163,10 +162,60 @@ def test_the_gemv_reads_strided_rows_of_x_for_int4():
     torch.testing.assert_close(y.double(), x.double() @ dense.t(), rtol=1e-5, atol=1e-5)
 
 
-def test_the_gemv_is_the_forward_plan_up_to_its_rows_only():
-    assert isinstance(linear4_plan("sm90", 1), Gemv4Tiles) and isinstance(linear4_plan("sm80", GEMV_ROWS), Gemv4Tiles)
-    assert isinstance(linear4_plan("sm90", GEMV_ROWS + 1), Linear4Tiles)
-    assert isinstance(linear4_plan("sm90", 1, forward=False), Linear4Tiles)
+_ONE_ROW = Gemv4Tiles(32, 256, warps=4, products="fma")  # the measured choices, spelled out (plan.GEMV_FALLBACK)
+_ROWS_ON_TENSOR_CORES = Gemv4Tiles(32, 256, warps=2, products="dot")
+_DOT_TILE = Linear4Tiles(16, 64, 128, 4, 3, 1)
+PLAN_BY_FORMAT_AND_ROWS = [  # (format, rows, the forward's plan but for NF4's lookup)
+    ("int4", 1, _ONE_ROW),
+    ("nf4", 1, _ONE_ROW),
+    ("int4", 2, _ROWS_ON_TENSOR_CORES),
+    ("int4", 16, _ROWS_ON_TENSOR_CORES),
+    ("nf4", 2, _DOT_TILE),
+    ("nf4", 16, _DOT_TILE),
+    ("int4", DEQUANTIZE_FIRST_ROWS, DequantizeFirst()),
+    ("nf4", DEQUANTIZE_FIRST_ROWS, DequantizeFirst()),
+]
+
+
+@pytest.mark.parametrize("arch", ["sm90", "sm80"])
+@pytest.mark.parametrize(("fmt", "m", "expected"), PLAN_BY_FORMAT_AND_ROWS, ids=lambda v: str(v)[:12])
+def test_each_format_and_row_count_gets_its_measured_plan(arch, fmt, m, expected):
+    """One row: the GEMV on the CUDA cores; INT4 from 2 to 16 rows the GEMV on the tensor cores, NF4 the dot tile;
+    dequantize first from 17. sm90 decodes NF4 by byte permutes (the fused kernels; DequantizeFirst gathers), other
+    architectures by the select tree. The input gradient never takes the GEMV."""
+    plan = linear4_plan(arch, fmt, m)
+    decode = "gather" if isinstance(expected, DequantizeFirst) else "prmt" if arch == "sm90" else "select"
+    assert plan == dataclasses.replace(expected, nf4_decode=decode)
+    backward = linear4_plan(arch, fmt, m, forward=False)
+    assert backward == (plan if m >= DEQUANTIZE_FIRST_ROWS else dataclasses.replace(_DOT_TILE, nf4_decode=decode))
+
+
+def test_the_launchers_pass_the_weights_format_to_the_plan(monkeypatch):
+    """nf4_linear and int4_linear launch the kernel their format's plan names: at 4 rows the GEMV for INT4, the dot
+    tile for NF4; at one row the GEMV for both."""
+    launched = []
+    real = launch._forward_split_k
+
+    def spy(kernel, *args, **kwargs):
+        launched.append((kernel.__name__, args[-1]))
+        real(kernel, *args, **kwargs)
+
+    monkeypatch.setattr(launch, "_forward_split_k", spy)
+    qweight, scales, zeros = tk.ops.int4_quantize(_weight(24, 64), group_size=32)
+    packed, state = tk.ops.nf4_quantize(_weight(24, 64), blocksize=32)
+    for m in (1, 4):
+        x = torch.randn(m, 64)
+        tk.ops.int4_linear(x, qweight, scales, zeros, group_size=32)
+        tk.ops.nf4_linear(x, packed, state)
+    assert [(name, type(tiles).__name__, getattr(tiles, "products", None)) for name, tiles in launched] == [
+        ("_linear4_gemv_kernel", "Gemv4Tiles", "fma"),
+        ("_linear4_gemv_kernel", "Gemv4Tiles", "fma"),
+        ("_linear4_gemv_kernel", "Gemv4Tiles", "dot"),
+        ("_linear4_fwd_kernel", "Linear4Tiles", None),
+    ]
+
+
+def test_gemv_plans_are_checked():
     x, packed, state, _ = _nf4_case(m=launch.MAX_GEMV_ROWS + 1, k=64)
     with pytest.raises(ValueError, match="Gemv4Tiles: x may have at most 16 rows, got 17"):
         launch.nf4_linear_fwd(x, None, *launch.nf4_arguments(packed, state), plan=Gemv4Tiles())
@@ -176,6 +225,8 @@ def test_the_gemv_is_the_forward_plan_up_to_its_rows_only():
         Gemv4Tiles(block_n=8, products="dot")
     with pytest.raises(ValueError, match="Gemv4Tiles: products must be one of"):
         Gemv4Tiles(products="wgmma")
+    with pytest.raises(ValueError, match=r"linear4_plan: fmt must be one of \('nf4', 'int4'\), got 'int8'"):
+        linear4_plan("sm90", "int8", 1)
 
 
 def test_tiles_below_the_dots_smallest_side_are_refused():
@@ -364,25 +415,39 @@ def test_captures_in_a_cuda_graph():
 @pytest.mark.gpu
 @pytest.mark.parametrize("k", [100, 4096], ids=["blocks-across-rows", "blocks-within-rows"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_every_nf4_decode_gives_the_same_bits(k, dtype):
-    """The NF4 lookups ("gather", "select", "prmt") in every kernel (the GEMV's too): the same outputs, bit for bit."""
+def test_every_nf4_decode_gives_the_same_weight_and_products(k, dtype):
+    """The NF4 lookups ("gather", "select", "prmt") in every kernel. Bit for bit: the dequantized weight (elementwise),
+    and the kernels whose sums are dots (the dot tiles both ways, the GEMV on the tensor cores): the compiler gives a
+    dot one encoding whatever computed its operands, and an MMA, or a dot of scalar FMAs (IEEE fp32) adding each
+    output's products in K's order, sums the same values in the same order. The GEMV on the CUDA cores sums with
+    tl.sum, whose order follows the layout the compiler gives the products, and that layout follows the decode (for
+    sm_90: a gathered code's layout holds 64 consecutive columns a thread, the select tree's spreads them over a
+    warp's lanes): its fp32 sums may differ by the roundings of another order, each at most half an ulp of a partial
+    sum no larger than sum_k |x w| (on an H200 about a tenth of an ulp of it), so it is held to 2 ulps of that, plus
+    one rounding of the output to its dtype."""
     packed, state = tk.ops.nf4_quantize(_weight(300, k, "cuda"), blocksize=64, double_quant=True)
     args = launch.nf4_arguments(packed, state)
     x = torch.randn(16, k, device="cuda", dtype=dtype)
     dy = torch.randn(16, 300, device="cuda", dtype=dtype)
     few_rows = FALLBACK[0][1]
-    results = {}
+    exact, gemv = {}, {}
     for decode in ("gather", "select", "prmt"):
         tiles = dataclasses.replace(few_rows, nf4_decode=decode)
-        gemv = dataclasses.replace(Gemv4Tiles(), nf4_decode=decode)
-        results[decode] = (launch.nf4_linear_fwd(x, None, *args, plan=tiles),
-                           launch.nf4_linear_fwd(x[:3], None, *args, plan=gemv),
-                           launch.nf4_linear_bwd(dy, *args, True, False, plan=tiles)[0],
-                           launch._dequantized(launch._nf4_weight(*args[:6], k, 64), 300, k, dtype, x.device,
-                                               DequantizeFirst(nf4_decode=decode)))  # fmt: skip
+        on_tensor_cores = Gemv4Tiles(32, 256, 2, products="dot", nf4_decode=decode)
+        exact[decode] = (launch.nf4_linear_fwd(x, None, *args, plan=tiles),
+                         launch.nf4_linear_fwd(x[:3], None, *args, plan=on_tensor_cores),
+                         launch.nf4_linear_bwd(dy, *args, True, False, plan=tiles)[0],
+                         launch._dequantized(launch._nf4_weight(*args[:6], k, 64), 300, k, dtype, x.device,
+                                             DequantizeFirst(nf4_decode=decode)))  # fmt: skip
+        gemv[decode] = launch.nf4_linear_fwd(x[:3], None, *args, plan=Gemv4Tiles(nf4_decode=decode))
+    weight = exact["gather"][3].double()
+    sum_of_magnitudes = x[:3].double().abs() @ weight.abs().t()
     for decode in ("select", "prmt"):
-        for ours, theirs in zip(results[decode], results["gather"], strict=True):
+        for ours, theirs in zip(exact[decode], exact["gather"], strict=True):
             assert torch.equal(ours, theirs), decode
+        ours, theirs = gemv[decode].double(), gemv["gather"].double()
+        bound = 2 * torch.finfo(torch.float32).eps * sum_of_magnitudes + torch.finfo(dtype).eps * theirs.abs()
+        assert ((ours - theirs).abs() <= bound).all(), (decode, (ours - theirs).abs().max().item())
 
 
 @pytest.mark.gpu

@@ -214,7 +214,7 @@ def _dequantized(weight: _Weight, n: int, k: int, dtype: torch.dtype, device, pl
 
 def _forward(x: torch.Tensor, bias, weight: _Weight, n: int, k: int, plan) -> torch.Tensor:
     m = x.shape[0]
-    tiles = plan or linear4_plan(arch(x.device), m)
+    tiles = plan or linear4_plan(arch(x.device), weight.flags["FORMAT"], m)
     if isinstance(tiles, DequantizeFirst) and m and n and k:
         # cuBLAS with fp32 split-K sums (torch lets it sum them in 16 bits: seen off by 0.02 at 513 x 1000 x 4100).
         return mm_rounded(x, _dequantized(weight, n, k, x.dtype, x.device, tiles).t(), bias)
@@ -224,42 +224,38 @@ def _forward(x: torch.Tensor, bias, weight: _Weight, n: int, k: int, plan) -> to
     if k == 0:
         return out.copy_(bias.expand(m, n)) if bias is not None else out.zero_()
     if isinstance(tiles, Gemv4Tiles):
-        _gemv(x, out, bias, weight, n, k, tiles)
-        return out
-    n_tiles = cdiv(m, tiles.block_m) * cdiv(n, tiles.block_n)
-    splits, pairs_per_split = _split(tiles, n_tiles, cdiv(k, 2), tiles.block_k // 2, m * n, x.device)
-    part = torch.empty((splits, m, n), dtype=torch.float32, device=x.device) if splits > 1 else out
-    _linear4_fwd_kernel[(n_tiles, splits)](
-        x, out, part, bias, *weight.pointers, m, n, k, pairs_per_split, x.stride(0), x.stride(1), out.stride(0),
-        weight.stride_q_n, weight.stride_s_n, **weight.flags, HAS_BIAS=bias is not None, SPLIT=splits > 1,
-        UPCAST=upcast_bf16_dots(x.dtype), DOT_PRECISION=input_precision(x.dtype), NF4_DECODE=_decode(weight, tiles),
-        BLOCK_M=tiles.block_m,
-        BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, GROUP_M=tiles.group, num_warps=tiles.warps,
-        num_stages=tiles.stages, enable_fp_fusion=False,  # the nested absmax rounds twice, as nf4_dequantize's
-    )  # fmt: skip
-    if splits > 1:
-        _sum_splits(part, bias, out)
+        if m > MAX_GEMV_ROWS:
+            raise ValueError(f"Gemv4Tiles: x may have at most {MAX_GEMV_ROWS} rows, got {m}; take Linear4Tiles or "
+                             "DequantizeFirst for more")  # fmt: skip
+        block_m = max(next_power_of_2(m), MIN_DOT if tiles.products == "dot" else 1)  # x's rows, padded for a dot
+        _forward_split_k(
+            _linear4_gemv_kernel, cdiv(n, tiles.block_n), x, out, bias, weight, n, k, tiles, half_k=k // 2,
+            PRODUCTS=tiles.products, BLOCK_M=block_m,
+            # The nested absmax rounds twice (no fused multiply-add there); elsewhere the products may fuse with sums.
+            enable_fp_fusion=not weight.flags["NESTED"],
+        )  # fmt: skip
+    else:
+        _forward_split_k(
+            _linear4_fwd_kernel, cdiv(m, tiles.block_m) * cdiv(n, tiles.block_n), x, out, bias, weight, n, k, tiles,
+            BLOCK_M=tiles.block_m, GROUP_M=tiles.group,
+            enable_fp_fusion=False,  # the nested absmax rounds twice, as nf4_dequantize's
+        )  # fmt: skip
     return out
 
 
-def _gemv(x: torch.Tensor, out: torch.Tensor, bias, weight: _Weight, n: int, k: int, tiles: Gemv4Tiles) -> None:
-    """y = x W^T + bias into out by _linear4_gemv_kernel (m, n and k non-zero), every row of x in each program."""
+def _forward_split_k(kernel, n_tiles: int, x, out, bias, weight: _Weight, n: int, k: int, tiles, **specific) -> None:
+    """y = x W^T + bias into out (m, n and k non-zero) by ``kernel`` (_linear4_fwd_kernel or _linear4_gemv_kernel,
+    with its own arguments ``specific``) on a grid of (n_tiles output tiles, splits of K), and the splits' partial
+    sums added in order."""
     m = x.shape[0]
-    if m > MAX_GEMV_ROWS:
-        raise ValueError(f"Gemv4Tiles: x may have at most {MAX_GEMV_ROWS} rows, got {m}; take Linear4Tiles or "
-                         "DequantizeFirst for more")  # fmt: skip
-    n_tiles = cdiv(n, tiles.block_n)
     splits, pairs_per_split = _split(tiles, n_tiles, cdiv(k, 2), tiles.block_k // 2, m * n, x.device)
     part = torch.empty((splits, m, n), dtype=torch.float32, device=x.device) if splits > 1 else out
-    block_m = max(next_power_of_2(m), MIN_DOT if tiles.products == "dot" else 1)  # x's rows, padded for a dot
-    _linear4_gemv_kernel[(n_tiles, splits)](
-        x, out, part, bias, *weight.pointers, m, n, k, k // 2, pairs_per_split, x.stride(0), x.stride(1), out.stride(0),
-        weight.stride_q_n, weight.stride_s_n, **weight.flags, HAS_BIAS=bias is not None, SPLIT=splits > 1,
-        UPCAST=upcast_bf16_dots(x.dtype), NF4_DECODE=_decode(weight, tiles), PRODUCTS=tiles.products,
-        DOT_PRECISION=input_precision(x.dtype), BLOCK_M=block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
-        num_warps=tiles.warps, num_stages=tiles.stages,
-        # The nested absmax rounds twice (no fused multiply-add there); elsewhere the products may fuse with the sums.
-        enable_fp_fusion=not weight.flags["NESTED"],
+    kernel[(n_tiles, splits)](
+        x, out, part, bias, *weight.pointers, M=m, N=n, K=k, pairs_per_split=pairs_per_split, stride_x_m=x.stride(0),
+        stride_x_k=x.stride(1), stride_out_m=out.stride(0), stride_q_n=weight.stride_q_n,
+        stride_s_n=weight.stride_s_n, **weight.flags, HAS_BIAS=bias is not None, SPLIT=splits > 1,
+        UPCAST=upcast_bf16_dots(x.dtype), DOT_PRECISION=input_precision(x.dtype), NF4_DECODE=_decode(weight, tiles),
+        BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, num_warps=tiles.warps, num_stages=tiles.stages, **specific,
     )  # fmt: skip
     if splits > 1:
         _sum_splits(part, bias, out)
@@ -271,7 +267,7 @@ def _backward(dy, weight: _Weight, n: int, k: int, need_dx: bool, need_dbias: bo
     dbias = dy.sum(0, dtype=torch.float32).to(dy.dtype) if need_dbias else dy.new_empty((0,))
     if not need_dx:
         return dy.new_empty((0,)), dbias
-    tiles = plan or linear4_plan(arch(dy.device), m, forward=False)
+    tiles = plan or linear4_plan(arch(dy.device), weight.flags["FORMAT"], m, forward=False)
     if isinstance(tiles, Gemv4Tiles):  # a forward plan only: the input gradient at those rows takes the dot tiles
         tiles = linear4_tiles(arch(dy.device), m)
     if isinstance(tiles, DequantizeFirst) and m and n and k:

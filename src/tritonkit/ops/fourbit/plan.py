@@ -1,11 +1,19 @@
-"""Launch plans of the 4-bit linear layers: the tile by how many rows x has, and how many splits of the contraction.
+"""Launch plans of the 4-bit linear layers: the tile by the weight's format and how many rows x has, and how many
+splits of the contraction.
 
-Up to GEMV_ROWS rows the forward runs Gemv4Tiles: a kernel of its own with no dot (kernels._linear4_gemv_kernel), split
-over K as below. Otherwise two schedules share one kernel per direction. Few rows (decoding, M <= 16): a BLOCK_M of 16
-(tl.dot's smallest) and wide K steps; the output has too few tiles to occupy the GPU, so the contraction is split across
-programs (split-K) until there are about SPLIT_TARGET_WAVES programs per multiprocessor, and a second kernel adds the
-splits' fp32 partial sums in order. Many rows: GEMM tiles in grouped order, one split. The same rule serves the input
-gradient, whose contraction runs over N.
+Few rows (decoding, M <= 16) split the contraction across programs (split-K): the output has too few tiles to occupy
+the GPU, so there are about SPLIT_TARGET_WAVES programs per multiprocessor, and a second kernel adds the splits' fp32
+partial sums in order. The forward takes, by the H200's measurement (benchmarks/fourbit_gemv.py,
+benchmarks/results/nvidia-h200/2026-11-28-fourbit-gemv.md; GEMV_FALLBACK below):
+
+    rows      INT4                                    NF4
+    1         Gemv4Tiles, products on the CUDA cores  Gemv4Tiles, products on the CUDA cores
+    2 to 16   Gemv4Tiles, products on tensor cores    Linear4Tiles (the 16-row dot tile)
+    from 17   DequantizeFirst                         DequantizeFirst
+
+Gemv4Tiles is a kernel of its own (kernels._linear4_gemv_kernel); Linear4Tiles' schedules share one kernel per
+direction: few rows, a BLOCK_M of 16 (tl.dot's smallest) and wide K steps; many rows (through plan= only), GEMM tiles
+in grouped order, one split. The input gradient, whose contraction runs over N, takes Linear4Tiles up to 16 rows.
 
 MEASURED holds sm90's table (FALLBACK's tiles, NF4 decoded by byte permutes); every other architecture takes
 FALLBACK. On an H100 its many-rows tile at three stages
@@ -19,7 +27,7 @@ interpreter and other GPUs take the select tree). On an H200 the gather held the
 cache's throughput, while the dequantize-first kernel, with no products to feed, ran faster gathering than selecting
 (docs/kernels/fourbit.md). Measured there too: "prmt" takes the one-row NF4 layer from 89 to 51 us, and the
 dequantize-first kernel still runs fastest gathering (45.7 us against 50.5 for "prmt" and 66.9 for "select"), so
-sm90's fused tiles take "prmt", FALLBACK's the select tree, and DequantizeFirst gathers.
+sm90's fused tiles and GEMV take "prmt", FALLBACK's the select tree, and DequantizeFirst gathers.
 """
 
 from __future__ import annotations
@@ -58,9 +66,9 @@ class Linear4Tiles:
 
 @dataclass(frozen=True)
 class Gemv4Tiles:
-    """One to a few rows (up to GEMV_ROWS), forward only: _linear4_gemv_kernel on a grid of (N / block_n output
-    columns, splits of K), every row of x in each program, products and sums on the CUDA cores. The input gradient
-    at those rows takes linear4_tiles' tiles."""
+    """One to a few rows (up to 16; GEMV_FALLBACK says where), forward only: _linear4_gemv_kernel on a grid of
+    (N / block_n output columns, splits of K), every row of x in each program, the products on the CUDA cores or the
+    tensor cores (``products``). The input gradient at those rows takes linear4_tiles' tiles."""
 
     block_n: int = 32  # rows of W (output columns) a program
     block_k: int = 256  # columns of W a step: block_k / 2 contiguous bytes of each of the block_n rows
@@ -97,8 +105,13 @@ class DequantizeFirst:
         _check_decode(self)
 
 
-# Rows of x from which the weight is dequantized first: past the split-K GEMV's rows. On an H200 (N 14336, K 4096)
-# the fused tiles took 0.40 ms (INT4) and 0.96 ms (NF4) at 128 rows, dequantize + cuBLAS 0.13 and 0.11 ms.
+def _by_byte_permutes(table: tuple) -> tuple:
+    """A table of (bound, tiles) with NF4's codes decoded by byte permutes ("prmt")."""
+    return tuple((bound, replace(tiles, nf4_decode="prmt")) for bound, tiles in table)
+
+
+# Rows of x from which the weight is dequantized first: past the few-row split-K kernels' 16. On an H200 (N 14336,
+# K 4096) the fused tiles took 0.40 ms (INT4) and 0.96 ms (NF4) at 128 rows, dequantize + cuBLAS 0.13 and 0.11 ms.
 DEQUANTIZE_FIRST_ROWS = 17
 
 # Rows of x (M) -> tiles: the first entry whose bound is >= M.
@@ -109,25 +122,40 @@ FALLBACK = (
 )
 # sm90: FALLBACK's tiles with NF4's codes by byte permutes, measured on the H200 (benchmarks/fourbit_variants.py):
 # the one-row NF4 layer 89 -> 51 us and 16 rows 102 -> 87 us against the select tree.
-MEASURED: dict[str, tuple] = {"sm90": tuple((bound, replace(tiles, nf4_decode="prmt")) for bound, tiles in FALLBACK)}
+MEASURED: dict[str, tuple] = {"sm90": _by_byte_permutes(FALLBACK)}
 
 SPLIT_TARGET_WAVES = 6  # programs per multiprocessor the splits aim for (docs/kernels/fourbit.md: 4 splits at one row)
 MAX_SPLITS = 16  # the partial sums are S x M x N fp32; beyond 16 their traffic outweighs the parallelism
 MAX_PARTIAL_ELEMENTS = 1 << 28  # partial sums stay far below 2**31 elements (int32 offsets in the sum kernel)
 
 
-# Rows of x up to which the forward takes Gemv4Tiles: products on the CUDA cores cost 2 M FMAs a packed byte, within
-# an H200's FMA rate at HBM speed up to a few rows; from 9 rows the 16-row dot tile keeps the tensor cores' rate.
-# Not yet measured on a GPU (benchmarks/fourbit_gemv.py times both paths at 1, 4 and 16 rows).
-GEMV_ROWS = 8
-GEMV_FALLBACK = Gemv4Tiles()
+FORMATS = ("nf4", "int4")  # the weight's formats (the launcher's FORMAT flag)
+# The few-row forward's tiles, measured on an H200 in bf16 (2026-11-28-fourbit-gemv.md). One row: products on the
+# CUDA cores, 32 x 256, 4 warps, splits chosen: at N 14336, K 4096 INT4 27.0 us, NF4 42.8 (the dot tile 38.6 and
+# 51.4; the best of nine tiles swept, 26.8 and 41.3, is within the noise of it); at N 4096, K 14336 28.6 and 44.2
+# (the dot tile 41.2 and 53.7).
+GEMV_ONE_ROW = Gemv4Tiles()
+# INT4 from 2 rows: on the tensor cores, 32 x 256 on 2 warps (mma.sync), at N 14336, K 4096 32.4 us at 4 rows and
+# 32.5 at 16, against 49.2 and 165.6 on the CUDA cores and 46.3 and 81.3 for the dot tile (N 4096, K 14336 not timed).
+GEMV_ROWS_ON_TENSOR_CORES = Gemv4Tiles(32, 256, warps=2, products="dot")
+# Format -> ((the most rows, tiles), ...), the first bound >= M; rows past the last bound take the dot tiles
+# (linear4_tiles). NF4 from 2 rows keeps them: 54.5 us at 4 rows against 59.0 for the GEMV on the tensor cores and
+# 70.5 on the CUDA cores. Measured on sm90 only; other architectures take the same rule, NF4 by the select tree.
+GEMV_FALLBACK: dict[str, tuple] = {
+    "int4": ((1, GEMV_ONE_ROW), (DEQUANTIZE_FIRST_ROWS - 1, GEMV_ROWS_ON_TENSOR_CORES)),
+    "nf4": ((1, GEMV_ONE_ROW),),
+}
 # sm90: NF4's codes by byte permutes, as its dot tiles (measured there against the select tree).
-GEMV_MEASURED: dict[str, Gemv4Tiles] = {"sm90": replace(GEMV_FALLBACK, nf4_decode="prmt")}
+GEMV_MEASURED: dict[str, dict] = {"sm90": {fmt: _by_byte_permutes(table) for fmt, table in GEMV_FALLBACK.items()}}
 
 
-def gemv4_tiles(arch: str) -> Gemv4Tiles:
-    """The few-row forward's tiles on ``arch``."""
-    return GEMV_MEASURED.get(arch, GEMV_FALLBACK)
+def gemv4_tiles(arch: str, fmt: str, m: int) -> Gemv4Tiles | None:
+    """The few-row forward's GEMV tiles for ``m`` rows of x over a ``fmt`` weight on ``arch``, or None where the
+    dot tiles run it."""
+    if fmt not in FORMATS:
+        raise ValueError(f"linear4_plan: fmt must be one of {FORMATS}, got {fmt!r}")
+    table = GEMV_MEASURED.get(arch, GEMV_FALLBACK)[fmt]
+    return next((tiles for bound, tiles in table if m <= bound), None)
 
 
 def linear4_tiles(arch: str, m: int) -> Linear4Tiles:
@@ -136,12 +164,14 @@ def linear4_tiles(arch: str, m: int) -> Linear4Tiles:
     return next((tiles for bound, tiles in table if m <= bound), table[-1][1])
 
 
-def linear4_plan(arch: str, m: int, *, forward: bool = True) -> Linear4Tiles | Gemv4Tiles | DequantizeFirst:
-    """The plan for ``m`` rows of x: Gemv4Tiles up to GEMV_ROWS (the forward only), the fused tiles, or
-    DequantizeFirst from DEQUANTIZE_FIRST_ROWS rows."""
+def linear4_plan(arch: str, fmt: str, m: int, *, forward: bool = True) -> Linear4Tiles | Gemv4Tiles | DequantizeFirst:
+    """The plan for ``m`` rows of x over a ``fmt`` ("nf4" or "int4") weight: DequantizeFirst from
+    DEQUANTIZE_FIRST_ROWS rows; below, the forward's GEMV where GEMV_FALLBACK has one for the format and rows, else
+    the fused tiles."""
+    gemv = gemv4_tiles(arch, fmt, m)
     if m >= DEQUANTIZE_FIRST_ROWS:
         return DequantizeFirst()
-    return gemv4_tiles(arch) if forward and m <= GEMV_ROWS else linear4_tiles(arch, m)
+    return gemv if forward and gemv is not None else linear4_tiles(arch, m)
 
 
 def choose_splits(tiles: int, steps: int, outputs: int, sm_count: int) -> int:
