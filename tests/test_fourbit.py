@@ -171,7 +171,9 @@ PLAN_BY_FORMAT_AND_ROWS = [  # (format, rows, the forward's plan but for NF4's l
     ("int4", 2, _ROWS_ON_TENSOR_CORES),
     ("int4", 16, _ROWS_ON_TENSOR_CORES),
     ("nf4", 2, _DOT_TILE),
-    ("nf4", 16, _DOT_TILE),
+    ("nf4", 8, _DOT_TILE),
+    ("nf4", 9, _ROWS_ON_TENSOR_CORES),
+    ("nf4", 16, _ROWS_ON_TENSOR_CORES),
     ("int4", DEQUANTIZE_FIRST_ROWS, DequantizeFirst()),
     ("nf4", DEQUANTIZE_FIRST_ROWS, DequantizeFirst()),
 ]
@@ -180,9 +182,10 @@ PLAN_BY_FORMAT_AND_ROWS = [  # (format, rows, the forward's plan but for NF4's l
 @pytest.mark.parametrize("arch", ["sm90", "sm80"])
 @pytest.mark.parametrize(("fmt", "m", "expected"), PLAN_BY_FORMAT_AND_ROWS, ids=lambda v: str(v)[:12])
 def test_each_format_and_row_count_gets_its_measured_plan(arch, fmt, m, expected):
-    """One row: the GEMV on the CUDA cores; INT4 from 2 to 16 rows the GEMV on the tensor cores, NF4 the dot tile;
-    dequantize first from 17. sm90 decodes NF4 by byte permutes (the fused kernels; DequantizeFirst gathers), other
-    architectures by the select tree. The input gradient never takes the GEMV."""
+    """One row: the GEMV on the CUDA cores; INT4 from 2 to 16 rows the GEMV on the tensor cores; NF4 the dot tile
+    from 2 to 8 rows and the GEMV on the tensor cores from 9 to 16; dequantize first from 17. sm90 decodes NF4 by
+    byte permutes (the fused kernels; DequantizeFirst gathers), other architectures by the select
+    tree. The input gradient never takes the GEMV."""
     plan = linear4_plan(arch, fmt, m)
     decode = "gather" if isinstance(expected, DequantizeFirst) else "prmt" if arch == "sm90" else "select"
     assert plan == dataclasses.replace(expected, nf4_decode=decode)

@@ -107,7 +107,7 @@ class DequantizeFirst:
 
 def _by_byte_permutes(table: tuple) -> tuple:
     """A table of (bound, tiles) with NF4's codes decoded by byte permutes ("prmt")."""
-    return tuple((bound, replace(tiles, nf4_decode="prmt")) for bound, tiles in table)
+    return tuple((bound, tiles and replace(tiles, nf4_decode="prmt")) for bound, tiles in table)
 
 
 # Rows of x from which the weight is dequantized first: past the few-row split-K kernels' 16. On an H200 (N 14336,
@@ -135,15 +135,17 @@ FORMATS = ("nf4", "int4")  # the weight's formats (the launcher's FORMAT flag)
 # 51.4; the best of nine tiles swept, 26.8 and 41.3, is within the noise of it); at N 4096, K 14336 28.6 and 44.2
 # (the dot tile 41.2 and 53.7).
 GEMV_ONE_ROW = Gemv4Tiles()
-# INT4 from 2 rows: on the tensor cores, 32 x 256 on 2 warps (mma.sync), at N 14336, K 4096 32.4 us at 4 rows and
-# 32.5 at 16, against 49.2 and 165.6 on the CUDA cores and 46.3 and 81.3 for the dot tile (N 4096, K 14336 not timed).
+# From 2 rows (INT4) and from 9 rows (NF4): on the tensor cores, 32 x 256 on 2 warps (mma.sync). At N 14336, K 4096
+# INT4 32.4 us at 4 rows and 32.5 at 16, against 49.2 and 165.6 on the CUDA cores and 46.3 and 81.3 for the dot tile;
+# NF4 at 16 rows 48.2 against 87.5 for the dot tile (N 4096, K 14336: 52.4 against 84.1; 2026-11-28-fourbit-gemv-2).
 GEMV_ROWS_ON_TENSOR_CORES = Gemv4Tiles(32, 256, warps=2, products="dot")
-# Format -> ((the most rows, tiles), ...), the first bound >= M; rows past the last bound take the dot tiles
-# (linear4_tiles). NF4 from 2 rows keeps them: 54.5 us at 4 rows against 59.0 for the GEMV on the tensor cores and
-# 70.5 on the CUDA cores. Measured on sm90 only; other architectures take the same rule, NF4 by the select tree.
+GEMV_NF4_DOT_TILE_ROWS = 8  # NF4 at 4 rows: the dot tile 54.4 us, this GEMV 58.7; at 16 the GEMV; 5 to 15 not timed
+# Format -> ((the most rows, tiles or None for the dot tiles), ...), the first bound >= M; rows past the last bound
+# take the dot tiles (linear4_tiles). Measured on sm90 only; other architectures take the same rule, NF4 by the
+# select tree.
 GEMV_FALLBACK: dict[str, tuple] = {
     "int4": ((1, GEMV_ONE_ROW), (DEQUANTIZE_FIRST_ROWS - 1, GEMV_ROWS_ON_TENSOR_CORES)),
-    "nf4": ((1, GEMV_ONE_ROW),),
+    "nf4": ((1, GEMV_ONE_ROW), (GEMV_NF4_DOT_TILE_ROWS, None), (DEQUANTIZE_FIRST_ROWS - 1, GEMV_ROWS_ON_TENSOR_CORES)),
 }
 # sm90: NF4's codes by byte permutes, as its dot tiles (measured there against the select tree).
 GEMV_MEASURED: dict[str, dict] = {"sm90": {fmt: _by_byte_permutes(table) for fmt, table in GEMV_FALLBACK.items()}}
