@@ -242,6 +242,24 @@ def test_fused_weight_dtype_accum_sums_the_chunks_in_bf16(device):
         assert not torch.equal(ours, theirs.bfloat16())
 
 
+def test_fused_weight_dtype_accum_scales_its_saved_gradients_once(device):
+    """With a bf16 accumulator the backward scales the forward's gradients in place: the upstream gradient reaches
+    them as in fp32 mode (within a bf16 rounding), and a second backward through the op is refused by autograd."""
+    hidden = torch.randn(12, 16, device=device).bfloat16().requires_grad_()
+    weight = torch.randn(29, 16, device=device).bfloat16().requires_grad_()
+    target = _targets(12, 29, device)
+    upstream = torch.tensor(3.0, device=device, dtype=torch.bfloat16)
+    expected = torch.autograd.grad(tk.ops.fused_linear_cross_entropy(hidden, weight, target), (hidden, weight),
+                                   upstream)  # fmt: skip
+    loss = tk.ops.fused_linear_cross_entropy(hidden, weight, target, accum_dtype=torch.bfloat16)
+    ours = torch.autograd.grad(loss, (hidden, weight), upstream, retain_graph=True)
+    for a, b in zip(ours, expected, strict=True):
+        assert a.dtype == torch.bfloat16
+        torch.testing.assert_close(a, b, rtol=2**-6, atol=1e-3)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        torch.autograd.grad(loss, (hidden, weight), upstream)
+
+
 def test_fused_with_a_frozen_weight_or_hidden_skips_their_gradients(device):
     hidden = torch.randn(6, 8, device=device)
     weight = torch.randn(5, 8, device=device).t().contiguous().t()  # a column-major view, as tied weights can be

@@ -113,6 +113,16 @@ cross_entropy_options_op, cross_entropy_options_inplace_op = _ce_ops(
 )  # fmt: skip
 
 
+def _scale_in_place(grads, grad_loss) -> None:
+    """The forward's gradients times the 0-d upstream gradient, in place. With a 16-bit accumulator they are in their
+    inputs' dtypes already, and a scaled copy would hold a second d(weight) (the memory the mode is for) at the
+    backward's peak. Eager mode only (torch.compile plans the memory itself). Autograd then refuses a second backward
+    through the op (retain_graph=True): the saved gradients' version changed."""
+    factor = grad_loss.reshape(()).float()
+    for grad in grads:
+        grad.mul_(factor)
+
+
 def _flce_parts(class_weights: bool) -> tuple:
     """save and gradients of the fused ops; the options' op takes class weights after the bias and its two return
     flags after the options."""
@@ -134,12 +144,16 @@ def _flce_parts(class_weights: bool) -> tuple:
         grad_loss = grad_outputs[0]
         if grad_loss is None:  # only lse or the gradients were used downstream: nothing flows back
             return ()
+        in_place = False
         if ctx.recompute:
             *tensors, lse = ctx.saved_tensors
             grads = backward(grad_loss, *tensors, lse, *ctx.options[:-1], *ctx.needs, ctx.accum_dtype)
         else:
             grads = ctx.saved_tensors
-        grads = head_grads(grads, grad_loss, ctx.dtypes, ctx.needs, ctx.recompute)
+            in_place = ctx.accum_dtype != torch.float32 and not torch.compiler.is_compiling()
+            if in_place:
+                _scale_in_place(grads, grad_loss)
+        grads = head_grads(grads, grad_loss, ctx.dtypes, ctx.needs, ctx.recompute or in_place)
         grad_hidden, grad_weight, grad_bias = grads
         return grad_hidden, grad_weight, None, grad_bias
 
