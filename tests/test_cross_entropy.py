@@ -10,9 +10,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import tritonkit as tk
 from helpers import assert_compiled_matches_eager, assert_graph_replay_matches_eager
 from tritonkit import catalog, debug, testing
-from tritonkit.ops.loss.launch import cross_entropy_bwd, cross_entropy_fwd
+from tritonkit._core.device import arch as tk_arch
+from tritonkit.ops.loss import launch as loss_launch
+from tritonkit.ops.loss.launch import cross_entropy_bwd, cross_entropy_fwd, fused_linear_cross_entropy_fwd
 from tritonkit.ops.loss.op import fused_linear_cross_entropy_op
-from tritonkit.ops.loss.plan import fused_chunk_rows
+from tritonkit.ops.loss.plan import MAX_CHUNK_LOGIT_BYTES, FusedChunkPlan, fused_chunk_plan
 from tritonkit.ops.loss.spec import _cross_entropy_reference
 from tritonkit.registry import KernelSpec
 
@@ -156,7 +158,7 @@ def test_out_of_range_targets_stay_nan_without_a_host_sync_by_default(op, device
 def test_fused_equals_cross_entropy_of_the_logits_across_chunks(reduction, device):
     """37 tokens go through in chunks of 3 (and a remainder of 1); loss and every gradient must match
     the unfused op on the materialised logits."""
-    assert fused_chunk_rows(37) == 3
+    assert fused_chunk_plan(37, 29, 4, 4, "cpu").rows == 3
     hidden = torch.randn(37, 16, device=device, requires_grad=True)
     weight = torch.randn(29, 16, device=device, requires_grad=True)
     bias = torch.randn(29, device=device, requires_grad=True)
@@ -172,11 +174,90 @@ def test_fused_equals_cross_entropy_of_the_logits_across_chunks(reduction, devic
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
-def test_fused_chunks_hold_at_most_a_tenth_of_the_tokens():
+def test_fused_chunks_on_the_cpu_hold_at_most_a_tenth_of_the_tokens():
     for n in (1, 9, 10, 11, 129, 1279, 1280, 1281, 4097, 8192, 65536):
-        rows = fused_chunk_rows(n)
+        rows = fused_chunk_plan(n, 128256, 2, 4, "cpu").rows
         assert 1 <= rows <= max(1, n // 10), n
-    assert fused_chunk_rows(8192) == 768  # 11 GEMM-friendly chunks, 9.4% of the logits each
+    assert fused_chunk_plan(8192, 128256, 2, 4, "cpu").rows == 768
+
+
+@pytest.mark.parametrize("arch", ["sm90", "sm100"])
+def test_fused_chunks_on_a_gpu_hide_the_accumulator_within_the_logit_cap(arch):
+    """4096 rows for an fp32 accumulator, 2048 for a bf16 one (half its traffic), fewer where a chunk's logits would
+    pass the cap or there are fewer tokens; whole GEMM tiles (128 rows) once that large."""
+    assert fused_chunk_plan(8192, 128256, 2, 4, arch).rows == 4096
+    assert fused_chunk_plan(8192, 128256, 2, 2, arch).rows == 2048
+    assert fused_chunk_plan(8192, 262144, 2, 4, arch).rows == 2048  # the cap: 2048 x 262144 x 2 bytes = 1 GiB
+    assert fused_chunk_plan(8192, 128256, 4, 4, arch).rows == 2048  # fp32 logits: twice the bytes a row
+    assert fused_chunk_plan(1000, 128256, 2, 4, arch).rows == 1000  # all the tokens in one chunk
+    assert fused_chunk_plan(8192, 10**9, 2, 4, arch).rows == 1  # a huge vocabulary: one token a chunk
+    for n_vocab in (7, 32000, 128256, 262144, 10**6):
+        for accum_bytes in (2, 4):
+            rows = fused_chunk_plan(65536, n_vocab, 2, accum_bytes, arch).rows
+            assert rows * n_vocab * 2 <= MAX_CHUNK_LOGIT_BYTES and rows % 128 == 0, (n_vocab, accum_bytes)
+
+
+def _fused_sum_grads(hidden, weight, bias, target, accum_dtype, plan):
+    """The forward launcher's d(hidden), d(weight), d(bias) for reduction "sum" (an upstream gradient of 1)."""
+    options = (-100, 0.0, 0.0, 0.0, "sum", hidden.dtype, True, True, True, accum_dtype)
+    _, _, *grads = fused_linear_cross_entropy_fwd(hidden, weight, target, bias, *options, plan=plan)
+    return grads
+
+
+def test_fused_plan_forces_the_chunks(device, monkeypatch):
+    """plan= sets the chunk rows: 37 tokens in chunks of 5 are 8 chunk GEMMs, with the gradients of one chunk."""
+    hidden, weight, bias = (torch.randn(shape, device=device) for shape in ((37, 16), (29, 16), (29,)))
+    target = _targets(37, 29, device)
+    calls = []
+    logits_gemm = loss_launch.chunk_logits
+    monkeypatch.setattr(loss_launch, "chunk_logits", lambda h, *args: calls.append(h.shape[0]) or logits_gemm(h, *args))
+    chunked = _fused_sum_grads(hidden, weight, bias, target, torch.float32, FusedChunkPlan(rows=5))
+    assert calls == [5] * 7 + [2]
+    whole = _fused_sum_grads(hidden, weight, bias, target, torch.float32, FusedChunkPlan(rows=37))
+    assert calls[8:] == [37]
+    for a, b in zip(chunked, whole, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_fused_weight_dtype_accum_sums_the_chunks_in_bf16(device):
+    """accum_dtype=torch.bfloat16: d(weight) and d(bias) held in bf16 and rounded once a chunk. With one token a
+    chunk (48 roundings) both stay within 48 half-ulps (2**-9 relative) of the largest float64 value beyond the fp32
+    accumulator's error, and the running bf16 sums differ from the fp32 sums rounded once."""
+    tokens = 48
+    hidden = torch.randn(tokens, 16, device=device).bfloat16()
+    weight = (torch.randn(29, 16, device=device) / 2).bfloat16()
+    bias = torch.randn(29, device=device).bfloat16()
+    target = _targets(tokens, 29, device)
+    one_token = FusedChunkPlan(rows=1)
+    _, *fp32 = _fused_sum_grads(hidden, weight, bias, target, torch.float32, one_token)
+    _, *bf16 = _fused_sum_grads(hidden, weight, bias, target, torch.bfloat16, one_token)
+    assert [g.dtype for g in fp32] == [torch.float32] * 2 and [g.dtype for g in bf16] == [torch.bfloat16] * 2
+    leaves = [t.double().requires_grad_() for t in (weight, bias)]
+    logits = hidden.double() @ leaves[0].t() + leaves[1]
+    expected = torch.autograd.grad(F.cross_entropy(logits, target, reduction="sum"), leaves)
+    for ours, theirs, exact in zip(bf16, fp32, expected, strict=True):
+        fp32_error = (theirs.double() - exact).abs().max()
+        bound = fp32_error + tokens * 2**-9 * exact.abs().max()
+        assert (ours.double() - exact).abs().max() <= bound
+        assert not torch.equal(ours, theirs.bfloat16())
+
+
+def test_fused_weight_dtype_accum_scales_its_saved_gradients_once(device):
+    """With a bf16 accumulator the backward scales the forward's gradients in place: the upstream gradient reaches
+    them as in fp32 mode (within a bf16 rounding), and a second backward through the op is refused by autograd."""
+    hidden = torch.randn(12, 16, device=device).bfloat16().requires_grad_()
+    weight = torch.randn(29, 16, device=device).bfloat16().requires_grad_()
+    target = _targets(12, 29, device)
+    upstream = torch.tensor(3.0, device=device, dtype=torch.bfloat16)
+    expected = torch.autograd.grad(tk.ops.fused_linear_cross_entropy(hidden, weight, target), (hidden, weight),
+                                   upstream)  # fmt: skip
+    loss = tk.ops.fused_linear_cross_entropy(hidden, weight, target, accum_dtype=torch.bfloat16)
+    ours = torch.autograd.grad(loss, (hidden, weight), upstream, retain_graph=True)
+    for a, b in zip(ours, expected, strict=True):
+        assert a.dtype == torch.bfloat16
+        torch.testing.assert_close(a, b, rtol=2**-6, atol=1e-3)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        torch.autograd.grad(loss, (hidden, weight), upstream)
 
 
 def test_fused_with_a_frozen_weight_or_hidden_skips_their_gradients(device):
@@ -358,6 +439,13 @@ def test_modules_match_the_ops(device):
     plain = tk.nn.CrossEntropyLoss(**options)(hidden @ weight.t(), target)
     torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(plain, _cross_entropy_reference(hidden @ weight.t(), target, **options))
+    head = tk.nn.FusedLinearCrossEntropyLoss(accum_dtype=torch.bfloat16, **options)
+    assert "accum_dtype=torch.bfloat16" in repr(head)
+    h16, w16 = hidden.bfloat16().requires_grad_(), weight.bfloat16().requires_grad_()
+    by_module = torch.autograd.grad(head(h16, w16, target).sum(), w16)
+    by_op = torch.autograd.grad(tk.ops.fused_linear_cross_entropy(h16, w16, target, accum_dtype=torch.bfloat16,
+                                                                  **options).sum(), w16)  # fmt: skip
+    assert torch.equal(by_module[0], by_op[0])
     module = tk.nn.CrossEntropyLoss(inplace_backward=True, **options)
     assert "inplace_backward=True" in repr(module)
     logits = hidden.requires_grad_() @ weight.t()  # a layer's output (a leaf would be refused)
@@ -412,6 +500,13 @@ def test_bad_input(device):
         tk.ops.vocab_parallel_cross_entropy(logits, target, z_loss=float("inf"))
     with pytest.raises(TypeError, match=r"inplace_backward must be a bool, got int"):
         tk.ops.cross_entropy(logits, target, inplace_backward=1)
+    head = torch.randn(7, 4, device=device, dtype=torch.bfloat16)
+    hidden = torch.randn(4, 4, device=device, dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match=r"fused_linear_cross_entropy: accum_dtype must be a torch.dtype, got str"):
+        tk.ops.fused_linear_cross_entropy(hidden, head, target, accum_dtype="bfloat16")
+    with pytest.raises(ValueError, match=r"accum_dtype must be torch.float32 or the weight's dtype torch.bfloat16, "
+                                         r"got torch.float16"):  # fmt: skip
+        tk.ops.fused_linear_cross_entropy(hidden, head, target, accum_dtype=torch.float16)
     with pytest.raises(ValueError, match=r"V >= 1 classes, got shape \(4, 0\)"):
         tk.ops.cross_entropy(torch.randn(4, 0, device=device), target)
     weight = torch.randn(7, 3, device=device)
@@ -465,27 +560,29 @@ def _peak_extra_bytes(fn) -> int:
 
 
 @pytest.mark.gpu
-def test_fused_peak_memory_is_within_a_tenth_of_the_logits():
-    """Beyond the gradients (d(hidden) saved by the forward and its scaled copy, d(weight) and its fp32
-    accumulator), the fused op's peak is its chunk of logits: at most 10% of the full (tokens, V)
-    logits (768 of 8192 tokens here: 9.4%)."""
+@pytest.mark.parametrize("accum_dtype", [torch.float32, torch.bfloat16], ids=["fp32-dW", "bf16-dW"])
+def test_fused_peak_memory_is_the_gradients_and_one_chunk_of_logits(accum_dtype):
+    """Beyond the gradients (d(hidden) saved by the forward and its scaled copy, d(weight)'s accumulator in
+    accum_dtype and the returned bf16 copy), the fused op's peak is its chunk of logits: 4096 of 8192 tokens with an
+    fp32 accumulator, 2048 with a bf16 one (plan.fused_chunk_plan)."""
     tokens, hidden_size, vocab = 8192, 256, 65536
     hidden = torch.randn(tokens, hidden_size, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     weight = torch.randn(vocab, hidden_size, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     target = _targets(tokens, vocab, "cuda")
-    logits_bytes = tokens * vocab * 2
-    gradients = hidden.numel() * (2 + 2) + weight.numel() * (2 + 4)
+    chunk_rows = fused_chunk_plan(tokens, vocab, 2, accum_dtype.itemsize, tk_arch(hidden.device)).rows
+    assert chunk_rows == (4096 if accum_dtype == torch.float32 else 2048)
+    gradients = hidden.numel() * (2 + 2) + weight.numel() * (2 + accum_dtype.itemsize)
 
     def step():
-        tk.ops.fused_linear_cross_entropy(hidden, weight, target).backward()
+        tk.ops.fused_linear_cross_entropy(hidden, weight, target, accum_dtype=accum_dtype).backward()
 
     step()
     hidden.grad = weight.grad = None
-    assert _peak_extra_bytes(step) - gradients <= 0.1 * logits_bytes
+    assert _peak_extra_bytes(step) - gradients <= chunk_rows * vocab * 2 + 4 * 2**20
     # The backward alone makes the returned 16-bit gradients and one fp32 piece of the dW cast; a
-    # zero tensor per unused output (autograd's default) would add a whole fp32 dW.
+    # zero tensor per unused output (autograd's default) would add a whole dW.
     hidden.grad = weight.grad = None
-    loss = tk.ops.fused_linear_cross_entropy(hidden, weight, target)
+    loss = tk.ops.fused_linear_cross_entropy(hidden, weight, target, accum_dtype=accum_dtype)
     from tritonkit._core.losses import _SCALE_PIECE
 
     returned = 2 * (hidden.numel() + weight.numel())

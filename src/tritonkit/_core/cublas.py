@@ -58,6 +58,19 @@ def mm_rounded(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = Non
     return (product if bias is None else product + bias.float()).to(a.dtype)
 
 
+def addmm_rounded_(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """acc += a @ b in acc's dtype, a's: the products and acc summed in fp32 and rounded once to acc's dtype. On CUDA,
+    cuBLAS's addmm (its epilogue reads acc) with split-K reductions kept in fp32; on the CPU, whose 16-bit GEMM
+    does not round once, the product in fp32 added to acc, one rounding."""
+    if a.dtype == torch.float32:
+        acc.addmm_(a, b)
+    elif a.device.type == "cuda":
+        with _fp32_reductions():
+            acc.addmm_(a, b)
+    else:
+        acc.add_(mm_fp32(a, b))
+
+
 def addmm_into_fp32(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
     """acc (fp32) += a @ b. 16-bit operands on CUDA: cuBLAS reads and writes acc in its epilogue (one
     GEMM, no 16-bit rounding). Elsewhere the product is rounded once to 16 bits and added in fp32, still

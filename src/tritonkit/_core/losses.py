@@ -8,7 +8,7 @@ import math
 import torch
 
 from tritonkit._core.checks import FLOAT_DTYPES, check_choice, check_device, check_tensor
-from tritonkit._core.cublas import addmm_into_fp32
+from tritonkit._core.cublas import addmm_into_fp32, addmm_rounded_
 
 REDUCTIONS = ("mean", "sum", "none")
 TARGET_DTYPES = (torch.int64, torch.int32)
@@ -115,23 +115,25 @@ def chunk_logits(h_chunk: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
         torch.addmm(bias, h_chunk, weight.t(), out=out)
 
 
-def grad_buffers(hidden, weight, bias, need_hidden, need_weight, need_bias):
-    """d(hidden) in hidden's dtype (each chunk's rows from one GEMM, rounded once), fp32 accumulators for d(weight)
-    and d(bias) (zeroed); None where not needed."""
+def grad_buffers(hidden, weight, bias, need_hidden, need_weight, need_bias, accum_dtype=torch.float32):
+    """d(hidden) in hidden's dtype (each chunk's rows from one GEMM, rounded once), accumulators for d(weight) and
+    d(bias) in ``accum_dtype`` (fp32, or the weight's dtype; zeroed); None where not needed."""
     grad_hidden = torch.empty_like(hidden) if need_hidden else None
-    grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_weight else None
-    grad_bias = torch.zeros(bias.shape, dtype=torch.float32, device=bias.device) if need_bias else None
+    grad_weight = torch.zeros(weight.shape, dtype=accum_dtype, device=weight.device) if need_weight else None
+    grad_bias = torch.zeros(bias.shape, dtype=accum_dtype, device=bias.device) if need_bias else None
     return grad_hidden, grad_weight, grad_bias
 
 
 def add_chunk_grads(dlogits, h_chunk, weight, rows: slice, grads) -> None:
     """A fused op's chunk of logit gradients (chunk, V) projected: its rows of d(hidden) (one GEMM, hidden's dtype),
-    and its shares of d(weight) and d(bias) added to their fp32 accumulators; each where ``grads`` holds a buffer."""
+    and its shares of d(weight) and d(bias) added to their accumulators (fp32, or 16-bit ones rounded once a chunk);
+    each where ``grads`` holds a buffer."""
     grad_hidden, grad_weight, grad_bias = grads
     if grad_hidden is not None:
         torch.mm(dlogits, weight, out=grad_hidden[rows])
     if grad_weight is not None:
-        addmm_into_fp32(grad_weight, dlogits.t(), h_chunk)
+        add = addmm_into_fp32 if grad_weight.dtype == torch.float32 else addmm_rounded_
+        add(grad_weight, dlogits.t(), h_chunk)
     if grad_bias is not None:
         grad_bias.add_(dlogits.sum(0, dtype=torch.float32))
 
@@ -148,13 +150,13 @@ def fake_loss_and_lse(rows: torch.Tensor, reduction: str, loss_dtype: torch.dtyp
             rows.new_empty((n_rows,), dtype=torch.float32))  # fmt: skip
 
 
-def fake_grads(hidden, weight, bias, need_hidden, need_weight, need_bias) -> tuple:
+def fake_grads(hidden, weight, bias, need_hidden, need_weight, need_bias, accum_dtype=torch.float32) -> tuple:
     """:func:`grad_buffers`' shapes and dtypes as the custom ops return them (absent: empty fp32), for the fakes."""
     fp32 = torch.float32
     return (
         hidden.new_empty(hidden.shape) if need_hidden else hidden.new_empty((0,), dtype=fp32),
-        hidden.new_empty(weight.shape if need_weight else (0,), dtype=fp32),
-        hidden.new_empty(bias.shape if need_bias else (0,), dtype=fp32),
+        hidden.new_empty(weight.shape, dtype=accum_dtype) if need_weight else hidden.new_empty((0,), dtype=fp32),
+        hidden.new_empty(bias.shape, dtype=accum_dtype) if need_bias else hidden.new_empty((0,), dtype=fp32),
     )
 
 

@@ -37,8 +37,9 @@ memory. On a GPU the same count runs, and torch.cuda.max_memory_allocated() conf
 inputs, which exist before the step. With --out DIR the lesson plots the timelines.
 
 The production ops: tk.ops.rms_norm(x, w, residual=r, prenorm=True) (with the backward, fp32 residuals, bias,
-the Gemma offset) and tk.ops.fused_linear_cross_entropy(hidden, weight, target) (chunks of a tenth of the
-tokens, ignore_index, label smoothing, z-loss, softcap) and tk.ops.cross_entropy for logits you already have.
+the Gemma offset) and tk.ops.fused_linear_cross_entropy(hidden, weight, target) (token chunks sized to hide the
+weight gradient's accumulator, ignore_index, label smoothing, z-loss, softcap, d(weight) summed in fp32 or the
+weight's dtype) and tk.ops.cross_entropy for logits you already have.
 """
 
 from __future__ import annotations

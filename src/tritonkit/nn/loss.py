@@ -74,7 +74,8 @@ class FusedLinearCrossEntropyLoss(_CrossEntropyOptions):
     The module holds no head weight: the caller passes the head's weight on every call, from inside the model's
     forward, so an FSDP-gathered, tied or otherwise wrapped weight is the one used. Class weights are ``ce_weight``
     (V,), the op's name for them (a buffer, no gradient); ``loss_dtype``, ``return_z_loss`` and
-    ``return_token_accuracy`` as :class:`CrossEntropyLoss`'s.
+    ``return_token_accuracy`` as :class:`CrossEntropyLoss`'s. ``accum_dtype``: d(weight)'s accumulator, torch.float32
+    (the default) or the head weight's dtype (half the memory, a 16-bit rounding a chunk), as the op's.
     """
 
     weight_name = "ce_weight"
@@ -82,9 +83,13 @@ class FusedLinearCrossEntropyLoss(_CrossEntropyOptions):
     def __init__(self, ce_weight: torch.Tensor | None = None, *, ignore_index: int = -100,
                  label_smoothing: float = 0.0, z_loss: float = 0.0, softcap: float | None = None,
                  reduction: str = "mean", loss_dtype: torch.dtype | None = None, return_z_loss: bool = False,
-                 return_token_accuracy: bool = False):  # fmt: skip
+                 return_token_accuracy: bool = False, accum_dtype: torch.dtype = torch.float32):  # fmt: skip
         super().__init__(ce_weight, ignore_index, label_smoothing, z_loss, softcap, reduction, loss_dtype,
                          return_z_loss, return_token_accuracy)  # fmt: skip
+        self.accum_dtype = accum_dtype
+
+    def _options(self) -> dict:
+        return {**super()._options(), "accum_dtype": self.accum_dtype}
 
     def forward(self, hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
                 bias: torch.Tensor | None = None) -> torch.Tensor | CrossEntropyOutput:  # fmt: skip

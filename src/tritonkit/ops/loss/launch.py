@@ -2,10 +2,11 @@
 
 ``cross_entropy`` reads the logits once in the forward (loss and the fp32 lse, saved) and once in the backward,
 which writes the gradient already multiplied by the upstream gradient: three passes over the logits in all. The
-fused linear cross-entropy never builds the (tokens, vocab) logits: tokens go through in chunks (plan.fused_chunk_rows);
-each chunk's logits come from one GEMM into a reused buffer, the kernel overwrites them with their gradient, and two
-more GEMMs turn that into the chunk's rows of d(hidden) and its share of d(weight), summed in fp32. For mean and sum
-this all happens in the forward (the backward multiplies in a scalar); ``reduction="none"`` weights each row by its
+fused linear cross-entropy never builds the (tokens, vocab) logits: tokens go through in chunks (plan.fused_chunk_plan,
+or ``plan=``); each chunk's logits come from one GEMM into a reused buffer, the kernel overwrites them with their
+gradient, and two more GEMMs turn that into the chunk's rows of d(hidden) and its share of d(weight), summed in fp32
+or, with ``accum_dtype`` the weight's 16-bit dtype, in that dtype (half the memory, a rounding a chunk). For mean and
+sum this all happens in the forward (the backward multiplies in a scalar); ``reduction="none"`` weights each row by its
 own upstream gradient before the d(weight) GEMM, so its backward recomputes the chunks.
 
 Nothing here synchronises with the host: the mean divides by max(1, count of non-ignored targets) computed on the
@@ -36,7 +37,7 @@ from tritonkit._core.losses import (
     valid_count,
 )
 from tritonkit.ops.loss.kernels import _cross_entropy_kernel
-from tritonkit.ops.loss.plan import CrossEntropyPlan, cross_entropy_plan, fused_chunk_rows
+from tritonkit.ops.loss.plan import CrossEntropyPlan, FusedChunkPlan, cross_entropy_plan, fused_chunk_plan
 
 
 def check_inplace_logits(logits: torch.Tensor) -> None:
@@ -126,13 +127,21 @@ def cross_entropy_bwd(grad_loss: torch.Tensor, logits: torch.Tensor, target: tor
     return dx
 
 
-def _fused_chunks(hidden, weight, bias, target, options, loss_rows, lse, scale, grads, extras=None):
+def chunk_plan(hidden: torch.Tensor, weight: torch.Tensor, accum_dtype: torch.dtype) -> FusedChunkPlan:
+    """The fused op's chunks for these operands on their device (plan.fused_chunk_plan; "cpu" for CPU tensors)."""
+    device = hidden.device
+    key = arch(device) if device.type == "cuda" else "cpu"
+    return fused_chunk_plan(hidden.shape[0], weight.shape[0], hidden.element_size(), accum_dtype.itemsize, key)
+
+
+def _fused_chunks(hidden, weight, bias, target, options, loss_rows, lse, scale, grads, extras=None, plan=None):
     """The chunk loop of the fused op. With ``loss_rows`` the kernel computes loss and lse (forward),
     without it it reads lse (the recomputing backward of "none"). With a ``scale`` it writes each
     chunk's logit gradient over its logits and adds the chunk's share to whichever of ``grads``
-    (grad_buffers': grad_hidden, grad_weight, grad_bias) are given."""
+    (grad_buffers': grad_hidden, grad_weight, grad_bias) are given. ``plan``: chunk_plan's unless given."""
     n_tokens = hidden.shape[0]
-    chunk = fused_chunk_rows(n_tokens)
+    accum_dtype = next((g.dtype for g in grads[1:] if g is not None), torch.float32)
+    chunk = (plan or chunk_plan(hidden, weight, accum_dtype)).rows
     buffer = torch.empty((min(chunk, n_tokens), weight.shape[0]), dtype=hidden.dtype, device=hidden.device)
     write_grad = scale is not None
     for start in range(0, n_tokens, chunk):
@@ -153,25 +162,28 @@ def _fused_chunks(hidden, weight, bias, target, options, loss_rows, lse, scale, 
 def fused_linear_cross_entropy_fwd(
     hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None,
     ignore_index: int, label_smoothing: float, z_loss: float, softcap: float, reduction: str, loss_dtype: torch.dtype,
-    need_hidden: bool, need_weight: bool, need_bias: bool,
+    need_hidden: bool, need_weight: bool, need_bias: bool, accum_dtype: torch.dtype, *,
+    plan: FusedChunkPlan | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """hidden: (tokens, H); weight: (V, H); bias: (V,) or None; target: (tokens,).
 
     Returns (loss, lse, grad_hidden, grad_weight, grad_bias), the loss in ``loss_dtype``. For "mean" and
     "sum" the gradients asked for by the need_* flags are computed here, for an upstream gradient of 1
-    (grad_weight and grad_bias in fp32); absent ones, and all of them for "none", are empty tensors.
+    (grad_weight and grad_bias in ``accum_dtype``, summed over the chunks in it); absent ones, and all of them for
+    "none", are empty tensors. ``plan``: the chunks (chunk_plan's unless given).
     """
     n_tokens = hidden.shape[0]
     loss_rows = torch.empty((n_tokens,), dtype=torch.float32, device=hidden.device)
     lse = torch.empty((n_tokens,), dtype=torch.float32, device=hidden.device)
     now = reduction != "none" and (need_hidden or need_weight or need_bias)
-    grads = grad_buffers(hidden, weight, bias, need_hidden and now, need_weight and now, need_bias and now)
+    grads = grad_buffers(hidden, weight, bias, need_hidden and now, need_weight and now, need_bias and now,
+                         accum_dtype)  # fmt: skip
     count = mean_count(target, ignore_index, reduction)
     scale = None
     if now:
         scale = grad_scale(torch.ones((), dtype=torch.float32, device=hidden.device), reduction, count)
     options = (ignore_index, label_smoothing, z_loss, softcap)
-    _fused_chunks(hidden, weight, bias, target, options, loss_rows, lse, scale, grads)
+    _fused_chunks(hidden, weight, bias, target, options, loss_rows, lse, scale, grads, plan=plan)
     loss = reduced(loss_rows, reduction, loss_dtype, count)
     return loss, lse, *(or_empty(g, lse) for g in grads)
 
@@ -179,14 +191,15 @@ def fused_linear_cross_entropy_fwd(
 def fused_linear_cross_entropy_bwd(
     grad_loss: torch.Tensor, hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
     bias: torch.Tensor | None, lse: torch.Tensor, ignore_index: int, label_smoothing: float, z_loss: float,
-    softcap: float, need_hidden: bool, need_weight: bool, need_bias: bool,
+    softcap: float, need_hidden: bool, need_weight: bool, need_bias: bool, accum_dtype: torch.dtype, *,
+    plan: FusedChunkPlan | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """The backward of reduction="none": recompute each chunk's logits, write their gradient weighted
     by the per-token ``grad_loss``, and project it. Returns grad_hidden, grad_weight, grad_bias (the
-    last two fp32; absent ones empty)."""
-    grads = grad_buffers(hidden, weight, bias, need_hidden, need_weight, need_bias)
+    last two in ``accum_dtype``; absent ones empty)."""
+    grads = grad_buffers(hidden, weight, bias, need_hidden, need_weight, need_bias, accum_dtype)
     options = (ignore_index, label_smoothing, z_loss, softcap)
-    _fused_chunks(hidden, weight, bias, target, options, None, lse, grad_loss.reshape(-1), grads)
+    _fused_chunks(hidden, weight, bias, target, options, None, lse, grad_loss.reshape(-1), grads, plan=plan)
     return tuple(or_empty(g, lse) for g in grads)
 
 
@@ -199,17 +212,17 @@ def cross_entropy_bwd_fake(grad_loss, logits, target, lse, ignore_index, label_s
 
 
 def fused_linear_cross_entropy_fwd_fake(hidden, weight, target, bias, *options_and_needs):
-    *_, reduction, loss_dtype, need_hidden, need_weight, need_bias = options_and_needs
+    *_, reduction, loss_dtype, need_hidden, need_weight, need_bias, accum_dtype = options_and_needs
     now = reduction != "none"
     return (
         *fake_loss_and_lse(hidden, reduction, loss_dtype),
-        *fake_grads(hidden, weight, bias, need_hidden and now, need_weight and now, need_bias and now),
+        *fake_grads(hidden, weight, bias, need_hidden and now, need_weight and now, need_bias and now, accum_dtype),
     )
 
 
 def fused_linear_cross_entropy_bwd_fake(grad_loss, hidden, weight, target, bias, lse, *options_and_needs):
-    *_, need_hidden, need_weight, need_bias = options_and_needs
-    return fake_grads(hidden, weight, bias, need_hidden, need_weight, need_bias)
+    *_, need_hidden, need_weight, need_bias, accum_dtype = options_and_needs
+    return fake_grads(hidden, weight, bias, need_hidden, need_weight, need_bias, accum_dtype)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -374,7 +387,7 @@ def fused_linear_cross_entropy_options_fwd(
     hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None,
     ce_weight: torch.Tensor | None, ignore_index: int, label_smoothing: float, z_loss: float, softcap: float,
     reduction: str, loss_dtype: torch.dtype, return_z_loss: bool, return_accuracy: bool, need_hidden: bool,
-    need_weight: bool, need_bias: bool,
+    need_weight: bool, need_bias: bool, accum_dtype: torch.dtype, *, plan: FusedChunkPlan | None = None,
 ) -> tuple[
     torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor
 ]:  # fmt: skip
@@ -385,10 +398,11 @@ def fused_linear_cross_entropy_options_fwd(
     loss_rows, lse, counts, extras = _option_rows(hidden.shape[0], hidden.device, ce_weight, target, ignore_index,
                                                   *flags)  # fmt: skip
     now = reduction != "none" and (need_hidden or need_weight or need_bias)
-    grads = grad_buffers(hidden, weight, bias, need_hidden and now, need_weight and now, need_bias and now)
+    grads = grad_buffers(hidden, weight, bias, need_hidden and now, need_weight and now, need_bias and now,
+                         accum_dtype)  # fmt: skip
     scale = grad_scale(torch.ones((), dtype=torch.float32, device=hidden.device), reduction, counts[1]) if now else None
     options = (ignore_index, label_smoothing, z_loss, softcap)
-    _fused_chunks(hidden, weight, bias, target, options, loss_rows, lse, scale, grads, extras)
+    _fused_chunks(hidden, weight, bias, target, options, loss_rows, lse, scale, grads, extras, plan)
     loss, z_term, accuracy = _option_results(loss_rows, extras, counts, reduction, loss_dtype, return_z_loss,
                                              return_accuracy)  # fmt: skip
     return loss, lse, *(or_empty(g, lse) for g in grads), z_term, accuracy
@@ -398,24 +412,25 @@ def fused_linear_cross_entropy_options_bwd(
     grad_loss: torch.Tensor, hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
     bias: torch.Tensor | None, ce_weight: torch.Tensor | None, lse: torch.Tensor, ignore_index: int,
     label_smoothing: float, z_loss: float, softcap: float, need_hidden: bool, need_weight: bool, need_bias: bool,
+    accum_dtype: torch.dtype, *, plan: FusedChunkPlan | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """fused_linear_cross_entropy_bwd (reduction "none", recomputing the chunks) with class weights."""
-    grads = grad_buffers(hidden, weight, bias, need_hidden, need_weight, need_bias)
+    grads = grad_buffers(hidden, weight, bias, need_hidden, need_weight, need_bias, accum_dtype)
     counts = _counts(ce_weight, target, ignore_index)
     extras = _extras(ce_weight, target, ignore_index, label_smoothing, "none", None, None, counts)
     options = (ignore_index, label_smoothing, z_loss, softcap)
-    _fused_chunks(hidden, weight, bias, target, options, None, lse, grad_loss.reshape(-1), grads, extras)
+    _fused_chunks(hidden, weight, bias, target, options, None, lse, grad_loss.reshape(-1), grads, extras, plan)
     return tuple(or_empty(g, lse) for g in grads)
 
 
 def fused_linear_cross_entropy_options_fwd_fake(hidden, weight, target, bias, ce_weight, *options_and_needs):
-    *options, return_z_loss, return_accuracy, need_hidden, need_weight, need_bias = options_and_needs
+    *options, return_z_loss, return_accuracy, need_hidden, need_weight, need_bias, accum = options_and_needs
     plain = fused_linear_cross_entropy_fwd_fake(hidden, weight, target, bias, *options, need_hidden, need_weight,
-                                                need_bias)  # fmt: skip
+                                                need_bias, accum)  # fmt: skip
     return *plain, *_fake_extras(plain[0], return_z_loss, return_accuracy)
 
 
 def fused_linear_cross_entropy_options_bwd_fake(grad_loss, hidden, weight, target, bias, ce_weight, lse,
                                                 *options_and_needs):  # fmt: skip
-    *_, need_hidden, need_weight, need_bias = options_and_needs
-    return fake_grads(hidden, weight, bias, need_hidden, need_weight, need_bias)
+    *_, need_hidden, need_weight, need_bias, accum_dtype = options_and_needs
+    return fake_grads(hidden, weight, bias, need_hidden, need_weight, need_bias, accum_dtype)

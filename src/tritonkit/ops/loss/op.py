@@ -113,6 +113,16 @@ cross_entropy_options_op, cross_entropy_options_inplace_op = _ce_ops(
 )  # fmt: skip
 
 
+def _scale_in_place(grads, grad_loss) -> None:
+    """The forward's gradients times the 0-d upstream gradient, in place. With a 16-bit accumulator they are in their
+    inputs' dtypes already, and a scaled copy would hold a second d(weight) (the memory the mode is for) at the
+    backward's peak. Eager mode only (torch.compile plans the memory itself). Autograd then refuses a second backward
+    through the op (retain_graph=True): the saved gradients' version changed."""
+    factor = grad_loss.reshape(()).float()
+    for grad in grads:
+        grad.mul_(factor)
+
+
 def _flce_parts(class_weights: bool) -> tuple:
     """save and gradients of the fused ops; the options' op takes class weights after the bias and its two return
     flags after the options."""
@@ -121,7 +131,7 @@ def _flce_parts(class_weights: bool) -> tuple:
         """mean/sum keep the forward's gradients; "none" keeps what the recomputing backward reads."""
         hidden, weight, target, bias, *rest = inputs
         ce_weight = [rest.pop(0)] if class_weights else []
-        ctx.options, ctx.needs = tuple(rest[:5]), tuple(rest[-3:])
+        ctx.options, ctx.needs, ctx.accum_dtype = tuple(rest[:5]), tuple(rest[-4:-1]), rest[-1]
         ctx.dtypes = (hidden.dtype, weight.dtype, bias.dtype if bias is not None else None)
         ctx.recompute = ctx.options[-1] == "none"
         if ctx.recompute:
@@ -134,12 +144,16 @@ def _flce_parts(class_weights: bool) -> tuple:
         grad_loss = grad_outputs[0]
         if grad_loss is None:  # only lse or the gradients were used downstream: nothing flows back
             return ()
+        in_place = False
         if ctx.recompute:
             *tensors, lse = ctx.saved_tensors
-            grads = backward(grad_loss, *tensors, lse, *ctx.options[:-1], *ctx.needs)
+            grads = backward(grad_loss, *tensors, lse, *ctx.options[:-1], *ctx.needs, ctx.accum_dtype)
         else:
             grads = ctx.saved_tensors
-        grads = head_grads(grads, grad_loss, ctx.dtypes, ctx.needs, ctx.recompute)
+            in_place = ctx.accum_dtype != torch.float32 and not torch.compiler.is_compiling()
+            if in_place:
+                _scale_in_place(grads, grad_loss)
+        grads = head_grads(grads, grad_loss, ctx.dtypes, ctx.needs, ctx.recompute or in_place)
         grad_hidden, grad_weight, grad_bias = grads
         return grad_hidden, grad_weight, None, grad_bias
 
@@ -170,6 +184,16 @@ fused_linear_cross_entropy_options_op = differentiable_op(
     gradients=_flce_options_gradients,
     non_differentiable=(1, 2, 3, 4, 5, 6),  # as the plain op's, and the z-term (for logging) and the accuracy
 )
+
+
+def check_accum_dtype(name: str, accum_dtype, weight_dtype: torch.dtype) -> torch.dtype:
+    """d(weight)'s accumulator: torch.float32, or the weight's own dtype."""
+    if not isinstance(accum_dtype, torch.dtype):
+        raise TypeError(f"{name}: accum_dtype must be a torch.dtype, got {type(accum_dtype).__name__}")
+    if accum_dtype not in (torch.float32, weight_dtype):
+        raise ValueError(f"{name}: accum_dtype must be torch.float32 or the weight's dtype {weight_dtype}, got "
+                         f"{accum_dtype}")  # fmt: skip
+    return accum_dtype
 
 
 def _with_extras(loss, z_term, accuracy, target, reduction, return_z_loss, return_token_accuracy):
@@ -276,6 +300,7 @@ def fused_linear_cross_entropy(
     ce_weight: torch.Tensor | None = None, ignore_index: int = -100, label_smoothing: float = 0.0,
     z_loss: float = 0.0, softcap: float | None = None, reduction: str = "mean", loss_dtype: torch.dtype | None = None,
     check_targets: bool | None = None, return_z_loss: bool = False, return_token_accuracy: bool = False,
+    accum_dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor | CrossEntropyOutput:  # fmt: skip
     """``cross_entropy(hidden @ weight.T + bias, target, ...)`` without building the logits.
 
@@ -284,10 +309,15 @@ def fused_linear_cross_entropy(
     shape. hidden, weight and bias share one float dtype. Options, ``check_targets`` (off by default:
     it synchronises with the host) and result as :func:`cross_entropy` (the loss in hidden's dtype, or
     ``loss_dtype``).
-    Tokens are processed in chunks of at most a tenth of them, so the transient logits stay within 10%
-    of the full (tokens, V) logits; d(weight) and d(bias) are summed over chunks in fp32 and cast once.
-    The GEMMs are torch's (cuBLAS on CUDA). ``ce_weight`` (class weights), ``return_z_loss`` and
-    ``return_token_accuracy`` as :func:`cross_entropy`'s ``weight`` and flags.
+    Tokens are processed in chunks (on a GPU of 4096 tokens for an fp32 accumulator and 2048 for a 16-bit one,
+    fewer where a chunk's logits would pass 1 GiB; docs/kernels/loss.md), the transient logits being one chunk's.
+    ``accum_dtype`` is the memory choice for d(weight) and d(bias), summed over the chunks: ``torch.float32`` (the
+    default) keeps the sums in fp32 and rounds once, at the cost of an fp32 (V, H) accumulator (2.1 GB for a
+    128256 x 4096 head) during the step; the weight's dtype (bf16 or fp16) accumulates in it, as Liger-Kernel's
+    default ``accum_dtype`` does, at half that memory and one 16-bit rounding of the running sum a chunk (about
+    2**-9 relative in bf16 each, so a few times that over a step's chunks). The GEMMs are torch's (cuBLAS on CUDA).
+    ``ce_weight`` (class weights), ``return_z_loss`` and ``return_token_accuracy`` as :func:`cross_entropy`'s
+    ``weight`` and flags.
 
     Example: ``loss = tk.ops.fused_linear_cross_entropy(h.view(-1, H), lm_head.weight, labels.view(-1))``.
     """
@@ -303,14 +333,16 @@ def fused_linear_cross_entropy(
     rows, target_rows = hidden.reshape(-1, hidden.shape[-1]), target.reshape(-1)
     options = (*options, check_loss_dtype(name, loss_dtype, hidden.dtype))
     needs = (needs_grad(hidden), needs_grad(weight), needs_grad(bias))
+    accum_dtype = check_accum_dtype(name, accum_dtype, weight.dtype)
     if ce_weight is not None or return_z_loss is not False or return_token_accuracy is not False:
         check_extras(name, "ce_weight", ce_weight, weight.shape[0], return_z_loss, return_token_accuracy)
         ce_weight = ce_weight.contiguous() if ce_weight is not None else None
         if ce_weight is not None:
             check_device(hidden=hidden, ce_weight=ce_weight)
         outputs = fused_linear_cross_entropy_options_op(rows, weight, target_rows, bias, ce_weight, *options,
-                                                        return_z_loss, return_token_accuracy, *needs)  # fmt: skip
+                                                        return_z_loss, return_token_accuracy, *needs,
+                                                        accum_dtype)  # fmt: skip
         loss, *_, z_term, accuracy = outputs
         return _with_extras(loss, z_term, accuracy, target, reduction, return_z_loss, return_token_accuracy)
-    loss = fused_linear_cross_entropy_op(rows, weight, target_rows, bias, *options, *needs)[0]
+    loss = fused_linear_cross_entropy_op(rows, weight, target_rows, bias, *options, *needs, accum_dtype)[0]
     return loss.view(target.shape) if reduction == "none" else loss

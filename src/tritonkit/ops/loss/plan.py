@@ -3,6 +3,12 @@
 The row kernel steps over a row's vocabulary in blocks of at most MAX_BLOCK_N; no block or warp count was swept on a
 GPU yet (docs/kernels/loss.md), so every architecture takes the same plan: whole short rows in one step, 4 warps up to
 1024 elements, 8 beyond.
+
+The fused op's chunk (tokens per chunk) trades speed for transient memory. Each chunk's d(weight) GEMM reads and
+writes the whole (V, H) accumulator: 2 * a * V * H bytes (a its element size) against the GEMM's 2 * rows * V * H
+FLOP, so that traffic costs a * (FLOP rate / bandwidth) / rows of the GEMM's time, whatever V and H. On a GPU a chunk
+takes the fewest rows that keep it within ACCUMULATOR_SHARE, unless its logits (rows * V) would pass
+MAX_CHUNK_LOGIT_BYTES, the memory cap, which wins: see fused_chunk_plan.
 """
 
 from __future__ import annotations
@@ -14,7 +20,14 @@ from tritonkit._core.ints import next_power_of_2
 
 MAX_BLOCK_N = 4096  # vocabulary elements per loop step: 16 per thread at 8 warps
 CHUNK_ROW_MULTIPLE = 128  # fused chunks: GEMM-tile-friendly row counts once they are this large
-CHUNK_FRACTION = 10  # a fused chunk holds at most a tenth of the tokens: transient logits within 10% of the full
+# The GPU's bf16 tensor-core FLOP rate over its memory bandwidth, as cuBLAS reaches them: the H100's ~670 TFLOP/s
+# over 3.35 TB/s is 200, the H200's ~700 over 4.8 TB/s 146; between the two. Unmeasured architectures take sm90's.
+FLOP_PER_BYTE = {"sm90": 170.0}
+ACCUMULATOR_SHARE = 1 / 6  # d(weight)'s accumulator traffic at most a sixth of its GEMM: ~5% of the three GEMMs
+MAX_CHUNK_LOGIT_BYTES = 1 << 30  # a chunk's logits: half the fp32 dW of a 128256 x 4096 head, ~1% of an H100
+# CPU tensors (the interpreter's tests) keep a tenth of the tokens a chunk: the CPU's GEMMs have no accumulator
+# traffic worth hiding, and several chunks a call are what exercises the chunk loop there.
+CPU_CHUNK_FRACTION = 10
 
 
 @dataclass(frozen=True)
@@ -30,8 +43,30 @@ def cross_entropy_plan(n_cols: int, arch: str) -> CrossEntropyPlan:
     return CrossEntropyPlan(block_n=block_n, warps=4 if block_n <= 1024 else 8)
 
 
-def fused_chunk_rows(n_tokens: int) -> int:
-    """Tokens per chunk of the fused op: a CHUNK_FRACTION of them, a multiple of CHUNK_ROW_MULTIPLE once that large
-    (GEMM tiles), at least 1."""
-    rows = max(1, n_tokens // CHUNK_FRACTION)
-    return rows - rows % CHUNK_ROW_MULTIPLE if rows >= CHUNK_ROW_MULTIPLE else rows
+@dataclass(frozen=True)
+class FusedChunkPlan:
+    rows: int  # tokens per chunk (the last chunk takes the remainder)
+
+
+def _whole_tiles(rows: int) -> int:
+    """rows rounded down to a multiple of CHUNK_ROW_MULTIPLE once that large, at least 1."""
+    return max(1, rows - rows % CHUNK_ROW_MULTIPLE if rows >= CHUNK_ROW_MULTIPLE else rows)
+
+
+@functools.lru_cache(maxsize=256)
+def fused_chunk_plan(n_tokens: int, n_vocab: int, logit_bytes: int, accum_bytes: int, arch: str) -> FusedChunkPlan:
+    """Tokens per chunk of the fused op, for logits of ``logit_bytes`` per element and a d(weight) accumulator of
+    ``accum_bytes`` (4 for fp32, 2 for the weight's 16-bit dtype); ``arch`` as :func:`tritonkit._core.device.arch`,
+    or "cpu" for CPU tensors.
+
+    On a GPU: the fewest rows whose d(weight) GEMM keeps the accumulator's read and write within ACCUMULATOR_SHARE
+    of its time, accum_bytes * FLOP_PER_BYTE / ACCUMULATOR_SHARE, rounded up to whole GEMM tiles (4096 rows for
+    fp32 on sm90, 2048 for bf16); but no more rows than keep the chunk's logits within MAX_CHUNK_LOGIT_BYTES
+    (4096 rows at V = 128256 in bf16, 2048 at V = 262144), nor more than the tokens. On the CPU a tenth of the
+    tokens. At least 1."""
+    if arch == "cpu":
+        return FusedChunkPlan(rows=_whole_tiles(min(n_tokens, max(1, n_tokens // CPU_CHUNK_FRACTION))))
+    hiding = accum_bytes * FLOP_PER_BYTE.get(arch, FLOP_PER_BYTE["sm90"]) / ACCUMULATOR_SHARE
+    hiding_rows = -(-int(hiding) // CHUNK_ROW_MULTIPLE) * CHUNK_ROW_MULTIPLE
+    capped_rows = _whole_tiles(MAX_CHUNK_LOGIT_BYTES // max(1, n_vocab * logit_bytes))
+    return FusedChunkPlan(rows=max(1, min(hiding_rows, capped_rows, n_tokens)))
