@@ -10,7 +10,8 @@ through the forward launcher with the chunk rows forced by ``plan=`` (the plan's
 summed in fp32 and in bf16 (the launcher computes every gradient in the forward; the backward's scaling is timed with
 it); ours through the public op and autograd (the rule); torch.compile of the unfused expression; liger-kernel's
 LigerFusedLinearCrossEntropyLoss where importable. Each is timed as the GPU time of a CUDA graph of it
-(triton.testing.do_bench_cudagraph) where it captures, else by triton.testing.do_bench; the row says which. Peak
+(triton.testing.do_bench_cudagraph) where it captures, else (and liger-kernel's always: NO_CAPTURE) by
+triton.testing.do_bench; the row says which. Peak
 extra memory: torch.cuda.max_memory_allocated() during one call above what was allocated before it (the inputs), the
 returned gradients included. d(weight)'s error: ||dW - dW_fp32|| / ||dW_fp32|| (Frobenius), dW_fp32 from the same bf16
 inputs through fp32 GEMMs and torch's loss. Prints a table with each row's ratio to the three GEMMs and writes
@@ -94,13 +95,20 @@ def _fp32_weight_grad(hidden, weight, target):
     return grad
 
 
-def _time(fn, dry_run) -> tuple[float, str]:
-    """Milliseconds a call and how they were measured."""
+# Why liger-kernel's loss is not captured: its capture fails on the H200 ("operation failed due to a previous error
+# during capture"), and the failed capture leaves torch's generator unusable for the next size's inputs.
+NO_CAPTURE = "liger-kernel's loss fails CUDA-graph capture"
+
+
+def _time(fn, dry_run, capture: bool) -> tuple[float, str]:
+    """Milliseconds a call and how they were measured: a CUDA graph where ``capture`` and it captures."""
     if dry_run:
         fn()
         start = time.perf_counter()
         fn()
         return (time.perf_counter() - start) * 1e3, "wall clock, CPU interpreter"
+    if not capture:
+        return triton.testing.do_bench(fn, rep=REP_MS), f"do_bench (no graph: {NO_CAPTURE})"
     try:
         return triton.testing.do_bench_cudagraph(fn, rep=REP_MS), "cuda graph"
     except Exception as error:  # a host synchronisation or an unsupported call during capture
@@ -121,20 +129,20 @@ def _peak_extra_mib(fn, dry_run) -> float | None:
 
 
 def _runs(hidden, weight, target, forced_rows, dry_run):
-    """(label, chunk rows or None, call) for one size, the three GEMMs first; every call after them returns
-    (d(hidden), d(weight))."""
+    """(label, chunk rows or None, call, whether to capture it) for one size, the three GEMMs first; every call
+    after them returns (d(hidden), d(weight))."""
     logit_grad = torch.randn(hidden.shape[0], weight.shape[0], device=hidden.device, dtype=DTYPE)
-    runs = [("three GEMMs (cuBLAS)", None, functools.partial(_three_gemms, hidden, weight, logit_grad))]
+    runs = [("three GEMMs (cuBLAS)", None, functools.partial(_three_gemms, hidden, weight, logit_grad), True)]
     for accum_dtype, name in ((torch.float32, "fp32 dW"), (torch.bfloat16, "bf16 dW")):
         rule = chunk_plan(hidden, weight, accum_dtype).rows
         for rows in (rule, *(r for r in forced_rows if r != rule)):
             label = f"ours, {name}, {'rule' if rows == rule else 'forced'}"
             plan = FusedChunkPlan(rows=rows)
-            runs.append((label, rows, functools.partial(_ours_forced, hidden, weight, target, accum_dtype, plan)))
+            runs.append((label, rows, functools.partial(_ours_forced, hidden, weight, target, accum_dtype, plan), True))
         call = functools.partial(_ours_public, hidden, weight, target, accum_dtype)
-        runs.append((f"ours, {name}, public op + autograd", rule, call))
+        runs.append((f"ours, {name}, public op + autograd", rule, call, True))
     compiled = torch.compile(lambda h, w, t: F.cross_entropy((h @ w.t()).float(), t), dynamic=False)
-    runs.append(("torch.compile, unfused", None, functools.partial(_unfused, compiled, hidden, weight, target)))
+    runs.append(("torch.compile, unfused", None, functools.partial(_unfused, compiled, hidden, weight, target), True))
     try:
         from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
     except ImportError:
@@ -142,7 +150,7 @@ def _runs(hidden, weight, target, forced_rows, dry_run):
     else:
         if not dry_run:  # its kernels need a GPU
             call = functools.partial(_liger, LigerFusedLinearCrossEntropyLoss(), hidden, weight, target)
-            runs.append(("liger-kernel LigerFusedLinearCrossEntropyLoss", None, call))
+            runs.append(("liger-kernel LigerFusedLinearCrossEntropyLoss", None, call, False))
     return runs
 
 
@@ -162,9 +170,9 @@ def main() -> int:
         exact = _fp32_weight_grad(hidden, weight, target)
         print(f"{'run':46} {'rows':>5} {'ms':>8} {'x GEMMs':>8} {'TFLOP/s':>8} {'peak MiB':>9} {'dW err':>8}  timing")
         gemms_ms = None
-        for label, chunk_rows, call in _runs(hidden, weight, target, forced_rows, args.dry_run):
+        for label, chunk_rows, call, capture in _runs(hidden, weight, target, forced_rows, args.dry_run):
             peak = _peak_extra_mib(call, args.dry_run)  # also the warm-up (torch.compile compiles here)
-            ms, method = _time(call, args.dry_run)
+            ms, method = _time(call, args.dry_run, capture)
             error = None
             if gemms_ms is not None:  # not the GEMMs themselves
                 error = ((call()[1].float() - exact).norm() / exact.norm()).item()
