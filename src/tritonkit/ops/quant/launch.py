@@ -177,7 +177,8 @@ def dequantize_fake(codes, scale, dtype):
 
 
 # Values per program of nf4_dequantize and int4_dequantize (whole blocks or groups; one when a block is larger): an
-# 8 KB bf16 tile out at 4 warps, 16-byte stores (kernels.py); the tile is swept by benchmarks/dequantize_speed.py.
+# 8 KB bf16 tile out at 4 warps, as the 4-bit layers' dequantize-first tile (32 x 128), whose size
+# benchmarks/dequantize_speed.py sweeps beside these ops.
 _DEQUANTIZE_VALUES = 4096
 _QUANTIZE_VALUES = 1024  # values per program of nf4_quantize (whole blocks; one block when a block is larger)
 
