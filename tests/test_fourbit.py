@@ -70,12 +70,13 @@ PLANS = [
     Linear4Tiles(16, 64, 128, 4, 3, 1, nf4_decode="gather"),  # NF4's other lookups ("prmt" is the select tree here)
     Linear4Tiles(16, 64, 128, 4, 3, 1, nf4_decode="prmt"),
     DequantizeFirst(nf4_decode="select"),
+    DequantizeFirst(block_n=16, block_k=32, k_tiles=3),  # K = 100: 4 tiles, the second program's two past K
 ]
 
 
 def _plan_id(plan) -> str:
     if isinstance(plan, DequantizeFirst):
-        return f"dequantize-first-{plan.block_n}x{plan.block_k}-{plan.nf4_decode}"
+        return f"dequantize-first-{plan.block_n}x{plan.block_k}x{plan.k_tiles}-{plan.nf4_decode}"
     return f"{plan.block_m}x{plan.block_n}x{plan.block_k}-s{plan.splits}-{plan.nf4_decode}"
 
 
@@ -237,6 +238,10 @@ def test_tiles_below_the_dots_smallest_side_are_refused():
         Linear4Tiles(16, 64, 16, 4, 3, 1)
     with pytest.raises(ValueError, match=r"DequantizeFirst: nf4_decode must be one of .*, got 'table'"):
         DequantizeFirst(nf4_decode="table")
+    with pytest.raises(ValueError, match="DequantizeFirst: block_k must be a power of two >= 2, got 96"):
+        DequantizeFirst(block_k=96)
+    with pytest.raises(ValueError, match="DequantizeFirst: k_tiles must be an int >= 1, got 0"):
+        DequantizeFirst(k_tiles=0)
 
 
 _ALU = {"mov": lambda a: a, "shr": lambda a, b: a >> b, "and": lambda a, b: a & b, "or": lambda a, b: a | b}

@@ -338,23 +338,28 @@ def _dequantize_kernel(
     N, K, stride_w_n, stride_q_n, stride_s_n,
     FORMAT: tl.constexpr, NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr, EVEN_K: tl.constexpr,
     BY_GROUP: tl.constexpr, GROUP: tl.constexpr, UPCAST: tl.constexpr, NF4_DECODE: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
+    BLOCK_K: tl.constexpr, K_TILES: tl.constexpr,
 ):  # fmt: skip
-    """w[n, k] of a BLOCK_N x BLOCK_K tile, in p_w's dtype: the operands the fused kernels multiply (the same
-    _weight_operands, so the same rounding), written once for a cuBLAS product when x has many rows."""
+    """w[n, k] of K_TILES consecutive BLOCK_N x BLOCK_K tiles along K (tiles past K store nothing), in p_w's dtype:
+    the operands the fused kernels multiply (the same _weight_operands, so the same rounding), written once for a
+    cuBLAS product when x has many rows. K_TILES > 1 gives a program more bytes to move for the same setup (row
+    offsets and masks); the values do not depend on it."""
     o_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     m_n = o_n < N
-    b_even, b_odd = _weight_operands(
-        p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros, o_n,
-        tl.program_id(1) * (BLOCK_K // 2), m_n, K, stride_q_n, stride_s_n, FORMAT, NESTED, NESTED_BLOCK, EVEN_K,
-        BY_GROUP, GROUP, BLOCK_K // 2, p_w.dtype.element_ty, UPCAST, NF4_DECODE,
-    )  # fmt: skip
-    # The halves interleaved back into columns 2p, 2p + 1 and stored as one contiguous tile: two stores of every other
-    # element had the compiler lay lanes along rows, 32 rows a warp's store, and ran 10x below nf4_dequantize's speed.
-    b_w = tl.reshape(tl.join(b_even, b_odd), (BLOCK_N, BLOCK_K))
-    o_k = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
-    p_w_tile = p_w + o_n.to(tl.int64)[:, None] * stride_w_n + o_k[None, :]
-    tl.store(p_w_tile, b_w.to(p_w.dtype.element_ty), mask=m_n[:, None] & (o_k < K)[None, :])
+    p_w_rows = p_w + o_n.to(tl.int64)[:, None] * stride_w_n
+    for i_tile in range(K_TILES):
+        i_k = tl.program_id(1) * K_TILES + i_tile
+        b_even, b_odd = _weight_operands(
+            p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros, o_n,
+            i_k * (BLOCK_K // 2), m_n, K, stride_q_n, stride_s_n, FORMAT, NESTED, NESTED_BLOCK, EVEN_K, BY_GROUP,
+            GROUP, BLOCK_K // 2, p_w.dtype.element_ty, UPCAST, NF4_DECODE,
+        )  # fmt: skip
+        # The halves interleaved back into columns 2p, 2p + 1 and stored as one contiguous tile: two stores of every
+        # other element had the compiler lay lanes along rows, 32 rows a warp's store, and ran 10x below
+        # nf4_dequantize's speed.
+        b_w = tl.reshape(tl.join(b_even, b_odd), (BLOCK_N, BLOCK_K))
+        o_k = i_k * BLOCK_K + tl.arange(0, BLOCK_K)
+        tl.store(p_w_rows + o_k[None, :], b_w.to(p_w.dtype.element_ty), mask=m_n[:, None] & (o_k < K)[None, :])
 
 
 @triton.jit

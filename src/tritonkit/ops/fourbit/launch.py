@@ -203,10 +203,10 @@ def _sum_splits(part, bias, out) -> None:
 def _dequantized(weight: _Weight, n: int, k: int, dtype: torch.dtype, device, plan: DequantizeFirst) -> torch.Tensor:
     """The weight (N, K) in ``dtype``, as the fused kernels' operands hold it."""
     w = torch.empty((n, k), dtype=dtype, device=device)
-    _dequantize_kernel[(cdiv(n, plan.block_n), cdiv(k, plan.block_k))](
+    _dequantize_kernel[(cdiv(n, plan.block_n), cdiv(cdiv(k, plan.block_k), plan.k_tiles))](
         w, *weight.pointers, n, k, w.stride(0), weight.stride_q_n, weight.stride_s_n, **weight.flags,
         UPCAST=upcast_bf16_dots(dtype), NF4_DECODE=_decode(weight, plan), BLOCK_N=plan.block_n, BLOCK_K=plan.block_k,
-        num_warps=plan.warps,
+        K_TILES=plan.k_tiles, num_warps=plan.warps,
         enable_fp_fusion=False,  # the nested absmax rounds twice, as in the fused kernels
     )  # fmt: skip
     return w

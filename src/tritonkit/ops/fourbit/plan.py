@@ -92,7 +92,8 @@ class Gemv4Tiles:
 @dataclass(frozen=True)
 class DequantizeFirst:
     """Many rows: the weight dequantized once into x's dtype (N x K, freed after the call) by a tiled kernel of
-    block_n x block_k, then y = F.linear(x, W) and dx = dy W on cuBLAS, as bitsandbytes does for more than one row.
+    block_n x block_k (k_tiles of them a program, consecutive along K), then y = F.linear(x, W) and dx = dy W on
+    cuBLAS, as bitsandbytes does for more than one row.
     The fused tiles dequantize each weight tile again for every block_m rows: at 4096 rows (a QLoRA step of 4 x
     1024 tokens) that ran at 0.09x of the bf16 model's tokens/s on an H100."""
 
@@ -100,9 +101,16 @@ class DequantizeFirst:
     block_k: int = 128  # even: whole bytes
     warps: int = 4
     nf4_decode: str = "gather"  # NF4's code lookup (NF4_DECODES)
+    k_tiles: int = 1  # block_n x block_k tiles a program writes, consecutive along K (a loop)
 
     def __post_init__(self) -> None:
         _check_decode(self)
+        for name in ("block_n", "block_k"):
+            value = getattr(self, name)
+            if value < 2 or value & (value - 1):  # tl.arange's sides; block_k also whole bytes
+                raise ValueError(f"DequantizeFirst: {name} must be a power of two >= 2, got {value}")
+        if isinstance(self.k_tiles, bool) or not isinstance(self.k_tiles, int) or self.k_tiles < 1:
+            raise ValueError(f"DequantizeFirst: k_tiles must be an int >= 1, got {self.k_tiles!r}")
 
 
 def _by_byte_permutes(table: tuple) -> tuple:

@@ -166,28 +166,32 @@ def _nf4_quantize_kernel(p_w, p_packed, p_absmax, p_bounds, n, n_blocks, BLOCKSI
 
 @triton.jit
 def _nf4_dequantize_kernel(
-    p_packed, p_absmax, p_code, p_absmax_codes, p_absmax_scales, p_nested_code, p_offset, p_out, n,
-    BLOCKSIZE: tl.constexpr, NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr, BLOCK_PAIRS: tl.constexpr,
+    p_packed, p_absmax, p_code, p_absmax_codes, p_absmax_scales, p_nested_code, p_offset, p_out, n, n_bytes,
+    BLOCKSIZE: tl.constexpr, NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr, BLOCKS: tl.constexpr,
 ):  # fmt: skip
-    """BLOCK_PAIRS bytes: value 2i = code[byte >> 4] * absmax, value 2i + 1 = code[byte & 15] * absmax, in fp32, cast
-    to the output's dtype. NESTED (double quantization): absmax = nested_code[absmax_codes[b]] *
+    """BLOCKS blocks of BLOCKSIZE values: value 2i = code[byte i >> 4] * absmax, value 2i + 1 = code[byte i & 15] *
+    absmax, in fp32, cast to the output's dtype. NESTED (double quantization): absmax = nested_code[absmax_codes[b]] *
     absmax_scales[b // NESTED_BLOCK] + offset, as separate fp32 roundings (the launch turns off fused multiply-adds,
-    so that the result is bitsandbytes' bit for bit)."""
-    o_pair = tl.program_id(0).to(tl.int64) * BLOCK_PAIRS + tl.arange(0, BLOCK_PAIRS)
-    o_even = 2 * o_pair
-    m_pair = o_even < n
-    b_byte = tl.load(p_packed + o_pair, mask=m_pair, other=0).to(tl.int32)  # [PAIRS]
-    b_high = tl.load(p_code + (b_byte >> 4))
-    b_low = tl.load(p_code + (b_byte & 15))
-    i_block = o_even // BLOCKSIZE
+    so that the result is bitsandbytes' bit for bit).
+
+    The bytes are read as [BLOCKS, BLOCKSIZE / 2] (the mask against n_bytes, an argument, so that a multiple of 16
+    keeps the loads vectorized), each block's absmax once, and the two halves joined back into consecutive values
+    and stored as one contiguous tile: stores of every other value compile to 2-byte stores."""
+    o_block = tl.program_id(0).to(tl.int64) * BLOCKS + tl.arange(0, BLOCKS)
+    o_byte = o_block[:, None] * (BLOCKSIZE // 2) + tl.arange(0, BLOCKSIZE // 2)[None, :]
+    b_byte = tl.load(p_packed + o_byte, mask=o_byte < n_bytes, other=0).to(tl.int32)  # [BLOCKS, BLOCKSIZE / 2]
+    m_block = o_block * BLOCKSIZE < n
     if NESTED:
-        b_code = tl.load(p_absmax_codes + i_block, mask=m_pair, other=0).to(tl.int32)
-        b_scale = tl.load(p_absmax_scales + i_block // NESTED_BLOCK, mask=m_pair, other=0.0)
+        b_code = tl.load(p_absmax_codes + o_block, mask=m_block, other=0).to(tl.int32)
+        b_scale = tl.load(p_absmax_scales + o_block // NESTED_BLOCK, mask=m_block, other=0.0)
         b_absmax = tl.load(p_nested_code + b_code) * b_scale + tl.load(p_offset)
     else:
-        b_absmax = tl.load(p_absmax + i_block, mask=m_pair, other=0.0)
-    tl.store(p_out + o_even, (b_high * b_absmax).to(p_out.dtype.element_ty), mask=m_pair)
-    tl.store(p_out + o_even + 1, (b_low * b_absmax).to(p_out.dtype.element_ty), mask=o_even + 1 < n)
+        b_absmax = tl.load(p_absmax + o_block, mask=m_block, other=0.0)  # [BLOCKS]
+    b_high = tl.load(p_code + (b_byte >> 4)) * b_absmax[:, None]
+    b_low = tl.load(p_code + (b_byte & 15)) * b_absmax[:, None]
+    b_w = tl.reshape(tl.join(b_high, b_low), (BLOCKS, BLOCKSIZE))
+    o_value = o_block[:, None] * BLOCKSIZE + tl.arange(0, BLOCKSIZE)[None, :]
+    tl.store(p_out + o_value, b_w.to(p_out.dtype.element_ty), mask=o_value < n)
 
 
 @triton.jit
@@ -237,17 +241,25 @@ def _int4_quantize_kernel(
 @triton.jit
 def _int4_dequantize_kernel(
     p_q, p_scale, p_zero, p_out, n_rows, n_cols, stride_q_r, stride_s_r, stride_out_r,
-    GROUP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
+    GROUP: tl.constexpr, BLOCK_R: tl.constexpr, GROUPS: tl.constexpr,
 ):  # fmt: skip
-    """w' = (code - zero) * scale for a BLOCK_R x BLOCK_C tile of w (N, K), in fp32, cast to the output's dtype."""
+    """w' = (code - zero) * scale for BLOCK_R rows x GROUPS groups of GROUP columns of w (N, K), in fp32, cast to the
+    output's dtype. The bytes are read as [BLOCK_R, GROUPS, GROUP / 2] (each byte once), each group's scale and zero
+    once, and the two nibbles joined back into consecutive columns and stored as one contiguous tile."""
     o_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    o_c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     r64 = o_r.to(tl.int64)
-    m_x = (o_r < n_rows)[:, None] & (o_c < n_cols)[None, :]
-    b_byte = tl.load(p_q + r64[:, None] * stride_q_r + (o_c // 2)[None, :], mask=m_x, other=0).to(tl.int32)
-    b_code = ((b_byte >> ((o_c % 2) * 4)[None, :]) & 15).to(tl.float32)  # [R, C]
-    p_group = r64[:, None] * stride_s_r + (o_c // GROUP)[None, :]
-    b_scale = tl.load(p_scale + p_group, mask=m_x, other=0.0)
-    b_zero = tl.load(p_zero + p_group, mask=m_x, other=0).to(tl.float32)
-    tl.store(p_out + r64[:, None] * stride_out_r + o_c[None, :], ((b_code - b_zero) * b_scale).to(
-        p_out.dtype.element_ty), mask=m_x)  # fmt: skip
+    m_r = o_r < n_rows
+    o_g = tl.program_id(1) * GROUPS + tl.arange(0, GROUPS)
+    o_pair = o_g[:, None] * (GROUP // 2) + tl.arange(0, GROUP // 2)[None, :]  # [GROUPS, GROUP / 2]
+    m_pair = m_r[:, None, None] & (o_pair < n_cols // 2)[None, :, :]  # K is even: whole bytes
+    b_byte = tl.load(p_q + r64[:, None, None] * stride_q_r + o_pair[None, :, :], mask=m_pair, other=0).to(tl.int32)
+    o_group = r64[:, None] * stride_s_r + o_g[None, :]
+    m_group = m_r[:, None] & (o_g * GROUP < n_cols)[None, :]
+    b_scale = tl.load(p_scale + o_group, mask=m_group, other=0.0)[:, :, None]  # [R, GROUPS, 1]
+    b_zero = tl.load(p_zero + o_group, mask=m_group, other=0).to(tl.float32)[:, :, None]
+    b_even = ((b_byte & 15).to(tl.float32) - b_zero) * b_scale
+    b_odd = ((b_byte >> 4).to(tl.float32) - b_zero) * b_scale
+    b_w = tl.reshape(tl.join(b_even, b_odd), (BLOCK_R, GROUPS * GROUP))
+    o_c = tl.program_id(1) * (GROUPS * GROUP) + tl.arange(0, GROUPS * GROUP)
+    m_w = m_r[:, None] & (o_c < n_cols)[None, :]
+    tl.store(p_out + r64[:, None] * stride_out_r + o_c[None, :], b_w.to(p_out.dtype.element_ty), mask=m_w)

@@ -18,7 +18,7 @@ from tritonkit._core.fourbit import (
     check_int4_weight,
     nf4_tables,
 )
-from tritonkit._core.ints import cdiv
+from tritonkit._core.ints import cdiv, next_power_of_2
 from tritonkit._core.scales import FORMATS, MIN_BLOCK, granularity_of
 from tritonkit.ops.quant.kernels import (
     _amax_kernel,
@@ -176,7 +176,10 @@ def dequantize_fake(codes, scale, dtype):
 # ---------------------------------------------------------------- NF4
 
 
-_DEQUANTIZE_PAIRS = 1024  # bytes per program of nf4_dequantize: 2048 values
+# Values per program of nf4_dequantize and int4_dequantize (whole blocks or groups; one when a block is larger): an
+# 8 KB bf16 tile out at 4 warps, as the 4-bit layers' dequantize-first tile (32 x 128), whose size
+# benchmarks/dequantize_speed.py sweeps beside these ops.
+_DEQUANTIZE_VALUES = 4096
 _QUANTIZE_VALUES = 1024  # values per program of nf4_quantize (whole blocks; one block when a block is larger)
 
 
@@ -228,9 +231,10 @@ def nf4_dequantize_fwd(
         return out
     code, _, dynamic = nf4_tables(packed.device)
     nested = absmax is None
-    _nf4_dequantize_kernel[(cdiv(cdiv(n, 2), _DEQUANTIZE_PAIRS),)](
+    blocks = max(1, _DEQUANTIZE_VALUES // blocksize)
+    _nf4_dequantize_kernel[(cdiv(cdiv(n, blocksize), blocks),)](
         packed, absmax, code, absmax_codes, absmax_scales, nested_code if nested_code is not None else dynamic,
-        offset, out, n, BLOCKSIZE=blocksize, NESTED=nested, NESTED_BLOCK=NESTED_BLOCK, BLOCK_PAIRS=_DEQUANTIZE_PAIRS,
+        offset, out, n, cdiv(n, 2), BLOCKSIZE=blocksize, NESTED=nested, NESTED_BLOCK=NESTED_BLOCK, BLOCKS=blocks,
         num_warps=4, enable_fp_fusion=False,  # separate roundings, as bitsandbytes' (an FMA would round once)
     )  # fmt: skip
     return out
@@ -242,7 +246,8 @@ def nf4_dequantize_fake(packed, absmax, absmax_codes, absmax_scales, offset, nes
 
 # ---------------------------------------------------------------- INT4 weights
 
-_INT4_VALUES = 4096  # values per program tile of int4_quantize and int4_dequantize (16 KB of fp32)
+_INT4_VALUES = 4096  # values per program tile of int4_quantize (16 KB of fp32)
+_DEQUANTIZE_COLUMNS = 1024  # int4_dequantize's tile width: a row's columns up to this (whole groups), then rows
 
 
 def check_int4_quantize(w, group_size, symmetric) -> None:
@@ -301,10 +306,11 @@ def int4_dequantize_fwd(
         return out
     qweight = qweight if qweight.stride(1) == 1 else qweight.contiguous()
     scales, zeros = scales.contiguous(), zeros.contiguous()
-    tiles = elementwise_plan(arch(qweight.device), n_cols)
-    _int4_dequantize_kernel[(cdiv(n_rows, tiles.block_r), cdiv(n_cols, tiles.block_c))](
+    columns = max(group_size, min(next_power_of_2(n_cols), _DEQUANTIZE_COLUMNS))  # whole groups a tile
+    rows = max(1, _DEQUANTIZE_VALUES // columns)
+    _int4_dequantize_kernel[(cdiv(n_rows, rows), cdiv(n_cols, columns))](
         qweight, scales, zeros, out, n_rows, n_cols, qweight.stride(0), scales.stride(0), out.stride(0),
-        GROUP=group_size, BLOCK_R=tiles.block_r, BLOCK_C=tiles.block_c, num_warps=tiles.warps,
+        GROUP=group_size, BLOCK_R=rows, GROUPS=columns // group_size, num_warps=4,
     )  # fmt: skip
     return out
 
