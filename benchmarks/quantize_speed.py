@@ -2,8 +2,9 @@
 (triton.testing.do_bench_cudagraph): x (8192, 8192) bf16 to int8 and float8 e4m3 with row, 1 x 128 group and
 128 x 128 block scales. Providers in the same run: tritonkit with its plan; the plan's variants forced through plan=
 (float8 rounded in fp32 arithmetic instead of by the conversion; a row read once as one 8192-wide tile; 128 x 128
-blocks read twice in 32-row chunks, the former plan); torch.compile of ``_core.scales.quantize_reference``, the
-definition the codes must match; and a copy of x into a preallocated bf16 tensor, the bandwidth ceiling.
+blocks read once as one 8-warp tile, measured slower than the plan's 32-row chunks read twice); torch.compile of
+``_core.scales.quantize_reference``, the definition the codes must match; and a copy of x into a preallocated bf16
+tensor, the bandwidth ceiling.
 
     python benchmarks/quantize_speed.py --out DIR [--dry-run]
 
@@ -50,7 +51,7 @@ def _providers(fmt: str, granularity: str, x) -> tuple:
     if granularity == "row":
         plans["tritonkit, one 1 x 8192 tile, 8 warps"] = dataclasses.replace(default, block_r=1, block_c=8192, warps=8)
     if granularity == "block":
-        plans["tritonkit, 32-row chunks read twice"] = QuantPlan(32, BLOCK, 4, default.hardware_rounding)
+        plans["tritonkit, one 128 x 128 tile, 8 warps"] = QuantPlan(BLOCK, BLOCK, 8, default.hardware_rounding)
     return dtype, {name: functools.partial(quantize_fwd, x, dtype, granularity, BLOCK, plan=plan)
                    for name, plan in plans.items()}  # fmt: skip
 

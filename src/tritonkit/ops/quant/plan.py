@@ -2,8 +2,9 @@
 fits one tile) or twice (a wider one), and how float8 values are rounded.
 
 Every architecture shares one table of tiles until a GPU sweep replaces it: tiles of about 4096 elements per program
-(16 KB of fp32 in registers with 4 warps), which any CUDA GPU holds without spilling; a 128 x 128 block takes one
-tile of 16384 elements at 8 warps, so that it is read once. Float8 rounding by the conversion instruction needs
+(16 KB of fp32 in registers with 4 warps), which any CUDA GPU holds without spilling; a 128 x 128 block is read
+twice in 32-row chunks (on an H200 one 16384-element tile at 8 warps, read once, measured slower:
+docs/kernels/quant.md). Float8 rounding by the conversion instruction needs
 sm_89 or newer; older GPUs (and the interpreter) round in fp32 arithmetic.
 """
 
@@ -15,9 +16,6 @@ from tritonkit._core.ints import next_power_of_2
 
 TILE_ELEMENTS = 4096  # elements per program tile: 32 fp32 registers a thread at 4 warps
 MAX_COLUMNS = 2048  # a wider group (or row) is read in chunks of this many columns, twice
-# A block of up to this many elements is one tile, read once: 128 x 128 at 8 warps is 64 fp32 registers a thread.
-ONE_PASS_BLOCK_ELEMENTS = 16384
-ONE_PASS_BLOCK_WARPS = 8
 FLOAT8_CONVERSION_ARCH = 89  # sm_89 (Ada) and newer convert fp32 to float8 in one instruction (cvt.rn.satfinite)
 
 
@@ -45,12 +43,10 @@ def groups_plan(arch: str, group: int) -> QuantPlan:
 
 
 def blocks_plan(arch: str, block: int) -> QuantPlan:
-    """Row chunks of a block x block block, block columns wide: the whole block up to ONE_PASS_BLOCK_ELEMENTS (read
-    once), else as many rows as fill TILE_ELEMENTS (read twice)."""
+    """Row chunks of a block x block block, block columns wide: the whole block up to TILE_ELEMENTS (read once),
+    else as many rows as fill TILE_ELEMENTS (read twice)."""
     if block * block <= TILE_ELEMENTS:
         return QuantPlan(block, block, 4, hardware_rounding(arch))
-    if block * block <= ONE_PASS_BLOCK_ELEMENTS:
-        return QuantPlan(block, block, ONE_PASS_BLOCK_WARPS, hardware_rounding(arch))
     return QuantPlan(max(1, TILE_ELEMENTS // block), block, 4, hardware_rounding(arch))
 
 
