@@ -4,11 +4,12 @@ splits of the contraction.
 Few rows (decoding, M <= 16) split the contraction across programs (split-K): the output has too few tiles to occupy
 the GPU, so there are about SPLIT_TARGET_WAVES programs per multiprocessor, and a second kernel adds the splits' fp32
 partial sums in order. The forward takes, by the H200's measurement (benchmarks/fourbit_gemv.py,
-benchmarks/results/nvidia-h200/2026-11-28-fourbit-gemv.md; GEMV_FALLBACK below):
+benchmarks/results/nvidia-h200/2026-11-28-fourbit-gemv.md and -gemv-2.md; GEMV_FALLBACK below):
 
     rows      INT4                                    NF4
     1         Gemv4Tiles, products on the CUDA cores  Gemv4Tiles, products on the CUDA cores
-    2 to 16   Gemv4Tiles, products on tensor cores    Linear4Tiles (the 16-row dot tile)
+    2 to 8    Gemv4Tiles, products on tensor cores    Linear4Tiles (the 16-row dot tile)
+    9 to 16   Gemv4Tiles, products on tensor cores    Gemv4Tiles, products on tensor cores
     from 17   DequantizeFirst                         DequantizeFirst
 
 Gemv4Tiles is a kernel of its own (kernels._linear4_gemv_kernel); Linear4Tiles' schedules share one kernel per

@@ -229,9 +229,10 @@ register(KernelSpec(
     case_type=NF4LinearCase,
     summary="x @ W.T + bias with W in bitsandbytes' NF4 (double quantization too), dequantized in registers.",
     description="At one row a GEMV kernel streams the weight's bytes, decodes them and multiplies on the CUDA "
-                "cores. From 2 to 16 each K step loads the weight's bytes and block absmax values (decoding the "
+                "cores. From 2 to 8 each K step loads the weight's bytes and block absmax values (decoding the "
                 "double-quantized ones), looks the codes up in the 16 NF4 values and multiplies x's even and odd "
-                "columns by the two halves on the tensor cores. Both split K across programs with an ordered sum of "
+                "columns by the two halves on the tensor cores; from 9 to 16 the GEMV kernel runs again, its "
+                "products on the tensor cores. All split K across programs with an ordered sum of "
                 "the partials; from 17 rows the weight is dequantized once and multiplied on cuBLAS. The input "
                 "gradient dx = dy W is a kernel of the dot's shape over N. Peers: cuBLAS on the bf16 weight, "
                 "nf4_dequantize + cuBLAS, torch.compile of a plain dequantization + cuBLAS, bitsandbytes.",
@@ -253,8 +254,8 @@ register(KernelSpec(
     case_type=Int4LinearCase,
     summary="x @ W.T + bias with W in grouped INT4 codes (AWQ/GPTQ style), dequantized in registers.",
     description="As nf4_linear, with each value (code - zero) * scale of its row's group along K, except that from 2 "
-                "to 16 rows the GEMV kernel runs too, its products on the tensor cores. Peers: cuBLAS on the bf16 "
-                "weight, int4_dequantize + cuBLAS, torch.compile of a plain dequantization + cuBLAS.",
+                "to 8 rows the GEMV kernel runs too, its products on the tensor cores, as from 9. Peers: cuBLAS "
+                "on the bf16 weight, int4_dequantize + cuBLAS, torch.compile of a plain dequantization + cuBLAS.",
     usage="y = tk.ops.int4_linear(x, qweight, scales, zeros, group_size=128)",
     limits="K even; group_size a power of two >= 16; the weight is frozen (gradients for x and bias).",
     fn=_int4_linear,
