@@ -219,6 +219,12 @@ def test_fused_plan_forces_the_chunks(device, monkeypatch):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("rows", [0, -3, 2.0, True])
+def test_fused_chunk_plans_are_checked(rows):
+    with pytest.raises(ValueError, match="FusedChunkPlan: rows must be an int >= 1"):
+        FusedChunkPlan(rows=rows)
+
+
 def test_fused_weight_dtype_accum_sums_the_chunks_in_bf16(device):
     """accum_dtype=torch.bfloat16: d(weight) and d(bias) held in bf16 and rounded once a chunk. With one token a
     chunk (48 roundings) both stay within 48 half-ulps (2**-9 relative) of the largest float64 value beyond the fp32

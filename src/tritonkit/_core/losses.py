@@ -162,8 +162,9 @@ def fake_grads(hidden, weight, bias, need_hidden, need_weight, need_bias, accum_
 
 def head_grads(grads, grad_loss, dtypes, needs, recomputed: bool) -> list:
     """The fused ops' (d(hidden), d(weight), d(bias)), each in its input's dtype, None where not needed: ``grads``
-    from the recomputing backward of "none" (already weighted by the upstream gradient), or the forward's, saved for
-    an upstream gradient of 1 and now multiplied by the 0-d ``grad_loss``."""
+    already weighted by the upstream gradient (``recomputed``: the recomputing backward of "none", or the forward's
+    16-bit ones scaled in place), or the forward's, saved for an upstream gradient of 1 and now multiplied by the 0-d
+    ``grad_loss``."""
     if recomputed:
         return [g.to(dtype) if need else None for g, dtype, need in zip(grads, dtypes, needs, strict=True)]
     return [scaled(g, grad_loss, dtype) if need else None for g, dtype, need in zip(grads, dtypes, needs, strict=True)]

@@ -47,6 +47,10 @@ def cross_entropy_plan(n_cols: int, arch: str) -> CrossEntropyPlan:
 class FusedChunkPlan:
     rows: int  # tokens per chunk (the last chunk takes the remainder)
 
+    def __post_init__(self) -> None:
+        if isinstance(self.rows, bool) or not isinstance(self.rows, int) or self.rows < 1:
+            raise ValueError(f"FusedChunkPlan: rows must be an int >= 1, got {self.rows!r}")
+
 
 def _whole_tiles(rows: int) -> int:
     """rows rounded down to a multiple of CHUNK_ROW_MULTIPLE once that large, at least 1."""
