@@ -8,7 +8,9 @@ import torch
 import torch.nn.functional as F
 
 from tritonkit._core.checks import FLOAT_DTYPES
+from tritonkit._core.ints import cdiv
 from tritonkit.ops.loss.op import cross_entropy, fused_linear_cross_entropy
+from tritonkit.ops.loss.plan import fused_chunk_plan
 from tritonkit.registry import TOLERANCES, Case, Inputs, KernelSpec, Tolerance, register
 
 
@@ -216,15 +218,16 @@ def _flce_tolerance(case, dtype):
     torch's own 16-bit path 5.7e-2 / 1.4e-2. The bounds below sit above both, and far below the
     size of a dropped term (the softmax term alone is ~1/tokens).
     ``weight_dtype_accum`` rounds the running d(weight) and d(bias) to 16 bits once a chunk: up to half an ulp
-    (2**-9 relative in bf16, 2**-12 in fp16) of the sum each time, so the rtol grows by that per chunk (at most 11
-    on the CPU, a tenth of the tokens each; fewer on a GPU)."""
+    (2**-9 relative in bf16, 2**-12 in fp16) of the sum each time, so the rtol grows by that per chunk: as many as
+    the CPU's plan makes (a tenth of the tokens a chunk: 13 chunks of 2 at 25 tokens); a GPU's chunks are larger."""
     if dtype == torch.float32:
         return Tolerance(atol=max(1e-6, 8 * 2**-24 * math.sqrt(case.vocab)), rtol=1e-5)
     summed = case.reduction != "mean"
     atol = (2.5e-2 if dtype == torch.bfloat16 else 4e-3) * (4 if summed else 1)
     rtol = 2 * TOLERANCES[dtype].rtol
     if case.weight_dtype_accum:
-        rtol += min(case.tokens, 11) * (2**-9 if dtype == torch.bfloat16 else 2**-12)
+        chunks = cdiv(case.tokens, fused_chunk_plan(case.tokens, case.vocab, 2, 2, "cpu").rows)
+        rtol += chunks * (2**-9 if dtype == torch.bfloat16 else 2**-12)
     return Tolerance(atol=atol, rtol=rtol)
 
 
