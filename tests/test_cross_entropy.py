@@ -249,19 +249,23 @@ def test_fused_weight_dtype_accum_sums_the_chunks_in_bf16(device):
 
 
 def test_fused_weight_dtype_accum_scales_its_saved_gradients_once(device):
-    """With a bf16 accumulator the backward scales the forward's gradients in place: the upstream gradient reaches
-    them as in fp32 mode (within a bf16 rounding), and a second backward through the op is refused by autograd."""
+    """With a bf16 accumulator the backward scales the forward's gradients in place: an upstream gradient of 3 gives
+    3 times the gradients an upstream gradient of 1 gives (one bf16 rounding of the product; the accumulation itself
+    is the same in both calls), and a second backward through the op is refused by autograd."""
     hidden = torch.randn(12, 16, device=device).bfloat16().requires_grad_()
     weight = torch.randn(29, 16, device=device).bfloat16().requires_grad_()
     target = _targets(12, 29, device)
-    upstream = torch.tensor(3.0, device=device, dtype=torch.bfloat16)
-    expected = torch.autograd.grad(tk.ops.fused_linear_cross_entropy(hidden, weight, target), (hidden, weight),
-                                   upstream)  # fmt: skip
-    loss = tk.ops.fused_linear_cross_entropy(hidden, weight, target, accum_dtype=torch.bfloat16)
+    one, upstream = (torch.tensor(value, device=device, dtype=torch.bfloat16) for value in (1.0, 3.0))
+
+    def fused_loss():
+        return tk.ops.fused_linear_cross_entropy(hidden, weight, target, accum_dtype=torch.bfloat16)
+
+    unscaled = torch.autograd.grad(fused_loss(), (hidden, weight), one)
+    loss = fused_loss()
     ours = torch.autograd.grad(loss, (hidden, weight), upstream, retain_graph=True)
-    for a, b in zip(ours, expected, strict=True):
+    for a, b in zip(ours, unscaled, strict=True):
         assert a.dtype == torch.bfloat16
-        torch.testing.assert_close(a, b, rtol=2**-6, atol=1e-3)
+        torch.testing.assert_close(a.double(), 3 * b.double(), rtol=2**-8, atol=0)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         torch.autograd.grad(loss, (hidden, weight), upstream)
 
