@@ -1,5 +1,6 @@
 """NF4's 16 values in registers, the fused 4-bit layers' code lookups: a tree of selects (nf4_value), or byte
-permutes over the table held in registers (nf4_values_of_bytes with "prmt")."""
+permutes over the table held in registers (nf4_values_of_bytes with "prmt"); and a block's absmax, plain or
+double-quantized (nf4_absmax), which the 4-bit layers and nf4_dequantize share."""
 
 import struct
 
@@ -14,6 +15,21 @@ _V0, _V1, _V2, _V3 = (tl.constexpr(value) for value in NF4_CODE[0:4])
 _V4, _V5, _V6, _V7 = (tl.constexpr(value) for value in NF4_CODE[4:8])
 _V8, _V9, _V10, _V11 = (tl.constexpr(value) for value in NF4_CODE[8:12])
 _V12, _V13, _V14, _V15 = (tl.constexpr(value) for value in NF4_CODE[12:16])
+
+
+@triton.jit
+def nf4_absmax(p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code, i_block, mask,
+               NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr):  # fmt: skip
+    """The absmax of blocks i_block: absmax[i_block], or with double quantization (NESTED)
+    nested_code[absmax_codes[i_block]] * absmax_scales[i_block // NESTED_BLOCK] + offset, the product and the sum
+    rounded apart where the launch turns off fused multiply-adds (bitsandbytes' roundings)."""
+    if NESTED:
+        b_code = tl.load(p_absmax_codes + i_block, mask=mask, other=0).to(tl.int32)
+        b_scale = tl.load(p_absmax_scales + i_block // NESTED_BLOCK, mask=mask, other=0.0)
+        b_absmax = tl.load(p_nested_code + b_code) * b_scale + tl.load(p_offset)
+    else:
+        b_absmax = tl.load(p_absmax + i_block, mask=mask, other=0.0)
+    return b_absmax
 
 
 @triton.jit

@@ -32,21 +32,8 @@ import triton.language as tl
 
 from tritonkit._core.jit.gemm import grouped_tile
 from tritonkit._core.jit.int_codes import CODE_BIAS, biased_code_as_float
-from tritonkit._core.jit.nf4 import nf4_value, nf4_values_of_bytes
+from tritonkit._core.jit.nf4 import nf4_absmax, nf4_value, nf4_values_of_bytes
 from tritonkit._core.jit.rounding import to_dot_operand
-
-
-@triton.jit
-def _nf4_absmax(p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code, i_block, mask,
-                NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr):  # fmt: skip
-    """The absmax of blocks i_block (plain, or decoded from its double quantization)."""
-    if NESTED:
-        b_code = tl.load(p_absmax_codes + i_block, mask=mask, other=0).to(tl.int32)
-        b_scale = tl.load(p_absmax_scales + i_block // NESTED_BLOCK, mask=mask, other=0.0)
-        b_absmax = tl.load(p_nested_code + b_code) * b_scale + tl.load(p_offset)
-    else:
-        b_absmax = tl.load(p_absmax + i_block, mask=mask, other=0.0)
-    return b_absmax
 
 
 @triton.jit
@@ -104,8 +91,8 @@ def _weight_pairs_by_group(
     else:
         b_byte = tl.load(p_q + n64[:, None, None] * (K // 2) + o_pair[None, :, :], mask=m_pair, other=0)
         i_block = n64[:, None] * (K // GROUP) + i_group[None, :]  # blocks run along the flattened weight
-        b_absmax = _nf4_absmax(p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code, i_block, m_group,
-                               NESTED, NESTED_BLOCK)[:, :, None]  # fmt: skip
+        b_absmax = nf4_absmax(p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code, i_block, m_group,
+                              NESTED, NESTED_BLOCK)[:, :, None]  # fmt: skip
         b_high, b_low = _nf4_byte_values(p_code, b_byte, NF4_DECODE)
         b_even, b_odd = b_high * b_absmax, b_low * b_absmax
     return tl.reshape(b_even, (rows, PAIRS)), tl.reshape(b_odd, (rows, PAIRS))
@@ -125,17 +112,17 @@ def _weight_pairs_by_value(
     if EVEN_K:
         b_byte = tl.load(p_q + n64 * (K // 2) + o_pair[None, :], mask=m_even, other=0)
         v_even, v_odd = _nf4_byte_values(p_code, b_byte, NF4_DECODE)
-        a_even = _nf4_absmax(p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code,
-                             f_even // GROUP, m_even, NESTED, NESTED_BLOCK)  # fmt: skip
+        a_even = nf4_absmax(p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code,
+                            f_even // GROUP, m_even, NESTED, NESTED_BLOCK)  # fmt: skip
         a_odd = a_even
     else:  # a code a load, decoded one by one
         f_odd = f_even + 1
         q_even = (tl.load(p_q + f_even // 2, mask=m_even, other=0).to(tl.int32) >> (4 - 4 * (f_even % 2))) & 15
         q_odd = (tl.load(p_q + f_odd // 2, mask=m_odd, other=0).to(tl.int32) >> (4 - 4 * (f_odd % 2))) & 15
-        a_even = _nf4_absmax(p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code,
-                             f_even // GROUP, m_even, NESTED, NESTED_BLOCK)  # fmt: skip
-        a_odd = _nf4_absmax(p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code,
-                            f_odd // GROUP, m_odd, NESTED, NESTED_BLOCK)  # fmt: skip
+        a_even = nf4_absmax(p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code,
+                            f_even // GROUP, m_even, NESTED, NESTED_BLOCK)  # fmt: skip
+        a_odd = nf4_absmax(p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code,
+                           f_odd // GROUP, m_odd, NESTED, NESTED_BLOCK)  # fmt: skip
         v_even, v_odd = _nf4_code(p_code, q_even, NF4_DECODE), _nf4_code(p_code, q_odd, NF4_DECODE)
     return v_even * a_even, v_odd * a_odd
 

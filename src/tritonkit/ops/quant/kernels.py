@@ -19,6 +19,7 @@ is read twice, chunk by chunk (the second read mostly from L2).
 import triton
 import triton.language as tl
 
+from tritonkit._core.jit.nf4 import nf4_absmax
 from tritonkit._core.jit.quantize import amax_scale, codes, finite_abs
 from tritonkit._core.jit.rounding import round_half_even
 
@@ -181,12 +182,9 @@ def _nf4_dequantize_kernel(
     o_byte = o_block[:, None] * (BLOCKSIZE // 2) + tl.arange(0, BLOCKSIZE // 2)[None, :]
     b_byte = tl.load(p_packed + o_byte, mask=o_byte < n_bytes, other=0).to(tl.int32)  # [BLOCKS, BLOCKSIZE / 2]
     m_block = o_block * BLOCKSIZE < n
-    if NESTED:
-        b_code = tl.load(p_absmax_codes + o_block, mask=m_block, other=0).to(tl.int32)
-        b_scale = tl.load(p_absmax_scales + o_block // NESTED_BLOCK, mask=m_block, other=0.0)
-        b_absmax = tl.load(p_nested_code + b_code) * b_scale + tl.load(p_offset)
-    else:
-        b_absmax = tl.load(p_absmax + o_block, mask=m_block, other=0.0)  # [BLOCKS]
+    b_absmax = nf4_absmax(
+        p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code, o_block, m_block, NESTED, NESTED_BLOCK
+    )  # [BLOCKS]
     b_high = tl.load(p_code + (b_byte >> 4)) * b_absmax[:, None]
     b_low = tl.load(p_code + (b_byte & 15)) * b_absmax[:, None]
     b_w = tl.reshape(tl.join(b_high, b_low), (BLOCKS, BLOCKSIZE))
