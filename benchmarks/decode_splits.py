@@ -49,6 +49,10 @@ HEURISTIC_SHAPES = (*((b, s) for b in (1, 4, 8, 16) for s in (4096, 8192, 32768)
 MIN_SPLIT_KEYS = 128  # fewer keys per split than two blocks of 64: the partials' traffic outweighs any parallelism
 # Each quantized format's plan variant, timed beside its default plan; int4 has none.
 VARIANTS = {"int8": {"direct_codes": True}, "fp8": {"direct_codes": True}, "int4": {}}
+# --part tiles: each format's plan at key blocks 64 and 128, 2 and 4 warps, 2 and 3 stages (2 warps also at twice the
+# plan's programs per multiprocessor: half the warps per program), at these shapes.
+TILE_SHAPES = ((1, 32768), (8, 32768), (64, 4096))
+TILES = tuple((block_n, warps, stages) for block_n in (64, 128) for warps in (2, 4) for stages in (2, 3))
 APPEND_TOKENS = 8192  # a prompt's keys and values appended at once (kv_cache_append's bandwidth case)
 # The CPU check: two small shapes, heads of two int4 groups of 32 (the default group).
 DRY = {"heads": {"hq": 4, "hk": 2, "d": 64}, "shapes": ((1, 256), (2, 512)), "headline": ((2, 256),), "append": 64}
@@ -82,6 +86,15 @@ class Runner:
         case = self.spec.parse_case(values)
         generator = torch.Generator(self.device).manual_seed(0)
         return case, self.spec.make_inputs(case, self.device, self.dtype, generator)
+
+    def sdpa(self, b: int, s: int, part: str) -> float | None:
+        """SDPA with GQA over a contiguous bf16 cache of this shape, timed as a row of ``part``: its milliseconds."""
+        from tritonkit.bench.decoding_peers import sdpa_decode
+
+        case, inputs = self.inputs(b, s, "plain", paged=False)
+        call = sdpa_decode()
+        return self.run(case, inputs, {"part": part, "cache": "bf16", "plan": "sdpa contiguous"},
+                        lambda: call(*inputs.args, **inputs.kwargs))  # fmt: skip
 
     def plan(self, block_n: int, variant: dict):
         from tritonkit.ops.decoding.plan import decode_plan
@@ -163,9 +176,10 @@ class Runner:
                                                options.get("k_scales"), options.get("v_scales"), scale, True, -1,
                                                0.0, splits, plan=plan)[0]  # fmt: skip
 
-        # What the kernels are compiled for: the format, the plan's switches, the key block, one split or several and
-        # the split count's divisibility by 16 (Triton specialises on it); the reduction's tile of splits.
-        split_key = (label["cache"], label["plan"], plan.block_n, used > 1, used % 16 == 0)
+        # What the kernels are compiled for: the format, the plan's switches, the key block, warps and stages, one
+        # split or several and the split count's divisibility by 16 (Triton specialises on it); the reduction's tile
+        # of splits.
+        split_key = (label["cache"], label["plan"], plan.block_n, plan.warps, plan.stages, used > 1, used % 16 == 0)
         variant = (split_key, ("reduce", 1 << (used - 1).bit_length()) if used > 1 else None)
         return self.run(case, inputs, label, call, sdpa_ms, variant, baseline=baseline)
 
@@ -223,14 +237,8 @@ def headline(runner: Runner, shapes) -> None:
 
 def sweep(runner: Runner, shapes) -> None:
     """SDPA, then paged bf16 by key block and split count, then the quantized caches (see the module docstring)."""
-    from tritonkit.bench.decoding_peers import sdpa_decode
-
-    sdpa = sdpa_decode()
     for b, s in shapes:
-        case, inputs = runner.inputs(b, s, "plain", paged=False)
-        sdpa_ms = runner.run(case, inputs, {"part": "sweep", "cache": "bf16", "plan": "sdpa contiguous"},
-                             lambda inputs=inputs: sdpa(*inputs.args, **inputs.kwargs))  # fmt: skip
-        del inputs
+        sdpa_ms = runner.sdpa(b, s, "sweep")
         splits = [0, *(n for n in PLAIN_SPLITS if s // n >= MIN_SPLIT_KEYS)]
         case, inputs = runner.inputs(b, s, "plain")
         label = {"part": "sweep", "cache": "bf16", "plan": "default"}
@@ -252,16 +260,11 @@ def sweep(runner: Runner, shapes) -> None:
 def heuristic(runner: Runner, shapes) -> None:
     """--part heuristic: paged bf16 with the split heuristic of the plan the GPU takes (plan.decode_plan) against
     FALLBACK's, SDPA on a contiguous cache beside, over HEURISTIC_SHAPES."""
-    from tritonkit.bench.decoding_peers import sdpa_decode
     from tritonkit.ops.decoding.plan import FALLBACK, decode_plan
 
-    sdpa = sdpa_decode()
     d = runner.heads["d"]
     for b, s in shapes:
-        case, inputs = runner.inputs(b, s, "plain", paged=False)
-        sdpa_ms = runner.run(case, inputs, {"part": "heuristic", "cache": "bf16", "plan": "sdpa contiguous"},
-                             lambda inputs=inputs: sdpa(*inputs.args, **inputs.kwargs))  # fmt: skip
-        del inputs
+        sdpa_ms = runner.sdpa(b, s, "heuristic")
         case, inputs = runner.inputs(b, s, "plain")
         for name, plan in (("fallback", FALLBACK[d]), ("this GPU's", decode_plan(runner.arch, d, "plain"))):
             runner.ours(case, inputs, plan, 0, {"part": "heuristic", "cache": "bf16", "plan": name}, sdpa_ms)
@@ -293,11 +296,41 @@ def quantized(runner: Runner, shapes) -> None:
             del inputs
 
 
+def tiles(runner: Runner, shapes) -> None:
+    """--part tiles: SDPA and paged bf16's default plan, then every format at each of TILES (see there), paged bf16
+    against SDPA, the quantized caches against paged bf16's default plan."""
+    from tritonkit.ops.decoding.plan import decode_plan
+
+    d = runner.heads["d"]
+    for b, s in shapes:
+        sdpa_ms = runner.sdpa(b, s, "tiles")
+        bf16_ms = None
+        for kv in ("plain", "int8", "fp8", "int4"):
+            case, inputs = runner.inputs(b, s, kv)
+            default = decode_plan(runner.arch, d, kv)
+            cache = "bf16" if kv == "plain" else kv
+            baseline, baseline_ms = ("SDPA", sdpa_ms) if kv == "plain" else ("bf16", bf16_ms)
+            ms = runner.ours(case, inputs, default, 0, {"part": "tiles", "cache": cache, "plan": "default"},
+                             baseline_ms, baseline=baseline)  # fmt: skip
+            if kv == "plain":
+                bf16_ms = ms
+            for block_n, warps, stages in TILES:
+                for per_sm in (default.programs_per_sm, 2 * default.programs_per_sm)[: 2 if warps == 2 else 1]:
+                    plan = dataclasses.replace(default, block_n=block_n, warps=warps, stages=stages,
+                                               programs_per_sm=per_sm)  # fmt: skip
+                    label = {"part": "tiles", "cache": cache, "plan": f"{warps}w {stages}s", "programs_per_sm": per_sm}
+                    runner.ours(case, inputs, plan, 0, label, baseline_ms, baseline=baseline)
+            del inputs
+
+
 def _warm(task: tuple[int, int, bool, str]) -> None:
     index, workers, dry, part = task
     runner = Runner(dry, math.inf, 0, warm=(index, workers))
     if part == "quantized":
         quantized(runner, DRY["headline"] if dry else HEADLINE)
+        return
+    if part == "tiles":
+        tiles(runner, DRY["headline"] if dry else TILE_SHAPES)
         return
     headline(runner, DRY["headline"] if dry else HEADLINE)
     appends(runner, DRY["append"] if dry else APPEND_TOKENS)
@@ -310,9 +343,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=50.0, help="stop timing after this many seconds")
     parser.add_argument("--rep-ms", type=int, default=4, help="do_bench_cudagraph's rep: ms of work per graph")
     parser.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU, each run once, no times")
-    parser.add_argument("--part", choices=("all", "heuristic", "quantized"), default="all",
+    parser.add_argument("--part", choices=("all", "heuristic", "quantized", "tiles"), default="all",
                         help="heuristic: this GPU's split heuristic against the fallback's, paged bf16; quantized: "
-                             "the quantized caches' plans (direct_codes both ways) against paged bf16")  # fmt: skip
+                             "the quantized caches' plans (direct_codes both ways) against paged bf16; tiles: key "
+                             "block, warps and stages of every format")  # fmt: skip
     parser.add_argument("--compile-workers", type=int, default=min(12, (os.cpu_count() or 2) - 2),
                         help="processes compiling the kernel variants first (0: compile as the runs come)")  # fmt: skip
     args = parser.parse_args(argv)
@@ -339,6 +373,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.part == "quantized":
         quantized(runner, DRY["headline"] if args.dry_run else HEADLINE)
         return _write(args, runner, start, "decode-quantized")
+    if args.part == "tiles":
+        tiles(runner, DRY["headline"] if args.dry_run else TILE_SHAPES)
+        return _write(args, runner, start, "decode-tiles")
     headline(runner, DRY["headline"] if args.dry_run else HEADLINE)
     appends(runner, DRY["append"] if args.dry_run else APPEND_TOKENS)
     sweep(runner, DRY["shapes"] if args.dry_run else SHAPES)

@@ -259,6 +259,71 @@ def _zero_filled_codes(p_data, offsets, mask):
 
 
 @triton.jit
+def _attend_keys(
+    acc, m_i, l_i, b_q, start_n, p_k, p_v, p_k_scales, p_v_scales, p_table, i_b, hk64, end, capacity, n_pages,
+    position, window, qk_scale, softcap_log2, head_dim, o_n, o_d, m_d,
+    stride_k_page, stride_k_slot, stride_k_h, stride_v_page, stride_v_slot, stride_v_h,
+    stride_ks_page, stride_ks_slot, stride_ks_h, stride_ks_g, stride_ks_z,
+    stride_vs_page, stride_vs_slot, stride_vs_h, stride_vs_g, stride_vs_z, stride_table_b,
+    KV: tl.constexpr, PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, CAUSAL: tl.constexpr, SOFTCAP: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, DIRECT_CODES: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr, GROUP: tl.constexpr, MASKED: tl.constexpr,
+):  # fmt: skip
+    """One step of the online softmax (base 2) over the key block start_n .. + BLOCK_N: the running row maxima m_i,
+    sums l_i and output acc, updated. MASKED: keys looked up one by one and hidden by the split's end, the capacity,
+    the pool, the window and causality; unmasked (a block every row sees whole), with pages of at least a block, one
+    page lookup for the block (a page outside the pool still hides it)."""
+    o_j = start_n + o_n
+    if not MASKED and (not PAGED or PAGE_SIZE % BLOCK_N == 0):
+        if PAGED:
+            page = tl.load(p_table + i_b.to(tl.int64) * stride_table_b + start_n // PAGE_SIZE)
+            page_ok = (page >= 0) & (page < n_pages)
+            page64 = tl.where(page_ok, page, 0).to(tl.int64)
+            slot0 = tl.cast(start_n % PAGE_SIZE, tl.int64)
+        else:
+            page_ok = start_n >= 0  # always: the block is inside the capacity
+            page64 = i_b.to(tl.int64)
+            slot0 = tl.cast(start_n, tl.int64)
+        m_n = (o_n >= 0) & page_ok
+        rows = o_n.to(tl.int64)
+        off_k = (page64 * stride_k_page + slot0 * stride_k_slot + hk64 * stride_k_h) + rows * stride_k_slot
+        off_v = (page64 * stride_v_page + slot0 * stride_v_slot + hk64 * stride_v_h) + rows * stride_v_slot
+        off_ks = (page64 * stride_ks_page + slot0 * stride_ks_slot + hk64 * stride_ks_h) + rows * stride_ks_slot
+        off_vs = (page64 * stride_vs_page + slot0 * stride_vs_slot + hk64 * stride_vs_h) + rows * stride_vs_slot
+    else:
+        page, slot, m_n = _cache_rows(p_table, i_b, o_j, o_j < end, capacity, n_pages, stride_table_b, PAGED,
+                                      PAGE_SIZE)  # fmt: skip
+        slot64 = slot.to(tl.int64)
+        off_k = page * stride_k_page + slot64 * stride_k_slot + hk64 * stride_k_h
+        off_v = page * stride_v_page + slot64 * stride_v_slot + hk64 * stride_v_h
+        off_ks = page * stride_ks_page + slot64 * stride_ks_slot + hk64 * stride_ks_h
+        off_vs = page * stride_vs_page + slot64 * stride_vs_slot + hk64 * stride_vs_h
+    m_x = m_n[:, None] & m_d[None, :]
+    mma_dtype: tl.constexpr = b_q.dtype
+    b_k, k_scale = _load_keys(p_k, off_k, p_k_scales, off_ks, m_x, m_n, head_dim, o_d, stride_ks_g, stride_ks_z,
+                              mma_dtype, KV, BLOCK_D, GROUP, UPCAST, DIRECT_CODES)  # fmt: skip
+    b_v, v_scale = _load_keys(p_v, off_v, p_v_scales, off_vs, m_x, m_n, head_dim, o_d, stride_vs_g, stride_vs_z,
+                              mma_dtype, KV, BLOCK_D, GROUP, UPCAST, DIRECT_CODES)  # fmt: skip
+    b_s = dot_fp32(b_q, tl.trans(b_k), DOT_PRECISION, UPCAST) * (qk_scale * k_scale)[None, :]  # [M, N]
+    if SOFTCAP:
+        b_s = tanh_via_exp2(b_s) * softcap_log2
+    visible = m_n[None, :]
+    if MASKED:
+        visible = visible & (o_j[None, :] >= position[:, None] - window)
+        if CAUSAL:
+            visible = visible & (o_j[None, :] <= position[:, None])
+    b_s = tl.where(visible, b_s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(b_s, axis=1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that saw no key yet: exp2(-inf - 0) = 0
+    b_p = tl.exp2(b_s - m_safe[:, None])
+    alpha = tl.exp2(m_i - m_safe)
+    l_i = l_i * alpha + tl.sum(b_p, axis=1)
+    b_pv = to_dot_operand(b_p * v_scale[None, :], mma_dtype, UPCAST)
+    acc = acc * alpha[:, None] + dot_fp32(b_pv, b_v, DOT_PRECISION, UPCAST)
+    return acc, m_new, l_i
+
+
+@triton.jit
 def _decode_kernel(
     p_q, p_k, p_v, p_k_scales, p_v_scales, p_seqlens, p_table, p_o, p_lse, p_part_o, p_part_lse,
     n_queries, n_heads_q, n_heads_k, group, head_dim, window, capacity, n_pages, qk_scale, softcap_log2,
@@ -288,7 +353,7 @@ def _decode_kernel(
     # The keys any of these rows sees, [lo, hi), cut into n_splits splits of whole blocks.
     t_first = (i_rows * BLOCK_M) // group
     t_last = (tl.minimum(i_rows * BLOCK_M + BLOCK_M, n_rows) - 1) // group
-    lo = tl.maximum(seqlen - n_queries + t_first - window, 0)
+    lo = tl.maximum(seqlen - n_queries + t_first - window, 0) // BLOCK_N * BLOCK_N  # whole blocks: one page each
     hi = seqlen
     if CAUSAL:
         hi = tl.minimum(seqlen - n_queries + t_last + 1, seqlen)
@@ -301,41 +366,39 @@ def _decode_kernel(
     m_d = o_d < head_dim
     b64 = i_b.to(tl.int64)
     p_q_rows = p_q + b64 * stride_q_b + o_t.to(tl.int64)[:, None] * stride_q_s + o_h.to(tl.int64)[:, None] * stride_q_h
-    mma_dtype: tl.constexpr = p_q.dtype.element_ty
     b_q = tl.load(p_q_rows + o_d[None, :], mask=m_r[:, None] & m_d[None, :], other=0.0)  # [M, D]
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     hk64 = i_hk.to(tl.int64)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    for start_n in range(start, end, BLOCK_N):
-        o_j = start_n + o_n
-        page, slot, m_n = _cache_rows(p_table, i_b, o_j, o_j < end, capacity, n_pages, stride_table_b, PAGED,
-                                      PAGE_SIZE)  # fmt: skip
-        slot64 = slot.to(tl.int64)
-        off_k = page * stride_k_page + slot64 * stride_k_slot + hk64 * stride_k_h
-        off_v = page * stride_v_page + slot64 * stride_v_slot + hk64 * stride_v_h
-        off_ks = page * stride_ks_page + slot64 * stride_ks_slot + hk64 * stride_ks_h
-        off_vs = page * stride_vs_page + slot64 * stride_vs_slot + hk64 * stride_vs_h
-        m_x = m_n[:, None] & m_d[None, :]
-        b_k, k_scale = _load_keys(p_k, off_k, p_k_scales, off_ks, m_x, m_n, head_dim, o_d, stride_ks_g,
-                                  stride_ks_z, mma_dtype, KV, BLOCK_D, GROUP, UPCAST, DIRECT_CODES)  # fmt: skip
-        b_v, v_scale = _load_keys(p_v, off_v, p_v_scales, off_vs, m_x, m_n, head_dim, o_d, stride_vs_g,
-                                  stride_vs_z, mma_dtype, KV, BLOCK_D, GROUP, UPCAST, DIRECT_CODES)  # fmt: skip
-        b_s = dot_fp32(b_q, tl.trans(b_k), DOT_PRECISION, UPCAST) * (qk_scale * k_scale)[None, :]  # [M, N]
-        if SOFTCAP:
-            b_s = tanh_via_exp2(b_s) * softcap_log2
-        visible = m_n[None, :] & (o_j[None, :] >= position[:, None] - window)
-        if CAUSAL:
-            visible = visible & (o_j[None, :] <= position[:, None])
-        b_s = tl.where(visible, b_s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(b_s, axis=1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that saw no key yet: exp2(-inf - 0) = 0
-        b_p = tl.exp2(b_s - m_safe[:, None])
-        alpha = tl.exp2(m_i - m_safe)
-        l_i = l_i * alpha + tl.sum(b_p, axis=1)
-        b_pv = to_dot_operand(b_p * v_scale[None, :], mma_dtype, UPCAST)
-        acc = acc * alpha[:, None] + dot_fp32(b_pv, b_v, DOT_PRECISION, UPCAST)
-        m_i = m_new
+    # Three runs of key blocks: the middle one's blocks hold only keys every row sees (inside the split, the cache's
+    # capacity and the sequence, past every row's window, before every row's causal limit), so they skip the
+    # visibility masks; there, with pages no smaller than a block (or a contiguous cache), a block's keys lie in one
+    # page, found by one scalar lookup, and its rows' offsets are a scalar plus offsets computed once. The other runs
+    # (a window's first blocks, the last blocks) look up and mask key by key.
+    pos_first = seqlen - n_queries + t_first
+    pos_last = seqlen - n_queries + t_last
+    full_start = tl.minimum(start + tl.cdiv(tl.maximum(pos_last - window - start, 0), BLOCK_N) * BLOCK_N, end)
+    full_stop = tl.minimum(tl.minimum(end, capacity), seqlen)
+    if CAUSAL:
+        full_stop = tl.minimum(full_stop, pos_first + 1)
+    full_end = full_start + tl.maximum(full_stop - full_start, 0) // BLOCK_N * BLOCK_N
+    for run in tl.static_range(3):  # the masked first blocks, the unmasked middle, the masked last blocks
+        if run == 0:
+            run_start, run_end = start, full_start
+        elif run == 1:
+            run_start, run_end = full_start, full_end
+        else:
+            run_start, run_end = full_end, end
+        for start_n in range(run_start, run_end, BLOCK_N):
+            acc, m_i, l_i = _attend_keys(
+                acc, m_i, l_i, b_q, start_n, p_k, p_v, p_k_scales, p_v_scales, p_table, i_b, hk64, end, capacity,
+                n_pages, position, window, qk_scale, softcap_log2, head_dim, o_n, o_d, m_d,
+                stride_k_page, stride_k_slot, stride_k_h, stride_v_page, stride_v_slot, stride_v_h,
+                stride_ks_page, stride_ks_slot, stride_ks_h, stride_ks_g, stride_ks_z,
+                stride_vs_page, stride_vs_slot, stride_vs_h, stride_vs_g, stride_vs_z, stride_table_b,
+                KV, PAGED, PAGE_SIZE, CAUSAL, SOFTCAP, DOT_PRECISION, UPCAST, DIRECT_CODES, BLOCK_N, BLOCK_D, GROUP,
+                MASKED=run != 1)  # fmt: skip
 
     seen = l_i > 0.0
     l_safe = tl.where(seen, l_i, 1.0)

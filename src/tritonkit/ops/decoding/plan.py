@@ -6,8 +6,8 @@ flight to keep every multiprocessor's loads streaming, and no more splits than t
 that the reduction reads back).
 
 Plans are looked up by padded head dim and cache format. MEASURED holds what a sweep settled on the H200
-(benchmarks/decode_splits.py, docs/kernels/decoding.md): at d128, 8-bit caches take key blocks of 128 (faster than 64
-at every batch from 1 to 8 and length from 4k to 32k timed), int8 with its codes converted straight to bf16. Every
+(benchmarks/decode_splits.py, docs/kernels/decoding.md): at d128, three stages, and for 8-bit caches 2 warps and 4
+programs per multiprocessor, int8 with its codes converted straight to bf16. Every
 other head dim and format, and any GPU never measured, take FALLBACK: key blocks of 64 (32 at d256) with two stages,
 which fit the 99 KB of shared memory of sm86/sm89 at every head dim and format.
 """
@@ -41,14 +41,18 @@ class DecodePlan:
 _D64 = DecodePlan(64, 4, 2, 64)
 FALLBACK = {16: _D64, 32: _D64, 64: _D64, 128: DecodePlan(64, 4, 2, 64), 256: DecodePlan(32, 4, 2, 32)}
 # (padded head dim, cache format) -> plan, where a sweep measured one; the rest take FALLBACK by head dim.
-# sm90, d128 plain caches: the fallback's tiles, splits down to 128 keys and 4 programs per multiprocessor where the
-# batch alone fills fewer than half of them: the sweep's best split counts at B 1 (32 to 64) and B 4 (16) sat above
-# what 2 programs and 512 keys allowed, while at B 16 more splits than 2 programs' lost 15% (decode_splits.py).
+# sm90, d128, from the tile sweep (decode_splits.py --part tiles, 2026-11-28-decode-tiles.json) at B1 S32k, B8 S32k
+# and B64 S4k, pages of 64, where a block inside every row's view takes one page lookup and no masks:
+# - plain: 3 stages (0.80/0.84/0.98x SDPA against 0.77/0.70/0.89x at 2), splits down to 128 keys and 4 programs per
+#   multiprocessor where the batch alone fills fewer than half of them (decode_splits.py --part heuristic);
+# - int8 and fp8: key blocks of 64 (one page each) with 2 warps, 3 stages and 4 programs per multiprocessor: 1.00 to
+#   1.27x of paged bf16's plan, where blocks of 128 with 4 warps ran at 0.86 to 1.02x;
+# - int4 keeps FALLBACK's: 2 warps and 3 stages won only at B64.
 MEASURED: dict[str, dict[tuple[int, str], DecodePlan]] = {
     "sm90": {
-        (128, "plain"): DecodePlan(64, 4, 2, 64, min_keys_per_split=128, few_programs_per_sm=4),
-        (128, "int8"): DecodePlan(128, 4, 2, 64, direct_codes=True),
-        (128, "fp8"): DecodePlan(128, 4, 2, 64),
+        (128, "plain"): DecodePlan(64, 4, 3, 64, min_keys_per_split=128, few_programs_per_sm=4),
+        (128, "int8"): DecodePlan(64, 2, 3, 64, direct_codes=True, programs_per_sm=4),
+        (128, "fp8"): DecodePlan(64, 2, 3, 64, programs_per_sm=4),
     },
 }
 
