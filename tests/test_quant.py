@@ -12,9 +12,10 @@ import tritonkit as tk
 from helpers import assert_graph_replay_matches_eager
 from tritonkit import catalog, testing
 from tritonkit._core.scales import granularity_of
+from tritonkit.ops.quant import launch as quant_launch
 from tritonkit.ops.quant import plan as quant_plan
 from tritonkit.ops.quant.launch import quantize_fwd
-from tritonkit.ops.quant.plan import QuantPlan
+from tritonkit.ops.quant.plan import FourBitDequantizePlan, QuantPlan
 from tritonkit.registry import KernelSpec
 
 REFERENCE = catalog.get("quantize").reference
@@ -222,6 +223,26 @@ def test_the_dynamic_code_is_bitsandbytes_table():
     assert code[0] == -code[-2] and code[-1] == 1.0 and (code == 0).sum() == 1
     assert torch.equal(code[code > 0][:-1], -code[code < 0].flip(0))  # the two signs, then 1
     assert code[code > 0].min().item() == pytest.approx(0.55e-6, rel=1e-6)  # the midpoint of 0.1 and 1, times 1e-6
+
+
+@pytest.mark.parametrize("fmt", ["nf4", "nf4-double", "int4"])
+def test_fourbit_dequantize_tiles_are_a_plan(device, fmt):
+    """Other tiles (two NF4 blocks or 64 int4 columns a program, one warp), given as plan=, give the default tiles'
+    values bit for bit, at sizes that end mid-tile."""
+    small = FourBitDequantizePlan(values=128, columns=64, warps=1)
+    w = torch.randn(37, 320, device=device) * 0.02
+    if fmt == "int4":
+        qweight, scales, zeros = tk.ops.int4_quantize(w, group_size=32)
+        default = tk.ops.int4_dequantize(qweight, scales, zeros, group_size=32, dtype=torch.float32)
+        tiled = quant_launch.int4_dequantize_fwd(qweight, scales, zeros, 32, torch.float32, plan=small)
+    else:
+        packed, state = tk.ops.nf4_quantize(w, blocksize=64, double_quant=fmt == "nf4-double")
+        default = tk.ops.nf4_dequantize(packed, state, dtype=torch.float32)
+        offset = None if state.offset is None else state.offset.reshape(1)
+        tiled = quant_launch.nf4_dequantize_fwd(packed.reshape(-1), state.absmax, state.absmax_codes,
+                                                state.absmax_scales, offset, state.nested_code, w.numel(), 64,
+                                                torch.float32, plan=small).view(w.shape)  # fmt: skip
+    assert torch.equal(tiled, default)
 
 
 @pytest.mark.parametrize("double_quant", [False, True])

@@ -30,7 +30,14 @@ from tritonkit.ops.quant.kernels import (
     _quantize_blocks_kernel,
     _quantize_groups_kernel,
 )
-from tritonkit.ops.quant.plan import QuantPlan, blocks_plan, elementwise_plan, groups_plan
+from tritonkit.ops.quant.plan import (
+    FOURBIT_DEQUANTIZE,
+    FourBitDequantizePlan,
+    QuantPlan,
+    blocks_plan,
+    elementwise_plan,
+    groups_plan,
+)
 
 GRANULARITIES = ("tensor", "row", "group", "block")
 
@@ -176,10 +183,6 @@ def dequantize_fake(codes, scale, dtype):
 # ---------------------------------------------------------------- NF4
 
 
-# Values per program of nf4_dequantize and int4_dequantize (whole blocks or groups; one when a block is larger): an
-# 8 KB bf16 tile out at 4 warps, as the 4-bit layers' dequantize-first tile (32 x 128), whose size
-# benchmarks/dequantize_speed.py sweeps beside these ops.
-_DEQUANTIZE_VALUES = 4096
 _QUANTIZE_VALUES = 1024  # values per program of nf4_quantize (whole blocks; one block when a block is larger)
 
 
@@ -224,18 +227,22 @@ def nf4_dequantize_fwd(
     n: int,
     blocksize: int,
     dtype: torch.dtype,
+    *,
+    plan: FourBitDequantizePlan | None = None,
 ) -> torch.Tensor:
-    """The n values (flat, in ``dtype``) of packed NF4 codes and their absmax (or its nested form)."""
+    """The n values (flat, in ``dtype``) of packed NF4 codes and their absmax (or its nested form). ``plan``: the
+    tiles (FOURBIT_DEQUANTIZE unless given)."""
     out = torch.empty(n, dtype=dtype, device=packed.device)
     if n == 0:
         return out
     code, _, dynamic = nf4_tables(packed.device)
     nested = absmax is None
-    blocks = max(1, _DEQUANTIZE_VALUES // blocksize)
+    tiles = plan or FOURBIT_DEQUANTIZE
+    blocks = max(1, tiles.values // blocksize)
     _nf4_dequantize_kernel[(cdiv(cdiv(n, blocksize), blocks),)](
         packed, absmax, code, absmax_codes, absmax_scales, nested_code if nested_code is not None else dynamic,
         offset, out, n, cdiv(n, 2), BLOCKSIZE=blocksize, NESTED=nested, NESTED_BLOCK=NESTED_BLOCK, BLOCKS=blocks,
-        num_warps=4, enable_fp_fusion=False,  # separate roundings, as bitsandbytes' (an FMA would round once)
+        num_warps=tiles.warps, enable_fp_fusion=False,  # separate roundings, as bitsandbytes' (an FMA would round once)
     )  # fmt: skip
     return out
 
@@ -247,7 +254,6 @@ def nf4_dequantize_fake(packed, absmax, absmax_codes, absmax_scales, offset, nes
 # ---------------------------------------------------------------- INT4 weights
 
 _INT4_VALUES = 4096  # values per program tile of int4_quantize (16 KB of fp32)
-_DEQUANTIZE_COLUMNS = 1024  # int4_dequantize's tile width: a row's columns up to this (whole groups), then rows
 
 
 def check_int4_quantize(w, group_size, symmetric) -> None:
@@ -297,20 +303,28 @@ def check_int4_dequantize(qweight, scales, zeros, group_size, dtype) -> None:
 
 
 def int4_dequantize_fwd(
-    qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, group_size: int, dtype: torch.dtype
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor,
+    group_size: int,
+    dtype: torch.dtype,
+    *,
+    plan: FourBitDequantizePlan | None = None,
 ) -> torch.Tensor:
-    """w' (N, K) in ``dtype`` of int4_quantize's tensors (validated)."""
+    """w' (N, K) in ``dtype`` of int4_quantize's tensors (validated). ``plan``: the tiles (FOURBIT_DEQUANTIZE unless
+    given)."""
     n_rows, n_cols = qweight.shape[0], 2 * qweight.shape[1]
     out = torch.empty((n_rows, n_cols), dtype=dtype, device=qweight.device)
     if out.numel() == 0:
         return out
     qweight = qweight if qweight.stride(1) == 1 else qweight.contiguous()
     scales, zeros = scales.contiguous(), zeros.contiguous()
-    columns = max(group_size, min(next_power_of_2(n_cols), _DEQUANTIZE_COLUMNS))  # whole groups a tile
-    rows = max(1, _DEQUANTIZE_VALUES // columns)
+    tiles = plan or FOURBIT_DEQUANTIZE
+    columns = max(group_size, min(next_power_of_2(n_cols), tiles.columns))  # whole groups a tile
+    rows = max(1, tiles.values // columns)
     _int4_dequantize_kernel[(cdiv(n_rows, rows), cdiv(n_cols, columns))](
         qweight, scales, zeros, out, n_rows, n_cols, qweight.stride(0), scales.stride(0), out.stride(0),
-        GROUP=group_size, BLOCK_R=rows, GROUPS=columns // group_size, num_warps=4,
+        GROUP=group_size, BLOCK_R=rows, GROUPS=columns // group_size, num_warps=tiles.warps,
     )  # fmt: skip
     return out
 

@@ -30,6 +30,18 @@ class QuantPlan:
     hardware_rounding: bool = False
 
 
+@dataclass(frozen=True)
+class FourBitDequantizePlan:
+    values: int  # output values per program: whole NF4 blocks (one when a block is larger), or int4 rows of `columns`
+    columns: int  # int4: a tile's width (whole groups) before it takes more rows
+    warps: int
+
+
+# Every architecture: 4096 values a program, an 8 KB bf16 tile out at 4 warps, as the 4-bit layers' dequantize-first
+# tile (32 x 128) whose size benchmarks/dequantize_speed.py sweeps beside these ops; int4 rows up to 1024 columns.
+FOURBIT_DEQUANTIZE = FourBitDequantizePlan(values=4096, columns=1024, warps=4)
+
+
 def hardware_rounding(arch: str) -> bool:
     """Whether GPUs of ``arch`` ("sm90") round to float8 in their conversion instruction."""
     return int(arch.removeprefix("sm")) >= FLOAT8_CONVERSION_ARCH
