@@ -140,6 +140,8 @@ def _fused_chunks(hidden, weight, bias, target, options, loss_rows, lse, scale, 
     chunk's logit gradient over its logits and adds the chunk's share to whichever of ``grads``
     (grad_buffers': grad_hidden, grad_weight, grad_bias) are given. ``plan``: chunk_plan's unless given."""
     n_tokens = hidden.shape[0]
+    # The d(weight) and d(bias) buffers' dtype sets the chunk; without them (a frozen head, or the forward of
+    # "none") no accumulator needs hiding and fp32's rule gives the larger chunks.
     accum_dtype = next((g.dtype for g in grads[1:] if g is not None), torch.float32)
     chunk = (plan or chunk_plan(hidden, weight, accum_dtype)).rows
     buffer = torch.empty((min(chunk, n_tokens), weight.shape[0]), dtype=hidden.dtype, device=hidden.device)
