@@ -280,11 +280,12 @@ def _attend_keys(
             page_ok = (page >= 0) & (page < n_pages)
             page64 = tl.where(page_ok, page, 0).to(tl.int64)
             slot0 = tl.cast(start_n % PAGE_SIZE, tl.int64)
+            # "!= 0": the interpreter gives a vector & a scalar integer data, which its masked loads refuse.
+            m_n = ((o_n >= 0) & page_ok) != 0
         else:
-            page_ok = start_n >= 0  # always: the block is inside the capacity
             page64 = i_b.to(tl.int64)
             slot0 = tl.cast(start_n, tl.int64)
-        m_n = (o_n >= 0) & page_ok
+            m_n = o_n >= 0  # every key: the block is inside the capacity
         rows = o_n.to(tl.int64)
         off_k = (page64 * stride_k_page + slot0 * stride_k_slot + hk64 * stride_k_h) + rows * stride_k_slot
         off_v = (page64 * stride_v_page + slot0 * stride_v_slot + hk64 * stride_v_h) + rows * stride_v_slot
