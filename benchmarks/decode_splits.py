@@ -12,11 +12,15 @@ of 64-token pages, SDPA with enable_gqa over a contiguous bf16 cache of the same
   int8's and fp8's variant), at key block 64 with the heuristic's split count and with 16 to 64, and at 128 with the
   heuristic's.
 
-    python benchmarks/decode_splits.py --out DIR [--budget-s 50] [--dry-run] [--part heuristic|quantized]
+    python benchmarks/decode_splits.py --out DIR [--budget-s 50] [--dry-run] [--part heuristic|quantized|tiles]
 
 ``--part quantized`` (``<date>-decode-quantized.json``): at B 8 S 32k and B 64 S 4k, paged bf16 with this GPU's
 plan, and int8, fp8 and int4 with theirs, int8 and fp8 also with their plan's direct_codes the other way (the codes
 converted straight to bf16 or through fp32); each against bf16 (bf16_over_this).
+
+``--part tiles`` (``<date>-decode-tiles.json``): at TILE_SHAPES, SDPA and each format's plan, then each format at
+every key block, warp count and stage count of TILES (2 warps also at twice the plan's programs per multiprocessor);
+paged bf16 against SDPA, the quantized caches against paged bf16's plan.
 
 Prints one line per run and writes ``<date>-decode-splits.json`` into DIR: per run the shape, cache, plan, key block,
 split count asked (0: the heuristic) and used, µs, GB/s of the spec's cost model (the keys and values in their

@@ -354,7 +354,8 @@ def _decode_kernel(
     # The keys any of these rows sees, [lo, hi), cut into n_splits splits of whole blocks.
     t_first = (i_rows * BLOCK_M) // group
     t_last = (tl.minimum(i_rows * BLOCK_M + BLOCK_M, n_rows) - 1) // group
-    lo = tl.maximum(seqlen - n_queries + t_first - window, 0) // BLOCK_N * BLOCK_N  # whole blocks: one page each
+    # Blocks start at multiples of BLOCK_N, so that where pages hold whole blocks no block straddles two.
+    lo = tl.maximum(seqlen - n_queries + t_first - window, 0) // BLOCK_N * BLOCK_N
     hi = seqlen
     if CAUSAL:
         hi = tl.minimum(seqlen - n_queries + t_last + 1, seqlen)
