@@ -12,7 +12,7 @@
   a bf16 weight) and its share of the calibrated copy bandwidth;
 - quantize against torch.compile of the same expression (its reference).
 
-    python benchmarks/gemm_table.py --out DIR [--quick] [--dry-run]
+    python benchmarks/gemm_table.py --out DIR [--quick] [--matmul-only] [--dry-run]
 
 Writes into DIR ``<date>-gemm-table.json`` and ``.md`` (every measurement, with plots) and
 ``<date>-gemm-table-peers.md``: tritonkit's speed-up over each row's peer, the geometric mean of the LLM sweep, and the
@@ -260,9 +260,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--quick", action="store_true", help="a few rows of each group")
+    parser.add_argument("--matmul-only", action="store_true", help="the persistent bf16 matmul's rows alone")
     parser.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU, each provider once")
     args = parser.parse_args(argv)
     table = rows(args.quick or args.dry_run)
+    if args.matmul_only:
+        table = [row for row in table if row.spec.startswith("matmul")]
     date = datetime.date.today().isoformat()
     stem = f"{date}-gemm-table"
     from tritonkit.bench import report

@@ -63,8 +63,60 @@ def test_persistent_variant_takes_tma_where_rows_are_aligned(shape, dtype, throu
     assert bool(calls) == through_tma
 
 
-def test_auto_variant_and_precision_rules():
-    assert choose_matmul_variant(64, 64, 64) == "grouped"  # under the interpreter
+@pytest.mark.parametrize("swap_ab", [False, True])
+@pytest.mark.parametrize("b_layout", ["row-major", "weight"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_persistent_tiles_plain_and_swapped_match_float64(swap_ab, b_layout, dtype, device, monkeypatch):
+    """A tile computed as C^T = B^T A^T (swap_ab) and stored transposed gives C, for both layouts of B, with ragged
+    edges in M, N and K (40 x 96 by 96 x 200 in 16 x 64 x 64 tiles: 3 x 4 tiles, the last K step half empty)."""
+    from tritonkit.ops.tutorial import launch
+    from tritonkit.ops.tutorial.launch import matmul_fwd
+    from tritonkit.ops.tutorial.plan import PersistentTile
+
+    tiles = []
+    original = launch._matmul_persistent
+    monkeypatch.setattr(launch, "_matmul_persistent", lambda *args: tiles.append(args[3]) or original(*args))
+
+    m, n, k = 40, 200, 96
+    a = torch.randn(m, k, device=device).to(dtype)
+    b = torch.randn(k, n, device=device).to(dtype) if b_layout == "row-major" else torch.randn(n, k, device=device).to(
+        dtype).t()  # fmt: skip
+    c = matmul_fwd(a, b, "persistent", None, plan=PersistentTile(16, 64, 64, 4, 2, 2, swap_ab=swap_ab))
+    torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=1e-2, atol=1e-2)
+    assert [tile.swap_ab for tile in tiles] == [swap_ab]
+
+
+def test_persistent_tiles_by_rows_fill_the_multiprocessors(monkeypatch):
+    """The widest tile of M's class whose output has at least half a tile per multiprocessor (132: an H100 or H200),
+    else the narrowest; fp32 its own tile; none before Hopper."""
+    from tritonkit.ops.tutorial import plan
+
+    monkeypatch.setattr(plan, "interpreting", lambda: False)
+    few, many = (tiles for _, tiles in plan.PERSISTENT_SM90_BY_ROWS)
+
+    def tile(m, n):
+        return plan.persistent_tile("sm90", 2, m, n, 132)
+
+    assert [tile(16, n) for n in (14336, 28672, 8192, 4096, 3584, 100)] == [few[0], few[0], few[1], few[2], few[2],
+                                                                            few[2]]  # fmt: skip
+    assert tile(1, 4096) == tile(16, 4096) and tile(17, 4096) == many[-1]
+    assert [tile(128, n) for n in (28672, 18944, 14336, 8192, 4096)] == [many[0], many[0], many[1], many[2], many[3]]
+    assert tile(1024, 4096) == tile(8192, 8192) == plan.PERSISTENT_SM90
+    assert all(t.swap_ab for t in few) and not any(t.swap_ab for t in many)
+    assert plan.persistent_tile("sm90", 4, 16, 4096, 132) == plan.PERSISTENT_SM90_FP32
+    assert plan.persistent_tile("sm80", 2, 16, 4096, 108) is None
+
+
+def test_auto_variant_and_precision_rules(monkeypatch):
+    from tritonkit.ops.tutorial import plan
+
+    assert choose_matmul_variant("sm90", 2, True) == "grouped"  # under the interpreter
+    monkeypatch.setattr(plan, "interpreting", lambda: False)
+    assert choose_matmul_variant("sm90", 2, True) == "persistent"
+    assert choose_matmul_variant("sm90", 4, True) == "autotuned"  # fp32: the persistent tile was never timed
+    assert choose_matmul_variant("sm90", 2, False) == "autotuned"  # operands TMA cannot read
+    assert choose_matmul_variant("sm80", 2, True) == "autotuned"
+    monkeypatch.undo()
     assert len(autotune_configs()) == 1
     assert input_precision(torch.bfloat16) == "tf32"
     previous = torch.get_float32_matmul_precision()
@@ -125,8 +177,13 @@ def test_bad_input(fn, error, match, device):
 
 
 @pytest.mark.gpu
-def test_auto_is_autotuned_when_compiled(monkeypatch):
-    assert choose_matmul_variant(4096, 4096, 4096) == "autotuned"
+def test_auto_is_persistent_on_hopper_and_autotuned_elsewhere_when_compiled(monkeypatch):
+    from tritonkit._core.device import arch
+    from tritonkit._core.tma import has_tma
+
+    gpu = arch(torch.device("cuda"))
+    assert choose_matmul_variant(gpu, 2, True) == ("persistent" if has_tma(gpu) else "autotuned")
+    assert choose_matmul_variant(gpu, 4, True) == "autotuned"
     monkeypatch.delenv("TRITONKIT_AUTOTUNE", raising=False)
     assert len(autotune_configs()) == 10
     monkeypatch.setenv("TRITONKIT_AUTOTUNE", "quick")  # what scripts/gpu_verify.sh sets
@@ -180,3 +237,16 @@ def test_compiles_fullgraph_with_backward(variant, device):
     inputs = [torch.randn(12, 10, device=device, requires_grad=True), torch.randn(10, 7, device=device,
                                                                                    requires_grad=True)]  # fmt: skip
     assert_compiled_matches_eager(block, inputs, device)
+
+
+def test_matmul_tiles_sweep_runs_every_candidate_dry(tmp_path, capsys):
+    """benchmarks/matmul_tiles.py's CPU check: every candidate tile through plan= within a bf16 ulp of float64."""
+    from helpers import benchmark_script
+
+    script = benchmark_script("matmul_tiles")
+    assert script.main(["--dry-run", "--out", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.count("max abs error") == len(script.CANDIDATES)
+    timed = (("torch", 2.0), ("tritonkit", 1.0))
+    rows = [{"case": {"m": 16, "n": n, "k": k}, "provider": p, "ms": ms} for n, k in script.LLM_NK for p, ms in timed]
+    summary = script.summary(rows)
+    assert f"| 16 | tritonkit | 2.00x | {len(script.LLM_NK)} |" in summary

@@ -140,7 +140,7 @@ _matmul_autotuned = triton.autotune(configs=autotune_configs(), key=["M", "N", "
 def _matmul_persistent_kernel(
     a_desc, b_desc, c_desc, M, N, K, n_programs,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_SIZE: tl.constexpr,
-    B_TRANSPOSED: tl.constexpr, INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    B_TRANSPOSED: tl.constexpr, SWAP_AB: tl.constexpr, INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):  # fmt: skip
     """C = A @ B as the ladder's kernel, with two Hopper changes. Persistent: n_programs programs (one per
     multiprocessor) walk the output tiles, program p taking tiles p, p + n_programs, ... in grouped order, so no
@@ -148,19 +148,27 @@ def _matmul_persistent_kernel(
     written through tensor descriptors (row-major, 16-byte aligned rows), whose copy engine fetches whole tiles into
     shared memory and fills the ragged edges with zeros, so the loop needs no masks or pointer arithmetic.
     B_TRANSPOSED: b_desc describes B^T (N x K, row-major: a weight in F.linear's layout), read in [BLOCK_N, BLOCK_K]
-    tiles and transposed in registers."""
+    tiles. SWAP_AB: each tile is computed transposed, C^T[BLOCK_N, BLOCK_M] = B^T @ A^T, and transposed back for the
+    store: Hopper's tensor cores take 64 rows a warpgroup on their A side and as few as 8 on their B side, so a
+    product with a few rows of A (a decode step's tokens) puts B's columns on the wide side instead of padding A."""
     n_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     for tile in tl.range(tl.program_id(0), n_tiles, n_programs, flatten=True):
         i_m, i_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_SIZE)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc = tl.zeros((BLOCK_N, BLOCK_M) if SWAP_AB else (BLOCK_M, BLOCK_N), dtype=tl.float32)
         for k in range(0, K, BLOCK_K):
             b_a = a_desc.load([i_m * BLOCK_M, k])  # [BLOCK_M, BLOCK_K]
             if B_TRANSPOSED:  # noqa: SIM108 (statements: only the layout's branch compiles)
-                b_b = tl.trans(b_desc.load([i_n * BLOCK_N, k]))  # [BLOCK_K, BLOCK_N]
+                b_b = b_desc.load([i_n * BLOCK_N, k])  # B^T's tile, [BLOCK_N, BLOCK_K]
             else:
                 b_b = b_desc.load([k, i_n * BLOCK_N])  # [BLOCK_K, BLOCK_N]
+            if B_TRANSPOSED != SWAP_AB:
+                b_b = tl.trans(b_b)  # the side the product takes: [BLOCK_K, BLOCK_N], or [BLOCK_N, BLOCK_K] swapped
             if UPCAST:
                 b_a = b_a.to(tl.float32)
                 b_b = b_b.to(tl.float32)
-            acc = tl.dot(b_a, b_b, acc, input_precision=INPUT_PRECISION)
-        c_desc.store([i_m * BLOCK_M, i_n * BLOCK_N], acc.to(c_desc.dtype))
+            if SWAP_AB:
+                acc = tl.dot(b_b, tl.trans(b_a), acc, input_precision=INPUT_PRECISION)
+            else:
+                acc = tl.dot(b_a, b_b, acc, input_precision=INPUT_PRECISION)
+        b_c = tl.trans(acc) if SWAP_AB else acc  # [BLOCK_M, BLOCK_N]
+        c_desc.store([i_m * BLOCK_M, i_n * BLOCK_N], b_c.to(c_desc.dtype))

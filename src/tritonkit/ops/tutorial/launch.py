@@ -174,22 +174,28 @@ def check_matmul_args(a, b, variant, group_size) -> None:
     check_device(a=a, b=b)
 
 
-def matmul_fwd(a: torch.Tensor, b: torch.Tensor, variant: str, group_size: int | None) -> torch.Tensor:
-    """a @ b with one of the ladder's variants (validated by check_matmul_args)."""
+def matmul_fwd(a: torch.Tensor, b: torch.Tensor, variant: str, group_size: int | None, *,
+               plan: PersistentTile | None = None) -> torch.Tensor:  # fmt: skip
+    """a @ b with one of the ladder's variants (validated by check_matmul_args). ``plan``: the persistent variant's
+    tile instead of persistent_tile's (benchmarks and tests)."""
     m, k = a.shape
     n = b.shape[1]
     c = torch.empty((m, n), dtype=a.dtype, device=a.device)
     if c.numel() == 0:
         return c
     flags = {"INPUT_PRECISION": input_precision(a.dtype), "UPCAST": upcast_bf16_dots(a.dtype)}
+    device_arch = arch(a.device)
+    # TMA reads row-major operands with 16-byte aligned rows: B itself, or B^T for a weight in F.linear's layout.
+    through_tma = all(tma_readable(t) for t in (a, b if b.stride(1) == 1 else b.t(), c))
+    if variant == "auto":
+        variant = choose_matmul_variant(device_arch, a.element_size(), through_tma)
     if variant == "persistent":
-        tile = persistent_tile(arch(a.device), a.element_size())
-        if tile is not None and all(tma_readable(t) for t in (a, b if b.stride(1) == 1 else b.t(), c)):
+        tile = plan or persistent_tile(device_arch, a.element_size(), m, n, sm_count(a.device))
+        if tile is not None and through_tma:
             _matmul_persistent(a, b, c, tile, flags)
             return c
-        variant = "auto"  # no TMA on this GPU, or operands it cannot read: the variant auto picks
-    if variant == "auto":
-        variant = choose_matmul_variant(m, n, k)
+        # No TMA on this GPU, or operands it cannot read: the variant auto picks without TMA.
+        variant = choose_matmul_variant(device_arch, a.element_size(), False)
     args = (a, b, c, m, n, k, *a.stride(), *b.stride(), *c.stride())
     if variant == "autotuned":
 
@@ -216,7 +222,8 @@ def _matmul_persistent(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, tile: 
     n_programs = min(sm_count(a.device), cdiv(m, tile.block_m) * cdiv(n, tile.block_n))
     _matmul_persistent_kernel[(n_programs,)](
         a_desc, b_desc, c_desc, m, n, k, n_programs, BLOCK_M=tile.block_m, BLOCK_N=tile.block_n,
-        BLOCK_K=tile.block_k, GROUP_SIZE=tile.group, B_TRANSPOSED=b_transposed, **flags, num_warps=tile.warps,
+        BLOCK_K=tile.block_k, GROUP_SIZE=tile.group, B_TRANSPOSED=b_transposed, SWAP_AB=tile.swap_ab, **flags,
+        num_warps=tile.warps,
         num_stages=tile.stages,
     )  # fmt: skip
 

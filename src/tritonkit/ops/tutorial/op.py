@@ -141,7 +141,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, variant: str = "auto", group_siz
 
     ``variant``: "naive" (one program per output tile, row-major), "grouped" (tiles swizzled in groups
     of ``group_size`` tile-rows for L2 reuse, default 8), "autotuned" (block sizes, warps and stages
-    autotuned per (M, N, K)) or "auto" (see :func:`choose_matmul_variant`). fp32 inputs use TF32 only
+    autotuned per (M, N, K)), "persistent" (one program per multiprocessor, tiles through TMA, on Hopper and
+    newer; tiles chosen by M and N) or "auto" (the persistent kernel on Hopper for 16-bit operands TMA can read,
+    else autotuned; grouped under the interpreter: see :func:`choose_matmul_variant`). fp32 inputs use TF32 only
     when ``torch.get_float32_matmul_precision()`` is not "highest", like torch.matmul.
 
     Differentiable in a and b: d(a) = d(c) b^T and d(b) = a^T d(c) run on the same variant (twice the forward's

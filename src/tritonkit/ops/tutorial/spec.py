@@ -254,6 +254,7 @@ _MATMUL_TESTS = (
     {"m": 9, "n": 5, "k": 0},
     {"m": 70, "n": 48, "k": 64},  # rows 16-byte aligned in every dtype: the persistent variant's TMA path
     {"m": 100, "n": 72, "k": 40},  # aligned in 16-bit dtypes only
+    {"m": 12, "n": 40, "k": 32, "b_transposed": True},  # a few rows through TMA: Hopper's swapped tiles (C^T = B^T A^T)
 )
 _MATMUL_GPU = (
     {"m": 1024, "n": 1024, "k": 1024},
@@ -265,14 +266,16 @@ _MATMUL_GPU = (
 _MATMUL_BENCH = tuple({"m": s, "n": s, "k": s} for s in (256, 512, 1024, 2048, 4096, 8192))
 
 _VARIANT_TEXT = {
-    "auto": "The best variant for the shape: autotuned on a GPU, grouped under the interpreter. "
-    "Benchmarked against torch.matmul (the eager reference, cuBLAS) and torch.compile.",
+    "auto": "The fastest measured variant: the persistent TMA kernel on Hopper and newer for 16-bit operands TMA "
+    "can read, the autotuned one elsewhere, grouped under the interpreter. Benchmarked against torch.matmul (the "
+    "eager reference, cuBLAS) and torch.compile.",
     "naive": "One program per output tile in row-major order, a masked loop over K.",
     "grouped": "Output tiles swizzled in groups of tile-rows so that programs running together share "
     "A rows and B columns in L2.",
     "autotuned": "Block sizes, warps and pipeline stages autotuned per (M, N, K) over a named config list.",
     "persistent": "One program per multiprocessor walks the output tiles; A, B and C move through TMA tensor "
-    "descriptors (Hopper); before Hopper, or for operands TMA cannot read, the autotuned variant runs.",
+    "descriptors (Hopper); tiles chosen by M and N, a few rows of A computed as C^T = B^T A^T; before Hopper, or "
+    "for operands TMA cannot read, the autotuned variant runs.",
 }
 
 for _variant in MATMUL_VARIANTS:

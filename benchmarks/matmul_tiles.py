@@ -1,0 +1,159 @@
+"""The persistent TMA bf16 matmul's tiles by rows of A: each candidate tile forced through the launcher's plan=, beside
+the tile the plan picks, the autotuned variant and cuBLAS (torch.matmul) in the same run, over the LLM sweep's (N, K)
+of benchmarks/gemm_table.py at few rows (M 16 to 512), F.linear's layout (the weight row-major, read transposed).
+CUDA-graph GPU time through tritonkit.bench.harness.measure_case (inputs rotated past L2 as every bench run).
+
+    python benchmarks/matmul_tiles.py --out DIR [--rows 16 128] [--dry-run]
+
+Writes ``<date>-matmul-tiles.json`` (the harness's rows: ms, TFLOP/s, the speed-up over the best peer) and
+``<date>-matmul-tiles.md``: per M the geometric mean over (N, K) of cuBLAS's time over each candidate's, and the best
+candidate per shape. ``--dry-run`` runs every candidate once on a small ragged shape under the CPU interpreter against
+the float64 product, no times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gemm_table import LLM_NK  # the benchmarks folder is no package: its own path
+
+ROWS = (16, 32, 64, 128, 256, 512)
+# name -> (block_m, block_n, block_k, warps, stages, swap_ab). "s": C^T = B^T A^T a tile (A's rows on the tensor
+# cores' narrow side), "p": plain. Stages fill about 80-170 KB of shared memory.
+CANDIDATES = {
+    "s16x64x128 w4 s4": (16, 64, 128, 4, 4, True),
+    "s16x64x256 w4 s3": (16, 64, 256, 4, 3, True),
+    "s16x128x128 w4 s4": (16, 128, 128, 4, 4, True),
+    "s16x32x256 w4 s4": (16, 32, 256, 4, 4, True),
+    "p16x64x128 w4 s4": (16, 64, 128, 4, 4, False),
+    "s32x64x128 w4 s4": (32, 64, 128, 4, 4, True),
+    "s32x128x128 w4 s3": (32, 128, 128, 4, 3, True),
+    "s64x128x64 w4 s4": (64, 128, 64, 4, 4, True),
+    "p64x64x128 w4 s4": (64, 64, 128, 4, 4, False),
+    "p64x128x64 w4 s4": (64, 128, 64, 4, 4, False),
+    "p64x256x64 w4 s3": (64, 256, 64, 4, 3, False),
+    "p128x128x64 w8 s4": (128, 128, 64, 8, 4, False),
+    "p128x256x64 w8 s3": (128, 256, 64, 8, 3, False),
+}
+GROUP = 8  # tile-rows walked together (the plan's)
+
+
+def candidates_for(m: int) -> list[str]:
+    """The candidates worth timing at ``m`` rows: tiles at most four times as tall as the product."""
+    return [name for name, tile in CANDIDATES.items() if tile[0] <= 4 * max(m, 16)]
+
+
+def _tile(name: str):
+    from tritonkit.ops.tutorial.plan import PersistentTile
+
+    block_m, block_n, block_k, warps, stages, swap = CANDIDATES[name]
+    return PersistentTile(block_m, block_n, block_k, warps, stages, GROUP, swap_ab=swap)
+
+
+def _forced(tile):
+    from tritonkit.ops.tutorial.launch import matmul_fwd
+
+    return lambda a, b: matmul_fwd(a, b, "persistent", None, plan=tile)
+
+
+def _providers(spec, m: int) -> list:
+    from tritonkit import catalog
+    from tritonkit.bench.providers import Provider, select_providers
+
+    return [*select_providers(spec, ("tritonkit", "torch")), Provider("autotuned", catalog.get("matmul_autotuned").fn),
+            *(Provider(name, _forced(_tile(name))) for name in candidates_for(m))]  # fmt: skip
+
+
+def timed(rows: tuple[int, ...]) -> list:
+    import torch
+
+    from tritonkit import catalog
+    from tritonkit.bench import calibrate
+    from tritonkit.bench.harness import measure_case
+
+    spec = catalog.get("matmul_persistent")
+    ceilings = calibrate.load_or_calibrate()
+    results = []
+    for m in rows:
+        for n, k in LLM_NK:
+            print(f"M {m} N {n} K {k}", file=sys.stderr, flush=True)
+            case = spec.parse_case({"m": m, "n": n, "k": k, "b_transposed": True})
+            results += measure_case(spec, case, torch.bfloat16, "fwd", _providers(spec, m), ceilings, cuda_graph=True)
+    return [row.to_dict() for row in results]
+
+
+def dry() -> int:
+    import torch
+
+    torch.manual_seed(0)
+    m, n, k = 40, 200, 96  # ragged against every candidate: rows, columns and the last K step
+    a = torch.randn(m, k).to(torch.bfloat16)
+    w = torch.randn(n, k).to(torch.bfloat16)
+    expected = a.double() @ w.double().t()
+    worst = 0.0
+    for name in CANDIDATES:
+        error = (_forced(_tile(name))(a, w.t()).double() - expected).abs().max().item() / expected.abs().max().item()
+        print(f"{name:20} max abs error over max |C| {error:.1e}")
+        worst = max(worst, error)
+    return 0 if worst <= 2**-7 else 1  # one bf16 ulp: the interpreter truncates fp32 to bf16
+
+
+def summary(results: list[dict]) -> str:
+    """Per M, the geometric mean over (N, K) of cuBLAS's time over each provider's; then each shape's best tile."""
+    by = {}
+    for r in results:
+        if r.get("ms"):
+            by[(r["case"]["m"], r["case"]["n"], r["case"]["k"], r["provider"])] = r["ms"]
+    lines = ["| M | provider | geomean cuBLAS time / its time | shapes |", "|---|---|---|---|"]
+    best_lines = ["| M | N | K | best | cuBLAS / best | cuBLAS / plan's |", "|---|---|---|---|---|---|"]
+    for m in sorted({key[0] for key in by}):
+        names = sorted({key[3] for key in by if key[0] == m and key[3] != "torch"})
+        for name in names:
+            ratios = [by[(m, n, k, "torch")] / by[(m, n, k, name)] for n, k in LLM_NK
+                      if (m, n, k, name) in by and (m, n, k, "torch") in by]  # fmt: skip
+            if ratios:
+                mean = math.exp(sum(map(math.log, ratios)) / len(ratios))
+                lines.append(f"| {m} | {name} | {mean:.2f}x | {len(ratios)} |")
+        for n, k in LLM_NK:
+            timed_here = {key[3]: ms for key, ms in by.items() if key[:3] == (m, n, k) and key[3] != "torch"}
+            if not timed_here or (m, n, k, "torch") not in by:
+                continue
+            best = min(timed_here, key=timed_here.get)
+            cublas = by[(m, n, k, "torch")]
+            plan = f"{cublas / timed_here['tritonkit']:.2f}x" if "tritonkit" in timed_here else "—"
+            best_lines.append(f"| {m} | {n} | {k} | {best} | {cublas / timed_here[best]:.2f}x | {plan} |")
+    return "\n".join(lines) + "\n\n" + "\n".join(best_lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--rows", type=int, nargs="+", default=list(ROWS), help="the values of M timed")
+    parser.add_argument("--dry-run", action="store_true", help="every candidate once on the CPU, no times")
+    args = parser.parse_args(argv)
+    if args.dry_run:
+        os.environ["TRITON_INTERPRET"] = "1"
+        return dry()
+    import torch
+
+    from tritonkit.bench import report
+
+    if not torch.cuda.is_available():
+        parser.error("timing needs a CUDA GPU (--dry-run checks the script on the CPU)")
+    results = timed(tuple(args.rows))
+    record = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "candidates": CANDIDATES,
+              "results": results}  # fmt: skip
+    path = report.write_record(args.out, "matmul-tiles", record)
+    text = f"# Persistent matmul tiles by rows ({record['device']}, CUDA-graph GPU time)\n\n{summary(results)}"
+    path.with_suffix(".md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
