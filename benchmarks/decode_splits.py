@@ -12,7 +12,7 @@ of 64-token pages, SDPA with enable_gqa over a contiguous bf16 cache of the same
   int8's and fp8's variant), at key block 64 with the heuristic's split count and with 16 to 64, and at 128 with the
   heuristic's.
 
-    python benchmarks/decode_splits.py --out DIR [--budget-s 50] [--dry-run] [--part heuristic|quantized|tiles]
+    python benchmarks/decode_splits.py --out DIR [--budget-s 50] [--dry-run] [--part heuristic|quantized|tiles|splits]
 
 ``--part quantized`` (``<date>-decode-quantized.json``): at B 8 S 32k and B 64 S 4k, paged bf16 with this GPU's
 plan, and int8, fp8 and int4 with theirs, int8 and fp8 also with their plan's direct_codes the other way (the codes
@@ -21,6 +21,10 @@ converted straight to bf16 or through fp32); each against bf16 (bf16_over_this).
 ``--part tiles`` (``<date>-decode-tiles.json``): at TILE_SHAPES, SDPA and each format's plan, then each format at
 every key block, warp count and stage count of TILES (2 warps also at twice the plan's programs per multiprocessor);
 paged bf16 against SDPA, the quantized caches against paged bf16's plan.
+
+``--part splits`` (``<date>-decode-split-counts.json``): at SPLIT_SHAPES (B 1 to 16 at S 1k to 32k, B 64 S 4k,
+B 256 S 1k), SDPA, then paged bf16, int8 and fp8 with this GPU's plans at the heuristic's split count and at each of
+SPLIT_COUNTS; bf16 against SDPA, the 8-bit caches against bf16's heuristic run.
 
 Prints one line per run and writes ``<date>-decode-splits.json`` into DIR: per run the shape, cache, plan, key block,
 split count asked (0: the heuristic) and used, µs, GB/s of the spec's cost model (the keys and values in their
@@ -57,6 +61,10 @@ VARIANTS = {"int8": {"direct_codes": True}, "fp8": {"direct_codes": True}, "int4
 # plan's programs per multiprocessor: half the warps per program), at these shapes.
 TILE_SHAPES = ((1, 32768), (8, 32768), (64, 4096))
 TILES = tuple((block_n, warps, stages) for block_n in (64, 128) for warps in (2, 4) for stages in (2, 3))
+# --part splits: paged bf16, int8 and fp8 with their plans at the heuristic's split count and at each of
+# SPLIT_COUNTS (none shorter than a key block), at these shapes: where splits are few blocks long.
+SPLIT_SHAPES = (*((b, s) for b in (1, 4, 8, 16) for s in (1024, 2048, 4096, 8192, 32768)), (64, 4096), (256, 1024))
+SPLIT_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128)
 APPEND_TOKENS = 8192  # a prompt's keys and values appended at once (kv_cache_append's bandwidth case)
 # The CPU check: two small shapes, heads of two int4 groups of 32 (the default group).
 DRY = {"heads": {"hq": 4, "hk": 2, "d": 64}, "shapes": ((1, 256), (2, 512)), "headline": ((2, 256),), "append": 64}
@@ -327,6 +335,29 @@ def tiles(runner: Runner, shapes) -> None:
             del inputs
 
 
+def splits(runner: Runner, shapes) -> None:
+    """--part splits: SDPA, then paged bf16, int8 and fp8 with this GPU's plan at the heuristic's split count and at
+    every count of SPLIT_COUNTS that leaves each split at least a key block; bf16 against SDPA, the 8-bit caches
+    against bf16's heuristic run."""
+    from tritonkit.ops.decoding.plan import decode_plan
+
+    d = runner.heads["d"]
+    for b, s in shapes:
+        sdpa_ms = runner.sdpa(b, s, "splits")
+        bf16_ms = None
+        for kv in ("plain", "int8", "fp8"):
+            case, inputs = runner.inputs(b, s, kv)
+            plan = decode_plan(runner.arch, d, kv)
+            cache = "bf16" if kv == "plain" else kv
+            baseline, baseline_ms = ("SDPA", sdpa_ms) if kv == "plain" else ("bf16", bf16_ms)
+            for count in (0, *(n for n in SPLIT_COUNTS if s // n >= plan.block_n)):
+                ms = runner.ours(case, inputs, plan, count, {"part": "splits", "cache": cache, "plan": "default"},
+                                 baseline_ms, baseline=baseline)  # fmt: skip
+                if kv == "plain" and count == 0:
+                    bf16_ms = ms
+            del inputs
+
+
 def _warm(task: tuple[int, int, bool, str]) -> None:
     index, workers, dry, part = task
     runner = Runner(dry, math.inf, 0, warm=(index, workers))
@@ -335,6 +366,9 @@ def _warm(task: tuple[int, int, bool, str]) -> None:
         return
     if part == "tiles":
         tiles(runner, DRY["headline"] if dry else TILE_SHAPES)
+        return
+    if part == "splits":
+        splits(runner, DRY["shapes"] if dry else SPLIT_SHAPES)
         return
     headline(runner, DRY["headline"] if dry else HEADLINE)
     appends(runner, DRY["append"] if dry else APPEND_TOKENS)
@@ -347,10 +381,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=50.0, help="stop timing after this many seconds")
     parser.add_argument("--rep-ms", type=int, default=4, help="do_bench_cudagraph's rep: ms of work per graph")
     parser.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU, each run once, no times")
-    parser.add_argument("--part", choices=("all", "heuristic", "quantized", "tiles"), default="all",
+    parser.add_argument("--part", choices=("all", "heuristic", "quantized", "tiles", "splits"), default="all",
                         help="heuristic: this GPU's split heuristic against the fallback's, paged bf16; quantized: "
                              "the quantized caches' plans (direct_codes both ways) against paged bf16; tiles: key "
-                             "block, warps and stages of every format")  # fmt: skip
+                             "block, warps and stages of every format; splits: bf16, int8 and fp8 at each split "
+                             "count")  # fmt: skip
     parser.add_argument("--compile-workers", type=int, default=min(12, (os.cpu_count() or 2) - 2),
                         help="processes compiling the kernel variants first (0: compile as the runs come)")  # fmt: skip
     args = parser.parse_args(argv)
@@ -380,6 +415,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.part == "tiles":
         tiles(runner, DRY["headline"] if args.dry_run else TILE_SHAPES)
         return _write(args, runner, start, "decode-tiles")
+    if args.part == "splits":
+        splits(runner, DRY["shapes"] if args.dry_run else SPLIT_SHAPES)
+        return _write(args, runner, start, "decode-split-counts")
     headline(runner, DRY["headline"] if args.dry_run else HEADLINE)
     appends(runner, DRY["append"] if args.dry_run else APPEND_TOKENS)
     sweep(runner, DRY["shapes"] if args.dry_run else SHAPES)

@@ -219,6 +219,10 @@ def test_splits_are_chosen_from_the_shape():
     wider = dataclasses.replace(SMALL, programs_per_sm=4, min_keys_per_split=2048)  # a plan's own heuristic
     assert choose_splits(programs=8, max_keys=131072, sm_count=132, plan=wider) == 64  # 66 wanted, 64 of 2048 keys
     assert choose_splits(programs=8, max_keys=8192, sm_count=132, plan=wider) == 4  # 8192 / 2048
+    assert choose_splits(programs=128, max_keys=1 << 20, sm_count=132) == 2  # 264 // 128: a third would start a wave
+    at_least_two = dataclasses.replace(SMALL, min_splits=2)
+    assert choose_splits(programs=1024, max_keys=4096, sm_count=132, plan=at_least_two) == 2
+    assert choose_splits(programs=1024, max_keys=512, sm_count=132, plan=at_least_two) == 1  # but not under 512 keys
 
 
 def test_strided_q_and_expanded_lengths(device):

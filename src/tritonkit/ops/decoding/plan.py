@@ -6,10 +6,10 @@ flight to keep every multiprocessor's loads streaming, and no more splits than t
 that the reduction reads back).
 
 Plans are looked up by padded head dim and cache format. MEASURED holds what a sweep settled on the H200
-(benchmarks/decode_splits.py, docs/kernels/decoding.md): at d128, three stages, and for 8-bit caches 2 warps and 4
-programs per multiprocessor, int8 with its codes converted straight to bf16. Every
-other head dim and format, and any GPU never measured, take FALLBACK: key blocks of 64 (32 at d256) with two stages,
-which fit the 99 KB of shared memory of sm86/sm89 at every head dim and format.
+(benchmarks/decode_splits.py, docs/kernels/decoding.md): at d128, three stages and splits down to one key block, and
+for 8-bit caches 2 warps, 4 programs per multiprocessor and at least two splits, int8 with its codes converted
+straight to bf16. Every other head dim and format, and any GPU never measured, take FALLBACK: key blocks of 64 (32 at
+d256) with two stages, which fit the 99 KB of shared memory of sm86/sm89 at every head dim and format.
 """
 
 from __future__ import annotations
@@ -29,12 +29,11 @@ class DecodePlan:
     # both formats) instead of through fp32. On the H200, timed before the loads zero-filled the codes: int8 faster
     # by 5-15%, fp8 slower by 5-25%.
     direct_codes: bool = False
-    # The split heuristic (choose_splits): programs per multiprocessor wanted, and the shortest split in keys.
+    # The split heuristic (choose_splits): programs per multiprocessor wanted, the shortest split in keys, and the
+    # fewest splits.
     programs_per_sm: int = 2  # two programs per multiprocessor keep loads in flight while the other computes
     min_keys_per_split: int = 512  # a shorter split costs more in its partial's write and read-back than it gains
-    # Programs per multiprocessor wanted instead when the batch, key heads and row blocks alone fill fewer than half
-    # of the multiprocessors (0: programs_per_sm): there the splits' partials are few and the loads too few in flight.
-    few_programs_per_sm: int = 0
+    min_splits: int = 1
 
 
 # Padded head dim -> plan (the narrower widths share d64's).
@@ -43,16 +42,22 @@ FALLBACK = {16: _D64, 32: _D64, 64: _D64, 128: DecodePlan(64, 4, 2, 64), 256: De
 # (padded head dim, cache format) -> plan, where a sweep measured one; the rest take FALLBACK by head dim.
 # sm90, d128, from the tile sweep (decode_splits.py --part tiles, 2026-11-28-decode-tiles.json) at B1 S32k, B8 S32k
 # and B64 S4k, pages of 64, where a block inside every row's view takes one page lookup and no masks:
-# - plain: 3 stages (0.80/0.84/0.98x SDPA against 0.77/0.70/0.89x at 2), splits down to 128 keys and 4 programs per
-#   multiprocessor where the batch alone fills fewer than half of them (decode_splits.py --part heuristic);
+# - plain: 3 stages (0.80/0.84/0.98x SDPA against 0.77/0.70/0.89x at 2);
 # - int8 and fp8: key blocks of 64 (one page each) with 2 warps, 3 stages and 4 programs per multiprocessor: 1.00 to
 #   1.27x of paged bf16's plan, where blocks of 128 with 4 warps ran at 0.86 to 1.02x;
 # - int4 keeps FALLBACK's: 2 warps and 3 stages won only at B64.
+# Their split heuristics from every split count at B 1 to 16 x S 1k to 32k, B64 S4k and B256 S1k (decode_splits.py
+# --part splits, 2026-11-28-decode-split-counts.json): the fastest count fills about 2 (plain) or 4 (8-bit) programs
+# per multiprocessor, with splits as short as one key block (B1 S1k: 16 splits of 64 keys); more programs than that
+# start a second wave (8-bit at B16 S4k: 89 us at 5 splits, 58 at 4); 8-bit caches run fastest with 2 splits even
+# where the batch alone fills the GPU (B64 S4k: 194 against 235 us).
 MEASURED: dict[str, dict[tuple[int, str], DecodePlan]] = {
     "sm90": {
-        (128, "plain"): DecodePlan(64, 4, 3, 64, min_keys_per_split=128, few_programs_per_sm=4),
-        (128, "int8"): DecodePlan(64, 2, 3, 64, direct_codes=True, programs_per_sm=4),
-        (128, "fp8"): DecodePlan(64, 2, 3, 64, programs_per_sm=4),
+        (128, "plain"): DecodePlan(64, 4, 3, 64, min_keys_per_split=64),
+        (128, "int8"): DecodePlan(
+            64, 2, 3, 64, direct_codes=True, programs_per_sm=4, min_keys_per_split=64, min_splits=2
+        ),
+        (128, "fp8"): DecodePlan(64, 2, 3, 64, programs_per_sm=4, min_keys_per_split=64, min_splits=2),
     },
 }
 
@@ -66,10 +71,9 @@ def decode_plan(arch: str, block_d: int, kv_format: str = "plain") -> DecodePlan
 
 
 def choose_splits(programs: int, max_keys: int, sm_count: int, plan: DecodePlan = _D64) -> int:
-    """The number of splits of the keys: enough for ``plan.programs_per_sm`` programs per multiprocessor (or
-    ``plan.few_programs_per_sm`` where ``programs`` fill fewer than half of them) when the batch, key heads and row
-    blocks give ``programs`` fewer than that, and none shorter than
-    ``plan.min_keys_per_split`` of the cache's ``max_keys`` (its capacity: the lengths themselves live on the GPU)."""
-    per_sm = plan.few_programs_per_sm if plan.few_programs_per_sm and 2 * programs < sm_count else plan.programs_per_sm
-    wanted = cdiv(per_sm * sm_count, max(programs, 1))
+    """The number of splits of the keys: as many as keep the batch, key heads and row blocks' ``programs`` within
+    ``plan.programs_per_sm`` per multiprocessor (rounded down: a program past them starts a second wave), at least
+    ``plan.min_splits``, and none shorter than ``plan.min_keys_per_split`` of the cache's ``max_keys`` (its capacity:
+    the lengths themselves live on the GPU)."""
+    wanted = max(plan.programs_per_sm * sm_count // max(programs, 1), plan.min_splits)
     return max(1, min(wanted, cdiv(max_keys, plan.min_keys_per_split), MAX_SPLITS))
