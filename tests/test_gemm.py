@@ -496,3 +496,21 @@ def test_float8_promotion_keeps_the_product(device, promote):
     expected = _expected(inputs)
     bound = FLOAT8_SUM_ERROR * expected.pow(2).mean().sqrt().item()
     torch.testing.assert_close(out.double(), expected, rtol=0, atol=bound)
+
+
+def test_gemv_plans_sweep_runs_every_candidate_dry(tmp_path, capsys):
+    """benchmarks/gemv_plans.py's CPU check: every candidate GemvPlan through plan= matches the float64 reference,
+    and its summary's shares of the copy bandwidth."""
+    from helpers import benchmark_script
+
+    script = benchmark_script("gemv_plans")
+    assert script.main(["--dry-run", "--out", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.count("max abs error") == len(script.CANDIDATES)
+    n, k = script.GEMV_NK[0]
+    # The spec's bytes of one row (x, the int8 weight and its row scales, the output), moved in 1 ms a call.
+    codes = catalog.get("scaled_linear").bytes_moved(catalog.get("scaled_linear").parse_case(
+        {"m": 1, "n": n, "k": k, "w": "int8"}), torch.bfloat16)  # fmt: skip
+    rows = [{"case": {"m": 1, "n": n, "k": k}, "provider": p, "ms": 1.0} for p in ("tritonkit", "cublas")]
+    summary = script.summary(rows, copy_gbps=codes / 1e-3 / 1e9)  # the copy ceiling: exactly our GB/s
+    assert "| 1 | tritonkit | 100% | 1 |" in summary
+    assert f"| 1 | {n} | {k} | tritonkit | 100% | 1.00x | 1.00x |" in summary

@@ -2,11 +2,11 @@
 and by how many rows x has (a decode step's few rows take narrow tiles, or most of each tile would be padding); and
 the split-K GEMV of weight-only layers at a few rows, with the heuristic that picks its number of K splits.
 
-MEASURED holds the tiled kernel's many-rows tile on sm90 for x holding codes, and PERSISTENT the persistent TMA
-kernel's tile for large products of codes on sm90; everything else takes FALLBACK and GEMV_FALLBACK, the documented
-fallback of an unknown GPU. The tiled fallback fits the 99 KB of shared memory of
-sm86/sm89 at three stages with one-byte operands (two 128 x 64 tiles: 16 KB a stage); the GEMV's tiles are small
-enough for any GPU (its one-row form buffers nothing in shared memory).
+MEASURED holds the tiled kernel's many-rows tile on sm90 for x holding codes, PERSISTENT the persistent TMA kernel's
+tile for large products of codes on sm90, and GEMV_MEASURED the one-row GEMV's plan on sm90; everything else takes
+FALLBACK and GEMV_FALLBACK, the documented fallback of an unknown GPU. The tiled fallback fits the 99 KB of shared
+memory of sm86/sm89 at three stages with one-byte operands (two 128 x 64 tiles: 16 KB a stage); the GEMV's tiles are
+small enough for any GPU (its one-row form buffers nothing in shared memory).
 """
 
 from __future__ import annotations
@@ -107,7 +107,11 @@ GEMV_FALLBACK = (
     # 128 w tiles, pipelined three deep through shared memory.
     (16, GemvPlan(16, 64, 128, 4, 3, 4, 512)),
 )
-GEMV_MEASURED: dict[str, tuple] = {}
+# sm90, one row: 16 x 512 w tiles (8 KB a step, as the fallback's) and 8 programs a multiprocessor, the fastest plan
+# of 16 on the H200 (benchmarks/gemv_plans.py, 2026-11-28-gemv-plans.md): 56% of the copy bandwidth in geometric mean
+# over the decode shapes against the fallback's 46%, 1.02-1.19x faster. 2 to 16 rows keep the fallback's, within 2%
+# of the fastest but at N 4096 (32 x 256 tiles 1.05-1.11x faster there, slower at N 14336).
+GEMV_MEASURED: dict[str, tuple] = {"sm90": ((1, GemvPlan(1, 16, 512, 4, 1, 8, 512)), GEMV_FALLBACK[1])}
 
 # Each split writes an fp32 partial (4 bytes per row of x and output) for the block_k-wide slices of w it reads (1
 # byte per K value and output): K splits of at least PARTIAL_K_PER_ROW K values per row of x keep the partials'

@@ -1,0 +1,187 @@
+"""The weight-only split-K GEMV's plans: each candidate GemvPlan forced through scaled_linear's plan=, beside the plan
+the GPU takes and cuBLAS's bf16 F.linear on the dequantized weight, at the GEMV's decode shapes of
+benchmarks/gemm_table.py (M 1, 4, 16 against N 4096/14336/28672 x K 4096/8192, int8 weights with row scales).
+CUDA-graph GPU time through tritonkit.bench.harness.measure_case (inputs rotated past L2 as every bench run).
+
+    python benchmarks/gemv_plans.py --out DIR [--rows 1 16] [--dry-run]
+
+Writes ``<date>-gemv-plans.json`` (the harness's rows) and ``.md``: per M the geometric mean over (N, K) of each
+plan's share of the calibrated copy bandwidth on the bytes it moves (x, the int8 weight and its scales, the output),
+and each shape's best plan against cuBLAS. ``--dry-run`` runs every candidate once on a small ragged shape under the
+CPU interpreter against the spec's float64 reference, no times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gemm_table import GEMV_M, GEMV_NK  # the benchmarks folder is no package: its own path
+
+# name -> GemvPlan's (block_m, block_n, block_k, warps, stages, programs_per_sm); min_split_k stays the fallback's.
+# One row multiplies in fp32 lanes (block_m 1, one stage: Triton pipelines only loads that feed tl.dot); more rows go
+# through tl.dot on rows padded to 16, pipelined through shared memory.
+CANDIDATES = {
+    "r1 32x256 w4 p4": (1, 32, 256, 4, 1, 4),
+    "r1 16x256 w4 p4": (1, 16, 256, 4, 1, 4),
+    "r1 16x512 w4 p8": (1, 16, 512, 4, 1, 8),
+    "r1 32x512 w4 p4": (1, 32, 512, 4, 1, 4),
+    "r1 32x256 w4 p8": (1, 32, 256, 4, 1, 8),
+    "r1 32x256 w2 p8": (1, 32, 256, 2, 1, 8),
+    "r1 64x256 w4 p4": (1, 64, 256, 4, 1, 4),
+    "r1 64x128 w4 p8": (1, 64, 128, 4, 1, 8),
+    "r16 64x128 w4 s3 p4": (16, 64, 128, 4, 3, 4),
+    "r16 32x128 w4 s3 p4": (16, 32, 128, 4, 3, 4),
+    "r16 32x256 w4 s3 p4": (16, 32, 256, 4, 3, 4),
+    "r16 64x256 w4 s3 p4": (16, 64, 256, 4, 3, 4),
+    "r16 64x128 w4 s4 p8": (16, 64, 128, 4, 4, 8),
+    "r16 32x128 w4 s4 p8": (16, 32, 128, 4, 4, 8),
+    "r16 128x128 w4 s3 p4": (16, 128, 128, 4, 3, 4),
+    "r16 64x128 w8 s3 p4": (16, 64, 128, 8, 3, 4),
+}
+MIN_SPLIT_K = 512  # the fewest K values of a split (plan.GEMV_FALLBACK's)
+
+
+def candidates_for(m: int) -> list[str]:
+    """One-row plans for one row; tl.dot plans (16 rows a program) for more."""
+    return [name for name, plan in CANDIDATES.items() if (plan[0] == 1) == (m == 1)]
+
+
+def _plan(name: str):
+    from tritonkit.ops.gemm.plan import GemvPlan
+
+    block_m, block_n, block_k, warps, stages, per_sm = CANDIDATES[name]
+    return GemvPlan(block_m, block_n, block_k, warps, stages, per_sm, MIN_SPLIT_K)
+
+
+def _forced(plan):
+    import torch
+
+    from tritonkit.ops.gemm.launch import scaled_linear_fwd
+
+    def gemv(x_q, w_q, x_scale, w_scale, *, bias=None, out_dtype=torch.bfloat16, check_inputs=None):
+        return scaled_linear_fwd(x_q, w_q, x_scale, w_scale, bias, out_dtype, False, plan=plan)
+
+    return gemv
+
+
+def _providers(spec, m: int) -> list:
+    from tritonkit.bench.providers import Provider, select_providers
+
+    return [*select_providers(spec, ("tritonkit", "cublas")),
+            *(Provider(name, _forced(_plan(name))) for name in candidates_for(m))]  # fmt: skip
+
+
+def timed(rows: tuple[int, ...]) -> tuple[list, float | None]:
+    import torch
+
+    from tritonkit import catalog
+    from tritonkit.bench import calibrate
+    from tritonkit.bench.harness import measure_case
+
+    spec = catalog.get("scaled_linear")
+    ceilings = calibrate.load_or_calibrate()
+    results = []
+    for m in rows:
+        for n, k in GEMV_NK:
+            print(f"M {m} N {n} K {k}", file=sys.stderr, flush=True)
+            case = spec.parse_case({"m": m, "n": n, "k": k, "w": "int8"})
+            results += measure_case(spec, case, torch.bfloat16, "fwd", _providers(spec, m), ceilings, cuda_graph=True)
+    return [row.to_dict() for row in results], ceilings.bandwidth_gbps if ceilings is not None else None
+
+
+def dry() -> int:
+    import torch
+
+    from tritonkit import catalog
+
+    spec = catalog.get("scaled_linear")
+    worst = 0.0
+    for m in (1, 5):  # one row, and rows padded to 16
+        case = spec.parse_case({"m": m, "n": 72, "k": 1040, "w": "int8"})  # ragged: columns and the last K step
+        inputs = spec.make_inputs(case, torch.device("cpu"), torch.float32, torch.Generator().manual_seed(0))
+        as64 = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in inputs.args]
+        expected = spec.reference(*as64, **inputs.kwargs)
+        for name in candidates_for(m):
+            out = _forced(_plan(name))(*inputs.args, **inputs.kwargs)
+            error = ((out.double() - expected).abs().max() / expected.abs().max()).item()
+            print(f"M {m} {name:22} max abs error over max |out| {error:.1e}")
+            worst = max(worst, error)
+    return 0 if worst <= 1e-5 else 1  # fp32 sums of products of exact values
+
+
+def summary(results: list[dict], copy_gbps: float | None) -> str:
+    """Per M, the geometric mean over (N, K) of each provider's GB/s on its bytes as a share of the copy bandwidth
+    (cuBLAS moves a bf16 weight), and each shape's best plan with cuBLAS's time over its."""
+    import torch
+
+    from tritonkit import catalog
+
+    spec = catalog.get("scaled_linear")
+    by = {}
+    for r in results:
+        if r.get("ms"):
+            case = r["case"]
+            by[(case["m"], case["n"], case["k"], r["provider"])] = r["ms"]
+    ceiling = copy_gbps or float("nan")
+
+    def gbps(m, n, k, provider):
+        codes = spec.bytes_moved(spec.parse_case({"m": m, "n": n, "k": k, "w": "int8"}), torch.bfloat16)
+        n_bytes = 2 * (m * k + n * k + m * n) if provider == "cublas" else codes
+        return n_bytes / (by[(m, n, k, provider)] * 1e-3) / 1e9
+
+    lines = [f"Shares of the calibrated copy bandwidth ({ceiling:.0f} GB/s) on each provider's bytes.", "",
+             "| M | provider | geomean % of copy | shapes |", "|---|---|---|---|"]  # fmt: skip
+    best_lines = [
+        "| M | N | K | best | its % of copy | cuBLAS / best | cuBLAS / plan's |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for m in sorted({key[0] for key in by}):
+        for name in sorted({key[3] for key in by if key[0] == m}):
+            shares = [gbps(m, n, k, name) / ceiling for n, k in GEMV_NK if (m, n, k, name) in by]
+            if shares:
+                mean = math.exp(sum(map(math.log, shares)) / len(shares))
+                lines.append(f"| {m} | {name} | {100 * mean:.0f}% | {len(shares)} |")
+        for n, k in GEMV_NK:
+            ours = {key[3]: ms for key, ms in by.items() if key[:3] == (m, n, k) and key[3] != "cublas"}
+            if not ours or (m, n, k, "cublas") not in by:
+                continue
+            best = min(ours, key=ours.get)
+            cublas = by[(m, n, k, "cublas")]
+            plan = f"{cublas / ours['tritonkit']:.2f}x" if "tritonkit" in ours else "—"
+            share = 100 * gbps(m, n, k, best) / ceiling
+            best_lines.append(f"| {m} | {n} | {k} | {best} | {share:.0f}% | {cublas / ours[best]:.2f}x | {plan} |")
+    return "\n".join(lines) + "\n\n" + "\n".join(best_lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--rows", type=int, nargs="+", default=list(GEMV_M), help="the values of M timed")
+    parser.add_argument("--dry-run", action="store_true", help="every candidate once on the CPU, no times")
+    args = parser.parse_args(argv)
+    if args.dry_run:
+        os.environ["TRITON_INTERPRET"] = "1"
+        return dry()
+    import torch
+
+    from tritonkit.bench import report
+
+    if not torch.cuda.is_available():
+        parser.error("timing needs a CUDA GPU (--dry-run checks the script on the CPU)")
+    results, copy_gbps = timed(tuple(args.rows))
+    record = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "candidates": CANDIDATES,
+              "copy_gbps": copy_gbps, "results": results}  # fmt: skip
+    path = report.write_record(args.out, "gemv-plans", record)
+    text = f"# W8A16 split-K GEMV plans ({record['device']}, CUDA-graph GPU time)\n\n{summary(results, copy_gbps)}"
+    path.with_suffix(".md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
