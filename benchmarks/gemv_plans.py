@@ -13,9 +13,7 @@ CPU interpreter against the spec's float64 reference, no times.
 
 from __future__ import annotations
 
-import argparse
 import math
-import os
 import sys
 from pathlib import Path
 
@@ -69,29 +67,15 @@ def _forced(plan):
     return gemv
 
 
-def _providers(spec, m: int) -> list:
+def _providers(spec, case) -> list:
     from tritonkit.bench.providers import Provider, select_providers
 
     return [*select_providers(spec, ("tritonkit", "cublas")),
-            *(Provider(name, _forced(_plan(name))) for name in candidates_for(m))]  # fmt: skip
+            *(Provider(name, _forced(_plan(name))) for name in candidates_for(case.m))]  # fmt: skip
 
 
-def timed(rows: tuple[int, ...]) -> tuple[list, float | None]:
-    import torch
-
-    from tritonkit import catalog
-    from tritonkit.bench import calibrate
-    from tritonkit.bench.harness import measure_case
-
-    spec = catalog.get("scaled_linear")
-    ceilings = calibrate.load_or_calibrate()
-    results = []
-    for m in rows:
-        for n, k in GEMV_NK:
-            print(f"M {m} N {n} K {k}", file=sys.stderr, flush=True)
-            case = spec.parse_case({"m": m, "n": n, "k": k, "w": "int8"})
-            results += measure_case(spec, case, torch.bfloat16, "fwd", _providers(spec, m), ceilings, cuda_graph=True)
-    return [row.to_dict() for row in results], ceilings.bandwidth_gbps if ceilings is not None else None
+def cases(rows: tuple[int, ...]) -> list[dict]:
+    return [{"m": m, "n": n, "k": k, "w": "int8"} for m in rows for n, k in GEMV_NK]
 
 
 def dry() -> int:
@@ -114,7 +98,7 @@ def dry() -> int:
     return 0 if worst <= 1e-5 else 1  # fp32 sums of products of exact values
 
 
-def summary(results: list[dict], copy_gbps: float | None) -> str:
+def summary(record: dict) -> str:
     """Per M, the geometric mean over (N, K) of each provider's GB/s on its bytes as a share of the copy bandwidth
     (cuBLAS moves a bf16 weight), and each shape's best plan with cuBLAS's time over its."""
     import torch
@@ -123,11 +107,11 @@ def summary(results: list[dict], copy_gbps: float | None) -> str:
 
     spec = catalog.get("scaled_linear")
     by = {}
-    for r in results:
+    for r in record["results"]:
         if r.get("ms"):
             case = r["case"]
             by[(case["m"], case["n"], case["k"], r["provider"])] = r["ms"]
-    ceiling = copy_gbps or float("nan")
+    ceiling = record["copy_gbps"] or float("nan")
 
     def gbps(m, n, k, provider):
         codes = spec.bytes_moved(spec.parse_case({"m": m, "n": n, "k": k, "w": "int8"}), torch.bfloat16)
@@ -159,28 +143,11 @@ def summary(results: list[dict], copy_gbps: float | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--rows", type=int, nargs="+", default=list(GEMV_M), help="the values of M timed")
-    parser.add_argument("--dry-run", action="store_true", help="every candidate once on the CPU, no times")
-    args = parser.parse_args(argv)
-    if args.dry_run:
-        os.environ["TRITON_INTERPRET"] = "1"
-        return dry()
-    import torch
+    from tritonkit.bench import plan_sweep
 
-    from tritonkit.bench import report
-
-    if not torch.cuda.is_available():
-        parser.error("timing needs a CUDA GPU (--dry-run checks the script on the CPU)")
-    results, copy_gbps = timed(tuple(args.rows))
-    record = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "candidates": CANDIDATES,
-              "copy_gbps": copy_gbps, "results": results}  # fmt: skip
-    path = report.write_record(args.out, "gemv-plans", record)
-    text = f"# W8A16 split-K GEMV plans ({record['device']}, CUDA-graph GPU time)\n\n{summary(results, copy_gbps)}"
-    path.with_suffix(".md").write_text(text)
-    print(text)
-    return 0
+    return plan_sweep.main(argv, doc=__doc__, name="gemv-plans", title="W8A16 split-K GEMV plans",
+                           spec_name="scaled_linear", default_rows=GEMV_M, cases=cases, providers_for=_providers,
+                           candidates=CANDIDATES, summary=summary, dry=dry)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -13,9 +13,7 @@ the float64 product, no times.
 
 from __future__ import annotations
 
-import argparse
 import math
-import os
 import sys
 from pathlib import Path
 
@@ -61,30 +59,16 @@ def _forced(tile):
     return lambda a, b: matmul_fwd(a, b, "persistent", None, plan=tile)
 
 
-def _providers(spec, m: int) -> list:
+def _providers(spec, case) -> list:
     from tritonkit import catalog
     from tritonkit.bench.providers import Provider, select_providers
 
     return [*select_providers(spec, ("tritonkit", "torch")), Provider("autotuned", catalog.get("matmul_autotuned").fn),
-            *(Provider(name, _forced(_tile(name))) for name in candidates_for(m))]  # fmt: skip
+            *(Provider(name, _forced(_tile(name))) for name in candidates_for(case.m))]  # fmt: skip
 
 
-def timed(rows: tuple[int, ...]) -> list:
-    import torch
-
-    from tritonkit import catalog
-    from tritonkit.bench import calibrate
-    from tritonkit.bench.harness import measure_case
-
-    spec = catalog.get("matmul_persistent")
-    ceilings = calibrate.load_or_calibrate()
-    results = []
-    for m in rows:
-        for n, k in LLM_NK:
-            print(f"M {m} N {n} K {k}", file=sys.stderr, flush=True)
-            case = spec.parse_case({"m": m, "n": n, "k": k, "b_transposed": True})
-            results += measure_case(spec, case, torch.bfloat16, "fwd", _providers(spec, m), ceilings, cuda_graph=True)
-    return [row.to_dict() for row in results]
+def cases(rows: tuple[int, ...]) -> list[dict]:
+    return [{"m": m, "n": n, "k": k, "b_transposed": True} for m in rows for n, k in LLM_NK]
 
 
 def dry() -> int:
@@ -103,10 +87,10 @@ def dry() -> int:
     return 0 if worst <= 2**-7 else 1  # one bf16 ulp: the interpreter truncates fp32 to bf16
 
 
-def summary(results: list[dict]) -> str:
+def summary(record: dict) -> str:
     """Per M, the geometric mean over (N, K) of cuBLAS's time over each provider's; then each shape's best tile."""
     by = {}
-    for r in results:
+    for r in record["results"]:
         if r.get("ms"):
             by[(r["case"]["m"], r["case"]["n"], r["case"]["k"], r["provider"])] = r["ms"]
     lines = ["| M | provider | geomean cuBLAS time / its time | shapes |", "|---|---|---|---|"]
@@ -131,28 +115,11 @@ def summary(results: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--rows", type=int, nargs="+", default=list(ROWS), help="the values of M timed")
-    parser.add_argument("--dry-run", action="store_true", help="every candidate once on the CPU, no times")
-    args = parser.parse_args(argv)
-    if args.dry_run:
-        os.environ["TRITON_INTERPRET"] = "1"
-        return dry()
-    import torch
+    from tritonkit.bench import plan_sweep
 
-    from tritonkit.bench import report
-
-    if not torch.cuda.is_available():
-        parser.error("timing needs a CUDA GPU (--dry-run checks the script on the CPU)")
-    results = timed(tuple(args.rows))
-    record = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "candidates": CANDIDATES,
-              "results": results}  # fmt: skip
-    path = report.write_record(args.out, "matmul-tiles", record)
-    text = f"# Persistent matmul tiles by rows ({record['device']}, CUDA-graph GPU time)\n\n{summary(results)}"
-    path.with_suffix(".md").write_text(text)
-    print(text)
-    return 0
+    return plan_sweep.main(argv, doc=__doc__, name="matmul-tiles", title="Persistent matmul tiles by rows",
+                           spec_name="matmul_persistent", default_rows=ROWS, cases=cases, providers_for=_providers,
+                           candidates=CANDIDATES, summary=summary, dry=dry)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -511,6 +511,6 @@ def test_gemv_plans_sweep_runs_every_candidate_dry(tmp_path, capsys):
     codes = catalog.get("scaled_linear").bytes_moved(catalog.get("scaled_linear").parse_case(
         {"m": 1, "n": n, "k": k, "w": "int8"}), torch.bfloat16)  # fmt: skip
     rows = [{"case": {"m": 1, "n": n, "k": k}, "provider": p, "ms": 1.0} for p in ("tritonkit", "cublas")]
-    summary = script.summary(rows, copy_gbps=codes / 1e-3 / 1e9)  # the copy ceiling: exactly our GB/s
+    summary = script.summary({"results": rows, "copy_gbps": codes / 1e-3 / 1e9})  # the ceiling: our GB/s
     assert "| 1 | tritonkit | 100% | 1 |" in summary
     assert f"| 1 | {n} | {k} | tritonkit | 100% | 1.00x | 1.00x |" in summary

@@ -248,5 +248,5 @@ def test_matmul_tiles_sweep_runs_every_candidate_dry(tmp_path, capsys):
     assert capsys.readouterr().out.count("max abs error") == len(script.CANDIDATES)
     timed = (("torch", 2.0), ("tritonkit", 1.0))
     rows = [{"case": {"m": 16, "n": n, "k": k}, "provider": p, "ms": ms} for n, k in script.LLM_NK for p, ms in timed]
-    summary = script.summary(rows)
+    summary = script.summary({"results": rows})
     assert f"| 16 | tritonkit | 2.00x | {len(script.LLM_NK)} |" in summary

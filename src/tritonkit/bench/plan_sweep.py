@@ -1,0 +1,61 @@
+"""The frame of the plan sweeps (benchmarks/matmul_tiles.py, benchmarks/gemv_plans.py): candidate plans forced
+through a launcher's ``plan=``, beside the plan the GPU takes and the peers, timed by the harness (CUDA-graph GPU
+time, inputs rotated past L2) on one spec's cases, written as ``<date>-<name>.json`` with a markdown summary."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+
+def time_cases(spec_name: str, cases: Sequence[dict], providers_for: Callable) -> tuple[list[dict], float | None]:
+    """Every case of ``spec_name`` (in bf16, forward) with ``providers_for(spec, case)``'s providers: the harness's
+    rows as dicts, and the calibrated copy bandwidth (GB/s, None without a calibration)."""
+    import torch
+
+    from tritonkit import catalog
+    from tritonkit.bench import calibrate
+    from tritonkit.bench.harness import measure_case
+
+    spec = catalog.get(spec_name)
+    ceilings = calibrate.load_or_calibrate()
+    results = []
+    for values in cases:
+        print(", ".join(f"{key} {value}" for key, value in values.items()), file=sys.stderr, flush=True)
+        case = spec.parse_case(values)
+        results += measure_case(spec, case, torch.bfloat16, "fwd", providers_for(spec, case), ceilings,
+                                cuda_graph=True)  # fmt: skip
+    return [row.to_dict() for row in results], ceilings.bandwidth_gbps if ceilings is not None else None
+
+
+def main(argv: Sequence[str] | None, *, doc: str, name: str, title: str, spec_name: str, default_rows: Sequence[int],
+         cases: Callable, providers_for: Callable, candidates: dict, summary: Callable,
+         dry: Callable) -> int:  # fmt: skip
+    """A sweep's command line: ``--out DIR``, ``--rows M ...`` (``cases(rows)`` gives the spec's cases) and
+    ``--dry-run`` (``dry()`` under the CPU interpreter, its exit status). Timed, it writes the record (the device,
+    torch, the ``candidates`` and the rows) and ``summary(record)`` under ``# {title} (device, ...)`` as its .md."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--rows", type=int, nargs="+", default=list(default_rows), help="the values of M timed")
+    parser.add_argument("--dry-run", action="store_true", help="every candidate once on the CPU, no times")
+    args = parser.parse_args(argv)
+    if args.dry_run:
+        os.environ["TRITON_INTERPRET"] = "1"
+        return dry()
+    import torch
+
+    from tritonkit.bench import report
+
+    if not torch.cuda.is_available():
+        parser.error("timing needs a CUDA GPU (--dry-run checks the script on the CPU)")
+    results, copy_gbps = time_cases(spec_name, cases(tuple(args.rows)), providers_for)
+    record = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "candidates": candidates,
+              "copy_gbps": copy_gbps, "results": results}  # fmt: skip
+    path = report.write_record(args.out, name, record)
+    text = f"# {title} ({record['device']}, CUDA-graph GPU time)\n\n{summary(record)}"
+    path.with_suffix(".md").write_text(text)
+    print(text)
+    return 0
