@@ -211,6 +211,26 @@ def test_quantized_plan_variants_match_the_reference(device, fmt, variant, dtype
     assert torch.all(out[2] == 0) and torch.all(lse[2] == -math.inf)  # the empty sequence
 
 
+@pytest.mark.parametrize("page_size", [1, 16])
+@pytest.mark.parametrize("fmt", ["plain", "int8", "int4"])
+def test_pages_smaller_than_a_key_block_match_the_reference(device, fmt, page_size):
+    """Key blocks of 64 over pages of 1 and 16 keys: the blocks every row sees whole take one lookup a page, gathered
+    to its rows (the 300-key sequence has such blocks in both splits; the 129-key one in its first); the others take
+    the key-by-key path. Pages scattered out of order, an empty split at the 5-key sequence."""
+    inputs = _problem(device, lens=(300, 129, 5), hq=4, hk=2, d=64, sq=2, page_size=page_size, fmt=fmt)
+    q, k_cache, v_cache, lengths = inputs.args
+    options = inputs.kwargs
+    k_scales, v_scales = options.get("k_scales"), options.get("v_scales")
+    plan = DecodePlan(block_n=64, warps=4, stages=2, max_rows=16)
+    out, lse = launch.decode_attention_fwd(q, k_cache, v_cache, lengths, options["block_table"], k_scales, v_scales,
+                                           1 / math.sqrt(q.shape[-1]), True, -1, 0.0, 2, plan=plan)  # fmt: skip
+    expected, expected_lse = REFERENCE(*(x.double() if x.is_floating_point() else x for x in inputs.args),
+                                       block_table=options["block_table"], k_scales=k_scales, v_scales=v_scales,
+                                       return_lse=True)  # fmt: skip
+    torch.testing.assert_close(out.double(), expected, atol=2e-6, rtol=1e-5)
+    torch.testing.assert_close(lse.double(), expected_lse, atol=2e-6, rtol=1e-5)
+
+
 def test_splits_are_chosen_from_the_shape():
     assert choose_splits(programs=1024, max_keys=4096, sm_count=132) == 1  # the batch fills the GPU
     assert choose_splits(programs=8, max_keys=131072, sm_count=132) == 33  # batch 1, 8 key heads: split the keys

@@ -272,7 +272,8 @@ def _attend_keys(
     """One step of the online softmax (base 2) over the key block start_n .. + BLOCK_N: the running row maxima m_i,
     sums l_i and output acc, updated. MASKED: keys looked up one by one and hidden by the split's end, the capacity,
     the pool, the window and causality; unmasked (a block every row sees whole), with pages of at least a block, one
-    page lookup for the block (a page outside the pool still hides it)."""
+    page lookup for the block, and with smaller pages that divide it, one lookup a page (a page outside the pool
+    still hides its keys)."""
     o_j = start_n + o_n
     if not MASKED and (not PAGED or PAGE_SIZE % BLOCK_N == 0):
         if PAGED:
@@ -291,6 +292,19 @@ def _attend_keys(
         off_v = (page64 * stride_v_page + slot0 * stride_v_slot + hk64 * stride_v_h) + rows * stride_v_slot
         off_ks = (page64 * stride_ks_page + slot0 * stride_ks_slot + hk64 * stride_ks_h) + rows * stride_ks_slot
         off_vs = (page64 * stride_vs_page + slot0 * stride_vs_slot + hk64 * stride_vs_h) + rows * stride_vs_slot
+    elif not MASKED and BLOCK_N % PAGE_SIZE == 0:
+        # Pages smaller than a block: its pages' entries in one load, gathered to their rows in registers, where the
+        # key-by-key path loads an entry a key and masks each against the split's end and the capacity.
+        PAGES: tl.constexpr = BLOCK_N // PAGE_SIZE
+        pages = tl.load(p_table + i_b.to(tl.int64) * stride_table_b + start_n // PAGE_SIZE + tl.arange(0, PAGES))
+        page = tl.gather(pages, o_n // PAGE_SIZE, 0)  # [BLOCK_N]
+        m_n = (page >= 0) & (page < n_pages)
+        page64 = tl.where(m_n, page, 0).to(tl.int64)
+        slot64 = (o_n % PAGE_SIZE).to(tl.int64)
+        off_k = page64 * stride_k_page + slot64 * stride_k_slot + hk64 * stride_k_h
+        off_v = page64 * stride_v_page + slot64 * stride_v_slot + hk64 * stride_v_h
+        off_ks = page64 * stride_ks_page + slot64 * stride_ks_slot + hk64 * stride_ks_h
+        off_vs = page64 * stride_vs_page + slot64 * stride_vs_slot + hk64 * stride_vs_h
     else:
         page, slot, m_n = _cache_rows(p_table, i_b, o_j, o_j < end, capacity, n_pages, stride_table_b, PAGED,
                                       PAGE_SIZE)  # fmt: skip
@@ -376,8 +390,9 @@ def _decode_kernel(
     # Three runs of key blocks: the middle one's blocks hold only keys every row sees (inside the split, the cache's
     # capacity and the sequence, past every row's window, before every row's causal limit), so they skip the
     # visibility masks; there, with pages no smaller than a block (or a contiguous cache), a block's keys lie in one
-    # page, found by one scalar lookup, and its rows' offsets are a scalar plus offsets computed once. The other runs
-    # (a window's first blocks, the last blocks) look up and mask key by key.
+    # page, found by one scalar lookup, and its rows' offsets are a scalar plus offsets computed once; smaller pages
+    # that divide the block take one lookup a page. The other runs (a window's first blocks, the last blocks) look
+    # up and mask key by key.
     pos_first = seqlen - n_queries + t_first
     pos_last = seqlen - n_queries + t_last
     full_start = tl.minimum(start + tl.cdiv(tl.maximum(pos_last - window - start, 0), BLOCK_N) * BLOCK_N, end)
