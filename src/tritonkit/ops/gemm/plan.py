@@ -107,10 +107,10 @@ GEMV_FALLBACK = (
     # 128 w tiles, pipelined three deep through shared memory.
     (16, GemvPlan(16, 64, 128, 4, 3, 4, 512)),
 )
-# sm90, one row: 16 x 512 w tiles (8 KB a step, as the fallback's) and 8 programs a multiprocessor, the fastest plan
-# of 16 on the H200 (benchmarks/gemv_plans.py, 2026-11-28-gemv-plans.md): 56% of the copy bandwidth in geometric mean
-# over the decode shapes against the fallback's 46%, 1.18-1.25x faster. 2 to 16 rows keep the fallback's: 55-57% in
-# geometric mean, within 1-2 points of the best single plan, though single shapes gain up to 1.25x with another
+# sm90, one row: 16 x 512 w tiles (8 KB a step, as the fallback's) and 8 programs a multiprocessor, the fastest of 8
+# one-row plans on the H200 (benchmarks/gemv_plans.py, 2026-11-28-gemv-plans.md): 56% of the copy bandwidth in
+# geometric mean over the decode shapes against the fallback's 46%, 1.18-1.25x faster. 2 to 16 rows keep the
+# fallback's: 55-57%, within 1-2 points of the best single plan, though single shapes gain up to 1.25x with another
 # (4 rows, N 28672 K 8192: 64 x 256 tiles).
 GEMV_MEASURED: dict[str, tuple] = {"sm90": ((1, GemvPlan(1, 16, 512, 4, 1, 8, 512)), GEMV_FALLBACK[1])}
 
