@@ -67,6 +67,7 @@ def _softmax_bwd_block(p_dy, p_x, p_lse, p_dx, i_block, n_rows, n_cols, stride_d
     b_x = tl.load(p_x + o_rows[:, None] * stride_x_row + o_n[None, :], mask=m_rn, other=float("-inf"))
     b_lse = tl.load(p_lse + o_rows, mask=o_rows < n_rows, other=0.0)[:, None]
     b_p = tl.exp(b_x.to(tl.float32) - b_lse)  # [ROWS, BLOCK_N]
+    b_p = b_p * (1.0 / tl.sum(b_p, axis=1))[:, None]  # lse's rounding, shared by every p, divided out
     c = tl.sum(b_dy if LOG else b_dy * b_p, axis=1)[:, None]
     b_dx = b_dy - b_p * c if LOG else b_p * (b_dy - c)
     tl.store(p_dx + o_rows[:, None] * stride_dx_row + o_n[None, :], b_dx.to(p_dx.dtype.element_ty), mask=m_rn)
@@ -82,6 +83,9 @@ def _softmax_bwd_kernel(
     softmax: dx = p * (dy - sum(dy * p));  log_softmax: dx = dy - p * sum(dy).
     Recomputing beats reading a stored 16-bit output. exp(y) of a bf16 log-probability is off by
     |y| * 2**-8 relative (4% at y = -10), and a near one-hot softmax row cancels dy - sum(dy * y).
+    The recomputed p are divided by their sum: lse's own fp32 rounding (up to 2**-24 |lse|, 4e-6 at logits near
+    100) scales every p alike, and a near one-hot row would carry it into dy - sum(dy * p) as an absolute error of
+    that size times |dy| (1.1e-5 seen at logits 30 x N(0, 1), 30 times torch's own fp32 backward).
     Programs as in _softmax_fwd_kernel."""
     if not GRID_LOOP:
         _softmax_bwd_block(p_dy, p_x, p_lse, p_dx, tl.program_id(0), n_rows, n_cols, stride_dy_row, stride_x_row,
@@ -143,25 +147,30 @@ def _softmax_bwd_split_row_kernel(
     LOG: tl.constexpr, BLOCK_N: tl.constexpr, BLOCKS_P2: tl.constexpr, PHASES: tl.constexpr,
 ):  # fmt: skip
     """Backward of rows wider than one program holds, slices and PHASES as _softmax_fwd_split_row_kernel's.
-    With p = exp(x - lse): phase 1 the slice's part of c, sum(dy) (log_softmax) or sum(dy * p) (softmax);
-    phase 2 c = the parts' sum in a fixed order, then dx = dy - p * c or p * (dy - c) on the slice. In one
-    launch (PHASES 3) dy and p stay in registers across the wait; in two, phase 2 reads dy and x again."""
+    With p = exp(x - lse): phase 1 the slice's part of c, sum(dy) (log_softmax) or sum(dy * p) (softmax), and of
+    sum(p); phase 2 c and the total = the parts' sums in a fixed order, p divided by the total (as in
+    _softmax_bwd_kernel), then dx = dy - p * c or p * (dy - c / total) on the slice. In one launch (PHASES 3) dy
+    and p stay in registers across the wait; in two, phase 2 reads dy and x again."""
     i_row, i_block, o_n, m_n = this_slice(n_cols, n_blocks, BLOCK_N)
     p_dy_row = p_dy + i_row * stride_dy_row
     p_x_row = p_x + i_row * stride_x_row
     p_parts = p_part + i_row * n_blocks
+    p_sums = p_parts + n_rows * n_blocks
     lse = tl.load(p_lse + i_row)
     if PHASES != 2:
         b_dy = tl.load(p_dy_row + o_n, mask=m_n, other=0.0).to(tl.float32)
         b_p = exp_via_exp2(tl.load(p_x_row + o_n, mask=m_n, other=float("-inf")).to(tl.float32) - lse)
         tl.store(p_parts + i_block, tl.sum(b_dy if LOG else b_dy * b_p, axis=0))
+        tl.store(p_sums + i_block, tl.sum(b_p, axis=0))
         if PHASES == 3:
             publish_and_wait(p_count + i_row, n_blocks)
     if PHASES != 1:
         o_b = tl.arange(0, BLOCKS_P2)
         c = tl.sum(tl.load(p_parts + o_b, mask=o_b < n_blocks, other=0.0, volatile=True), axis=0)
+        inv_total = 1.0 / tl.sum(tl.load(p_sums + o_b, mask=o_b < n_blocks, other=0.0, volatile=True), axis=0)
         if PHASES == 2:
             b_dy = tl.load(p_dy_row + o_n, mask=m_n, other=0.0).to(tl.float32)
             b_p = exp_via_exp2(tl.load(p_x_row + o_n, mask=m_n, other=float("-inf")).to(tl.float32) - lse)
-        b_dx = b_dy - b_p * c if LOG else b_p * (b_dy - c)
+        b_p = b_p * inv_total  # lse's rounding divided out, as in _softmax_bwd_kernel
+        b_dx = b_dy - b_p * c if LOG else b_p * (b_dy - c * inv_total)
         tl.store(p_dx + i_row * stride_dx_row + o_n, b_dx.to(p_dx.dtype.element_ty), mask=m_n)

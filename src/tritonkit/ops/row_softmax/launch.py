@@ -34,8 +34,9 @@ def _launch(kernel, split_row_kernel, tensors, strides, x, log, backward, plan, 
     kernel's own beyond the plan's."""
     n_rows, n_cols = x.shape
     if isinstance(plan, SplitRowPlan):
-        launch_split_rows(split_row_kernel, tensors, strides, n_rows, n_cols, plan.slice, 1 if backward else 2,
-                          x.device, plan.warps, LOG=log)  # fmt: skip
+        # Two parts a slice either way: the maximum and sum of exp (forward), c's part and sum(p) (backward).
+        launch_split_rows(split_row_kernel, tensors, strides, n_rows, n_cols, plan.slice, 2, x.device, plan.warps,
+                          LOG=log)  # fmt: skip
         return
     block_n = next_power_of_2(n_cols)
     n_programs = cdiv(n_rows, plan.rows)
