@@ -261,3 +261,28 @@ def test_cli_check_refuses_a_puzzle_number_out_of_range(tmp_path, capsys, number
     captured = capsys.readouterr()
     assert captured.err.strip() == f"there is no puzzle {number}: puzzles are numbered 1 to {len(PUZZLES)}"
     assert "Checking" not in captured.out and "Puzzle" not in captured.out
+
+
+def test_memory_trace_follows_tensor_descriptor_loads_and_stores():
+    """The interpreter's tensor-descriptor loads call the builder's masked load with keyword arguments: the trace
+    passes them on, and records every element of each tile, per program (a 64 x 64 product in 32 x 32 tiles, 3
+    programs: tile t to program t % 3)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from tritonkit.ops.tutorial.kernels import _matmul_persistent_kernel
+    from tritonkit.puzzles.trace import MemoryTrace
+
+    a, b = torch.randn(64, 32), torch.randn(32, 64)
+    c = torch.full((64, 64), float("nan"))
+    trace = MemoryTrace()
+    with trace:
+        trace.start_launch({"a": a, "b": b, "c": c}, c)
+        _matmul_persistent_kernel[(3,)](*(TensorDescriptor.from_tensor(t, [32, 32]) for t in (a, b, c)), 64, 64, 32,
+                                        3, BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_SIZE=1, B_TRANSPOSED=False,
+                                        SWAP_AB=False, INPUT_PRECISION="ieee", UPCAST=False)  # fmt: skip
+    torch.testing.assert_close(c, a @ b, rtol=1e-5, atol=1e-4)
+    stores = [x for x in trace.accesses if x.kind == "store"]
+    assert sorted(x.pid[0] for x in stores) == [0, 0, 1, 2]  # four tiles over three programs
+    assert sorted(int(x.offsets.size) for x in stores) == [1024] * 4
+    loaded = {x.tensor for x in trace.accesses if x.kind == "load"}
+    assert loaded == {"a", "b"}

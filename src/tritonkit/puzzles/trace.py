@@ -186,17 +186,18 @@ class MemoryTrace:
     def __enter__(self):
         load, store, atomic = (getattr(self.builder, m) for m in self._METHODS)
 
-        def traced_load(ptrs, mask, *rest):
+        # Keyword arguments pass through: the interpreter's tensor-descriptor loads call the masked load with them.
+        def traced_load(ptrs, mask, *rest, **named):
             self._record("load", ptrs.data, mask.data)
-            return load(ptrs, mask, *rest)
+            return load(ptrs, mask, *rest, **named)
 
-        def traced_store(ptrs, value, mask, *rest):
+        def traced_store(ptrs, value, mask, *rest, **named):
             self._record("store", ptrs.data, mask.data)
-            return store(ptrs, value, mask, *rest)
+            return store(ptrs, value, mask, *rest, **named)
 
-        def traced_atomic(op, ptrs, value, mask, *rest):
+        def traced_atomic(op, ptrs, value, mask, *rest, **named):
             self._record("atomic", ptrs.data, mask.data)
-            return atomic(op, ptrs, value, mask, *rest)
+            return atomic(op, ptrs, value, mask, *rest, **named)
 
         for method, traced in zip(self._METHODS, (traced_load, traced_store, traced_atomic), strict=True):
             setattr(self.builder, method, traced)
