@@ -292,22 +292,19 @@ def _attend_keys(
         off_v = (page64 * stride_v_page + slot0 * stride_v_slot + hk64 * stride_v_h) + rows * stride_v_slot
         off_ks = (page64 * stride_ks_page + slot0 * stride_ks_slot + hk64 * stride_ks_h) + rows * stride_ks_slot
         off_vs = (page64 * stride_vs_page + slot0 * stride_vs_slot + hk64 * stride_vs_h) + rows * stride_vs_slot
-    elif not MASKED and BLOCK_N % PAGE_SIZE == 0:
-        # Pages smaller than a block: its pages' entries in one load, gathered to their rows in registers, where the
-        # key-by-key path loads an entry a key and masks each against the split's end and the capacity.
-        PAGES: tl.constexpr = BLOCK_N // PAGE_SIZE
-        pages = tl.load(p_table + i_b.to(tl.int64) * stride_table_b + start_n // PAGE_SIZE + tl.arange(0, PAGES))
-        page = tl.gather(pages, o_n // PAGE_SIZE, 0)  # [BLOCK_N]
-        m_n = (page >= 0) & (page < n_pages)
-        page64 = tl.where(m_n, page, 0).to(tl.int64)
-        slot64 = (o_n % PAGE_SIZE).to(tl.int64)
-        off_k = page64 * stride_k_page + slot64 * stride_k_slot + hk64 * stride_k_h
-        off_v = page64 * stride_v_page + slot64 * stride_v_slot + hk64 * stride_v_h
-        off_ks = page64 * stride_ks_page + slot64 * stride_ks_slot + hk64 * stride_ks_h
-        off_vs = page64 * stride_vs_page + slot64 * stride_vs_slot + hk64 * stride_vs_h
     else:
-        page, slot, m_n = _cache_rows(p_table, i_b, o_j, o_j < end, capacity, n_pages, stride_table_b, PAGED,
-                                      PAGE_SIZE)  # fmt: skip
+        if not MASKED and BLOCK_N % PAGE_SIZE == 0:
+            # Pages smaller than a block: its pages' entries in one load, gathered to their rows in registers, where
+            # the key-by-key path loads an entry a key and masks each against the split's end and the capacity.
+            PAGES: tl.constexpr = BLOCK_N // PAGE_SIZE
+            pages = tl.load(p_table + i_b.to(tl.int64) * stride_table_b + start_n // PAGE_SIZE + tl.arange(0, PAGES))
+            page = tl.gather(pages, o_n // PAGE_SIZE, 0)  # [BLOCK_N]
+            m_n = (page >= 0) & (page < n_pages)
+            page = tl.where(m_n, page, 0).to(tl.int64)
+            slot = o_n % PAGE_SIZE
+        else:
+            page, slot, m_n = _cache_rows(p_table, i_b, o_j, o_j < end, capacity, n_pages, stride_table_b, PAGED,
+                                          PAGE_SIZE)  # fmt: skip
         slot64 = slot.to(tl.int64)
         off_k = page * stride_k_page + slot64 * stride_k_slot + hk64 * stride_k_h
         off_v = page * stride_v_page + slot64 * stride_v_slot + hk64 * stride_v_h
