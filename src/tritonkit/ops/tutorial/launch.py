@@ -184,18 +184,19 @@ def matmul_fwd(a: torch.Tensor, b: torch.Tensor, variant: str, group_size: int |
     if c.numel() == 0:
         return c
     flags = {"INPUT_PRECISION": input_precision(a.dtype), "UPCAST": upcast_bf16_dots(a.dtype)}
-    device_arch = arch(a.device)
-    # TMA reads row-major operands with 16-byte aligned rows: B itself, or B^T for a weight in F.linear's layout.
-    through_tma = all(tma_readable(t) for t in (a, b if b.stride(1) == 1 else b.t(), c))
-    if variant == "auto":
-        variant = choose_matmul_variant(device_arch, a.element_size(), through_tma)
-    if variant == "persistent":
-        tile = plan or persistent_tile(device_arch, a.element_size(), m, n, sm_count(a.device))
-        if tile is not None and through_tma:
-            _matmul_persistent(a, b, c, tile, flags)
-            return c
-        # No TMA on this GPU, or operands it cannot read: the variant auto picks without TMA.
-        variant = choose_matmul_variant(device_arch, a.element_size(), False)
+    if variant in ("auto", "persistent"):  # the others need neither the GPU's architecture nor TMA's reach
+        device_arch = arch(a.device)
+        # TMA reads row-major operands with 16-byte aligned rows: B itself, or B^T for a weight in F.linear's layout.
+        through_tma = all(tma_readable(t) for t in (a, b if b.stride(1) == 1 else b.t(), c))
+        if variant == "auto":
+            variant = choose_matmul_variant(device_arch, a.element_size(), through_tma)
+        if variant == "persistent":
+            tile = plan or persistent_tile(device_arch, a.element_size(), m, n, sm_count(a.device))
+            if tile is not None and through_tma:
+                _matmul_persistent(a, b, c, tile, flags)
+                return c
+            # No TMA on this GPU, or operands it cannot read: the variant auto picks without TMA.
+            variant = choose_matmul_variant(device_arch, a.element_size(), False)
     args = (a, b, c, m, n, k, *a.stride(), *b.stride(), *c.stride())
     if variant == "autotuned":
 
