@@ -13,7 +13,6 @@ CPU interpreter against the spec's float64 reference, no times.
 
 from __future__ import annotations
 
-import math
 import sys
 from pathlib import Path
 
@@ -104,13 +103,10 @@ def summary(record: dict) -> str:
     import torch
 
     from tritonkit import catalog
+    from tritonkit.bench.plan_sweep import fastest, geomean, times
 
     spec = catalog.get("scaled_linear")
-    by = {}
-    for r in record["results"]:
-        if r.get("ms"):
-            case = r["case"]
-            by[(case["m"], case["n"], case["k"], r["provider"])] = r["ms"]
+    by = times(record)
     ceiling = record["copy_gbps"] or float("nan")
 
     def gbps(m, n, k, provider):
@@ -128,17 +124,16 @@ def summary(record: dict) -> str:
         for name in sorted({key[3] for key in by if key[0] == m}):
             shares = [gbps(m, n, k, name) / ceiling for n, k in GEMV_NK if (m, n, k, name) in by]
             if shares:
-                mean = math.exp(sum(map(math.log, shares)) / len(shares))
-                lines.append(f"| {m} | {name} | {100 * mean:.0f}% | {len(shares)} |")
+                lines.append(f"| {m} | {name} | {100 * geomean(shares):.0f}% | {len(shares)} |")
         for n, k in GEMV_NK:
-            ours = {key[3]: ms for key, ms in by.items() if key[:3] == (m, n, k) and key[3] != "cublas"}
-            if not ours or (m, n, k, "cublas") not in by:
+            if (found := fastest(by, m, n, k, "cublas")) is None:
                 continue
-            best = min(ours, key=ours.get)
-            cublas = by[(m, n, k, "cublas")]
-            plan = f"{cublas / ours['tritonkit']:.2f}x" if "tritonkit" in ours else "—"
+            best, here = found
+            plan = f"{here['cublas'] / here['tritonkit']:.2f}x" if "tritonkit" in here else "—"
             share = 100 * gbps(m, n, k, best) / ceiling
-            best_lines.append(f"| {m} | {n} | {k} | {best} | {share:.0f}% | {cublas / ours[best]:.2f}x | {plan} |")
+            best_lines.append(
+                f"| {m} | {n} | {k} | {best} | {share:.0f}% | {here['cublas'] / here[best]:.2f}x | {plan} |"
+            )
     return "\n".join(lines) + "\n\n" + "\n".join(best_lines) + "\n"
 
 

@@ -13,7 +13,6 @@ the float64 product, no times.
 
 from __future__ import annotations
 
-import math
 import sys
 from pathlib import Path
 
@@ -89,28 +88,23 @@ def dry() -> int:
 
 def summary(record: dict) -> str:
     """Per M, the geometric mean over (N, K) of cuBLAS's time over each provider's; then each shape's best tile."""
-    by = {}
-    for r in record["results"]:
-        if r.get("ms"):
-            by[(r["case"]["m"], r["case"]["n"], r["case"]["k"], r["provider"])] = r["ms"]
+    from tritonkit.bench.plan_sweep import fastest, geomean, times
+
+    by = times(record)
     lines = ["| M | provider | geomean cuBLAS time / its time | shapes |", "|---|---|---|---|"]
     best_lines = ["| M | N | K | best | cuBLAS / best | cuBLAS / plan's |", "|---|---|---|---|---|---|"]
     for m in sorted({key[0] for key in by}):
-        names = sorted({key[3] for key in by if key[0] == m and key[3] != "torch"})
-        for name in names:
+        for name in sorted({key[3] for key in by if key[0] == m and key[3] != "torch"}):
             ratios = [by[(m, n, k, "torch")] / by[(m, n, k, name)] for n, k in LLM_NK
                       if (m, n, k, name) in by and (m, n, k, "torch") in by]  # fmt: skip
             if ratios:
-                mean = math.exp(sum(map(math.log, ratios)) / len(ratios))
-                lines.append(f"| {m} | {name} | {mean:.2f}x | {len(ratios)} |")
+                lines.append(f"| {m} | {name} | {geomean(ratios):.2f}x | {len(ratios)} |")
         for n, k in LLM_NK:
-            timed_here = {key[3]: ms for key, ms in by.items() if key[:3] == (m, n, k) and key[3] != "torch"}
-            if not timed_here or (m, n, k, "torch") not in by:
+            if (found := fastest(by, m, n, k, "torch")) is None:
                 continue
-            best = min(timed_here, key=timed_here.get)
-            cublas = by[(m, n, k, "torch")]
-            plan = f"{cublas / timed_here['tritonkit']:.2f}x" if "tritonkit" in timed_here else "—"
-            best_lines.append(f"| {m} | {n} | {k} | {best} | {cublas / timed_here[best]:.2f}x | {plan} |")
+            best, here = found
+            plan = f"{here['torch'] / here['tritonkit']:.2f}x" if "tritonkit" in here else "—"
+            best_lines.append(f"| {m} | {n} | {k} | {best} | {here['torch'] / here[best]:.2f}x | {plan} |")
     return "\n".join(lines) + "\n\n" + "\n".join(best_lines) + "\n"
 
 

@@ -5,6 +5,7 @@ time, inputs rotated past L2) on one spec's cases, written as ``<date>-<name>.js
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -59,3 +60,23 @@ def main(argv: Sequence[str] | None, *, doc: str, name: str, title: str, spec_na
     path.with_suffix(".md").write_text(text)
     print(text)
     return 0
+
+
+def times(record: dict) -> dict[tuple[int, int, int, str], float]:
+    """(M, N, K, provider) -> milliseconds of a record's timed rows."""
+    return {(r["case"]["m"], r["case"]["n"], r["case"]["k"], r["provider"]): r["ms"]
+            for r in record["results"] if r.get("ms")}  # fmt: skip
+
+
+def geomean(values: Sequence[float]) -> float:
+    return math.exp(sum(map(math.log, values)) / len(values))
+
+
+def fastest(by: dict, m: int, n: int, k: int, peer: str) -> tuple[str, dict] | None:
+    """The fastest provider but ``peer`` at (m, n, k), with the shape's times by provider; None where the shape or its
+    peer was not timed."""
+    here = {key[3]: ms for key, ms in by.items() if key[:3] == (m, n, k)}
+    ours = {name: ms for name, ms in here.items() if name != peer}
+    if not ours or peer not in here:
+        return None
+    return min(ours, key=ours.get), here
