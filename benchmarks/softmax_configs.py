@@ -3,13 +3,14 @@ their ``plan=``. The data behind the sm90 tables of ``tritonkit/ops/row_softmax/
 sweep found is in docs/kernels/softmax.md.
 
     PYTHONPATH=src python3 benchmarks/softmax_configs.py [WIDTH ...] [--fwd-only] [--bwd-only] [--float32]
-        [--single-pass | --grid-loop] [--compile-only I/K]
+        [--single-pass | --grid-loop] [--log] [--compile-only I/K]
 
 By default rows wider than one pass holds (65536, 131072, 262144 over 2**29 elements): the split-row kernels'
 SplitRowPlan (slice, warps). ``--single-pass``: WholeRowPlan's rows per program and warps, 16384 rows;
 ``--grid-loop``: WholeRowPlan with a grid of a few programs per SM looping over row blocks, pipelined (warps,
 programs per SM, stages), against the plan now; ``--compile-only``: norm_configs.compile_only. log_softmax shares
-softmax's plans: its passes move the same bytes.
+softmax's plans: its passes move the same bytes; ``--log`` times log_softmax's kernels (whose backward holds other
+values in registers) instead of softmax's.
 """
 
 import dataclasses
@@ -25,6 +26,7 @@ from tritonkit.ops.row_softmax.plan import SplitRowPlan, WholeRowPlan, softmax_p
 
 DEVICE = torch.device("cuda")  # where the sweeps' tensors are made
 ELEMENTS = 16384 * 32768
+LOG = "--log" in sys.argv  # log_softmax's kernels in place of softmax's
 
 
 def sweep_tensors(n_rows, n, dtype):
@@ -54,11 +56,11 @@ def print_single_pass(widths, dtype):
         for rows, warps in itertools.product((1, 2, 4, 8, 16), (2, 4, 8, 16)):
             if rows * n <= 16384 and 64 * warps <= rows * n:
                 plan = WholeRowPlan(rows=rows, warps=warps)
-                times[(rows, warps)] = kernel_ms(backward, x, dy, lse, False, plan)
+                times[(rows, warps)] = kernel_ms(backward, x, dy, lse, LOG, plan)
         best = min(times, key=times.get)
         gbps = (3 if backward else 2) * x.numel() * x.element_size() / times[best] / 1e6
-        now = kernel_ms(backward, x, dy, lse, False, plan_now(n, backward, x))
-        print(f"{'bwd' if backward else 'fwd'}  False  {str(dtype)[6:]:<9} {n:<7} {best!s:<14} {times[best]:.4f}  "
+        now = kernel_ms(backward, x, dy, lse, LOG, plan_now(n, backward, x))
+        print(f"{'bwd' if backward else 'fwd'}  {LOG!s:<5}  {str(dtype)[6:]:<9} {n:<7} {best!s:<14} {times[best]:.4f}  "
               f"{gbps:6.0f}  (now {now:.4f})")  # fmt: skip
         for config in sorted(times, key=times.get)[1:4]:
             print(f"        {config!s:<14} {times[config]:.4f}")
@@ -74,13 +76,13 @@ def print_grid_loop(widths, dtype, directions):
         for warps, per_sm, stages in itertools.product((4, 8, 16, 32), (1, 2, 4), (2, 3)):
             if 64 * warps <= n and (warps >= 16 or n <= 8192):
                 plan = WholeRowPlan(rows=1, warps=warps, programs_per_sm=per_sm, stages=stages)
-                times[(warps, per_sm, stages)] = kernel_ms(backward, x, dy, lse, False, plan)
+                times[(warps, per_sm, stages)] = kernel_ms(backward, x, dy, lse, LOG, plan)
         best = min(times, key=times.get)
         gbps = (3 if backward else 2) * x.numel() * x.element_size() / times[best] / 1e6
         plan = plan_now(n, backward, x)
-        now = kernel_ms(backward, x, dy, lse, False, plan)
+        now = kernel_ms(backward, x, dy, lse, LOG, plan)
         now_config = (plan.rows, plan.warps, plan.stages, plan.programs_per_sm)
-        print(f"{'bwd' if backward else 'fwd'}  False  {str(dtype)[6:]:<9} {n:<7} {best!s:<24} {times[best]:.4f}  "
+        print(f"{'bwd' if backward else 'fwd'}  {LOG!s:<5}  {str(dtype)[6:]:<9} {n:<7} {best!s:<24} {times[best]:.4f}  "
               f"{gbps:6.0f}  ({now_config} {now:.4f})", flush=True)  # fmt: skip
         for config in sorted(times, key=times.get)[1:4]:
             print(f"        {config!s:<24} {times[config]:.4f}", flush=True)
@@ -95,11 +97,11 @@ def print_split_row(widths, dtype, directions):
         for block, warps in itertools.product((4096, 8192, 16384, 32768), (4, 8, 16, 32)):
             if 16 <= block // (32 * warps) <= 64:
                 plan = SplitRowPlan(slice=block, warps=warps)
-                times[(block, warps)] = kernel_ms(backward, x, dy, lse, False, plan)
+                times[(block, warps)] = kernel_ms(backward, x, dy, lse, LOG, plan)
         best = min(times, key=times.get)
         gbps = (3 if backward else 2) * x.numel() * x.element_size() / times[best] / 1e6
         plan = plan_now(n, backward, x)
-        now = kernel_ms(backward, x, dy, lse, False, plan)
+        now = kernel_ms(backward, x, dy, lse, LOG, plan)
         print(f"{'bwd' if backward else 'fwd'}  {str(dtype)[6:]:<9} {n:<7} {best!s:<15} {times[best]:.4f}  "
               f"{gbps:6.0f}  (now {dataclasses.astuple(plan)} {now:.4f})", flush=True)  # fmt: skip
         for config in sorted(times, key=times.get)[1:4]:

@@ -105,8 +105,13 @@ def test_given_cases_are_parsed_and_checked_against_the_kernel():
     assert harness.bench_cases(norm, "sweep", None) == list(norm.bench_cases)
     with pytest.raises(ValueError, match="--case expects KEY=VALUE tokens, got 'rows'"):
         parse_case_tokens(["rows"])
-    with pytest.raises(ValueError, match="--case n=wide: expected an integer"):
-        parse_case_tokens(["n=wide"])
+    # A word is a string value (kv=int8); the kernel's case type names a key that wants another type.
+    assert parse_case_tokens(["kv=int8", "n=wide"]) == {"kv": "int8", "n": "wide"}
+    with pytest.raises(ValueError, match="rms_norm: case key 'n' of NormCase must be int, got 'wide'"):
+        harness.bench_cases(norm, "sweep", [{"rows": 8, "n": "wide"}])
+    decode = catalog.get("decode_attention")
+    (quantized,) = harness.bench_cases(decode, "sweep", [parse_case_tokens(["hq=4", "hk=1", "d=16", "kv=int8"])])
+    assert quantized.kv == "int8"
     with pytest.raises(ValueError, match="rms_norm: unknown case key\\(s\\) 'cols' for NormCase; its keys are rows, "):
         harness.bench_cases(norm, "sweep", [{"rows": 8, "cols": 8, "bias": False}])
     with pytest.raises(ValueError, match="rms_norm: NormCase needs 'n'"):
