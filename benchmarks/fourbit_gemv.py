@@ -4,18 +4,19 @@ against the 16-row dot tile and the peers. One GPU, CUDA-graph GPU time (triton.
 
 - "dot 16-row": the 16 x 64 dot tile with split-K (linear4_tiles' plan, NF4's default from 2 rows).
 - "default": the public op with its default plan (plan.GEMV_FALLBACK: by format and rows, the GEMV or the dot tile).
-- "gemv-P NxK wW sS": the GEMV with block_n N, block_k K, W warps and S splits of K (auto: choose_splits'),
-  products P: "dot" on the tensor cores (two configurations at every row count) or "fma" on the CUDA cores (nine at
-  one row, two at 4 rows, one at 16; each row count compiles its own kernels).
+- "gemv-P NxK wW sS pP": the GEMV with block_n N, block_k K, W warps, S splits of K (auto: choose_splits') and P
+  stages, products P: "dot" on the tensor cores (two configurations at every row count) or "fma" on the CUDA cores
+  (twelve at one row, two at 4 rows, one at 16; each row count compiles its own kernels; INT4 codes that can be read
+  as words take _int4_gemv_words_kernel, which prefetches a step ahead from 2 stages).
 - Peers: cuBLAS bf16 F.linear on the dequantized weight, and bitsandbytes' matmul_4bit on the same NF4 codes where
   bitsandbytes imports.
 
     python benchmarks/fourbit_gemv.py --out DIR
 
-Prints a table and writes ``<date>-fourbit-gemv.json`` into DIR: microseconds, the GB/s of the packed weight (codes
-and their scales, zero points or absmax; cuBLAS: its bf16 weight) and cuBLAS's time over each run's. Past --budget
-seconds (30) the remaining GEMV configurations are skipped and listed, the dot tile, default and peers still timed,
-so that the run stays within a minute.
+Prints a table and writes ``<date>-<label>.json`` (--label, default fourbit-gemv) into DIR: microseconds, the GB/s
+of the packed weight (codes and their scales, zero points or absmax; cuBLAS: its bf16 weight) and cuBLAS's time over
+each run's. Past --budget seconds (30) the remaining GEMV configurations are skipped and listed, the dot tile, default
+and peers still timed, so that the run stays within a minute.
 """
 
 from __future__ import annotations
@@ -37,13 +38,15 @@ from tritonkit.ops.fourbit.plan import gemv4_tiles, linear4_tiles
 
 SHAPES = ((14336, 4096), (4096, 14336))  # (N, K): an MLP's up and down projections
 ROWS = (1, 4, 16)
-# (block_n, block_k, warps, splits, products), 0 splits: choose_splits'. The tensor cores' two at every row count;
-# on the CUDA cores every one at one row, the first two at 4 rows, one at 16 (each row count compiles kernels of its
-# own, slower the more rows). Split counts share a compile (two grids).
-DOT_SWEEP = ((32, 256, 2, 0, "dot"), (64, 256, 4, 0, "dot"))  # mma.sync; wgmma (its smallest M, 64)
-FMA_SWEEP = ((32, 256, 4, 0, "fma"), (16, 512, 4, 1, "fma"), (16, 256, 4, 0, "fma"), (32, 256, 4, 4, "fma"),
-             (32, 256, 4, 8, "fma"), (64, 256, 4, 0, "fma"), (32, 512, 8, 0, "fma"), (32, 256, 4, 1, "fma"),
-             (16, 256, 4, 4, "fma"))  # fmt: skip
+# (block_n, block_k, warps, splits, products, stages), 0 splits: choose_splits'. The tensor cores' two at every row
+# count; on the CUDA cores every one at one row, the first two at 4 rows, one at 16 (each row count compiles kernels of
+# its own, slower the more rows). Split counts share a compile (two grids). Stages: the pipeline depth the compiler
+# gets; INT4's word GEMV prefetches one step from 2 on, and none at 1.
+DOT_SWEEP = ((32, 256, 2, 0, "dot", 3), (64, 256, 4, 0, "dot", 3))  # mma.sync; wgmma (its smallest M, 64)
+FMA_SWEEP = ((32, 256, 4, 0, "fma", 3), (128, 128, 4, 0, "fma", 3), (128, 128, 4, 0, "fma", 1),
+             (32, 128, 1, 0, "fma", 3), (32, 128, 1, 0, "fma", 1), (64, 128, 2, 0, "fma", 3), (64, 256, 2, 0, "fma", 3),
+             (64, 256, 2, 0, "fma", 1), (32, 256, 1, 0, "fma", 3), (128, 256, 4, 0, "fma", 3),
+             (128, 128, 4, 16, "fma", 3), (64, 128, 2, 16, "fma", 3))  # fmt: skip
 FMA_SWEPT_AT = {1: len(FMA_SWEEP), 4: 2, 16: 1}
 REP_MS = 10  # do_bench_cudagraph's timed span per run: enough for µs kernels, and the whole run under a minute
 
@@ -82,10 +85,10 @@ def _runs(fmt: str, layer: dict, x: torch.Tensor, sweep) -> list[tuple[str, int,
     base = gemv4_tiles(device_arch, fmt, 1)  # the one-row tiles, with the architecture's NF4 lookup
     runs = [("dot 16-row", weight_bytes, functools.partial(forward, x, linear4_tiles(device_arch, x.shape[0]))),
             ("default", weight_bytes, functools.partial(op, x))]  # fmt: skip
-    for block_n, block_k, warps, splits, products in sweep:
+    for block_n, block_k, warps, splits, products, stages in sweep:
         plan = dataclasses.replace(base, block_n=block_n, block_k=block_k, warps=warps, splits=splits,
-                                   products=products)  # fmt: skip
-        label = f"gemv-{products} {block_n}x{block_k} w{warps} s{splits or 'auto'}"
+                                   products=products, stages=stages)  # fmt: skip
+        label = f"gemv-{products} {block_n}x{block_k} w{warps} s{splits or 'auto'} p{stages}"
         runs.append((label, weight_bytes, functools.partial(forward, x, plan)))
     dense = layer["dense"]
     runs.append(("cublas bf16", dense.numel() * 2, functools.partial(torch.nn.functional.linear, x, dense)))
@@ -101,13 +104,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--budget", type=float, default=30.0, help="seconds, then GEMV configurations are skipped")
+    parser.add_argument("--formats", nargs="+", choices=("int4", "nf4"), default=["int4", "nf4"])
+    parser.add_argument("--label", default="fourbit-gemv", help="the record's name, after the date")
     args = parser.parse_args()
     torch.manual_seed(0)
     start = time.perf_counter()
     rows, skipped = [], []
     for n, k in SHAPES:
         layer = _layer(n, k)
-        for fmt in ("int4", "nf4"):
+        for fmt in args.formats:
             for m in ROWS:
                 x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
                 measured = []
@@ -127,14 +132,14 @@ def main() -> int:
                 cublas_us = next(row["us"] for row in measured if row["run"] == "cublas bf16")
                 for row in measured:
                     row["vs_cublas"] = cublas_us / row["us"]
-                    print(f"{fmt:4} N{n:<5} K{k:<5} m={m:<2} {row['run']:27} {row['us']:8.1f} us "
+                    print(f"{fmt:4} N{n:<5} K{k:<5} m={m:<2} {row['run']:30} {row['us']:8.1f} us "
                           f"{row['gb_s']:6.0f} GB/s {row['vs_cublas']:5.2f}x cuBLAS", flush=True)  # fmt: skip
                 rows += measured
     if skipped:
         print(f"skipped past the budget: {'; '.join(skipped)}", flush=True)
     record = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows, "skipped": skipped,
               "seconds": time.perf_counter() - start}  # fmt: skip
-    report.write_record(args.out, "fourbit-gemv", record)
+    report.write_record(args.out, args.label, record)
     return 0
 
 

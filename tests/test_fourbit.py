@@ -14,6 +14,7 @@ import torch
 import tritonkit as tk
 from helpers import assert_compiled_matches_eager, assert_graph_replay_matches_eager
 from tritonkit import catalog
+from tritonkit._core.fourbit import int4_weight
 from tritonkit.ops.fourbit import launch
 from tritonkit.ops.fourbit.plan import (
     DEQUANTIZE_FIRST_ROWS,
@@ -163,11 +164,56 @@ def test_the_gemv_reads_strided_rows_of_x_for_int4():
     torch.testing.assert_close(y.double(), x.double() @ dense.t(), rtol=1e-5, atol=1e-5)
 
 
+WORD_CASES = [  # (plan, rows, K, group): a step inside a group, several groups a step, K past the last step, splits
+    (Gemv4Tiles(128, 128, 4), 1, 1024, 128),
+    (Gemv4Tiles(16, 64, splits=3), 1, 520, 256),  # 64-column steps within 256-column groups; K not a multiple of 64
+    (Gemv4Tiles(8, 256, 2, splits=2), 3, 776, 16),  # sixteen groups a step, three rows of x
+    (Gemv4Tiles(32, 32, 1, splits=1), 1, 200, 32),  # one split: bias and output in the kernel
+]
+
+
+@pytest.mark.parametrize(("plan", "m", "k", "group"), WORD_CASES, ids=lambda v: str(v) if isinstance(v, int) else None)
+def test_int4_codes_read_as_words_multiply_by_the_exact_weight(device, plan, m, k, group):
+    """INT4's GEMV over int32 words: y = sum_g scale sum_k x (q - zero), the weight exact. fp32 x: within fp32 sums
+    of the float64 product; bf16 x: the output's one rounding of it. x's magnitudes span 2^-100 to 2^100 (each
+    product exact: x is scaled by 2^-16 at most). Codes that cannot be read as words (rows one byte off 4-byte
+    alignment) take the byte GEMV, rounded weights and all, and still give the product."""
+    launched = []
+    real = launch._int4_forward_by_words
+    n = 40
+    qweight, scales, zeros = tk.ops.int4_quantize(_weight(n, k, device), group_size=group)
+    exact = int4_weight(qweight, scales, zeros, group_size=group).double()
+    bias = torch.randn(n, device=device)
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.randn(m, k, device=device) * torch.tensor([2.0**-100, 1.0, 2.0**100], device=device)[
+            torch.arange(k, device=device) % 3]  # fmt: skip
+        x = x.to(dtype)
+        try:
+            launch._int4_forward_by_words = lambda *args: launched.append(args[-2]) or real(*args)
+            y = launch.int4_linear_fwd(x, bias.to(dtype), qweight, scales, zeros, group, plan=plan).double()
+        finally:
+            launch._int4_forward_by_words = real
+        expected = x.double() @ exact.t() + bias.to(dtype).double()
+        magnitude = x.double().abs() @ exact.abs().t() + bias.to(dtype).double().abs()
+        bound = 4 * torch.finfo(torch.float32).eps * magnitude + torch.finfo(dtype).eps * expected.abs()
+        assert ((y - expected).abs() <= bound).all(), (dtype, ((y - expected).abs() / magnitude).max().item())
+    assert launched == [plan, plan]
+    # Rows 4-byte aligned but the tensor one byte off: no words, the byte GEMV.
+    store = torch.empty(n * k // 2 + 1, dtype=torch.uint8, device=device)
+    shifted = store[1:].view(n, k // 2)
+    shifted.copy_(qweight)
+    x = torch.randn(m, k, device=device)
+    y = launch.int4_linear_fwd(x, None, shifted, scales, zeros, group, plan=plan)
+    torch.testing.assert_close(y.double(), x.double() @ exact.t(), rtol=1e-5, atol=1e-5)
+    assert launched == [plan, plan]
+
+
 _ONE_ROW = Gemv4Tiles(32, 256, warps=4, products="fma")  # the measured choices, spelled out (plan.GEMV_FALLBACK)
+_INT4_ONE_ROW = Gemv4Tiles(128, 128, warps=4, products="fma")
 _ROWS_ON_TENSOR_CORES = Gemv4Tiles(32, 256, warps=2, products="dot")
 _DOT_TILE = Linear4Tiles(16, 64, 128, 4, 3, 1)
 PLAN_BY_FORMAT_AND_ROWS = [  # (format, rows, the forward's plan but for NF4's lookup)
-    ("int4", 1, _ONE_ROW),
+    ("int4", 1, _INT4_ONE_ROW),
     ("nf4", 1, _ONE_ROW),
     ("int4", 2, _ROWS_ON_TENSOR_CORES),
     ("int4", 16, _ROWS_ON_TENSOR_CORES),
@@ -196,15 +242,20 @@ def test_each_format_and_row_count_gets_its_measured_plan(arch, fmt, m, expected
 
 def test_the_launchers_pass_the_weights_format_to_the_plan(monkeypatch):
     """nf4_linear and int4_linear launch the kernel their format's plan names: at 4 rows the GEMV for INT4, the dot
-    tile for NF4; at one row the GEMV for both."""
+    tile for NF4; at one row the GEMV for both, INT4's reading its codes as words."""
     launched = []
-    real = launch._forward_split_k
+    real, real_words = launch._forward_split_k, launch._int4_forward_by_words
 
     def spy(kernel, *args, **kwargs):
         launched.append((kernel.__name__, args[-1]))
         real(kernel, *args, **kwargs)
 
+    def spy_words(*args):
+        launched.append(("_int4_gemv_words_kernel", args[-2]))
+        real_words(*args)
+
     monkeypatch.setattr(launch, "_forward_split_k", spy)
+    monkeypatch.setattr(launch, "_int4_forward_by_words", spy_words)
     qweight, scales, zeros = tk.ops.int4_quantize(_weight(24, 64), group_size=32)
     packed, state = tk.ops.nf4_quantize(_weight(24, 64), blocksize=32)
     for m in (1, 4):
@@ -212,7 +263,7 @@ def test_the_launchers_pass_the_weights_format_to_the_plan(monkeypatch):
         tk.ops.int4_linear(x, qweight, scales, zeros, group_size=32)
         tk.ops.nf4_linear(x, packed, state)
     assert [(name, type(tiles).__name__, getattr(tiles, "products", None)) for name, tiles in launched] == [
-        ("_linear4_gemv_kernel", "Gemv4Tiles", "fma"),
+        ("_int4_gemv_words_kernel", "Gemv4Tiles", "fma"),
         ("_linear4_gemv_kernel", "Gemv4Tiles", "fma"),
         ("_linear4_gemv_kernel", "Gemv4Tiles", "dot"),
         ("_linear4_fwd_kernel", "Linear4Tiles", None),

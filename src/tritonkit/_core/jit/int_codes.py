@@ -3,6 +3,8 @@
 import triton
 import triton.language as tl
 
+from tritonkit._core.jit.fastmath import PTX_MATH
+
 # 2^23: the fp32 of bits 0x4B000000 | n (exponent 23, n in the mantissa) is exactly 2^23 + n for 0 <= n < 2^23.
 CODE_BIAS = tl.constexpr(8388608.0)
 
@@ -21,3 +23,43 @@ def code_as_float(b_n):
     values: 0.05x of paged bf16's speed through I2F and per-value scale loads, 0.7x through this and per-group
     loads, H100)."""
     return biased_code_as_float(b_n) - CODE_BIAS
+
+
+# Each nibble j of a 32-bit word (bits 4 j ..) masked in place under 2^23's exponent by one LOP3, (w & mask) | 2^23's
+# bits (LUT 0xEA); the three nibbles above bit 20 from the word shifted right by 20 once. ptxas left to itself gave
+# two LOP3s a value (the AND, then the OR).
+_WORD_NIBBLES = tl.constexpr("""{
+.reg .b32 high;
+lop3.b32 $0, $8, 0xF, 0x4B000000, 0xEA;
+lop3.b32 $1, $8, 0xF0, 0x4B000000, 0xEA;
+lop3.b32 $2, $8, 0xF00, 0x4B000000, 0xEA;
+lop3.b32 $3, $8, 0xF000, 0x4B000000, 0xEA;
+lop3.b32 $4, $8, 0xF0000, 0x4B000000, 0xEA;
+shr.u32 high, $8, 20;
+lop3.b32 $5, high, 0xF, 0x4B000000, 0xEA;
+lop3.b32 $6, high, 0xF0, 0x4B000000, 0xEA;
+lop3.b32 $7, high, 0xF00, 0x4B000000, 0xEA;
+}""")
+
+
+@triton.jit
+def word_nibbles_as_floats(b_word):
+    """The eight 4-bit codes q_j of int32 words (nibble j at bits 4 j ..) as eight fp32 tiles v_j = 2^23 + 2^e_j q_j,
+    exactly, by their bits, e_j = 0, 4, 8, 12, 16, 0, 4, 8: the nibble masked in place (e_j <= 16 keeps it inside the
+    23-bit mantissa), the top three from the word shifted by 20. Less 2^23 + 2^e_j z, a value is 2^e_j (q_j - z)
+    exactly: nine instructions a word (PTX; the interpreter and other GPUs take the same operations in Triton)."""
+    if PTX_MATH:
+        v0, v1, v2, v3, v4, v5, v6, v7 = tl.inline_asm_elementwise(
+            _WORD_NIBBLES, "=r,=r,=r,=r,=r,=r,=r,=r,r", [b_word], dtype=(tl.float32,) * 8, is_pure=True, pack=1
+        )
+    else:
+        high = (b_word >> 20) & 0xFFF
+        v0 = ((b_word & 0xF) | 0x4B000000).to(tl.float32, bitcast=True)
+        v1 = ((b_word & 0xF0) | 0x4B000000).to(tl.float32, bitcast=True)
+        v2 = ((b_word & 0xF00) | 0x4B000000).to(tl.float32, bitcast=True)
+        v3 = ((b_word & 0xF000) | 0x4B000000).to(tl.float32, bitcast=True)
+        v4 = ((b_word & 0xF0000) | 0x4B000000).to(tl.float32, bitcast=True)
+        v5 = ((high & 0xF) | 0x4B000000).to(tl.float32, bitcast=True)
+        v6 = ((high & 0xF0) | 0x4B000000).to(tl.float32, bitcast=True)
+        v7 = ((high & 0xF00) | 0x4B000000).to(tl.float32, bitcast=True)
+    return v0, v1, v2, v3, v4, v5, v6, v7

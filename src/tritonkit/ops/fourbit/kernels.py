@@ -31,7 +31,7 @@ import triton
 import triton.language as tl
 
 from tritonkit._core.jit.gemm import grouped_tile
-from tritonkit._core.jit.int_codes import CODE_BIAS, biased_code_as_float
+from tritonkit._core.jit.int_codes import CODE_BIAS, biased_code_as_float, word_nibbles_as_floats
 from tritonkit._core.jit.nf4 import nf4_absmax, nf4_value, nf4_values_of_bytes
 from tritonkit._core.jit.rounding import to_dot_operand
 
@@ -202,6 +202,23 @@ def _linear4_fwd_kernel(
 
 
 @triton.jit
+def _store_gemv_output(acc, p_out, p_part, p_bias, o_n, o_m, M, N, i_split, stride_out_m, HAS_BIAS: tl.constexpr,
+                       SPLIT: tl.constexpr):  # fmt: skip
+    """A GEMV program's [BLOCK_N, BLOCK_M] sums (columns o_n of rows o_m): SPLIT, the fp32 partial sum of split
+    i_split to p_part (S, M, N); else plus the bias, stored as y in p_out's dtype."""
+    m_n = o_n < N
+    m_out = m_n[:, None] & (o_m < M)[None, :]
+    if SPLIT:
+        o_part = (i_split * M + o_m).to(tl.int64)[None, :] * N + o_n[:, None]
+        tl.store(p_part + o_part, acc, mask=m_out)
+    else:
+        if HAS_BIAS:
+            acc += tl.load(p_bias + o_n, mask=m_n, other=0.0).to(tl.float32)[:, None]
+        p_y = p_out + o_m.to(tl.int64)[None, :] * stride_out_m + o_n[:, None]
+        tl.store(p_y, acc.to(p_out.dtype.element_ty), mask=m_out)
+
+
+@triton.jit
 def _linear4_gemv_kernel(
     p_x, p_out, p_part, p_bias,
     p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros,
@@ -262,15 +279,106 @@ def _linear4_gemv_kernel(
                     acc += b_row
                 else:
                     acc = tl.where(o_m[None, :] == row, acc + b_row, acc)
-    m_out = m_n[:, None] & m_m[None, :]
-    if SPLIT:
-        o_part = (i_split * M + o_m).to(tl.int64)[None, :] * N + o_n[:, None]
-        tl.store(p_part + o_part, acc, mask=m_out)
-    else:
-        if HAS_BIAS:
-            acc += tl.load(p_bias + o_n, mask=m_n, other=0.0).to(tl.float32)[:, None]
-        p_y = p_out + o_m.to(tl.int64)[None, :] * stride_out_m + o_n[:, None]
-        tl.store(p_y, acc.to(p_out.dtype.element_ty), mask=m_out)
+    _store_gemv_output(acc, p_out, p_part, p_bias, o_n, o_m, M, N, i_split, stride_out_m, HAS_BIAS, SPLIT)
+
+
+@triton.jit
+def _x_of_words(p_x_row, o_word, m_row, word_hi, stride_x_k):
+    """x's columns 8 w + j of the words o_word ([G, W]) below word_hi, [G, W, 8] in x's dtype: one load of 8
+    consecutive values a word."""
+    o_k = 8 * o_word[:, :, None] + tl.arange(0, 8)[None, None, :]
+    return tl.load(p_x_row + o_k.to(tl.int64) * stride_x_k, mask=(o_word < word_hi)[:, :, None] & m_row, other=0.0)
+
+
+@triton.jit
+def _x_by_word_position(b_x):
+    """x's values of words [G, W, 8] as eight fp32 tiles [G, W], j = 0 .. 7, each times 2^-e_j (e_j = 0, 4, 8, 12, 16,
+    0, 4, 8: the weight of nibble j's bits in _int4_gemv_words_kernel's values), exactly for every |x| >= 2^-110:
+    split apart in registers."""
+    G: tl.constexpr = b_x.shape[0]
+    W: tl.constexpr = b_x.shape[1]
+    # Split by the column's bits, lowest first: [.., 8] -> even and odd columns -> their halves -> single columns.
+    x_even, x_odd = tl.split(tl.reshape(b_x.to(tl.float32), (G, W, 4, 2)))
+    x_0_4, x_2_6 = tl.split(tl.reshape(x_even, (G, W, 2, 2)))
+    x_1_5, x_3_7 = tl.split(tl.reshape(x_odd, (G, W, 2, 2)))
+    x0, x4 = tl.split(x_0_4)
+    x2, x6 = tl.split(x_2_6)
+    x1, x5 = tl.split(x_1_5)
+    x3, x7 = tl.split(x_3_7)
+    return (x0, x1 * 0.0625, x2 * 0.00390625, x3 * 0.000244140625, x4 * 0.0000152587890625, x5, x6 * 0.0625,
+            x7 * 0.00390625)  # fmt: skip
+
+
+@triton.jit
+def _int4_gemv_words_kernel(
+    p_x, p_out, p_part, p_bias, p_words, p_scales, p_zeros,
+    M, N, K, words_per_split, stride_x_m, stride_x_k, stride_out_m, stride_w_n, stride_s_n,
+    GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """INT4's forward for a few rows of x on the CUDA cores (M <= BLOCK_M, all in one program), the weight read as
+    int32 words of 8 codes (K a multiple of 8): program (i, s) streams rows i BLOCK_N .. of W over split s of K,
+    BLOCK_K columns a step, and for each row m of x
+
+        y[m, n] = sum_g scale[n, g] sum_{k in group g} x[m, k] (q[n, k] - zero[n, g])   (fp32)
+
+    the weight exact, (q - zero) scale, never rounded to x's dtype: each group's products are summed first and
+    multiplied by its scale once. Column 8 w + j is nibble j of word w (bits 4 j ..), so a word's eight values
+    come from the word by masks alone: v_j = 2^23 + 2^e_j q_j by its bits (word_nibbles_as_floats; e_j = 4 j, and
+    4 (j - 5) from a copy shifted by 20), v_j - (2^23 + 2^e_j zero) = 2^e_j (q_j - zero) exactly, and x's column j comes
+    scaled by 2^-e_j (_x_by_word_position), so that each product is x (q - zero) exactly: per value one LOP3, one
+    FADD and one FFMA, against the byte path's nine instructions (unpacking, the scale's FMUL, rounding to bf16
+    and back). x's values, split from one load of each word's eight, serve the rows a thread holds (four at 128 x
+    128 on 4 warps). SPLIT: store the fp32 partial sum to p_part (S, M, N) (summed in order by _split_sum_kernel);
+    else add the bias and store y in x's dtype."""
+    WORDS: tl.constexpr = BLOCK_K // 8
+    N_GROUPS: tl.constexpr = BLOCK_K // GROUP if BLOCK_K >= GROUP else 1
+    GROUP_WORDS: tl.constexpr = WORDS // N_GROUPS
+    i_split = tl.program_id(1)
+    o_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_n = o_n < N
+    n64 = o_n.to(tl.int64)
+    o_m = tl.arange(0, BLOCK_M)
+    o_g = tl.arange(0, N_GROUPS)
+    k_words = K // 8
+    word_lo = i_split * words_per_split
+    word_hi = tl.minimum(word_lo + words_per_split, k_words)
+    acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)  # transposed: a row's sums land as a column
+    for word in range(word_lo, word_hi, WORDS):
+        o_word = word + o_g[:, None] * GROUP_WORDS + tl.arange(0, GROUP_WORDS)[None, :]  # [G, W]
+        m_word = m_n[:, None, None] & (o_word < word_hi)[None, :, :]
+        b_word = tl.load(p_words + n64[:, None, None] * stride_w_n + o_word[None, :, :], mask=m_word, other=0)
+        i_group = (8 * word) // GROUP + o_g
+        m_group = m_n[:, None] & (i_group * GROUP < K)[None, :]
+        o_group = n64[:, None] * stride_s_n + i_group[None, :]
+        b_scale = tl.load(p_scales + o_group, mask=m_group, other=0.0)  # [R, G]
+        b_zero = tl.load(p_zeros + o_group, mask=m_group, other=0).to(tl.float32)[:, :, None]
+        # 2^e_j (q_j - zero) for the eight nibbles, [R, G, W] each (masked words: finite, and times x's zeros).
+        v0, v1, v2, v3, v4, v5, v6, v7 = word_nibbles_as_floats(b_word)
+        zero_0, zero_4, zero_8 = b_zero + CODE_BIAS, b_zero * 16.0 + CODE_BIAS, b_zero * 256.0 + CODE_BIAS
+        d0, d1, d2, d3 = v0 - zero_0, v1 - zero_4, v2 - zero_8, v3 - (b_zero * 4096.0 + CODE_BIAS)
+        d4, d5, d6, d7 = v4 - (b_zero * 65536.0 + CODE_BIAS), v5 - zero_0, v6 - zero_4, v7 - zero_8
+        for row in tl.static_range(BLOCK_M):
+            # The row test as a tensor: Triton 3.9's interpreter refuses a mask of a tensor and a Python bool.
+            b_x = _x_of_words(p_x + row * stride_x_m, o_word, tl.full([1, 1, 1], row, tl.int32) < M, word_hi,
+                              stride_x_k)  # fmt: skip
+            x0, x1, x2, x3, x4, x5, x6, x7 = _x_by_word_position(b_x)
+            part = (
+                x0[None] * d0
+                + x1[None] * d1
+                + x2[None] * d2
+                + x3[None] * d3
+                + x4[None] * d4
+                + x5[None] * d5
+                + x6[None] * d6
+                + x7[None] * d7
+            )  # [R, G, W]: one multiply and seven fused multiply-adds a word
+            b_row = tl.sum(tl.sum(part, axis=2) * b_scale, axis=1)[:, None]  # [R, 1]
+            if BLOCK_M == 1:
+                acc += b_row
+            else:
+                acc = tl.where(o_m[None, :] == row, acc + b_row, acc)
+    _store_gemv_output(acc, p_out, p_part, p_bias, o_n, o_m, M, N, i_split, stride_out_m, HAS_BIAS, SPLIT)
 
 
 @triton.jit

@@ -20,6 +20,7 @@ from tritonkit._core.gemm_plan import input_precision
 from tritonkit._core.ints import cdiv, next_power_of_2
 from tritonkit.ops.fourbit.kernels import (
     _dequantize_kernel,
+    _int4_gemv_words_kernel,
     _linear4_dx_kernel,
     _linear4_fwd_kernel,
     _linear4_gemv_kernel,
@@ -150,6 +151,9 @@ class _Weight:
     stride_q_n: int
     stride_s_n: int
     flags: dict
+    # INT4 codes as int32 words of 8 (N, K / 8), where K is a multiple of 8 and rows start 4-byte aligned: what
+    # _int4_gemv_words_kernel reads. None otherwise (NF4, or codes it cannot read so).
+    words: torch.Tensor | None = None
 
 
 def _flat(t: torch.Tensor | None) -> torch.Tensor | None:
@@ -175,7 +179,9 @@ def _int4_weight(qweight, scales, zeros, group_size) -> _Weight:
     pointers = (qweight, None, None, None, None, None, None, scales, zeros)
     flags = {"FORMAT": "int4", "NESTED": False, "NESTED_BLOCK": NESTED_BLOCK, "EVEN_K": True, "BY_GROUP": True,
              "GROUP": group_size}  # fmt: skip
-    return _Weight(pointers, qweight.stride(0), scales.stride(0), flags)
+    aligned = qweight.shape[1] % 4 == 0 and qweight.stride(0) % 4 == 0 and qweight.data_ptr() % 4 == 0
+    words = qweight.view(torch.int32) if aligned and qweight.shape[0] > 0 else None
+    return _Weight(pointers, qweight.stride(0), scales.stride(0), flags, words)
 
 
 def _split(tiles, n_tiles: int, length: int, step: int, outputs: int, device) -> tuple[int, int]:
@@ -228,6 +234,9 @@ def _forward(x: torch.Tensor, bias, weight: _Weight, n: int, k: int, plan) -> to
             raise ValueError(f"Gemv4Tiles: x may have at most {MAX_GEMV_ROWS} rows, got {m}; take Linear4Tiles or "
                              "DequantizeFirst for more")  # fmt: skip
         block_m = max(next_power_of_2(m), MIN_DOT if tiles.products == "dot" else 1)  # x's rows, padded for a dot
+        if tiles.products == "fma" and weight.words is not None:
+            _int4_forward_by_words(x, out, bias, weight, n, k, tiles, block_m)
+            return out
         _forward_split_k(
             _linear4_gemv_kernel, cdiv(n, tiles.block_n), x, out, bias, weight, n, k, tiles, half_k=k // 2,
             PRODUCTS=tiles.products, BLOCK_M=block_m,
@@ -256,6 +265,23 @@ def _forward_split_k(kernel, n_tiles: int, x, out, bias, weight: _Weight, n: int
         stride_s_n=weight.stride_s_n, **weight.flags, HAS_BIAS=bias is not None, SPLIT=splits > 1,
         UPCAST=upcast_bf16_dots(x.dtype), DOT_PRECISION=input_precision(x.dtype), NF4_DECODE=_decode(weight, tiles),
         BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, num_warps=tiles.warps, num_stages=tiles.stages, **specific,
+    )  # fmt: skip
+    if splits > 1:
+        _sum_splits(part, bias, out)
+
+
+def _int4_forward_by_words(x, out, bias, weight: _Weight, n: int, k: int, tiles: Gemv4Tiles, block_m: int) -> None:
+    """y = x W^T + bias into out (m, n and k non-zero) by _int4_gemv_words_kernel: INT4 codes read as words."""
+    m = x.shape[0]
+    splits, pairs_per_split = _split(tiles, cdiv(n, tiles.block_n), k // 2, tiles.block_k // 2, m * n, x.device)
+    part = torch.empty((splits, m, n), dtype=torch.float32, device=x.device) if splits > 1 else out
+    scales, zeros = weight.pointers[7], weight.pointers[8]
+    _int4_gemv_words_kernel[(cdiv(n, tiles.block_n), splits)](
+        x, out, part, bias, weight.words, scales, zeros, M=m, N=n, K=k, words_per_split=pairs_per_split // 4,
+        stride_x_m=x.stride(0), stride_x_k=x.stride(1), stride_out_m=out.stride(0),
+        stride_w_n=weight.words.stride(0), stride_s_n=weight.stride_s_n, GROUP=weight.flags["GROUP"],
+        HAS_BIAS=bias is not None, SPLIT=splits > 1, BLOCK_M=block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
+        num_warps=tiles.warps, num_stages=tiles.stages,
     )  # fmt: skip
     if splits > 1:
         _sum_splits(part, bias, out)

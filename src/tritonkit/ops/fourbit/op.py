@@ -94,7 +94,10 @@ def int4_linear(
 
     - x: (..., K) with K = 2 * qweight.shape[1], fp32, fp16 or bf16, any strides; qweight uint8 (N, K / 2), scales
       fp32 and zeros uint8 (N, ceil(K / group_size)); bias (N,) in x's dtype or None. Returns (..., N).
-    - Schedules, precision and gradients as :func:`nf4_linear`'s.
+    - Schedules, precision and gradients as :func:`nf4_linear`'s, but for one row of x (a decoding step) whose codes
+      can be read as int32 words (K a multiple of 8, rows 4-byte aligned): there the weight is exact, y = sum over
+      groups of scale * sum x (q - zero) in fp32, each group's sum scaled once, never rounded to x's dtype (closer to
+      the quantized model, and within the output's rounding of the rounded weight's product).
 
     Example: ``y = tk.ops.int4_linear(x, *tk.ops.int4_quantize(linear.weight.detach()), group_size=128)``.
     """

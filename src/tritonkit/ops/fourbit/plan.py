@@ -8,6 +8,7 @@ benchmarks/results/nvidia-h200/2026-11-28-fourbit-gemv.md and -gemv-2.md; GEMV_F
 
     rows      INT4                                    NF4
     1         Gemv4Tiles, products on the CUDA cores  Gemv4Tiles, products on the CUDA cores
+              (codes read as words, 128 x 128)        (32 x 256)
     2 to 8    Gemv4Tiles, products on tensor cores    Linear4Tiles (the 16-row dot tile)
     9 to 16   Gemv4Tiles, products on tensor cores    Gemv4Tiles, products on tensor cores
     from 17   DequantizeFirst                         DequantizeFirst
@@ -144,6 +145,10 @@ FORMATS = ("nf4", "int4")  # the weight's formats (the launcher's FORMAT flag)
 # 51.4; the best of nine tiles swept, 26.8 and 41.3, is within the noise of it); at N 4096, K 14336 28.6 and 44.2
 # (the dot tile 41.2 and 53.7).
 GEMV_ONE_ROW = Gemv4Tiles()
+# INT4 at one row, its codes read as words (kernels._int4_gemv_words_kernel): 128 x 128, 4 warps, splits chosen, four
+# rows a thread so that each of x's values is converted once for four rows. At N 14336, K 4096 19.7 us and at N 4096,
+# K 14336 21.1 (1.52x and 1.50x cuBLAS bf16; 32 x 256 took 24.4 and 25.2; 2026-11-29-fourbit-gemv-words.md).
+GEMV_INT4_ONE_ROW = Gemv4Tiles(128, 128, warps=4)
 # From 2 rows (INT4) and from 9 rows (NF4): on the tensor cores, 32 x 256 on 2 warps (mma.sync). At N 14336, K 4096
 # INT4 32.4 us at 4 rows and 32.5 at 16, against 49.2 and 165.6 on the CUDA cores and 46.3 and 81.3 for the dot tile;
 # NF4 at 16 rows 48.2 against 87.5 for the dot tile (N 4096, K 14336: 52.4 against 84.1; 2026-11-28-fourbit-gemv-2).
@@ -153,7 +158,7 @@ GEMV_NF4_DOT_TILE_ROWS = 8  # NF4 at 4 rows: the dot tile 54.4 us, this GEMV 58.
 # take the dot tiles (linear4_tiles). Measured on sm90 only; other architectures take the same rule, NF4 by the
 # select tree.
 GEMV_FALLBACK: dict[str, tuple] = {
-    "int4": ((1, GEMV_ONE_ROW), (DEQUANTIZE_FIRST_ROWS - 1, GEMV_ROWS_ON_TENSOR_CORES)),
+    "int4": ((1, GEMV_INT4_ONE_ROW), (DEQUANTIZE_FIRST_ROWS - 1, GEMV_ROWS_ON_TENSOR_CORES)),
     "nf4": ((1, GEMV_ONE_ROW), (GEMV_NF4_DOT_TILE_ROWS, None), (DEQUANTIZE_FIRST_ROWS - 1, GEMV_ROWS_ON_TENSOR_CORES)),
 }
 # sm90: NF4's codes by byte permutes, as its dot tiles (measured there against the select tree).
