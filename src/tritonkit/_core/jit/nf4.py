@@ -22,11 +22,18 @@ def nf4_absmax(p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_cod
                NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr):  # fmt: skip
     """The absmax of blocks i_block: absmax[i_block], or with double quantization (NESTED)
     nested_code[absmax_codes[i_block]] * absmax_scales[i_block // NESTED_BLOCK] + offset, the product and the sum
-    rounded apart where the launch turns off fused multiply-adds (bitsandbytes' roundings)."""
+    rounded apart (bitsandbytes' roundings): by PTX's mul.rn, which the compiler never fuses into an FMA, so that a
+    launch may keep fused multiply-adds on for the rest of its kernel (the interpreter rounds each operation)."""
     if NESTED:
         b_code = tl.load(p_absmax_codes + i_block, mask=mask, other=0).to(tl.int32)
         b_scale = tl.load(p_absmax_scales + i_block // NESTED_BLOCK, mask=mask, other=0.0)
-        b_absmax = tl.load(p_nested_code + b_code) * b_scale + tl.load(p_offset)
+        b_nested = tl.load(p_nested_code + b_code)
+        if PTX_MATH:
+            b_product = tl.inline_asm_elementwise("mul.rn.f32 $0, $1, $2;", "=f,f,f", [b_nested, b_scale],
+                                                  dtype=tl.float32, is_pure=True, pack=1)  # fmt: skip
+        else:
+            b_product = b_nested * b_scale
+        b_absmax = b_product + tl.load(p_offset)
     else:
         b_absmax = tl.load(p_absmax + i_block, mask=mask, other=0.0)
     return b_absmax

@@ -5,7 +5,7 @@ The weight, per element (formats: tritonkit/_core/fourbit.py):
 
     NF4:  w[n, k] = code[q(f)] * absmax[f // BLOCKSIZE],  f = n K + k (the flattened index), q(f) the high nibble of
           byte f // 2 for an even f, the low one for an odd f; double-quantized: absmax[b] = nested_code[c[b]] *
-          absmax_scales[b // NESTED_BLOCK] + offset, two fp32 roundings (the launch turns off fused multiply-adds).
+          absmax_scales[b // NESTED_BLOCK] + offset, two fp32 roundings (the product by PTX's mul.rn, never fused).
     INT4: w[n, k] = (q[n, k] - zero[n, g]) * scale[n, g],  g = k // GROUP, q the low nibble of byte (n, k // 2) for
           an even k, the high one for an odd k.
 
@@ -16,7 +16,11 @@ matching half of the weight tile, two tensor-core products over K / 2 each, so t
 
 With one to a few rows of x (plan.Gemv4Tiles) _linear4_gemv_kernel streams the weight's rows and multiplies on the
 CUDA cores (no dot, whose smallest side pads x to 16 rows, and no trip of the weight tile through shared memory), or,
-as the plan says, on the tensor cores with the weight tile as the dot's first operand, straight from registers.
+as the plan says, on the tensor cores with the weight tile as the dot's first operand, straight from registers. On
+the CUDA cores, where every group lies within a row, the weight is exact instead: y[m, n] = sum_g scale[n, g]
+sum_{k in g} x[m, k] c[n, k] (c = q - zero, or NF4's code value; scale INT4's, or the block's absmax), each group's
+sum scaled once and no value rounded to x's dtype; INT4 codes that can be read as int32 words take
+_int4_gemv_words_kernel, the same sums.
 
 With many rows of x (plan.DequantizeFirst) the weight is instead written once in x's dtype by _dequantize_kernel
 and the products run on cuBLAS: the fused kernels dequantize every weight tile again for each block of rows.
@@ -56,20 +60,21 @@ def _nf4_byte_values(p_code, b_byte, DECODE: tl.constexpr):
 
 
 @triton.jit
-def _weight_pairs_by_group(
+def _codes_by_group(
     p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros,
     o_n, pair_lo, m_n, K, stride_q_n, stride_s_n,
     FORMAT: tl.constexpr, NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr, GROUP: tl.constexpr, PAIRS: tl.constexpr,
     NF4_DECODE: tl.constexpr,
 ):  # fmt: skip
-    """(w[o_n, 2p], w[o_n, 2p + 1]) for the PAIRS pairs p from pair_lo, two [R, PAIRS] fp32 tiles, where every group
-    (INT4's, or an NF4 block) lies within one row: the bytes read as [R, groups, pairs of a group] and each group's
-    scale, zero or absmax read once, [R, groups], and broadcast. (Read per value, those loads had a warp's lanes on
-    32 rows, 32 cache lines an instruction, and held the 4-bit layers at 2% of the memory bandwidth.) pair_lo is a
-    multiple of PAIRS, so a step of fewer columns than a group lies in one group."""
+    """The weight of rows o_n before its groups' scales, for the PAIRS pairs p from pair_lo, where every group (INT4's,
+    or an NF4 block) lies within one row: (c_even, c_odd, scale), the values of columns 2p and 2p + 1 as [R, groups,
+    pairs of a group] fp32 tiles (INT4: q - zero, exactly; NF4: the code's value) and each group's scale (INT4's, or
+    the NF4 block's absmax) [R, groups]: w = c scale. The bytes are read as [R, groups, pairs of a group], each
+    group's scale, zero or absmax once. (Read per value, those loads had a warp's lanes on 32 rows, 32 cache lines an
+    instruction, and held the 4-bit layers at 2% of the memory bandwidth.) pair_lo is a multiple of PAIRS, so a step
+    of fewer columns than a group lies in one group."""
     N_GROUPS: tl.constexpr = (2 * PAIRS) // GROUP if 2 * PAIRS >= GROUP else 1
     GROUP_PAIRS: tl.constexpr = PAIRS // N_GROUPS
-    rows: tl.constexpr = o_n.shape[0]
     n64 = o_n.to(tl.int64)
     o_g = tl.arange(0, N_GROUPS)
     o_pair = pair_lo + o_g[:, None] * GROUP_PAIRS + tl.arange(0, GROUP_PAIRS)[None, :]  # [G, GP]
@@ -82,20 +87,19 @@ def _weight_pairs_by_group(
         b_byte = tl.load(p_q + n64[:, None, None] * stride_q_n + o_pair[None, :, :], mask=m_pair, other=0)
         b_byte = b_byte.to(tl.int32)  # [R, G, GP]
         o_group = n64[:, None] * stride_s_n + i_group[None, :]
-        b_scale = tl.load(p_scales + o_group, mask=m_group, other=0.0).to(tl.float32)[:, :, None]
+        b_scale = tl.load(p_scales + o_group, mask=m_group, other=0.0).to(tl.float32)
         # The codes as 2^23 + q by their bits, less the zero plus the same 2^23: q - zero exactly, with no I2F (which
         # issues at 16 a clock against 128 FADDs) and one FADD a value.
         b_zero = tl.load(p_zeros + o_group, mask=m_group, other=0).to(tl.float32)[:, :, None] + CODE_BIAS
-        b_even = (biased_code_as_float(b_byte & 15) - b_zero) * b_scale
-        b_odd = (biased_code_as_float(b_byte >> 4) - b_zero) * b_scale
+        c_even = biased_code_as_float(b_byte & 15) - b_zero
+        c_odd = biased_code_as_float(b_byte >> 4) - b_zero
     else:
         b_byte = tl.load(p_q + n64[:, None, None] * (K // 2) + o_pair[None, :, :], mask=m_pair, other=0)
         i_block = n64[:, None] * (K // GROUP) + i_group[None, :]  # blocks run along the flattened weight
-        b_absmax = nf4_absmax(p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code, i_block, m_group,
-                              NESTED, NESTED_BLOCK)[:, :, None]  # fmt: skip
-        b_high, b_low = _nf4_byte_values(p_code, b_byte, NF4_DECODE)
-        b_even, b_odd = b_high * b_absmax, b_low * b_absmax
-    return tl.reshape(b_even, (rows, PAIRS)), tl.reshape(b_odd, (rows, PAIRS))
+        b_scale = nf4_absmax(p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code, i_block, m_group,
+                             NESTED, NESTED_BLOCK)  # fmt: skip
+        c_even, c_odd = _nf4_byte_values(p_code, b_byte, NF4_DECODE)  # the high nibble is the even column
+    return c_even, c_odd, b_scale
 
 
 @triton.jit
@@ -104,9 +108,9 @@ def _weight_pairs_by_value(
     o_n, o_pair, m_even, m_odd, K, NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr, EVEN_K: tl.constexpr,
     GROUP: tl.constexpr, NF4_DECODE: tl.constexpr,
 ):  # fmt: skip
-    """As _weight_pairs_by_group for NF4 whose blocks cross rows (K not a multiple of the block size): the absmax
-    looked up per value. EVEN_K: rows start on a byte, so a pair is one byte and both halves share a block;
-    otherwise (an odd K) each half is gathered on its own."""
+    """The weight's even and odd columns (w = code value times absmax, [R, P] each) for NF4 whose blocks cross rows
+    (K not a multiple of the block size): the absmax looked up per value. EVEN_K: rows start on a byte, so a pair is
+    one byte and both halves share a block; otherwise (an odd K) each half is gathered on its own."""
     n64 = o_n.to(tl.int64)[:, None]
     f_even = n64 * K + (2 * o_pair)[None, :]  # [R, P] flattened index of the even column
     if EVEN_K:
@@ -138,11 +142,13 @@ def _weight_operands(
     """The weight's even and odd columns of rows o_n (m_n: the rows in range), PAIRS pairs from pair_lo, as dot
     operands [R, PAIRS] each; masked values are finite (code 0 times a masked scale). BY_GROUP: every group lies in
     one row (INT4 always; NF4 when the block size divides K). NF4_DECODE: NF4's lookup (_nf4_byte_values)."""
-    if BY_GROUP:
-        b_even, b_odd = _weight_pairs_by_group(
+    if BY_GROUP:  # _codes_by_group's values times their group's scale
+        c_even, c_odd, b_scale = _codes_by_group(
             p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros, o_n,
             pair_lo, m_n, K, stride_q_n, stride_s_n, FORMAT, NESTED, NESTED_BLOCK, GROUP, PAIRS, NF4_DECODE,
         )  # fmt: skip
+        b_even = tl.reshape(c_even * b_scale[:, :, None], (o_n.shape[0], PAIRS))
+        b_odd = tl.reshape(c_odd * b_scale[:, :, None], (o_n.shape[0], PAIRS))
     else:
         o_pair = pair_lo + tl.arange(0, PAIRS)
         b_even, b_odd = _weight_pairs_by_value(
@@ -202,6 +208,16 @@ def _linear4_fwd_kernel(
 
 
 @triton.jit
+def _x_of_pairs(p_x_row, pair_lo, G: tl.constexpr, GP: tl.constexpr, K, m_row, stride_x_k):
+    """x's even and odd columns 2p, 2p + 1 of the G GP pairs p from pair_lo (a group's pairs consecutive), two fp32
+    tiles [G, GP]: one load of each pair's two values, split apart in registers."""
+    o_pair = pair_lo + tl.arange(0, G)[:, None] * GP + tl.arange(0, GP)[None, :]
+    o_k = 2 * o_pair[:, :, None] + tl.arange(0, 2)[None, None, :]
+    b_x = tl.load(p_x_row + o_k.to(tl.int64) * stride_x_k, mask=(o_k < K) & m_row, other=0.0)
+    return tl.split(b_x.to(tl.float32))
+
+
+@triton.jit
 def _store_gemv_output(acc, p_out, p_part, p_bias, o_n, o_m, M, N, i_split, stride_out_m, HAS_BIAS: tl.constexpr,
                        SPLIT: tl.constexpr):  # fmt: skip
     """A GEMV program's [BLOCK_N, BLOCK_M] sums (columns o_n of rows o_m): SPLIT, the fp32 partial sum of split
@@ -234,15 +250,18 @@ def _linear4_gemv_kernel(
 
         y[m, n] = sum_k x[m, k] w[n, k]   (fp32 products and sums, w rounded to x's dtype first)
 
-    The halves of each byte are joined back into columns in registers, so x's row is read contiguously; each row of x
-    is multiplied elementwise and summed along K, then added into column m of the [BLOCK_N, BLOCK_M] accumulator.
+    or on the CUDA cores, where every group lies within a row (BY_GROUP), with the exact weight: y[m, n] =
+    sum_g scale[n, g] sum_{k in g} x[m, k] c[n, k] (_codes_by_group's c and scale), x's even and odd columns
+    multiplied by the bytes' two halves and each group's sum scaled once. Otherwise the halves of each byte are
+    joined back into columns in registers, so x's row is read contiguously; each row of x is multiplied elementwise
+    and summed along K, then added into column m of the [BLOCK_N, BLOCK_M] accumulator.
     A dot would pad x to 16 rows and move every dequantized tile through shared memory into the tensor cores'
     layout; here the packed bytes go from the load to the FMAs in registers. PRODUCTS "dot" instead multiplies on
     the tensor cores with the weight tile as the dot's first operand (its rows the output columns, from registers)
     and x's rows as the columns of the second, padded to BLOCK_M >= 16, acc = W_tile x_tile^T: no FMA a value, and
     no trip of the weight through shared memory where the compiler keeps it in registers. SPLIT: store the fp32
-    partial sum to
-    p_part (S, M, N) (summed in order by _split_sum_kernel); else add the bias and store y in x's dtype."""
+    partial sum to p_part (S, M, N) (summed in order by _split_sum_kernel); else add the bias and store y in x's
+    dtype."""
     # K as 2 (K / 2) where K is even: the same value, but one the compiler knows to be a multiple of 32 when K / 2 (an
     # argument) is one of 16, so that the byte loads' mask is constant over 16 lanes and they load 16 bytes a thread.
     k_w = 2 * half_k if EVEN_K else K
@@ -254,31 +273,49 @@ def _linear4_gemv_kernel(
     pair_hi = tl.minimum(pair_lo + pairs_per_split, (k_w + 1) // 2)
     acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)  # transposed: a row's sums along K land as a column
     for pair in range(pair_lo, pair_hi, BLOCK_K // 2):
-        b_even, b_odd = _weight_operands(
-            p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros, o_n,
-            pair, m_n, k_w, stride_q_n, stride_s_n, FORMAT, NESTED, NESTED_BLOCK, EVEN_K, BY_GROUP, GROUP,
-            BLOCK_K // 2, p_x.dtype.element_ty, UPCAST, NF4_DECODE,
-        )  # [N, P] each, masked values finite  # fmt: skip
-        b_w = tl.reshape(tl.join(b_even, b_odd), (BLOCK_N, BLOCK_K))  # columns 2p, 2p + 1 again
-        o_k = 2 * pair + tl.arange(0, BLOCK_K)
-        p_x_step = p_x + o_k.to(tl.int64) * stride_x_k
-        if PRODUCTS == "dot":
-            p_x_tile = p_x_step[:, None] + o_m.to(tl.int64)[None, :] * stride_x_m
-            b_x_t = tl.load(p_x_tile, mask=(o_k < K)[:, None] & m_m[None, :], other=0.0)  # [K, M]
-            if UPCAST:
-                b_x_t = b_x_t.to(tl.float32)
-            acc = tl.dot(b_w, b_x_t, acc, input_precision=DOT_PRECISION)
-        else:
-            b_w = b_w.to(tl.float32)
+        if PRODUCTS == "fma" and BY_GROUP:
+            # The weight exact: each group's products summed, then times its scale once (no value scaled, nor
+            # rounded to x's dtype, on its own).
+            c_even, c_odd, b_scale = _codes_by_group(
+                p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros,
+                o_n, pair, m_n, k_w, stride_q_n, stride_s_n, FORMAT, NESTED, NESTED_BLOCK, GROUP, BLOCK_K // 2,
+                NF4_DECODE,
+            )  # [R, G, GP] twice and [R, G]  # fmt: skip
             for row in tl.static_range(BLOCK_M):
-                # The row test as a tensor: Triton 3.9's interpreter refuses a mask of a tensor and a Python bool.
-                m_x = (o_k < K) & (tl.full([BLOCK_K], row, tl.int32) < M)
-                b_x = tl.load(p_x_step + row * stride_x_m, mask=m_x, other=0.0).to(tl.float32)
-                b_row = tl.sum(b_w * b_x[None, :], axis=1)[:, None]  # [N, 1]
+                x_even, x_odd = _x_of_pairs(p_x + row * stride_x_m, pair, c_even.shape[1], c_even.shape[2], K,
+                                            tl.full([1, 1, 1], row, tl.int32) < M, stride_x_k)  # fmt: skip
+                part = tl.sum(c_even * x_even[None], axis=2) + tl.sum(c_odd * x_odd[None], axis=2)  # [R, G]
+                b_row = tl.sum(part * b_scale, axis=1)[:, None]  # [R, 1]
                 if BLOCK_M == 1:
                     acc += b_row
                 else:
                     acc = tl.where(o_m[None, :] == row, acc + b_row, acc)
+        else:
+            b_even, b_odd = _weight_operands(
+                p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros, o_n,
+                pair, m_n, k_w, stride_q_n, stride_s_n, FORMAT, NESTED, NESTED_BLOCK, EVEN_K, BY_GROUP, GROUP,
+                BLOCK_K // 2, p_x.dtype.element_ty, UPCAST, NF4_DECODE,
+            )  # [N, P] each, masked values finite  # fmt: skip
+            b_w = tl.reshape(tl.join(b_even, b_odd), (BLOCK_N, BLOCK_K))  # columns 2p, 2p + 1 again
+            o_k = 2 * pair + tl.arange(0, BLOCK_K)
+            p_x_step = p_x + o_k.to(tl.int64) * stride_x_k
+            if PRODUCTS == "dot":
+                p_x_tile = p_x_step[:, None] + o_m.to(tl.int64)[None, :] * stride_x_m
+                b_x_t = tl.load(p_x_tile, mask=(o_k < K)[:, None] & m_m[None, :], other=0.0)  # [K, M]
+                if UPCAST:
+                    b_x_t = b_x_t.to(tl.float32)
+                acc = tl.dot(b_w, b_x_t, acc, input_precision=DOT_PRECISION)
+            else:
+                b_w = b_w.to(tl.float32)
+                for row in tl.static_range(BLOCK_M):
+                    # The row test as a tensor: Triton 3.9's interpreter refuses a mask of a tensor and a Python bool.
+                    m_x = (o_k < K) & (tl.full([BLOCK_K], row, tl.int32) < M)
+                    b_x = tl.load(p_x_step + row * stride_x_m, mask=m_x, other=0.0).to(tl.float32)
+                    b_row = tl.sum(b_w * b_x[None, :], axis=1)[:, None]  # [N, 1]
+                    if BLOCK_M == 1:
+                        acc += b_row
+                    else:
+                        acc = tl.where(o_m[None, :] == row, acc + b_row, acc)
     _store_gemv_output(acc, p_out, p_part, p_bias, o_n, o_m, M, N, i_split, stride_out_m, HAS_BIAS, SPLIT)
 
 

@@ -239,9 +239,7 @@ def _forward(x: torch.Tensor, bias, weight: _Weight, n: int, k: int, plan) -> to
             return out
         _forward_split_k(
             _linear4_gemv_kernel, cdiv(n, tiles.block_n), x, out, bias, weight, n, k, tiles, half_k=k // 2,
-            PRODUCTS=tiles.products, BLOCK_M=block_m,
-            # The nested absmax rounds twice (no fused multiply-add there); elsewhere the products may fuse with sums.
-            enable_fp_fusion=not weight.flags["NESTED"],
+            PRODUCTS=tiles.products, BLOCK_M=block_m,  # fused multiply-adds on: the nested absmax rounds by mul.rn
         )  # fmt: skip
     else:
         _forward_split_k(

@@ -67,9 +67,12 @@ def nf4_linear(
       bitsandbytes' ``Params4bit`` data and ``NF4State.from_bitsandbytes``) for a 2-D weight; any K, block size and
       double quantization; bias (N,) in x's dtype or None. Returns (..., N) in x's dtype.
     - Each weight value is dequantized in fp32 and rounded to x's dtype (as nf4_dequantize would give it), the
-      products summed in fp32 (tensor cores), rounded once. Few rows (M <= 16, decoding) split K across programs
-      and add the splits' partial sums in a fixed order (deterministic); from 17 rows the weight is dequantized
-      once into x's dtype (a temporary of N x K) and multiplied on cuBLAS with fp32 sums, as bitsandbytes does.
+      products summed in fp32 (tensor cores), rounded once; but one row of x (a decoding step) with K a multiple of
+      the block size multiplies by the exact weight: each block's products summed in fp32, then times its absmax
+      (closer to the quantized model, and within the output's rounding of the rounded weight's product). Few rows
+      (M <= 16, decoding) split K across programs and add the splits' partial sums in a fixed order (deterministic);
+      from 17 rows the weight is dequantized once into x's dtype (a temporary of N x K) and multiplied on cuBLAS
+      with fp32 sums, as bitsandbytes does.
     - Differentiable in x and bias; the weight is frozen, and a state tensor that requires grad is refused.
 
     Example: ``y = tk.ops.nf4_linear(x, *tk.ops.nf4_quantize(linear.weight.detach(), double_quant=True))``.
@@ -94,10 +97,9 @@ def int4_linear(
 
     - x: (..., K) with K = 2 * qweight.shape[1], fp32, fp16 or bf16, any strides; qweight uint8 (N, K / 2), scales
       fp32 and zeros uint8 (N, ceil(K / group_size)); bias (N,) in x's dtype or None. Returns (..., N).
-    - Schedules, precision and gradients as :func:`nf4_linear`'s, but for one row of x (a decoding step) whose codes
-      can be read as int32 words (K a multiple of 8, rows 4-byte aligned): there the weight is exact, y = sum over
-      groups of scale * sum x (q - zero) in fp32, each group's sum scaled once, never rounded to x's dtype (closer to
-      the quantized model, and within the output's rounding of the rounded weight's product).
+    - Schedules, precision and gradients as :func:`nf4_linear`'s: one row of x multiplies by the exact weight, y =
+      sum over groups of scale * sum x (q - zero) in fp32, each group's sum scaled once (codes that can be read as
+      int32 words, K a multiple of 8 and rows 4-byte aligned, take a kernel of their own).
 
     Example: ``y = tk.ops.int4_linear(x, *tk.ops.int4_quantize(linear.weight.detach()), group_size=128)``.
     """

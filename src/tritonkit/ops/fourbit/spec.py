@@ -4,8 +4,8 @@ model, the peers.
 The inputs draw the 4-bit tensors directly (every code, random block scales, double-quantized absmax values and zero
 points), so the check does not depend on any quantizer. The reference dequantizes them as the formats define, in fp32
 (the nested absmax with its two roundings), rounds each weight to the checked dtype as the op does, and multiplies in
-float64: the kernels' error is then their fp32 sums and the output's rounding alone. (INT4's one-row GEMV multiplies
-by the exact weight instead; the rounding it skips stays within the bf16 output's bound.)
+float64: the kernels' error is then their fp32 sums and the output's rounding alone. (The one-row GEMVs multiply by
+the exact weight instead; the rounding they skip stays within the bf16 output's bound.)
 """
 
 from __future__ import annotations

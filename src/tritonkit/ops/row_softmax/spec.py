@@ -65,6 +65,8 @@ _GPU = (
     {"rows": 1000, "n": 50257, "masked": True},
     {"rows": 2048, "n": 4096, "transposed": True},
     {"rows": 8, "n": 4096},
+    {"rows": 256, "n": 16384},  # fp32's backward: a whole row on 32 warps
+    {"rows": 256, "n": 32768},  # fp32's backward: rows split into 4096-column slices
 )
 # The small case, the width sweep, then rows split across programs (the bytes of 16384 x 16384).
 _BENCH = (
