@@ -198,7 +198,12 @@ def test_int4_codes_read_as_words_multiply_by_the_exact_weight(device, plan, m, 
         bound = 4 * torch.finfo(torch.float32).eps * magnitude + torch.finfo(dtype).eps * expected.abs()
         assert ((y - expected).abs() <= bound).all(), (dtype, ((y - expected).abs() / magnitude).max().item())
     assert launched == [plan, plan]
-    # Rows 4-byte aligned but the tensor one byte off: no words, the byte GEMV.
+    # K steps narrower than a word (4 columns), and rows 4-byte aligned but the tensor one byte off: no words, the
+    # byte GEMV.
+    narrow = dataclasses.replace(plan, block_k=4)
+    x = torch.randn(m, k, device=device)
+    y = launch.int4_linear_fwd(x, None, qweight, scales, zeros, group, plan=narrow)
+    torch.testing.assert_close(y.double(), x.double() @ exact.t(), rtol=1e-5, atol=1e-5)
     store = torch.empty(n * k // 2 + 1, dtype=torch.uint8, device=device)
     shifted = store[1:].view(n, k // 2)
     shifted.copy_(qweight)

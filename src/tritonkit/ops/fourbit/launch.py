@@ -37,6 +37,7 @@ from tritonkit.ops.fourbit.plan import (
 )
 
 MAX_GEMV_ROWS = 16  # rows of x a _linear4_gemv_kernel program holds: one multiply-add pass over the weight tile each
+_WORD_COLUMNS = 8  # INT4 codes an int32 word holds: the word GEMV's K steps take whole words
 _SUM_TILE = (16, 256)  # rows x columns per program of the split sum: 4096 fp32 partials a split, 4 warps
 
 
@@ -234,7 +235,7 @@ def _forward(x: torch.Tensor, bias, weight: _Weight, n: int, k: int, plan) -> to
             raise ValueError(f"Gemv4Tiles: x may have at most {MAX_GEMV_ROWS} rows, got {m}; take Linear4Tiles or "
                              "DequantizeFirst for more")  # fmt: skip
         block_m = max(next_power_of_2(m), MIN_DOT if tiles.products == "dot" else 1)  # x's rows, padded for a dot
-        if tiles.products == "fma" and weight.words is not None:
+        if tiles.products == "fma" and weight.words is not None and tiles.block_k >= _WORD_COLUMNS:
             _int4_forward_by_words(x, out, bias, weight, n, k, tiles, block_m)
             return out
         _forward_split_k(
