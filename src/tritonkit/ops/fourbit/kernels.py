@@ -350,8 +350,8 @@ def _x_by_word_position(b_x):
 def _int4_gemv_words_kernel(
     p_x, p_out, p_part, p_bias, p_words, p_scales, p_zeros,
     M, N, K, words_per_split, stride_x_m, stride_x_k, stride_out_m, stride_w_n, stride_s_n,
-    GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
+    GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr, STAGES: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """INT4's forward for a few rows of x on the CUDA cores (M <= BLOCK_M, all in one program), the weight read as
     int32 words of 8 codes (K a multiple of 8): program (i, s) streams rows i BLOCK_N .. of W over split s of K,
@@ -366,8 +366,10 @@ def _int4_gemv_words_kernel(
     scaled by 2^-e_j (_x_by_word_position), so that each product is x (q - zero) exactly: per value one LOP3, one
     FADD and one FFMA, against the byte path's nine instructions (unpacking, the scale's FMUL, rounding to bf16
     and back). x's values, split from one load of each word's eight, serve the rows a thread holds (four at 128 x
-    128 on 4 warps). SPLIT: store the fp32 partial sum to p_part (S, M, N) (summed in order by _split_sum_kernel);
-    else add the bias and store y in x's dtype."""
+    128 on 4 warps). STAGES: the K loop's software pipeline; from 2 the compiler issues the words', scales' and
+    x's loads that many steps ahead by asynchronous copies into shared memory (it pipelines no load that feeds no dot
+    unless the loop asks), at 1 each step waits for its own loads. SPLIT: store the fp32 partial sum to p_part
+    (S, M, N) (summed in order by _split_sum_kernel); else add the bias and store y in x's dtype."""
     WORDS: tl.constexpr = BLOCK_K // 8
     N_GROUPS: tl.constexpr = BLOCK_K // GROUP if BLOCK_K >= GROUP else 1
     GROUP_WORDS: tl.constexpr = WORDS // N_GROUPS
@@ -381,7 +383,7 @@ def _int4_gemv_words_kernel(
     word_lo = i_split * words_per_split
     word_hi = tl.minimum(word_lo + words_per_split, k_words)
     acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)  # transposed: a row's sums land as a column
-    for word in range(word_lo, word_hi, WORDS):
+    for word in tl.range(word_lo, word_hi, WORDS, num_stages=STAGES):
         o_word = word + o_g[:, None] * GROUP_WORDS + tl.arange(0, GROUP_WORDS)[None, :]  # [G, W]
         m_word = m_n[:, None, None] & (o_word < word_hi)[None, :, :]
         b_word = tl.load(p_words + n64[:, None, None] * stride_w_n + o_word[None, :, :], mask=m_word, other=0)

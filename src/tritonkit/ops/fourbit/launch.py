@@ -279,8 +279,8 @@ def _int4_forward_by_words(x, out, bias, weight: _Weight, n: int, k: int, tiles:
         x, out, part, bias, weight.words, scales, zeros, M=m, N=n, K=k, words_per_split=pairs_per_split // 4,
         stride_x_m=x.stride(0), stride_x_k=x.stride(1), stride_out_m=out.stride(0),
         stride_w_n=weight.words.stride(0), stride_s_n=weight.stride_s_n, GROUP=weight.flags["GROUP"],
-        HAS_BIAS=bias is not None, SPLIT=splits > 1, BLOCK_M=block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
-        num_warps=tiles.warps, num_stages=tiles.stages,
+        HAS_BIAS=bias is not None, SPLIT=splits > 1, STAGES=tiles.stages, BLOCK_M=block_m, BLOCK_N=tiles.block_n,
+        BLOCK_K=tiles.block_k, num_warps=tiles.warps, num_stages=tiles.stages,
     )  # fmt: skip
     if splits > 1:
         _sum_splits(part, bias, out)

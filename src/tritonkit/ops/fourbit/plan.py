@@ -75,7 +75,7 @@ class Gemv4Tiles:
     block_n: int = 32  # rows of W (output columns) a program
     block_k: int = 256  # columns of W a step: block_k / 2 contiguous bytes of each of the block_n rows
     warps: int = 4
-    stages: int = 3
+    stages: int = 3  # the kernel's pipeline depth; the INT4 word GEMV's K loop pipelines its loads from 2
     splits: int = 0  # splits of K; 0: chosen by choose_splits
     nf4_decode: str = "select"  # NF4's code lookup (NF4_DECODES)
     products: str = "fma"  # "fma": on the CUDA cores; "dot": the tensor cores, x's rows padded to 16 (GEMV_PRODUCTS)
@@ -147,8 +147,9 @@ FORMATS = ("nf4", "int4")  # the weight's formats (the launcher's FORMAT flag)
 GEMV_ONE_ROW = Gemv4Tiles()
 # INT4 at one row, its codes read as words (kernels._int4_gemv_words_kernel): 128 x 128, 4 warps, splits chosen, four
 # rows a thread so that each of x's values is converted once for four rows. At N 14336, K 4096 19.7 us and at N 4096,
-# K 14336 21.1 (1.52x and 1.50x cuBLAS bf16; 32 x 256 took 24.4 and 25.2; 2026-11-29-fourbit-gemv-words.md).
-GEMV_INT4_ONE_ROW = Gemv4Tiles(128, 128, warps=4)
+# K 14336 21.1 (1.52x and 1.50x cuBLAS bf16; 32 x 256 took 24.4 and 25.2; 2026-11-29-fourbit-gemv-words.md), its
+# loop not pipelined: the loop's stages (asynchronous copies ahead) are not yet timed, so it keeps one.
+GEMV_INT4_ONE_ROW = Gemv4Tiles(128, 128, warps=4, stages=1)
 # From 2 rows (INT4) and from 9 rows (NF4): on the tensor cores, 32 x 256 on 2 warps (mma.sync). At N 14336, K 4096
 # INT4 32.4 us at 4 rows and 32.5 at 16, against 49.2 and 165.6 on the CUDA cores and 46.3 and 81.3 for the dot tile;
 # NF4 at 16 rows 48.2 against 87.5 for the dot tile (N 4096, K 14336: 52.4 against 84.1; 2026-11-28-fourbit-gemv-2).
