@@ -31,6 +31,10 @@ CANDIDATES = {
     "r1 32x256 w2 p8": (1, 32, 256, 2, 1, 8),
     "r1 64x256 w4 p4": (1, 64, 256, 4, 1, 4),
     "r1 64x128 w4 p8": (1, 64, 128, 4, 1, 8),
+    # The K loop pipelined (asynchronous copies ahead, asked of the loop; stages 1 above do not pipeline).
+    "r1 16x512 w4 s2 p8": (1, 16, 512, 4, 2, 8),
+    "r1 16x512 w4 s3 p8": (1, 16, 512, 4, 3, 8),
+    "r1 32x256 w4 s3 p4": (1, 32, 256, 4, 3, 4),
     "r16 64x128 w4 s3 p4": (16, 64, 128, 4, 3, 4),
     "r16 32x128 w4 s3 p4": (16, 32, 128, 4, 3, 4),
     "r16 32x256 w4 s3 p4": (16, 32, 256, 4, 3, 4),

@@ -216,14 +216,16 @@ def _gemv_split_k_kernel(
     p_x, p_w, p_w_scale, p_bias, p_out, p_partial, M, N, K, k_per_split,
     stride_x_m, stride_w_n, stride_ws_n, stride_out_m,
     W_SCALE: tl.constexpr, G: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, STAGES: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """Split program_id(1) of K, [k_s, k_s + k_per_split) cut at K, for the BLOCK_M rows x BLOCK_N outputs of block
     program_id(0) (column blocks first) of a weight-only product (module docstring). k_per_split is a multiple of
     BLOCK_K, so every step but the last of the last split is whole, and with BLOCK_K dividing G each step lies in one
     scale group. BLOCK_M = 1: fp32 lanes accumulate x[k] s_w(n, k) w[n, k] over [BLOCK_N, BLOCK_K] and sum along K
-    once at the end; else tl.dot. SPLIT: store the fp32 partial P_s to p_partial (S, M, N); else the output."""
+    once at the end; else tl.dot. STAGES: the K loop's software pipeline (asked of the loop: the compiler pipelines
+    a plain range's loads only where they feed a dot). SPLIT: store the fp32 partial P_s to p_partial (S, M, N);
+    else the output."""
     n_blocks_n = tl.cdiv(N, BLOCK_N)
     i_m, i_n, i_split = tl.program_id(0) // n_blocks_n, tl.program_id(0) % n_blocks_n, tl.program_id(1)
     o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -238,7 +240,7 @@ def _gemv_split_k_kernel(
         acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     else:
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k in range(k_start, tl.minimum(K, k_start + k_per_split), BLOCK_K):
+    for k in tl.range(k_start, tl.minimum(K, k_start + k_per_split), BLOCK_K, num_stages=STAGES):
         # Only the last step of all reaches past K; K - k keeps K's divisibility, so the masked loads stay vectors.
         m_k = o_k < K - k
         b_x = tl.load(p_x_tile, mask=m_m[:, None] & m_k[None, :], other=0.0)  # [M, K]

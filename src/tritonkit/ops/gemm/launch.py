@@ -323,7 +323,7 @@ def _gemv(rows, w, w_scale, stride_ws, w_granularity, group, bias, out_rows, pla
     _gemv_split_k_kernel[(cdiv(m, plan.block_m) * cdiv(n, plan.block_n), splits)](
         rows, w, w_scale, bias, out_rows, partial, m, n, k, k_per_split,
         rows.stride(0), w.stride(0), stride_ws, out_rows.stride(0),
-        **scales, SPLIT=splits > 1, DOT_PRECISION=precision, UPCAST=interpreting(),
+        **scales, SPLIT=splits > 1, DOT_PRECISION=precision, UPCAST=interpreting(), STAGES=plan.stages,
         BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, BLOCK_K=block_k, num_warps=plan.warps, num_stages=plan.stages,
     )  # fmt: skip
     if splits > 1:

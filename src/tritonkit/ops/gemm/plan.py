@@ -101,7 +101,8 @@ class GemvPlan:
 GEMV_FALLBACK = (
     # One row: a 32 x 256 int8 tile is 8 KB a step, 16 B a lane per row; four programs a multiprocessor keep 32 KB of
     # loads in flight, past the ~20 KB per multiprocessor that covers HBM's latency at full bandwidth on an H100.
-    # One stage: Triton pipelines only loads that feed tl.dot; occupancy hides these.
+    # One stage: the loop unpipelined, occupancy hiding the loads (from 2 stages the loop asks the compiler for
+    # asynchronous copies ahead; not yet timed).
     (1, GemvPlan(1, 32, 256, 4, 1, 4, 512)),
     # Up to 16 rows: tl.dot over rows padded to 16 (the tensor cores' work is free next to the weight's read); 64 x
     # 128 w tiles, pipelined three deep through shared memory.
