@@ -213,7 +213,7 @@ def test_int4_codes_read_as_words_multiply_by_the_exact_weight(device, plan, m, 
     assert launched == [plan, plan]
 
 
-_ONE_ROW = Gemv4Tiles(32, 256, warps=4, products="fma")  # the measured choices, spelled out (plan.GEMV_FALLBACK)
+_ONE_ROW = Gemv4Tiles(32, 256, warps=4, stages=1, products="fma")  # the measured choices (plan.GEMV_FALLBACK)
 _INT4_ONE_ROW = Gemv4Tiles(128, 128, warps=4, stages=1, products="fma")
 _ROWS_ON_TENSOR_CORES = Gemv4Tiles(32, 256, warps=2, products="dot")
 _DOT_TILE = Linear4Tiles(16, 64, 128, 4, 3, 1)

@@ -241,8 +241,8 @@ def _linear4_gemv_kernel(
     M, N, K, half_k, pairs_per_split, stride_x_m, stride_x_k, stride_out_m, stride_q_n, stride_s_n,
     FORMAT: tl.constexpr, NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr, EVEN_K: tl.constexpr,
     BY_GROUP: tl.constexpr, GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr, UPCAST: tl.constexpr,
-    NF4_DECODE: tl.constexpr, PRODUCTS: tl.constexpr, DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    NF4_DECODE: tl.constexpr, PRODUCTS: tl.constexpr, DOT_PRECISION: tl.constexpr, STAGES: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """The forward for a few rows of x (M <= BLOCK_M, all in one program): program (i, s)
     streams rows i BLOCK_N .. of W over split s of K, BLOCK_K columns a step (BLOCK_K / 2 contiguous bytes of each
@@ -261,7 +261,8 @@ def _linear4_gemv_kernel(
     and x's rows as the columns of the second, padded to BLOCK_M >= 16, acc = W_tile x_tile^T: no FMA a value, and
     no trip of the weight through shared memory where the compiler keeps it in registers. SPLIT: store the fp32
     partial sum to p_part (S, M, N) (summed in order by _split_sum_kernel); else add the bias and store y in x's
-    dtype."""
+    dtype. STAGES: the K loop's software pipeline, asked of the loop (the compiler pipelines a plain range's loads
+    only where they feed a dot)."""
     # K as 2 (K / 2) where K is even: the same value, but one the compiler knows to be a multiple of 32 when K / 2 (an
     # argument) is one of 16, so that the byte loads' mask is constant over 16 lanes and they load 16 bytes a thread.
     k_w = 2 * half_k if EVEN_K else K
@@ -272,7 +273,7 @@ def _linear4_gemv_kernel(
     pair_lo = i_split * pairs_per_split
     pair_hi = tl.minimum(pair_lo + pairs_per_split, (k_w + 1) // 2)
     acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)  # transposed: a row's sums along K land as a column
-    for pair in range(pair_lo, pair_hi, BLOCK_K // 2):
+    for pair in tl.range(pair_lo, pair_hi, BLOCK_K // 2, num_stages=STAGES):
         if PRODUCTS == "fma" and BY_GROUP:
             # The weight exact: each group's products summed, then times its scale once (no value scaled, nor
             # rounded to x's dtype, on its own).

@@ -240,7 +240,7 @@ def _forward(x: torch.Tensor, bias, weight: _Weight, n: int, k: int, plan) -> to
             return out
         _forward_split_k(
             _linear4_gemv_kernel, cdiv(n, tiles.block_n), x, out, bias, weight, n, k, tiles, half_k=k // 2,
-            PRODUCTS=tiles.products, BLOCK_M=block_m,  # fused multiply-adds on: the nested absmax rounds by mul.rn
+            PRODUCTS=tiles.products, STAGES=tiles.stages, BLOCK_M=block_m,  # FMAs on: the nested absmax's mul.rn
         )  # fmt: skip
     else:
         _forward_split_k(

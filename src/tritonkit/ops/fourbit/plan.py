@@ -75,7 +75,7 @@ class Gemv4Tiles:
     block_n: int = 32  # rows of W (output columns) a program
     block_k: int = 256  # columns of W a step: block_k / 2 contiguous bytes of each of the block_n rows
     warps: int = 4
-    stages: int = 3  # the kernel's pipeline depth; the INT4 word GEMV's K loop pipelines its loads from 2
+    stages: int = 3  # the K loop's software pipeline (asked of the loop: loads by asynchronous copies ahead)
     splits: int = 0  # splits of K; 0: chosen by choose_splits
     nf4_decode: str = "select"  # NF4's code lookup (NF4_DECODES)
     products: str = "fma"  # "fma": on the CUDA cores; "dot": the tensor cores, x's rows padded to 16 (GEMV_PRODUCTS)
@@ -144,7 +144,9 @@ FORMATS = ("nf4", "int4")  # the weight's formats (the launcher's FORMAT flag)
 # CUDA cores, 32 x 256, 4 warps, splits chosen: at N 14336, K 4096 INT4 27.0 us, NF4 42.8 (the dot tile 38.6 and
 # 51.4; the best of nine tiles swept, 26.8 and 41.3, is within the noise of it); at N 4096, K 14336 28.6 and 44.2
 # (the dot tile 41.2 and 53.7).
-GEMV_ONE_ROW = Gemv4Tiles()
+# One stage: the loop as timed (its loads unpipelined; from 2 the loop asks for asynchronous copies ahead, not yet
+# timed on the CUDA cores' form).
+GEMV_ONE_ROW = Gemv4Tiles(stages=1)
 # INT4 at one row, its codes read as words (kernels._int4_gemv_words_kernel): 128 x 128, 4 warps, splits chosen, four
 # rows a thread so that each of x's values is converted once for four rows. At N 14336, K 4096 19.7 us and at N 4096,
 # K 14336 21.1 (1.52x and 1.50x cuBLAS bf16; 32 x 256 took 24.4 and 25.2; 2026-11-29-fourbit-gemv-words.md), its
