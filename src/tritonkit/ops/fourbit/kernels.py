@@ -218,6 +218,15 @@ def _x_of_pairs(p_x_row, pair_lo, G: tl.constexpr, GP: tl.constexpr, K, m_row, s
 
 
 @triton.jit
+def _add_to_column(acc, b_row, o_m, row: tl.constexpr):
+    """The GEMVs' [BLOCK_N, BLOCK_M] accumulator plus row ``row`` of x's sums [BLOCK_N, 1] in its column (all of it
+    when the accumulator has one column)."""
+    if acc.shape[1] == 1:
+        return acc + b_row
+    return tl.where(o_m[None, :] == row, acc + b_row, acc)
+
+
+@triton.jit
 def _store_gemv_output(acc, p_out, p_part, p_bias, o_n, o_m, M, N, i_split, stride_out_m, HAS_BIAS: tl.constexpr,
                        SPLIT: tl.constexpr):  # fmt: skip
     """A GEMV program's [BLOCK_N, BLOCK_M] sums (columns o_n of rows o_m): SPLIT, the fp32 partial sum of split
@@ -287,10 +296,7 @@ def _linear4_gemv_kernel(
                                             tl.full([1, 1, 1], row, tl.int32) < M, stride_x_k)  # fmt: skip
                 part = tl.sum(c_even * x_even[None], axis=2) + tl.sum(c_odd * x_odd[None], axis=2)  # [R, G]
                 b_row = tl.sum(part * b_scale, axis=1)[:, None]  # [R, 1]
-                if BLOCK_M == 1:
-                    acc += b_row
-                else:
-                    acc = tl.where(o_m[None, :] == row, acc + b_row, acc)
+                acc = _add_to_column(acc, b_row, o_m, row)
         else:
             b_even, b_odd = _weight_operands(
                 p_q, p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_code, p_nested_code, p_scales, p_zeros, o_n,
@@ -313,10 +319,7 @@ def _linear4_gemv_kernel(
                     m_x = (o_k < K) & (tl.full([BLOCK_K], row, tl.int32) < M)
                     b_x = tl.load(p_x_step + row * stride_x_m, mask=m_x, other=0.0).to(tl.float32)
                     b_row = tl.sum(b_w * b_x[None, :], axis=1)[:, None]  # [N, 1]
-                    if BLOCK_M == 1:
-                        acc += b_row
-                    else:
-                        acc = tl.where(o_m[None, :] == row, acc + b_row, acc)
+                    acc = _add_to_column(acc, b_row, o_m, row)
     _store_gemv_output(acc, p_out, p_part, p_bias, o_n, o_m, M, N, i_split, stride_out_m, HAS_BIAS, SPLIT)
 
 
@@ -414,10 +417,7 @@ def _int4_gemv_words_kernel(
                 + x7[None] * d7
             )  # [R, G, W]: one multiply and seven fused multiply-adds a word
             b_row = tl.sum(tl.sum(part, axis=2) * b_scale, axis=1)[:, None]  # [R, 1]
-            if BLOCK_M == 1:
-                acc += b_row
-            else:
-                acc = tl.where(o_m[None, :] == row, acc + b_row, acc)
+            acc = _add_to_column(acc, b_row, o_m, row)
     _store_gemv_output(acc, p_out, p_part, p_bias, o_n, o_m, M, N, i_split, stride_out_m, HAS_BIAS, SPLIT)
 
 
