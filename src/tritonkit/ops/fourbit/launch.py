@@ -251,39 +251,49 @@ def _forward(x: torch.Tensor, bias, weight: _Weight, n: int, k: int, plan) -> to
     return out
 
 
-def _forward_split_k(kernel, n_tiles: int, x, out, bias, weight: _Weight, n: int, k: int, tiles, **specific) -> None:
-    """y = x W^T + bias into out (m, n and k non-zero) by ``kernel`` (_linear4_fwd_kernel or _linear4_gemv_kernel,
-    with its own arguments ``specific``) on a grid of (n_tiles output tiles, splits of K), and the splits' partial
-    sums added in order."""
+def _split_k(n_tiles: int, x, out, bias, n: int, k: int, tiles, launch) -> None:
+    """y = x W^T + bias into out (m, n and k non-zero) on a grid of (n_tiles output tiles, splits of K): ``launch(grid,
+    part, pairs_per_split, split)`` runs the kernel, whose programs store the fp32 partial sums to part (S, M, N) when
+    split (else y to out), and the splits' partial sums are added in order."""
     m = x.shape[0]
     splits, pairs_per_split = _split(tiles, n_tiles, cdiv(k, 2), tiles.block_k // 2, m * n, x.device)
     part = torch.empty((splits, m, n), dtype=torch.float32, device=x.device) if splits > 1 else out
-    kernel[(n_tiles, splits)](
-        x, out, part, bias, *weight.pointers, M=m, N=n, K=k, pairs_per_split=pairs_per_split, stride_x_m=x.stride(0),
-        stride_x_k=x.stride(1), stride_out_m=out.stride(0), stride_q_n=weight.stride_q_n,
-        stride_s_n=weight.stride_s_n, **weight.flags, HAS_BIAS=bias is not None, SPLIT=splits > 1,
-        UPCAST=upcast_bf16_dots(x.dtype), DOT_PRECISION=input_precision(x.dtype), NF4_DECODE=_decode(weight, tiles),
-        BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, num_warps=tiles.warps, num_stages=tiles.stages, **specific,
-    )  # fmt: skip
+    launch((n_tiles, splits), part, pairs_per_split, splits > 1)
     if splits > 1:
         _sum_splits(part, bias, out)
+
+
+def _forward_split_k(kernel, n_tiles: int, x, out, bias, weight: _Weight, n: int, k: int, tiles, **specific) -> None:
+    """y = x W^T + bias by ``kernel`` (_linear4_fwd_kernel or _linear4_gemv_kernel, with its own arguments
+    ``specific``) split over K (_split_k)."""
+
+    def launch(grid, part, pairs_per_split, split):
+        kernel[grid](
+            x, out, part, bias, *weight.pointers, M=x.shape[0], N=n, K=k, pairs_per_split=pairs_per_split,
+            stride_x_m=x.stride(0), stride_x_k=x.stride(1), stride_out_m=out.stride(0), stride_q_n=weight.stride_q_n,
+            stride_s_n=weight.stride_s_n, **weight.flags, HAS_BIAS=bias is not None, SPLIT=split,
+            UPCAST=upcast_bf16_dots(x.dtype), DOT_PRECISION=input_precision(x.dtype),
+            NF4_DECODE=_decode(weight, tiles), BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, num_warps=tiles.warps,
+            num_stages=tiles.stages, **specific,
+        )  # fmt: skip
+
+    _split_k(n_tiles, x, out, bias, n, k, tiles, launch)
 
 
 def _int4_forward_by_words(x, out, bias, weight: _Weight, n: int, k: int, tiles: Gemv4Tiles, block_m: int) -> None:
-    """y = x W^T + bias into out (m, n and k non-zero) by _int4_gemv_words_kernel: INT4 codes read as words."""
-    m = x.shape[0]
-    splits, pairs_per_split = _split(tiles, cdiv(n, tiles.block_n), k // 2, tiles.block_k // 2, m * n, x.device)
-    part = torch.empty((splits, m, n), dtype=torch.float32, device=x.device) if splits > 1 else out
+    """y = x W^T + bias by _int4_gemv_words_kernel, INT4 codes read as words, split over K (_split_k)."""
     scales, zeros = weight.pointers[7], weight.pointers[8]
-    _int4_gemv_words_kernel[(cdiv(n, tiles.block_n), splits)](
-        x, out, part, bias, weight.words, scales, zeros, M=m, N=n, K=k, words_per_split=pairs_per_split // 4,
-        stride_x_m=x.stride(0), stride_x_k=x.stride(1), stride_out_m=out.stride(0),
-        stride_w_n=weight.words.stride(0), stride_s_n=weight.stride_s_n, GROUP=weight.flags["GROUP"],
-        HAS_BIAS=bias is not None, SPLIT=splits > 1, STAGES=tiles.stages, BLOCK_M=block_m, BLOCK_N=tiles.block_n,
-        BLOCK_K=tiles.block_k, num_warps=tiles.warps, num_stages=tiles.stages,
-    )  # fmt: skip
-    if splits > 1:
-        _sum_splits(part, bias, out)
+
+    def launch(grid, part, pairs_per_split, split):
+        _int4_gemv_words_kernel[grid](
+            x, out, part, bias, weight.words, scales, zeros, M=x.shape[0], N=n, K=k,
+            words_per_split=pairs_per_split // 4, stride_x_m=x.stride(0), stride_x_k=x.stride(1),
+            stride_out_m=out.stride(0), stride_w_n=weight.words.stride(0), stride_s_n=weight.stride_s_n,
+            GROUP=weight.flags["GROUP"], HAS_BIAS=bias is not None, SPLIT=split, STAGES=tiles.stages, BLOCK_M=block_m,
+            BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, num_warps=tiles.warps, num_stages=tiles.stages,
+        )  # fmt: skip
+
+    _split_k(cdiv(n, tiles.block_n), x, out, bias, n, k, tiles, launch)
 
 
 def _backward(dy, weight: _Weight, n: int, k: int, need_dx: bool, need_dbias: bool, plan) -> tuple:
