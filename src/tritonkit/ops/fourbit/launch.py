@@ -152,9 +152,6 @@ class _Weight:
     stride_q_n: int
     stride_s_n: int
     flags: dict
-    # INT4 codes as int32 words of 8 (N, K / 8), where K is a multiple of 8 and rows start 4-byte aligned: what
-    # _int4_gemv_words_kernel reads. None otherwise (NF4, or codes it cannot read so).
-    words: torch.Tensor | None = None
 
 
 def _flat(t: torch.Tensor | None) -> torch.Tensor | None:
@@ -180,9 +177,17 @@ def _int4_weight(qweight, scales, zeros, group_size) -> _Weight:
     pointers = (qweight, None, None, None, None, None, None, scales, zeros)
     flags = {"FORMAT": "int4", "NESTED": False, "NESTED_BLOCK": NESTED_BLOCK, "EVEN_K": True, "BY_GROUP": True,
              "GROUP": group_size}  # fmt: skip
+    return _Weight(pointers, qweight.stride(0), scales.stride(0), flags)
+
+
+def _int4_words(weight: _Weight) -> torch.Tensor | None:
+    """INT4 codes as int32 words of 8 (N, K / 8), what _int4_gemv_words_kernel reads, where K is a multiple of 8 and
+    rows start 4-byte aligned; None otherwise (NF4, or codes it cannot read so)."""
+    qweight = weight.pointers[0]
+    if weight.flags["FORMAT"] != "int4" or qweight.shape[0] == 0:
+        return None
     aligned = qweight.shape[1] % 4 == 0 and qweight.stride(0) % 4 == 0 and qweight.data_ptr() % 4 == 0
-    words = qweight.view(torch.int32) if aligned and qweight.shape[0] > 0 else None
-    return _Weight(pointers, qweight.stride(0), scales.stride(0), flags, words)
+    return qweight.view(torch.int32) if aligned else None
 
 
 def _split(tiles, n_tiles: int, length: int, step: int, outputs: int, device) -> tuple[int, int]:
@@ -235,8 +240,9 @@ def _forward(x: torch.Tensor, bias, weight: _Weight, n: int, k: int, plan) -> to
             raise ValueError(f"Gemv4Tiles: x may have at most {MAX_GEMV_ROWS} rows, got {m}; take Linear4Tiles or "
                              "DequantizeFirst for more")  # fmt: skip
         block_m = max(next_power_of_2(m), MIN_DOT if tiles.products == "dot" else 1)  # x's rows, padded for a dot
-        if tiles.products == "fma" and weight.words is not None and tiles.block_k >= _WORD_COLUMNS:
-            _int4_forward_by_words(x, out, bias, weight, n, k, tiles, block_m)
+        words = _int4_words(weight) if tiles.products == "fma" and tiles.block_k >= _WORD_COLUMNS else None
+        if words is not None:
+            _int4_forward_by_words(x, out, bias, weight, words, n, k, tiles, block_m)
             return out
         _forward_split_k(
             _linear4_gemv_kernel, cdiv(n, tiles.block_n), x, out, bias, weight, n, k, tiles, half_k=k // 2,
@@ -280,15 +286,17 @@ def _forward_split_k(kernel, n_tiles: int, x, out, bias, weight: _Weight, n: int
     _split_k(n_tiles, x, out, bias, n, k, tiles, launch)
 
 
-def _int4_forward_by_words(x, out, bias, weight: _Weight, n: int, k: int, tiles: Gemv4Tiles, block_m: int) -> None:
+def _int4_forward_by_words(
+    x, out, bias, weight: _Weight, words: torch.Tensor, n: int, k: int, tiles: Gemv4Tiles, block_m: int
+) -> None:
     """y = x W^T + bias by _int4_gemv_words_kernel, INT4 codes read as words, split over K (_split_k)."""
     scales, zeros = weight.pointers[7], weight.pointers[8]
 
     def launch(grid, part, pairs_per_split, split):
         _int4_gemv_words_kernel[grid](
-            x, out, part, bias, weight.words, scales, zeros, M=x.shape[0], N=n, K=k,
+            x, out, part, bias, words, scales, zeros, M=x.shape[0], N=n, K=k,
             words_per_split=pairs_per_split // 4, stride_x_m=x.stride(0), stride_x_k=x.stride(1),
-            stride_out_m=out.stride(0), stride_w_n=weight.words.stride(0), stride_s_n=weight.stride_s_n,
+            stride_out_m=out.stride(0), stride_w_n=words.stride(0), stride_s_n=weight.stride_s_n,
             GROUP=weight.flags["GROUP"], HAS_BIAS=bias is not None, SPLIT=split, STAGES=tiles.stages, BLOCK_M=block_m,
             BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, num_warps=tiles.warps, num_stages=tiles.stages,
         )  # fmt: skip
