@@ -173,13 +173,14 @@ WORD_CASES = [  # (plan, rows, K, group): a step inside a group, several groups 
 
 
 @pytest.mark.parametrize(("plan", "m", "k", "group"), WORD_CASES, ids=lambda v: str(v) if isinstance(v, int) else None)
-def test_int4_codes_read_as_words_multiply_by_the_exact_weight(device, plan, m, k, group):
+def test_int4_codes_read_as_words_multiply_by_the_exact_weight(monkeypatch, device, plan, m, k, group):
     """INT4's GEMV over int32 words: y = sum_g scale sum_k x (q - zero), the weight exact. fp32 x: within fp32 sums
     of the float64 product; bf16 x: the output's one rounding of it. x's magnitudes span 2^-100 to 2^100 (each
     product exact: x is scaled by 2^-16 at most). Codes that cannot be read as words (rows one byte off 4-byte
     alignment) take the byte GEMV, rounded weights and all, and still give the product."""
     launched = []
     real = launch._int4_forward_by_words
+    monkeypatch.setattr(launch, "_int4_forward_by_words", lambda *args: launched.append(args[-2]) or real(*args))
     n = 40
     qweight, scales, zeros = tk.ops.int4_quantize(_weight(n, k, device), group_size=group)
     exact = int4_weight(qweight, scales, zeros, group_size=group).double()
@@ -188,11 +189,7 @@ def test_int4_codes_read_as_words_multiply_by_the_exact_weight(device, plan, m, 
         x = torch.randn(m, k, device=device) * torch.tensor([2.0**-100, 1.0, 2.0**100], device=device)[
             torch.arange(k, device=device) % 3]  # fmt: skip
         x = x.to(dtype)
-        try:
-            launch._int4_forward_by_words = lambda *args: launched.append(args[-2]) or real(*args)
-            y = launch.int4_linear_fwd(x, bias.to(dtype), qweight, scales, zeros, group, plan=plan).double()
-        finally:
-            launch._int4_forward_by_words = real
+        y = launch.int4_linear_fwd(x, bias.to(dtype), qweight, scales, zeros, group, plan=plan).double()
         expected = x.double() @ exact.t() + bias.to(dtype).double()
         magnitude = x.double().abs() @ exact.abs().t() + bias.to(dtype).double().abs()
         bound = 4 * torch.finfo(torch.float32).eps * magnitude + torch.finfo(dtype).eps * expected.abs()
@@ -210,7 +207,7 @@ def test_int4_codes_read_as_words_multiply_by_the_exact_weight(device, plan, m, 
     x = torch.randn(m, k, device=device)
     y = launch.int4_linear_fwd(x, None, shifted, scales, zeros, group, plan=plan)
     torch.testing.assert_close(y.double(), x.double() @ exact.t(), rtol=1e-5, atol=1e-5)
-    assert launched == [plan, plan]
+    assert launched == [plan, plan]  # neither of the last two took the words
 
 
 _ONE_ROW = Gemv4Tiles(32, 256, warps=4, stages=1, products="fma")  # the measured choices (plan.GEMV_FALLBACK)
