@@ -538,6 +538,20 @@ def test_empty_batch_gives_zero(device):
     assert loss.item() == 0 and logits.grad.shape == (0, 7)
 
 
+@pytest.mark.parametrize("accum_dtype", [torch.float32, torch.bfloat16])
+def test_fused_empty_batch_gives_zero_weight_grads(device, accum_dtype):
+    """No tokens, so no chunk writes the d(weight) and d(bias) accumulators (the first chunk writes them, not adds):
+    they must come back zero, not the unset memory they were allocated as."""
+    hidden = torch.randn(0, 8, device=device, dtype=torch.bfloat16, requires_grad=True)
+    weight = torch.randn(10, 8, device=device, dtype=torch.bfloat16, requires_grad=True)
+    bias = torch.randn(10, device=device, dtype=torch.bfloat16, requires_grad=True)
+    target = torch.zeros(0, dtype=torch.int64, device=device)
+    loss = tk.ops.fused_linear_cross_entropy(hidden, weight, target, bias, reduction="sum", accum_dtype=accum_dtype)
+    (loss * 2).backward()
+    assert loss.item() == 0 and hidden.grad.shape == (0, 8)
+    assert torch.equal(weight.grad, torch.zeros_like(weight)) and torch.equal(bias.grad, torch.zeros_like(bias))
+
+
 # --------------------------------------------------------------------------------------------------
 # GPU only: CUDA graphs, memory
 # --------------------------------------------------------------------------------------------------

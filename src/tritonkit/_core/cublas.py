@@ -58,6 +58,28 @@ def mm_rounded(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = Non
     return (product if bias is None else product + bias.float()).to(a.dtype)
 
 
+def mm_rounded_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """out = a @ b in out's dtype, a's, rounded once (:func:`mm_rounded`'s product, written into ``out``)."""
+    if a.dtype == torch.float32:
+        torch.mm(a, b, out=out)
+    elif a.device.type == "cuda":
+        with _fp32_reductions():
+            torch.mm(a, b, out=out)
+    else:
+        out.copy_(mm_fp32(a, b))
+
+
+def mm_into_fp32(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """out (fp32) = a @ b (:func:`mm_fp32`'s product, written into ``out``: one GEMM where this torch has the
+    out_dtype form)."""
+    if a.dtype == torch.float32:
+        torch.mm(a, b, out=out)
+    elif _fp32_output_supported(out, getattr(torch.ops.aten.mm, "dtype_out", None)):
+        torch.mm(a, b, out_dtype=torch.float32, out=out)
+    else:
+        out.copy_(mm_fp32(a, b))
+
+
 def addmm_rounded_(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
     """acc += a @ b in acc's dtype, a's: the products and acc summed in fp32 and rounded once to acc's dtype. On CUDA,
     cuBLAS's addmm (its epilogue reads acc) with split-K reductions kept in fp32; on the CPU, whose 16-bit GEMM
