@@ -101,19 +101,20 @@ class GemvPlan:
 GEMV_FALLBACK = (
     # One row: a 32 x 256 int8 tile is 8 KB a step, 16 B a lane per row; four programs a multiprocessor keep 32 KB of
     # loads in flight, past the ~20 KB per multiprocessor that covers HBM's latency at full bandwidth on an H100.
-    # One stage: the loop unpipelined, occupancy hiding the loads (from 2 stages the loop asks the compiler for
-    # asynchronous copies ahead; not yet timed).
+    # One stage: the loop unpipelined, occupancy hiding the loads (sm90 pipelines it three deep: GEMV_MEASURED;
+    # unmeasured GPUs keep the plain loop).
     (1, GemvPlan(1, 32, 256, 4, 1, 4, 512)),
     # Up to 16 rows: tl.dot over rows padded to 16 (the tensor cores' work is free next to the weight's read); 64 x
     # 128 w tiles, pipelined three deep through shared memory.
     (16, GemvPlan(16, 64, 128, 4, 3, 4, 512)),
 )
-# sm90, one row: 16 x 512 w tiles (8 KB a step, as the fallback's) and 8 programs a multiprocessor, the fastest of 8
-# one-row plans on the H200 (benchmarks/gemv_plans.py, 2026-11-28-gemv-plans.md): 56% of the copy bandwidth in
-# geometric mean over the decode shapes against the fallback's 46%, 1.18-1.25x faster. 2 to 16 rows keep the
-# fallback's: 55-57%, within 1-2 points of the best single plan, though single shapes gain up to 1.25x with another
-# (4 rows, N 28672 K 8192: 64 x 256 tiles).
-GEMV_MEASURED: dict[str, tuple] = {"sm90": ((1, GemvPlan(1, 16, 512, 4, 1, 8, 512)), GEMV_FALLBACK[1])}
+# sm90, one row: the fallback's 32 x 256 w tiles and 4 programs a multiprocessor with the K loop pipelined three deep
+# (asynchronous copies ahead), the fastest of 12 one-row plans on the H200 (benchmarks/gemv_plans.py,
+# 2026-11-29-gemv-plans.md): 63% of the copy bandwidth in geometric mean over the decode shapes, against 56% for the
+# unpipelined 16 x 512 plan it replaces and 46% for the fallback's. 2 to 16 rows keep the fallback's: 55-57%, within
+# 1-2 points of the best single plan, though single shapes gain up to 1.25x with another (4 rows, N 28672 K 8192:
+# 64 x 256 tiles).
+GEMV_MEASURED: dict[str, tuple] = {"sm90": ((1, GemvPlan(1, 32, 256, 4, 3, 4, 512)), GEMV_FALLBACK[1])}
 
 # Each split writes an fp32 partial (4 bytes per row of x and output) for the block_k-wide slices of w it reads (1
 # byte per K value and output): K splits of at least PARTIAL_K_PER_ROW K values per row of x keep the partials'
