@@ -41,12 +41,12 @@ class AttentionPlan:
 # Padded head dim -> plan, on sm90, each width swept on the H100 (benchmarks/attention_configs.py): d128 at B4 H32
 # N4096, d64 at B2 H16 N8192 (the narrower widths follow it), d256 at B2 H16 N4096 causal, where only 64-row tiles
 # with 4 warps fit the shared memory in the forward. Tensor descriptors timed against pointer loads on the H200
-# (--tiles descriptors): every forward (d128: faster in 11 of 12 tile and mask pairs; d64 2%; d256 1.45x), d128's and
-# d256's dQ (3-6%) and d256's dK/dV (2%) take them; d128's and d64's dK/dV moved by under 2% either way and keep
-# pointer loads, as does d64's dQ (1%).
-_SM90_D64 = AttentionPlan(
-    Tiles(128, 64, 4, 3, descriptors=True), Tiles(32, 128, 4, 3), Tiles(64, 64, 4, 3), dkdv_few=Tiles(64, 64, 4, 3)
-)
+# (--tiles descriptors): d128's and d256's forwards (d128: faster in 11 of 12 tile and mask pairs; d256 1.45x), d128's
+# and d256's dQ (3-6%) and d256's dK/dV (2%) take them; d128's and d64's dK/dV moved by under 2% either way and keep
+# pointer loads, as does d64's dQ (1%). d64's forward gained 2% of its GPU time but a launch with two descriptors
+# costs the host 108 us more (176 against 68 us at B1 H32:8 N4096, the 1B training step's attention, whose forward
+# the host cannot keep fed; Triton encodes each descriptor at every launch): pointer loads.
+_SM90_D64 = AttentionPlan(Tiles(128, 64, 4, 3), Tiles(32, 128, 4, 3), Tiles(64, 64, 4, 3), dkdv_few=Tiles(64, 64, 4, 3))
 _SM90_D128 = AttentionPlan(
     Tiles(128, 128, 8, 3, descriptors=True), Tiles(64, 128, 8, 3), Tiles(128, 64, 8, 3, descriptors=True)
 )
