@@ -163,6 +163,20 @@ def test_available_peer_is_used(monkeypatch):
     assert liger.fn is peer_fn and liger.skip_reason is None
 
 
+def test_peer_that_fails_capture_is_not_tried_under_cuda_graphs(monkeypatch):
+    def peer_fn(x, y):
+        return x + y
+
+    peer_fn.fails_graph_capture = "acme's op reads values on the host"
+    monkeypatch.setattr(providers, "_module_available", lambda module: True)
+    spec = _with_peers({"liger": lambda: peer_fn})
+    assert providers.select_providers(spec)[-1].fn is peer_fn  # timed without CUDA graphs
+    graphed = providers.select_providers(spec, cuda_graph=True)[-1]
+    assert graphed.fn is None and graphed.skip_reason == (
+        "not timed under CUDA graphs: acme's op reads values on the host; time it without --cuda-graph"
+    )
+
+
 def test_unknown_provider_is_an_error():
     with pytest.raises(ValueError, match=r"unknown providers \['cutlass'\]"):
         providers.select_providers(catalog.get("add"), ["cutlass"])

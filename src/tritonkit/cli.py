@@ -329,7 +329,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--out", help="write JSON, markdown and PNG plots into this folder")
     bench.add_argument("--label", help="name for the output files (default: the kernel names, tag or 'all')")
-    bench.add_argument("--cuda-graph", action="store_true", help="time CUDA-graph replays (no launch overhead)")
+    bench.add_argument(
+        "--cuda-graph",
+        action="store_true",
+        help="time CUDA-graph replays (no launch overhead); peers known to fail capture are reported, not timed",
+    )
     bench.set_defaults(run=_cmd_bench)
 
     from tritonkit.index.cli import add_parser as add_index_parser

@@ -277,7 +277,7 @@ def run(
                 for case in bench_cases(spec, sizes, cases):
                     plan.append((spec, case, dtype, mode))
     rows: list[Measurement] = []
-    selected = {spec.name: select_providers(spec, providers) for spec in specs}
+    selected = {spec.name: select_providers(spec, providers, cuda_graph) for spec in specs}
     for index, (spec, case, dtype, mode) in enumerate(plan, 1):
         if progress:
             label = f"{spec.name} {spec.case_id(case)} {str(dtype).removeprefix('torch.')} {mode}"

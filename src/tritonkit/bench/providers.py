@@ -61,11 +61,14 @@ def _compiled(reference: Callable) -> Callable:
     return torch.compile(reference)
 
 
-def select_providers(spec: KernelSpec, wanted: Sequence[str] | None = None) -> list[Provider]:
+def select_providers(spec: KernelSpec, wanted: Sequence[str] | None = None,
+                     cuda_graph: bool = False) -> list[Provider]:  # fmt: skip
     """The providers of ``spec``, in a fixed order, filtered by ``wanted`` (all when None).
 
     Unknown names in ``wanted`` raise ValueError. Peers that are not installed, that lack this op, or whose
-    factory fails come back with ``fn=None`` and the reason.
+    factory fails come back with ``fn=None`` and the reason. With ``cuda_graph``, so do peers whose function says it
+    fails capture (a ``fails_graph_capture`` attribute, the reason): a capture that fails can leave the process unable
+    to capture again (seen: every later case of the run failed), so such a peer is not tried.
     """
     known = (*BASE_PROVIDERS, *spec.peers)
     if wanted:
@@ -87,9 +90,16 @@ def select_providers(spec: KernelSpec, wanted: Sequence[str] | None = None) -> l
             providers.append(Provider(name, None, f"{PEERS[name]} is not installed"))
         else:
             try:
-                providers.append(Provider(name, spec.peers[name]()))
+                fn = spec.peers[name]()
             except Exception as error:  # a peer this torch lacks (no FlexAttention) is reported, not fatal
                 providers.append(Provider(name, None, f"could not be set up: {type(error).__name__}: {error}"))
+                continue
+            fails_capture = getattr(fn, "fails_graph_capture", None) if cuda_graph else None
+            if fails_capture:
+                providers.append(Provider(name, None, f"not timed under CUDA graphs: {fails_capture}; time it "
+                                                      "without --cuda-graph"))  # fmt: skip
+            else:
+                providers.append(Provider(name, fn))
     if wanted:
         for name in wanted:
             if name not in known:

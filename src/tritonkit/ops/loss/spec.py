@@ -255,6 +255,8 @@ def _liger_fused_linear_cross_entropy():
                                                               label_smoothing, reduction, softcap)  # fmt: skip
         return loss
 
+    # Measured with liger-kernel 0.8.5 on the H200 (benchmarks/flce_speed.py, tritonkit bench --cuda-graph).
+    call.fails_graph_capture = "liger-kernel's fused linear cross-entropy fails CUDA-graph capture"
     return call
 
 
