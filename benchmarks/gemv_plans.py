@@ -20,8 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gemm_table import GEMV_M, GEMV_NK  # the benchmarks folder is no package: its own path
 
 # name -> GemvPlan's (block_m, block_n, block_k, warps, stages, programs_per_sm); min_split_k stays the fallback's.
-# One row multiplies in fp32 lanes (block_m 1, one stage: Triton pipelines only loads that feed tl.dot); more rows go
-# through tl.dot on rows padded to 16, pipelined through shared memory.
+# One row multiplies in fp32 lanes (block_m 1; its K loop pipelined where stages > 1, asked of the loop, as Triton
+# pipelines unasked only the loads that feed tl.dot); more rows go through tl.dot on rows padded to 16, pipelined
+# through shared memory.
 CANDIDATES = {
     "r1 32x256 w4 p4": (1, 32, 256, 4, 1, 4),
     "r1 16x256 w4 p4": (1, 16, 256, 4, 1, 4),
@@ -35,6 +36,15 @@ CANDIDATES = {
     "r1 16x512 w4 s2 p8": (1, 16, 512, 4, 2, 8),
     "r1 16x512 w4 s3 p8": (1, 16, 512, 4, 3, 8),
     "r1 32x256 w4 s3 p4": (1, 32, 256, 4, 3, 4),
+    # Around the pipelined 32 x 256 (sm90's one-row plan since 2026-11-29-gemv-plans.md): depth, programs, tiles.
+    "r1 32x256 w4 s4 p4": (1, 32, 256, 4, 4, 4),
+    "r1 32x256 w4 s3 p8": (1, 32, 256, 4, 3, 8),
+    "r1 32x256 w4 s3 p2": (1, 32, 256, 4, 3, 2),
+    "r1 32x256 w8 s3 p4": (1, 32, 256, 8, 3, 4),
+    "r1 16x256 w4 s3 p8": (1, 16, 256, 4, 3, 8),
+    "r1 64x256 w4 s3 p4": (1, 64, 256, 4, 3, 4),
+    "r1 32x512 w4 s3 p4": (1, 32, 512, 4, 3, 4),
+    "r1 32x128 w4 s4 p8": (1, 32, 128, 4, 4, 8),
     "r16 64x128 w4 s3 p4": (16, 64, 128, 4, 3, 4),
     "r16 32x128 w4 s3 p4": (16, 32, 128, 4, 3, 4),
     "r16 32x256 w4 s3 p4": (16, 32, 256, 4, 3, 4),

@@ -108,13 +108,13 @@ GEMV_FALLBACK = (
     # 128 w tiles, pipelined three deep through shared memory.
     (16, GemvPlan(16, 64, 128, 4, 3, 4, 512)),
 )
-# sm90, one row: the fallback's 32 x 256 w tiles and 4 programs a multiprocessor with the K loop pipelined three deep
-# (asynchronous copies ahead), the fastest of 12 one-row plans on the H200 (benchmarks/gemv_plans.py,
-# 2026-11-29-gemv-plans.md): 63% of the copy bandwidth in geometric mean over the decode shapes, against 56% for the
-# unpipelined 16 x 512 plan it replaces and 46% for the fallback's. 2 to 16 rows keep the fallback's: 55-57%, within
-# 1-2 points of the best single plan, though single shapes gain up to 1.25x with another (4 rows, N 28672 K 8192:
-# 64 x 256 tiles).
-GEMV_MEASURED: dict[str, tuple] = {"sm90": ((1, GemvPlan(1, 32, 256, 4, 3, 4, 512)), GEMV_FALLBACK[1])}
+# sm90, one row: the fallback's 32 x 256 w tiles with the K loop pipelined three deep (asynchronous copies ahead) and
+# 2 programs a multiprocessor (fewer K splits), the fastest of 20 one-row plans on the H200 (benchmarks/gemv_plans.py,
+# 2026-11-29-gemv-plans-r1-stages.md): 65% of the copy bandwidth in geometric mean over the decode shapes, against 63%
+# with 4 programs a multiprocessor (2026-11-29-gemv-plans.md), 56% for the unpipelined 16 x 512 plan before it and
+# 46% for the fallback's. 2 to 16 rows keep the fallback's: 55-57%, within 1-2 points of the best single plan, though
+# single shapes gain up to 1.25x with another (4 rows, N 28672 K 8192: 64 x 256 tiles).
+GEMV_MEASURED: dict[str, tuple] = {"sm90": ((1, GemvPlan(1, 32, 256, 4, 3, 2, 512)), GEMV_FALLBACK[1])}
 
 # Each split writes an fp32 partial (4 bytes per row of x and output) for the block_k-wide slices of w it reads (1
 # byte per K value and output): K splits of at least PARTIAL_K_PER_ROW K values per row of x keep the partials'
