@@ -195,7 +195,7 @@ def _compile_variant(index: int) -> str:
 def main() -> int:
     recorder = Recorder()
     JITFunction.run, Autotuner.run = _recording(recorder)
-    checks.interpreting = lambda: True  # CPU tensors pass the device check; the launches are only recorded
+    checks.kernels_interpreted = lambda: True  # CPU tensors pass the device check; the launches are only recorded
     device._INTERPRETER_PROGRAMS = H100_SMS
     for spin_waits in (True, False):
         with tritonkit.set_spin_waits(spin_waits):

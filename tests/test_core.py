@@ -80,3 +80,16 @@ def test_the_interpreter_is_refused_where_its_packages_clash(triton, numpy, refu
     assert (problem is not None) == refused
     if refused:
         assert problem.startswith(f"Triton {triton}'s interpreter does not run with NumPy {numpy}: install numpy<2.4")
+
+
+def test_launchers_keep_the_interpreter_mode_the_kernels_were_defined_in(monkeypatch):
+    """Triton fixes a kernel's mode when @triton.jit runs: a later change of TRITON_INTERPRET changes interpreting()
+    but not what the launchers ask (kernels_interpreted), which would otherwise disagree with the kernels."""
+    from tritonkit._core import env
+
+    tk.ops.add  # noqa: B018 (the kernels are defined, and the mode recorded, when tritonkit.ops is imported)
+    recorded = env.kernels_interpreted()
+    assert recorded == env.interpreting()
+    monkeypatch.setenv("TRITON_INTERPRET", "0" if recorded else "1")
+    assert env.interpreting() is not recorded
+    assert env.kernels_interpreted() is recorded

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 import torch
 
-from .env import _TRUE_WORDS, interpreting
+from .env import _TRUE_WORDS, kernels_interpreted
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _INTERPRETER_DEVICES = ("cpu", "cuda")  # the interpreter reads CPU memory and copies CUDA tensors to it and back
@@ -57,7 +57,7 @@ def check_device(**tensors: torch.Tensor) -> torch.device:
             f"{first} is on the meta device, which holds shapes but no data, so no kernel can run on it; "
             "tritonkit's ops need CUDA tensors (or CPU tensors under TRITON_INTERPRET=1)"
         )
-    if interpreting():
+    if kernels_interpreted():
         if device.type not in _INTERPRETER_DEVICES:
             raise ValueError(
                 f"{first} is on {device}, but the Triton interpreter runs kernels on CPU tensors (and CUDA ones); "

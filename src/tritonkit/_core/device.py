@@ -6,7 +6,7 @@ import functools
 
 import torch
 
-from tritonkit._core.env import interpreting
+from tritonkit._core.env import kernels_interpreted
 
 _INTERPRETER_PROGRAMS = 4  # under the interpreter programs run one by one: a few are plenty
 _INTERPRETER_L2_BYTES = 50 * 2**20  # the H100's and H200's L2, so that the CPU suite takes the GPU's choices
@@ -38,14 +38,14 @@ def _cuda_arch(index: int) -> str:
 def arch(device: torch.device) -> str:
     """The architecture launch-plan tables are keyed by: "sm90" for Hopper (H100, H200), "sm80" for Ampere (A100),
     and so on; INTERPRETER_ARCH under the interpreter."""
-    if interpreting() or device.type != "cuda":
+    if kernels_interpreted() or device.type != "cuda":
         return INTERPRETER_ARCH
     return _cuda_arch(_cuda_index(device))
 
 
 def sm_count(device: torch.device) -> int:
     """Multiprocessors of ``device`` (a small stand-in under the interpreter)."""
-    if interpreting() or device.type != "cuda":
+    if kernels_interpreted() or device.type != "cuda":
         return _INTERPRETER_PROGRAMS
     return _cuda_sm_count(_cuda_index(device))
 
@@ -67,7 +67,7 @@ def _cuda_max_shared_memory(index: int) -> int:
 
 def max_shared_memory(device: torch.device) -> int:
     """Bytes of shared memory one program may use on ``device`` (unbounded under the interpreter)."""
-    if interpreting() or device.type != "cuda":
+    if kernels_interpreted() or device.type != "cuda":
         return 1 << 30
     return _cuda_max_shared_memory(_cuda_index(device))
 
@@ -87,6 +87,6 @@ def pipeline_depth(stages: int, bytes_per_stage: int, device: torch.device) -> i
 
 def l2_bytes(device: torch.device) -> int:
     """Bytes of L2 cache of ``device`` (the H100's 50 MB under the interpreter)."""
-    if interpreting() or device.type != "cuda":
+    if kernels_interpreted() or device.type != "cuda":
         return _INTERPRETER_L2_BYTES
     return _cuda_l2_bytes(_cuda_index(device))

@@ -16,6 +16,24 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in _TRUE_WORDS
 
 
+# interpreting() as it was when tritonkit.ops defined tritonkit's kernels; None until then.
+_kernels_interpreted: bool | None = None
+
+
+def record_kernel_mode() -> None:
+    """Remember interpreting() for :func:`kernels_interpreted`: called by tritonkit.ops as it defines the kernels."""
+    global _kernels_interpreted
+    _kernels_interpreted = interpreting()
+
+
+def kernels_interpreted() -> bool:
+    """Whether tritonkit's own kernels run through the interpreter: :func:`interpreting` as it was when tritonkit.ops
+    defined them (Triton fixes a kernel's mode when ``@triton.jit`` runs, so a later change of the variable cannot
+    change theirs), or as it is now before then. The launchers ask this several times a launch, and reading
+    ``os.environ`` costs about a microsecond each time (a tenth of the Python an attention step adds on the host)."""
+    return interpreting() if _kernels_interpreted is None else _kernels_interpreted
+
+
 def cuda_available() -> bool:
     import torch
 
@@ -59,4 +77,4 @@ def upcast_bf16_dots(dtype) -> bool:
     compute wrong values (docs/interpreter.md). On a GPU the tensor cores take them as they are."""
     import torch
 
-    return interpreting() and dtype == torch.bfloat16
+    return kernels_interpreted() and dtype == torch.bfloat16

@@ -24,7 +24,7 @@ import os
 import torch
 
 from tritonkit._core.device import sm_count
-from tritonkit._core.env import interpreting
+from tritonkit._core.env import kernels_interpreted
 from tritonkit._core.ints import cdiv, next_power_of_2
 
 _spin_waits = os.environ.get("TRITONKIT_SPIN_WAITS", "1").strip().lower() not in ("0", "false", "off", "no")
@@ -59,7 +59,7 @@ def waits_safely(n_blocks: int, device: torch.device) -> bool:
     """Whether one launch may wait across ``n_blocks`` programs per row: spin-waits allowed, not under the
     interpreter, and at most one program per multiprocessor, which every kernel that launches at all can have
     resident (see the module docstring for where even that does not hold)."""
-    return _spin_waits and not interpreting() and n_blocks <= sm_count(device)
+    return _spin_waits and not kernels_interpreted() and n_blocks <= sm_count(device)
 
 
 def launch_split_rows(kernel, leading, trailing, n_rows: int, n_cols: int, block_n: int, parts_per_slice: int,

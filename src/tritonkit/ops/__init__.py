@@ -4,6 +4,7 @@ op.py (the public functions and their autograd), spec.py (float64 reference, cas
 A package never carries the name of a public op, which would shadow it here.
 """
 
+from tritonkit._core.env import record_kernel_mode
 from tritonkit._core.interpreter import speed_up_if_interpreting
 from tritonkit.ops.activation.op import geglu, gelu, silu, swiglu
 from tritonkit.ops.decoding.op import decode_attention, dequantize_kv, kv_cache_append, quantize_kv
@@ -28,6 +29,7 @@ from tritonkit.ops.row_softmax.op import log_softmax, softmax
 from tritonkit.ops.tutorial.op import add, add_relu, copy, matmul, rgb_to_grey
 from tritonkit.ops.vocab_parallel.op import vocab_parallel_cross_entropy, vocab_parallel_fused_linear_cross_entropy
 
+record_kernel_mode()  # the mode the families' kernels above were defined in
 speed_up_if_interpreting()  # helper calls inside interpreted kernels skip a redundant repatching of triton.language
 
 __all__ = [
