@@ -290,6 +290,47 @@ def test_fused_loss_of_a_bf16_llama_is_transformers_fp32_loss():
         assert not torch.allclose(expected.bfloat16().float(), expected, **fp32_sum)
 
 
+def test_fused_loss_accumulates_the_head_gradient_in_accum_dtype(monkeypatch):
+    """apply(accum_dtype=the head's dtype) reaches the fused op (half the accumulator's memory, Liger-Kernel's
+    default); float32 stays the default. Both head gradients match the unpatched model's to bf16 precision (the
+    logits and their gradient are bf16 in either; the bf16 sum over the loss's ten token chunks adds a few ulps)."""
+    from tritonkit.integrations import transformers_families
+
+    seen = []
+    fused = transformers_families.ops.fused_linear_cross_entropy
+
+    def spy(*args, accum_dtype, **kwargs):
+        seen.append(accum_dtype)
+        return fused(*args, accum_dtype=accum_dtype, **kwargs)
+
+    monkeypatch.setattr(transformers_families.ops, "fused_linear_cross_entropy", spy)
+    torch.manual_seed(testing.fresh_seed())
+    reference = _tiny_model("llama", layers=1, dtype=torch.bfloat16)
+    ids, labels = _batch(torch.Generator().manual_seed(testing.fresh_seed()), batch=4, tokens=16)
+    reference.train()(ids, labels=labels).loss.backward()
+    expected = reference.lm_head.weight.grad.float()
+    bf16_tolerance = {"atol": 2**-6 * expected.abs().max().item(), "rtol": 2**-6}
+    for accum_dtype in (torch.bfloat16, torch.float32):
+        patched = copy.deepcopy(reference)
+        patched.zero_grad()
+        options = {} if accum_dtype == torch.float32 else {"accum_dtype": accum_dtype}
+        tk_hf.apply(patched, rms_norm=False, rope=False, swiglu=False, attention=False, **options)
+        patched.train()(ids, labels=labels).loss.backward()
+        assert seen[-1] == accum_dtype and patched.lm_head.weight.grad.dtype == torch.bfloat16
+        torch.testing.assert_close(patched.lm_head.weight.grad.float(), expected, **bf16_tolerance)
+
+
+def test_accum_dtype_is_checked_before_anything_is_patched():
+    model = _tiny_model("llama", layers=1, dtype=torch.bfloat16)
+    forward = model.forward
+    with pytest.raises(TypeError, match=r"accum_dtype must be a torch\.dtype, got str"):
+        tk_hf.apply(model, accum_dtype="bfloat16")
+    with pytest.raises(ValueError, match=r"accum_dtype must be torch\.float32 or the LM head's dtype torch\.bfloat16, "
+                                         r"got torch\.float16"):  # fmt: skip
+        tk_hf.apply(model, accum_dtype=torch.float16)
+    assert not tk_hf.is_patched(model) and model.forward == forward
+
+
 @pytest.mark.parametrize("model_type", sorted(_FAMILIES))
 def test_every_layer_is_patched(model_type):
     """Each decoder layer adds the same number of patched norms and attentions, one or more (the convergence test

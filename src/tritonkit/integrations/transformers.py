@@ -30,7 +30,9 @@ docs/huggingface.md for the table and the reasons):
   ``tk.ops.fused_linear_cross_entropy`` (final-logit softcap and Granite's logit scaling included, MoE routers'
   load-balancing loss added as the model does), which never materialises the logits (``logits`` is then None in
   the output). Evaluation, no labels, or a head that is not a plain ``nn.Linear`` (a PEFT adapter on the head) run
-  the model's own head.
+  the model's own head. ``accum_dtype`` (as Liger-Kernel's option of that name) sets the dtype the head's gradient
+  is summed in over the loss's token chunks: ``torch.float32`` (the default, the more accurate) or the head's own
+  dtype (half the accumulator's memory; Liger-Kernel's default).
 
 Versions: transformers ``SUPPORTED_TRANSFORMERS`` (>= 5.0, < 6), the range the tests run on; others get a clear error.
 """
@@ -40,6 +42,8 @@ from __future__ import annotations
 import importlib.metadata
 import sys
 import types
+
+import torch
 
 from tritonkit.integrations import transformers_attention
 from tritonkit.integrations import transformers_families as families
@@ -154,7 +158,18 @@ def is_patched(model) -> bool:
     return _PATCHES in _transformers_model(model).__dict__
 
 
-def _plan(model, family: families.Family, switches: dict) -> tuple[list, dict]:
+def _check_accum_dtype(model, accum_dtype) -> None:
+    if not isinstance(accum_dtype, torch.dtype):
+        raise TypeError(f"tritonkit: accum_dtype must be a torch.dtype, got {type(accum_dtype).__name__}")
+    head = getattr(model, "lm_head", None)
+    head_dtype = head.weight.dtype if isinstance(getattr(head, "weight", None), torch.Tensor) else None
+    if accum_dtype != torch.float32 and accum_dtype != head_dtype:
+        raise ValueError(f"tritonkit: accum_dtype must be torch.float32 or the LM head's dtype {head_dtype}, got "
+                         f"{accum_dtype}")  # fmt: skip
+
+
+def _plan(model, family: families.Family, switches: dict,
+          accum_dtype: torch.dtype = torch.float32) -> tuple[list, dict]:  # fmt: skip
     """Every (module, attribute, value) that the switches set, and the counts apply() returns; raises before anything
     is changed when a piece is missing or is not what tritonkit implements."""
     modeling = sys.modules[type(model).__module__]
@@ -205,14 +220,14 @@ def _plan(model, family: families.Family, switches: dict) -> tuple[list, dict]:
         plan.append((model, "_loss_function", families.causal_lm_loss))  # what the loss_function setter writes
         counts["cross_entropy"] = 1
     if switches["fused_linear_cross_entropy"] and has_head:
-        forward = families.causal_lm_forward(model.forward, family, modeling)
+        forward = families.causal_lm_forward(model.forward, family, modeling, accum_dtype)
         plan.append((model, "forward", types.MethodType(forward, model)))
         counts["fused_linear_cross_entropy"] = 1
     return plan, counts
 
 
 def apply(model, *, rms_norm=True, rope=True, attention=True, swiglu=True, cross_entropy=True,
-          fused_linear_cross_entropy=True):  # fmt: skip
+          fused_linear_cross_entropy=True, accum_dtype=torch.float32):  # fmt: skip
     """Patch ``model`` (and only it) to run on tritonkit kernels. Returns how many modules each switch
     patched, e.g. ``{"rms_norm": 9, "rope": 2, "attention": 2, "swiglu": 2, "cross_entropy": 1, ...}``.
 
@@ -221,7 +236,9 @@ def apply(model, *, rms_norm=True, rope=True, attention=True, swiglu=True, cross
     that piece, or a piece that is not what tritonkit implements (an RMSNorm or RoPE variant, an activation: the
     message names it); RuntimeError for an unsupported transformers version. Loss switches are skipped (count 0) on
     a model without a language-model head, such as ``LlamaModel``; the MLP switch on an MoE model whose layers are
-    all routed experts. On any error the model is left exactly as it was.
+    all routed experts. ``accum_dtype``: the fused loss's d(weight) accumulator (module docstring); TypeError for a
+    non-dtype, ValueError for another dtype than float32 or the head's. On any error the model is left exactly as it
+    was.
     """
     _check_transformers()
     model = _transformers_model(model)
@@ -230,7 +247,8 @@ def apply(model, *, rms_norm=True, rope=True, attention=True, swiglu=True, cross
         raise ValueError(f"tritonkit: this {type(model).__name__} is already patched; call revert(model) first")
     switches = dict(zip(SWITCHES, (rms_norm, rope, attention, swiglu, cross_entropy, fused_linear_cross_entropy),
                         strict=True))  # fmt: skip
-    plan, counts = _plan(model, family, switches)
+    _check_accum_dtype(model, accum_dtype)
+    plan, counts = _plan(model, family, switches, accum_dtype)
     record: list = []
     try:
         for owner, name, value in plan:
@@ -259,15 +277,15 @@ def revert(model) -> None:
 def from_pretrained(name_or_path, *args, **kwargs):
     """``transformers.AutoModelForCausalLM.from_pretrained(name_or_path, *args, **kwargs)``, then :func:`apply`.
 
-    The switches of :func:`apply` (``rms_norm=``, ``rope=``, ``attention=``, ...) may be given here and go to it; every
-    other argument goes to transformers. Returns the patched model.
+    The switches of :func:`apply` (``rms_norm=``, ``rope=``, ``attention=``, ...) and its ``accum_dtype=`` may be given
+    here and go to it; every other argument goes to transformers. Returns the patched model.
 
     Example: ``model = tk_hf.from_pretrained("Qwen/Qwen3-0.6B", dtype=torch.bfloat16, attention=False)``.
     """
     _check_transformers()
     import transformers
 
-    switches = {name: kwargs.pop(name) for name in SWITCHES if name in kwargs}
+    switches = {name: kwargs.pop(name) for name in (*SWITCHES, "accum_dtype") if name in kwargs}
     model = transformers.AutoModelForCausalLM.from_pretrained(name_or_path, *args, **kwargs)
     apply(model, **switches)
     return model

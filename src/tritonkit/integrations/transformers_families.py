@@ -296,12 +296,16 @@ def causal_lm_loss(logits, labels, vocab_size, num_items_in_batch=None, ignore_i
     return _mean_or_per_item(loss, num_items_in_batch)
 
 
-def _linear_loss(head: torch.nn.Linear, hidden, target, **options):
+def _linear_loss(head: torch.nn.Linear, hidden, target, *, accum_dtype=torch.float32, **options):
     """The fused loss of a linear head: vocabulary-parallel when tensor parallelism made its weight a DTensor
-    split along the vocabulary (``ColwiseParallel``), else on the whole weight."""
+    split along the vocabulary (``ColwiseParallel``; its d(weight) is summed in fp32), else on the whole weight
+    (d(weight) summed in ``accum_dtype``)."""
     if is_dtensor(head.weight):
+        if accum_dtype != torch.float32:
+            raise ValueError(f"tritonkit: accum_dtype={accum_dtype} for a vocabulary-parallel LM head (a DTensor "
+                             "weight): its fused loss sums d(weight) in torch.float32 only")  # fmt: skip
         return ops.vocab_parallel_fused_linear_cross_entropy(hidden, head.weight, target, head.bias, **options)
-    return ops.fused_linear_cross_entropy(hidden, head.weight, target, head.bias, **options)
+    return ops.fused_linear_cross_entropy(hidden, head.weight, target, head.bias, accum_dtype=accum_dtype, **options)
 
 
 _HEAD_LOSS = "_tritonkit_fused_loss"  # the method of an FSDP2-sharded head that FSDP runs as a forward
@@ -344,9 +348,11 @@ def _cache_name(output_type) -> str:
     return "cache" if "cache" in output_type.__dataclass_fields__ else "past_key_values"
 
 
-def causal_lm_forward(original_forward: Callable, family: Family, modeling: types.ModuleType):
+def causal_lm_forward(original_forward: Callable, family: Family, modeling: types.ModuleType,
+                      accum_dtype: torch.dtype = torch.float32):  # fmt: skip
     """The model's forward, with the head and the loss fused when training with labels and a plain linear head (a
-    head wrapped by PEFT, or quantized, runs the model's own forward)."""
+    head wrapped by PEFT, or quantized, runs the model's own forward); the head's gradient summed in
+    ``accum_dtype``."""
     from transformers import modeling_outputs
 
     output_type = modeling_outputs.MoeCausalLMOutputWithPast if family.moe else modeling_outputs.CausalLMOutputWithPast
@@ -382,7 +388,7 @@ def causal_lm_forward(original_forward: Callable, family: Family, modeling: type
 
         def loss(reduction):
             return head_loss(head, flat, target, ignore_index=ignore_index, softcap=softcap, reduction=reduction,
-                             loss_dtype=torch.float32)  # fmt: skip
+                             loss_dtype=torch.float32, accum_dtype=accum_dtype)  # fmt: skip
 
         fields = {
             "loss": _mean_or_per_item(loss, kwargs.get("num_items_in_batch")),
