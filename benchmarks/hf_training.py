@@ -10,9 +10,11 @@ transformers for the whole process (tritonkit's changes one model instance). Eve
 randomly initialised model (seeded; no download; ``use_cache`` off, as in training code, so no provider builds a
 KV cache during the step), trains it with AdamW in bf16 on the same random tokens,
 and reports tokens per second over the timed steps, peak GPU memory, and the losses (which should agree
-between providers to bf16 precision: a check that the patched model trains the same). A provider named
-``<name>+compile`` is that provider with the whole model under ``torch.compile`` (its compilation falls in the
-warm-up steps). ``--profile``: one more step under torch.profiler, whose top GPU kernels by time are printed.
+between providers to bf16 precision: a check that the patched model trains the same). ``tritonkit-bf16-head`` is
+the patch with ``apply(accum_dtype=torch.bfloat16)`` (the fused loss's head gradient summed in bf16, Liger-Kernel's
+memory choice). A provider named ``<name>+compile`` is that provider with the whole model under ``torch.compile``
+(its compilation falls in the warm-up steps). ``--profile``: one more step under torch.profiler, whose top GPU
+kernels by time are printed.
 
 ``--model llama`` (the default) is Llama 3.2 1B's shape; ``--model moe`` is Qwen3-MoE's layout at 1.7B parameters,
 0.7B of them active per token, trained with the routers' load-balancing loss; its routed experts run in
@@ -35,7 +37,9 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-PROVIDERS = ("hf", "tritonkit", "liger", "hf+compile", "tritonkit+compile", "liger+compile")
+PROVIDERS = ("hf", "tritonkit", "tritonkit-bf16-head", "liger", "hf+compile", "tritonkit+compile", "liger+compile")
+# tritonkit-bf16-head: the patch with apply(accum_dtype=torch.bfloat16), the fused loss's head gradient summed in
+# bf16 (half its accumulator's memory) as Liger-Kernel's is.
 # About 1.2B parameters: the shape of Llama 3.2 1B with its 128256-token vocabulary.
 CONFIG = {
     "vocab_size": 128256, "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
@@ -96,10 +100,10 @@ def run_one(provider: str, seq: int, batch: int, warmup: int, steps: int, profil
     config = config_class(**(spec.tiny_config if tiny else spec.config), attn_implementation="sdpa", use_cache=False)
     model = getattr(transformers, spec.causal_lm_class)(config).to(device=device, dtype=dtype)
     patch, compiled = provider.removesuffix("+compile"), provider.endswith("+compile")
-    if patch == "tritonkit":
+    if patch.startswith("tritonkit"):
         from tritonkit.integrations import transformers as tk_hf
 
-        tk_hf.apply(model)
+        tk_hf.apply(model, accum_dtype=dtype if patch == "tritonkit-bf16-head" else torch.float32)
     elif patch == "liger":
         import liger_kernel.transformers as liger
 
