@@ -48,7 +48,12 @@ def check_device(**tensors: torch.Tensor) -> torch.device:
     """
     names = list(tensors)
     first = names[0]
-    device = tensors[first].device
+    reference = tensors[first]
+    if reference.is_cuda and not kernels_interpreted():  # the common case, without making a torch.device per tensor
+        index = reference.get_device()
+        if all(t.is_cuda and t.get_device() == index for t in tensors.values()):
+            return reference.device
+    device = reference.device
     for name in names[1:]:
         if tensors[name].device != device:
             raise ValueError(f"{first} and {name} must be on the same device, got {device} and {tensors[name].device}")
