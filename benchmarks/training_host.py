@@ -12,14 +12,16 @@ tensor descriptors. Writes ``<date>-training-host-costs.txt``.
 
 ``--steps``: whole training steps of the 1B Llama (``hf_training.py``'s model and step, one batch of random tokens
 used at every step) in one process: transformers, tritonkit's patch, the patch with autograd's multithreading off,
-and the patch with each of its switches off in turn; per line the wall time per step over 8 steps and the host's
-time to issue one step right after a synchronisation (best of 3). Writes ``<date>-training-step-host.txt``.
+and the patch with each of its switches off in turn; per line the wall time per step over 8 steps, the host's
+time to issue one step right after a synchronisation (best of 3), and the GPU's busy time per step (kernels, under
+torch.profiler). Writes ``<date>-training-step-host.txt``.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -120,6 +122,24 @@ def _attention_launchers() -> list[str]:
     return lines
 
 
+def _device_busy_ms(step, steps: int) -> float:
+    """Milliseconds per step in which the GPU runs a kernel (the union of the kernels' spans, torch.profiler's CUDA
+    activity only): the step's device time, which its wall time exceeds where the host cannot keep up."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as profiler:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    spans = sorted((e.time_range.start, e.time_range.end) for e in profiler.events()
+                   if e.device_type == torch.autograd.DeviceType.CUDA)  # fmt: skip
+    busy, end = 0.0, float("-inf")
+    for start, stop in spans:
+        busy += max(0.0, stop - max(start, end))
+        end = max(end, stop)
+    return busy / 1e3 / steps  # the profiler's times are in µs
+
+
 def _step_lines() -> list[str]:
     import gc
 
@@ -156,16 +176,18 @@ def _step_lines() -> list[str]:
             _train_step(model, optimizer, ids)
             issued = min(issued, time.perf_counter() - start)
         torch.cuda.synchronize()
+        busy = _device_busy_ms(functools.partial(_train_step, model, optimizer, ids), steps=2)
         torch.autograd.set_multithreading_enabled(True)
         del model, optimizer
         gc.collect()
         torch.cuda.empty_cache()
-        line = f"{label:48} {1e3 * per_step:8.1f} {1e3 * issued:10.1f}"
+        line = f"{label:48} {1e3 * per_step:8.1f} {1e3 * issued:10.1f} {busy:9.1f}"
         print(line, flush=True)
         return line
 
     every = dict.fromkeys(tk_hf.SWITCHES, True)
-    lines = [f"{'step':48} {'ms/step':>8} {'issued ms':>10}", run("transformers", None), run("tritonkit", every),
+    lines = [f"{'step':48} {'ms/step':>8} {'issued ms':>10} {'GPU busy':>9}", run("transformers", None),
+             run("tritonkit", every),
              run("tritonkit, autograd on one thread", every, one_thread=True)]  # fmt: skip
     lines += [run(f"tritonkit without {switch}", {**every, switch: False}) for switch in tk_hf.SWITCHES
               if switch != "cross_entropy"]  # fmt: skip
