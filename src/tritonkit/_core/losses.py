@@ -148,7 +148,10 @@ def add_chunk_grads(dlogits, h_chunk, weight, rows: slice, grads) -> None:
             (addmm_into_fp32 if fp32 else addmm_rounded_)(grad_weight, dlogits.t(), h_chunk)
     if grad_bias is not None:
         bias_share = dlogits.sum(0, dtype=torch.float32)
-        grad_bias.copy_(bias_share) if first else grad_bias.add_(bias_share)
+        if first:
+            grad_bias.copy_(bias_share)
+        else:
+            grad_bias.add_(bias_share)
 
 
 def or_empty(t: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
