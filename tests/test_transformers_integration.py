@@ -328,7 +328,14 @@ def test_accum_dtype_is_checked_before_anything_is_patched():
     with pytest.raises(ValueError, match=r"accum_dtype must be torch\.float32 or the LM head's dtype torch\.bfloat16, "
                                          r"got torch\.float16"):  # fmt: skip
         tk_hf.apply(model, accum_dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"accum_dtype=torch\.bfloat16 sets the fused loss's head gradient, but "
+                                         r"fused_linear_cross_entropy=False"):  # fmt: skip
+        tk_hf.apply(model, fused_linear_cross_entropy=False, accum_dtype=torch.bfloat16)
     assert not tk_hf.is_patched(model) and model.forward == forward
+    base = model.model  # LlamaModel: no LM head, no fused loss
+    with pytest.raises(ValueError, match=r"but this LlamaModel has no LM head"):
+        tk_hf.apply(base, accum_dtype=torch.bfloat16)
+    assert not tk_hf.is_patched(base)
 
 
 @pytest.mark.parametrize("model_type", sorted(_FAMILIES))

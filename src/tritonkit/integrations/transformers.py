@@ -158,14 +158,20 @@ def is_patched(model) -> bool:
     return _PATCHES in _transformers_model(model).__dict__
 
 
-def _check_accum_dtype(model, accum_dtype) -> None:
+def _check_accum_dtype(model, accum_dtype, fused_loss: bool) -> None:
+    """accum_dtype is a dtype the fused loss takes for this model's head; a 16-bit one where no fused loss runs
+    (switched off, or no LM head) would silently do nothing, so it is refused."""
     if not isinstance(accum_dtype, torch.dtype):
         raise TypeError(f"tritonkit: accum_dtype must be a torch.dtype, got {type(accum_dtype).__name__}")
+    if accum_dtype == torch.float32:
+        return
     head = getattr(model, "lm_head", None)
-    head_dtype = head.weight.dtype if isinstance(getattr(head, "weight", None), torch.Tensor) else None
-    if accum_dtype != torch.float32 and accum_dtype != head_dtype:
-        raise ValueError(f"tritonkit: accum_dtype must be torch.float32 or the LM head's dtype {head_dtype}, got "
-                         f"{accum_dtype}")  # fmt: skip
+    if not fused_loss or not isinstance(getattr(head, "weight", None), torch.Tensor):
+        why = "fused_linear_cross_entropy=False" if not fused_loss else f"this {type(model).__name__} has no LM head"
+        raise ValueError(f"tritonkit: accum_dtype={accum_dtype} sets the fused loss's head gradient, but {why}")
+    if accum_dtype != head.weight.dtype:
+        raise ValueError(f"tritonkit: accum_dtype must be torch.float32 or the LM head's dtype {head.weight.dtype}, "
+                         f"got {accum_dtype}")  # fmt: skip
 
 
 def _plan(model, family: families.Family, switches: dict,
@@ -247,7 +253,7 @@ def apply(model, *, rms_norm=True, rope=True, attention=True, swiglu=True, cross
         raise ValueError(f"tritonkit: this {type(model).__name__} is already patched; call revert(model) first")
     switches = dict(zip(SWITCHES, (rms_norm, rope, attention, swiglu, cross_entropy, fused_linear_cross_entropy),
                         strict=True))  # fmt: skip
-    _check_accum_dtype(model, accum_dtype)
+    _check_accum_dtype(model, accum_dtype, bool(fused_linear_cross_entropy))
     plan, counts = _plan(model, family, switches, accum_dtype)
     record: list = []
     try:
