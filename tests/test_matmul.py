@@ -91,7 +91,7 @@ def test_persistent_tiles_by_rows_fill_the_multiprocessors(monkeypatch):
     else the narrowest; fp32 its own tile; none before Hopper."""
     from tritonkit.ops.tutorial import plan
 
-    monkeypatch.setattr(plan, "interpreting", lambda: False)
+    monkeypatch.setattr(plan, "kernels_interpreted", lambda: False)
     few, many = (tiles for _, tiles in plan.PERSISTENT_SM90_BY_ROWS)
 
     def tile(m, n):
@@ -111,7 +111,7 @@ def test_auto_variant_and_precision_rules(monkeypatch):
     from tritonkit.ops.tutorial import plan
 
     assert choose_matmul_variant("sm90", 2, True) == "grouped"  # under the interpreter
-    monkeypatch.setattr(plan, "interpreting", lambda: False)
+    monkeypatch.setattr(plan, "kernels_interpreted", lambda: False)
     assert choose_matmul_variant("sm90", 2, True) == "persistent"
     assert choose_matmul_variant("sm90", 4, True) == "autotuned"  # fp32: the persistent tile was never timed
     assert choose_matmul_variant("sm90", 2, False) == "autotuned"  # operands TMA cannot read

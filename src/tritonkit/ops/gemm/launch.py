@@ -10,7 +10,7 @@ import torch
 
 from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor, debug_checks
 from tritonkit._core.device import arch, sm_count
-from tritonkit._core.env import interpreting
+from tritonkit._core.env import kernels_interpreted
 from tritonkit._core.ints import cdiv, next_power_of_2
 from tritonkit._core.scales import FORMATS, granularity_of
 from tritonkit._core.tma import descriptor, has_tma, tma_readable
@@ -173,7 +173,7 @@ def scaled_linear_fwd(
     block_k = min(tiles.block_k, group) if group else tiles.block_k
     block_k = max(block_k, MIN_VALUE_K if weight_only else MIN_CODE_K)
     per_step = x_granularity == "group" or w_granularity in ("group", "block")
-    upcast = interpreting()  # the interpreter's 8- and 16-bit products go through fp32 (exact for these codes)
+    upcast = kernels_interpreted()  # the interpreter's 8- and 16-bit products go through fp32 (exact for these codes)
     precision = "ieee" if x.dtype == torch.float32 else "tf32"
     if isinstance(tiles, GemvPlan):
         _gemv(rows, w, w_scale, stride_ws, w_granularity, max(group, 1), bias, out_rows, tiles, block_k, precision)
@@ -202,7 +202,7 @@ def _tiled(rows, w, x_scale, stride_xs, w_scale, stride_ws, bias, out_rows, tile
     _scaled_linear_kernel[(cdiv(m, tiles.block_m) * cdiv(n, tiles.block_n),)](
         rows, w, x_scale, w_scale, bias, out_rows, m, n, w.shape[1],
         rows.stride(0), w.stride(0), stride_xs, stride_ws, out_rows.stride(0),
-        HAS_BIAS=bias is not None, UPCAST=interpreting(), **constexprs,
+        HAS_BIAS=bias is not None, UPCAST=kernels_interpreted(), **constexprs,
         FP8_PROMOTE=(min(tiles.fp8_promote, block_k) or None) if float8_product else None,
         FP8_FAST_ACC=fast_accum and float8_product and not per_step,
         BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=block_k, GROUP_SIZE=tiles.group,
@@ -228,7 +228,7 @@ def _persistent(rows, w, x_scale, stride_xs, w_scale, stride_ws, bias, out_rows,
     _scaled_linear_persistent_kernel[(n_programs,)](
         descriptor(rows, [tiles.block_m, block_k]), descriptor(w, [tiles.block_n, block_k]),
         descriptor(out_rows, [tiles.block_m, store_n]), x_scale, w_scale, bias, m, n, w.shape[1], stride_xs, stride_ws,
-        n_programs, HAS_BIAS=bias is not None, UPCAST=interpreting(), **constexprs,
+        n_programs, HAS_BIAS=bias is not None, UPCAST=kernels_interpreted(), **constexprs,
         FP8_PROMOTE=(min(tiles.fp8_promote, block_k) or None) if float8_product else None,
         FP8_FAST_ACC=fast_accum and float8_product, SPLIT_STORE=tiles.split_store,
         BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=block_k,
@@ -323,7 +323,7 @@ def _gemv(rows, w, w_scale, stride_ws, w_granularity, group, bias, out_rows, pla
     _gemv_split_k_kernel[(cdiv(m, plan.block_m) * cdiv(n, plan.block_n), splits)](
         rows, w, w_scale, bias, out_rows, partial, m, n, k, k_per_split,
         rows.stride(0), w.stride(0), stride_ws, out_rows.stride(0),
-        **scales, SPLIT=splits > 1, DOT_PRECISION=precision, UPCAST=interpreting(), STAGES=plan.stages,
+        **scales, SPLIT=splits > 1, DOT_PRECISION=precision, UPCAST=kernels_interpreted(), STAGES=plan.stages,
         BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, BLOCK_K=block_k, num_warps=plan.warps, num_stages=plan.stages,
     )  # fmt: skip
     if splits > 1:

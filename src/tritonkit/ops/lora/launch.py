@@ -40,7 +40,7 @@ import torch
 
 from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor
 from tritonkit._core.cublas import mm_fp32, mm_rounded
-from tritonkit._core.env import interpreting, upcast_bf16_dots
+from tritonkit._core.env import kernels_interpreted, upcast_bf16_dots
 from tritonkit._core.gemm_plan import FIXED_TILE, input_precision
 from tritonkit._core.ints import cdiv
 from tritonkit.ops.lora.kernels import _lora_matmul_autotuned, _lora_matmul_kernel
@@ -138,7 +138,7 @@ def _launch_lora_matmul(p, q_t, l1_t, l2_t, bias, scale, tile=None):
         "INPUT_PRECISION": input_precision(p.dtype),
         "UPCAST": upcast_bf16_dots(p.dtype),
     }
-    if tile is None and interpreting():  # timing means nothing under the interpreter: the ladder's fixed tile
+    if tile is None and kernels_interpreted():  # timing means nothing under the interpreter: the ladder's fixed tile
         tile = {**FIXED_TILE, "GROUP_SIZE": 8}
     if tile is not None:
         grid = (cdiv(m, tile["BLOCK_M"]) * cdiv(n, tile["BLOCK_N"]),)

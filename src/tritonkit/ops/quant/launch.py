@@ -10,7 +10,7 @@ import torch
 
 from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor
 from tritonkit._core.device import arch
-from tritonkit._core.env import interpreting
+from tritonkit._core.env import kernels_interpreted
 from tritonkit._core.fourbit import (
     NESTED_BLOCK,
     NF4_BLOCKSIZES,
@@ -86,7 +86,7 @@ def _rows(x: torch.Tensor) -> torch.Tensor:
 
 def _hardware_rounding(plan: QuantPlan) -> bool:
     """The plan's float8 rounding, except under the interpreter, whose conversion rounds wrongly (fp32 arithmetic)."""
-    return plan.hardware_rounding and not interpreting()
+    return plan.hardware_rounding and not kernels_interpreted()
 
 
 def quantize_fwd(

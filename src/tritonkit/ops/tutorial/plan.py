@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tritonkit._core.elementwise import FALLBACK_PLAN, ElementwisePlan
-from tritonkit._core.env import interpreting
+from tritonkit._core.env import kernels_interpreted
 from tritonkit._core.ints import cdiv
 from tritonkit._core.tma import has_tma
 
@@ -81,7 +81,7 @@ def persistent_tile(arch: str, itemsize: int, m: int = 1 << 62, n: int = 1 << 62
                     multiprocessors: int = 1) -> PersistentTile | None:  # fmt: skip
     """The persistent variant's tile on ``arch`` for ``itemsize``-byte operands, an (``m``, ``n``) output and a GPU
     of ``multiprocessors``, or None where it has no TMA (before Hopper): another variant runs there instead."""
-    if interpreting():
+    if kernels_interpreted():
         return PERSISTENT_INTERPRETER
     if not has_tma(arch):
         return None
@@ -97,6 +97,6 @@ def choose_matmul_variant(arch: str, itemsize: int, tma_readable: bool) -> str:
     persistent TMA kernel on Hopper and newer for 16-bit operands that TMA can address (on the H200 at M 16, 128 and
     1024 over the LLM sweep, 0.85-1.0x cuBLAS in geometric mean against the autotuned kernel's 0.66-0.78x); the
     autotuned kernel elsewhere (fp32, whose persistent tile was never timed, and GPUs before Hopper)."""
-    if interpreting():
+    if kernels_interpreted():
         return "grouped"
     return "persistent" if tma_readable and itemsize == 2 and has_tma(arch) else "autotuned"
