@@ -165,13 +165,17 @@ def _check_accum_dtype(model, accum_dtype, fused_loss: bool) -> None:
         raise TypeError(f"tritonkit: accum_dtype must be a torch.dtype, got {type(accum_dtype).__name__}")
     if accum_dtype == torch.float32:
         return
-    head = getattr(model, "lm_head", None)
-    if not fused_loss or not isinstance(getattr(head, "weight", None), torch.Tensor):
+    if not fused_loss or not _has_lm_head(model):
         why = "fused_linear_cross_entropy=False" if not fused_loss else f"this {type(model).__name__} has no LM head"
         raise ValueError(f"tritonkit: accum_dtype={accum_dtype} sets the fused loss's head gradient, but {why}")
-    if accum_dtype != head.weight.dtype:
-        raise ValueError(f"tritonkit: accum_dtype must be torch.float32 or the LM head's dtype {head.weight.dtype}, "
-                         f"got {accum_dtype}")  # fmt: skip
+    if accum_dtype != model.lm_head.weight.dtype:
+        raise ValueError(f"tritonkit: accum_dtype must be torch.float32 or the LM head's dtype "
+                         f"{model.lm_head.weight.dtype}, got {accum_dtype}")  # fmt: skip
+
+
+def _has_lm_head(model) -> bool:
+    """A causal LM (its decoder under ``model``, its head ``lm_head``), whose loss switches patch something."""
+    return hasattr(model, "lm_head") and hasattr(model, "model")
 
 
 def _plan(model, family: families.Family, switches: dict,
@@ -221,7 +225,7 @@ def _plan(model, family: families.Family, switches: dict,
                     f"supported: {', '.join(families.GATED)}"
                 )
             bind(mlps, lambda module: families.mlp_forward(module, families.GATED[activation]))
-    has_head = hasattr(model, "lm_head") and hasattr(model, "model")
+    has_head = _has_lm_head(model)
     if switches["cross_entropy"] and has_head:
         plan.append((model, "_loss_function", families.causal_lm_loss))  # what the loss_function setter writes
         counts["cross_entropy"] = 1
