@@ -93,3 +93,26 @@ def test_launchers_keep_the_interpreter_mode_the_kernels_were_defined_in(monkeyp
     monkeypatch.setenv("TRITON_INTERPRET", "0" if recorded else "1")
     assert env.interpreting() is not recorded
     assert env.kernels_interpreted() is recorded
+
+
+def test_a_trace_takes_the_custom_op_not_a_kernel_launch(device):
+    """tracing() sees what torch.compile hands an op besides dynamo: tensors without data (fake, as AOTAutograd's
+    trace of a custom op's backward passes them, where torch 2.11's is_compiling() is False) and make_fx's proxy
+    mode over real tensors; an InferenceOp called there records its custom op instead of launching on them."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from tritonkit._core.autograd import tracing
+    from tritonkit._core.losses import scaled
+
+    real = torch.randn(5, device=device)
+    assert not tracing((real, 3))
+    with FakeTensorMode():
+        fake = torch.ones(2)
+    assert tracing((real, fake))
+    seen = []
+    graph = make_fx(lambda g, factor: seen.append(tracing((g,))) or scaled(g, factor, torch.bfloat16))(
+        real, torch.tensor(2.0, device=device)
+    )
+    assert seen == [True]
+    assert "tritonkit.scale_cast" in graph.code

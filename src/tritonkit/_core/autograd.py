@@ -12,8 +12,9 @@ unused outputs arrive as None (no zero tensors are made for them). :func:`differ
 - an ``autograd.Function`` over the same launchers, eager mode's path (a custom-op call costs ~45 µs more of
   host time on the H200's host: benchmarks/host_overhead.py);
 
-and :class:`DifferentiableOp` picks per call: the custom op while torch.compile traces, the Function when an input
-requires grad, else the inference launcher (the forward, or a cheaper one that skips what only a backward reads).
+and :class:`DifferentiableOp` picks per call: the custom op while torch.compile traces (:func:`tracing`), the Function
+when an input requires grad, else the inference launcher (the forward, or a cheaper one that skips what only a backward
+reads).
 An op that cannot hold its promise under torch.compile (a backward that overwrites its input) is built eager-only:
 under torch.compile it traces as a custom op whose run raises ValueError, instead of being silently ignored.
 
@@ -31,6 +32,10 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
+from torch._subclasses.functional_tensor import FunctionalTensor
+
+_TRACED_TENSORS = (FakeTensor, FunctionalTensor)  # tensors without data: a trace, not a run
 
 Save = Callable[[Any, tuple, tuple], None]
 Gradients = Callable[[Any, tuple, Callable], Sequence]
@@ -48,7 +53,7 @@ class DifferentiableOp:
     compile_error: str | None = None
 
     def __call__(self, *args):
-        if torch.compiler.is_compiling():
+        if tracing(args):
             return self.forward_op(*args)
         if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
             return self.function.apply(*args)
@@ -108,9 +113,18 @@ class InferenceOp:
     op: Any
 
     def __call__(self, *args):
-        if torch.compiler.is_compiling():
+        if tracing(args):
             return self.op(*args)
         return self.launcher(*args)
+
+
+def tracing(args: Sequence) -> bool:
+    """Whether this call is being traced rather than run: torch.compile's dynamo, or a trace of tensors without
+    data (AOTAutograd tracing a custom op's backward with fake or functional tensors, where torch 2.11's
+    ``is_compiling()`` is False) or under make_fx's proxy mode. The custom op then, never a kernel launch."""
+    if torch.compiler.is_compiling() or torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.PROXY) is not None:
+        return True
+    return any(isinstance(a, _TRACED_TENSORS) for a in args)
 
 
 def inference_op(name: str, *, launcher: Callable, fake: Callable, mutates: tuple[str, ...] = ()) -> InferenceOp:
