@@ -6,9 +6,10 @@ GPU, bf16, forward and backward, at 8192 tokens x hidden 4096 x vocabulary 12825
     python benchmarks/flce_speed.py --out DIR --dry-run    # CPU, interpreter, tiny sizes: checks the script
 
 Rows, per size: the three GEMMs alone at full size (logits = h W^T, dh = g W, dW = g^T h; cuBLAS, bf16 out); ours
-through the forward launcher with the chunk rows forced by ``plan=`` (the plan's rule, 1024, 2048, 4096) and d(weight)
-summed in fp32 and in bf16 (the launcher computes every gradient in the forward; the backward's scaling is timed with
-it); ours through the public op and autograd (the rule); torch.compile of the unfused expression; liger-kernel's
+through the forward launcher with the chunk rows forced by ``plan=`` (the plan's rule, 1024, 2048, 4096, 8192) and
+d(weight) summed in fp32 and in bf16 (one chunk of every token: one GEMM in bf16 whichever is asked; the launcher
+computes every gradient in the forward; the backward's scaling is timed with it); ours through the public op and
+autograd (the rule); torch.compile of the unfused expression; liger-kernel's
 LigerFusedLinearCrossEntropyLoss where importable. Each is timed as the GPU time of a CUDA graph of it
 (triton.testing.do_bench_cudagraph) where it captures, else (and liger-kernel's always: NO_CAPTURE) by
 triton.testing.do_bench; the row says which. Peak
@@ -38,15 +39,15 @@ import torch.nn.functional as F
 import triton.testing
 
 import tritonkit as tk
-from tritonkit._core.losses import head_grads
+from tritonkit._core.losses import head_grads, scale_in_place
 from tritonkit.bench import report
 from tritonkit.ops.loss.launch import chunk_plan, fused_linear_cross_entropy_fwd
 from tritonkit.ops.loss.plan import FusedChunkPlan
 
 SIZES = ((8192, 4096, 128256), (4096, 2048, 128256))  # (tokens, hidden, vocabulary)
-FORCED_ROWS = (1024, 2048, 4096)
+FORCED_ROWS = (1024, 2048, 4096, 8192)  # 8192: every token of the larger size in one chunk
 DRY_SIZES = ((64, 32, 300),)
-DRY_ROWS = (8, 16, 32)
+DRY_ROWS = (8, 16, 64)
 REP_MS = 50  # time a graph spans: one fwd+bwd call at the large size, ten replays of it; the run within ~60 s
 MIB = 2**20
 DTYPE = torch.bfloat16
@@ -71,6 +72,10 @@ def _ours_forced(hidden, weight, target, accum_dtype, plan):
     with torch.no_grad():  # as inside the op's autograd Function
         _, _, *grads = fused_linear_cross_entropy_fwd(hidden, weight, target, None, *options, plan=plan)
         upstream = torch.ones((), device=hidden.device)
+        if grads[1].dtype != torch.float32:  # summed in 16 bits: the op's eager backward scales them in place
+            for grad in grads[:2]:
+                scale_in_place(grad, upstream)
+            return grads[:2]
         return head_grads(grads, upstream, (DTYPE, DTYPE, None), (True, True, False), False)
 
 
@@ -134,7 +139,7 @@ def _runs(hidden, weight, target, forced_rows, dry_run):
     logit_grad = torch.randn(hidden.shape[0], weight.shape[0], device=hidden.device, dtype=DTYPE)
     runs = [("three GEMMs (cuBLAS)", None, functools.partial(_three_gemms, hidden, weight, logit_grad), True)]
     for accum_dtype, name in ((torch.float32, "fp32 dW"), (torch.bfloat16, "bf16 dW")):
-        rule = chunk_plan(hidden, weight, accum_dtype).rows
+        rule = chunk_plan(hidden, weight, accum_dtype, need_weight=True).rows
         for rows in (rule, *(r for r in forced_rows if r != rule)):
             label = f"ours, {name}, {'rule' if rows == rule else 'forced'}"
             plan = FusedChunkPlan(rows=rows)

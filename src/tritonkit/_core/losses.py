@@ -12,7 +12,7 @@ from tritonkit._core.checks import FLOAT_DTYPES, check_choice, check_device, che
 from tritonkit._core.cublas import addmm_into_fp32, addmm_rounded_, mm_into_fp32, mm_rounded_into
 from tritonkit._core.elementwise import FALLBACK_PLAN
 from tritonkit._core.ints import cdiv
-from tritonkit._core.jit.scaling import scale_cast_kernel
+from tritonkit._core.jit.scaling import scale_cast_kernel, scale_in_place_kernel
 
 REDUCTIONS = ("mean", "sum", "none")
 TARGET_DTYPES = (torch.int64, torch.int32)
@@ -210,3 +210,26 @@ def _scale_cast_fake(grad, grad_loss, dtype):
 
 # An op of its own: the fused ops' backward, where it runs, is traced by torch.compile.
 scaled = inference_op("scale_cast", launcher=_scale_cast, fake=_scale_cast_fake)
+
+
+# One wave of scale_in_place's 4-warp programs on an H100/H200 (132 multiprocessors x 16 resident programs): a 1 GB
+# bf16 d(weight) at a factor of 1 was 512K programs that each read the factor and left, ~0.3 ms of the GPU's time.
+_SCALE_IN_PLACE_PROGRAMS = 2048
+
+
+def scale_in_place(grad: torch.Tensor, grad_loss: torch.Tensor) -> None:
+    """grad *= grad_loss (0-d) in place, rounded once, eager mode's way to scale a fused op's saved 16-bit gradients
+    (a scaled copy would hold a second d(weight)). On a contiguous grad one Triton pass that reads and writes
+    nothing where grad_loss is 1 (the d(weight) of a 128256 x 4096 head is 1 GB in bf16: 2 GB of traffic saved).
+    Either way grad's version moves, as torch's in-place ops move it, so that autograd refuses a later reader of
+    the unscaled values (a second backward through the op) instead of handing it scaled ones."""
+    n = grad.numel()
+    if not grad.is_contiguous():
+        grad.mul_(grad_loss.reshape(()).float())
+        return
+    if n:
+        programs = min(cdiv(n, _SCALE_PLAN.block_size), _SCALE_IN_PLACE_PROGRAMS)
+        scale_in_place_kernel[(programs,)](grad, grad_loss.reshape(()), n,
+                                                                 BLOCK_SIZE=_SCALE_PLAN.block_size,
+                                                                 num_warps=_SCALE_PLAN.warps)  # fmt: skip
+    torch.autograd.graph.increment_version(grad)

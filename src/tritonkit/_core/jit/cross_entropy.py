@@ -16,7 +16,7 @@ def softcapped(b_x, softcap, HAS_SOFTCAP: tl.constexpr):
 @triton.jit
 def write_logit_grads(p_x_row, p_dx_row, n_cols, lse, grad_factor, target, target_weight, scale, ignored,
                       label_smoothing, n_classes, softcap, p_weight, BLOCK_N: tl.constexpr, HAS_SMOOTHING: tl.constexpr,
-                      HAS_SOFTCAP: tl.constexpr, HAS_WEIGHT: tl.constexpr):  # fmt: skip
+                      HAS_SOFTCAP: tl.constexpr, HAS_WEIGHT: tl.constexpr, STAGES: tl.constexpr = 1):  # fmt: skip
     """One row's gradient pass: dx_j = scale d(loss)/dx_j over the row's n_cols logits x_j (classes j, compared with
     ``target`` in the same numbering), 0 where ``ignored``; the row's lse given. dx may be x itself: each block is
     read before it is written.
@@ -26,9 +26,9 @@ def write_logit_grads(p_x_row, p_dx_row, n_cols, lse, grad_factor, target, targe
     g = 1 + 2 z lse, the target's weight w = 1 - e (``target_weight`` is not read) and s_j = e / V. HAS_WEIGHT, class
     weights w_j at p_weight as torch's weighted cross-entropy (W = sum_j w_j): g = (1 - e) w_t + e W / V + 2 z lse r
     (r the z-term's scale over the rest's, for a weighted mean), w = ``target_weight`` = (1 - e) w_t and
-    s_j = (e / V) w_j.
+    s_j = (e / V) w_j. STAGES > 1: the blocks' loads are issued that many steps ahead (asynchronous copies).
     """
-    for start in range(0, n_cols, BLOCK_N):
+    for start in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
         o_n = start + tl.arange(0, BLOCK_N)
         m_n = o_n < n_cols
         b_y = softcapped(tl.load(p_x_row + o_n, mask=m_n, other=0.0).to(tl.float32), softcap, HAS_SOFTCAP)

@@ -39,6 +39,7 @@ def _cross_entropy_kernel(
     HAS_SOFTCAP: tl.constexpr, BLOCK_N: tl.constexpr,
     p_weight=None, p_weight_sum=None, p_z_ratio=None, p_z_rows=None, p_correct=None,
     HAS_WEIGHT: tl.constexpr = False, SPLIT_Z: tl.constexpr = False, STORE_CORRECT: tl.constexpr = False,
+    STAGES: tl.constexpr = 1,
 ):  # fmt: skip
     """One program per row of x (n_cols logits), target t, smoothing e, z-loss z, softcap c.
 
@@ -57,6 +58,7 @@ def _cross_entropy_kernel(
     r (at p_z_ratio) the z-term's scale over the rest's (a weighted mean divides the two by different counts);
     SPLIT_Z: the z-term z * lse^2 stored on its own (p_z_rows), not in the loss; STORE_CORRECT: 1.0 where the first
     index of the row's largest logit is t, else 0.0 (p_correct). Ignored rows store 0, out-of-range ones NaN.
+    STAGES > 1: each pass's loads are issued that many blocks ahead (asynchronous copies into shared memory).
     """
     i_row = tl.program_id(0).to(tl.int64)
     p_x_row = p_x + i_row * stride_x_row
@@ -70,7 +72,7 @@ def _cross_entropy_kernel(
         if STORE_CORRECT:  # the largest logit so far, and its index
             best = tl.full((), float("-inf"), tl.float32)
             best_index = tl.zeros((), tl.int32)
-        for start in range(0, n_cols, BLOCK_N):
+        for start in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
             o_n = start + tl.arange(0, BLOCK_N)
             m_n = o_n < n_cols
             b_x = tl.load(p_x_row + o_n, mask=m_n, other=0.0).to(tl.float32)
@@ -118,4 +120,4 @@ def _cross_entropy_kernel(
             grad_factor = 1.0 + 2.0 * z_loss * lse
         write_logit_grads(p_x_row, p_dx + i_row * stride_dx_row, n_cols, lse, grad_factor, target, target_weight,
                           scale, ignored, label_smoothing, n_cols, softcap, p_weight, BLOCK_N, HAS_SMOOTHING,
-                          HAS_SOFTCAP, HAS_WEIGHT)  # fmt: skip
+                          HAS_SOFTCAP, HAS_WEIGHT, STAGES)  # fmt: skip

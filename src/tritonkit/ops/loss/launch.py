@@ -5,7 +5,9 @@ which writes the gradient already multiplied by the upstream gradient: three pas
 fused linear cross-entropy never builds the (tokens, vocab) logits: tokens go through in chunks (plan.fused_chunk_plan,
 or ``plan=``); each chunk's logits come from one GEMM into a reused buffer, the kernel overwrites them with their
 gradient, and two more GEMMs turn that into the chunk's rows of d(hidden) and its share of d(weight), summed in fp32
-or, with ``accum_dtype`` the weight's 16-bit dtype, in that dtype (half the memory, a rounding a chunk). For mean and
+or, with ``accum_dtype`` the weight's 16-bit dtype, in that dtype (half the memory, a rounding a chunk). Where one chunk
+takes every token (the plan's rule: no more memory than the chunks'), d(weight) comes from one GEMM straight in the
+weight's dtype, rounded once as the fp32 sum's cast would be, and no accumulator exists. For mean and
 sum this all happens in the forward (the backward multiplies in a scalar); ``reduction="none"`` weights each row by its
 own upstream gradient before the d(weight) GEMM, so its backward recomputes the chunks.
 
@@ -96,7 +98,7 @@ def _launch_rows(x, target, loss, lse, scale, dx, options, compute_loss, write_g
         n_cols, x.stride(0), target.stride(0), scale.stride(0) if scale.dim() else 0, dx.stride(0),
         ignore_index, label_smoothing, z_loss, softcap,
         COMPUTE_LOSS=compute_loss, WRITE_GRAD=write_grad, HAS_SMOOTHING=label_smoothing != 0.0,
-        HAS_SOFTCAP=softcap != 0.0, BLOCK_N=plan.block_n, num_warps=plan.warps,
+        HAS_SOFTCAP=softcap != 0.0, BLOCK_N=plan.block_n, STAGES=plan.stages, num_warps=plan.warps,
         **(extras.kernel_args() if extras is not None else {}),
     )  # fmt: skip
 
@@ -127,23 +129,37 @@ def cross_entropy_bwd(grad_loss: torch.Tensor, logits: torch.Tensor, target: tor
     return dx
 
 
-def chunk_plan(hidden: torch.Tensor, weight: torch.Tensor, accum_dtype: torch.dtype) -> FusedChunkPlan:
-    """The fused op's chunks for these operands on their device (plan.fused_chunk_plan; "cpu" for CPU tensors)."""
+def chunk_plan(hidden: torch.Tensor, weight: torch.Tensor, accum_dtype: torch.dtype,
+               need_weight: bool = False) -> FusedChunkPlan:  # fmt: skip
+    """The fused op's chunks for these operands on their device (plan.fused_chunk_plan; "cpu" for CPU tensors);
+    ``need_weight``: a d(weight) is made (which may let one chunk take every token)."""
     device = hidden.device
     key = arch(device) if device.type == "cuda" else "cpu"
-    return fused_chunk_plan(hidden.shape[0], weight.shape[0], hidden.element_size(), accum_dtype.itemsize, key)
+    sizes = (hidden.shape[0], weight.shape[0], hidden.element_size(), accum_dtype.itemsize, key)
+    hidden_size, weight_bytes = (weight.shape[1], weight.element_size()) if need_weight else (0, 0)
+    # Symbolic sizes (torch.compile's dynamic shapes, in the fakes) cannot key the plan's cache.
+    concrete = all(isinstance(size, int) for size in (*sizes[:2], hidden_size))
+    plan_for = fused_chunk_plan if concrete else fused_chunk_plan.__wrapped__
+    return plan_for(*sizes, hidden_size=hidden_size, weight_bytes=weight_bytes)
 
 
-def _fused_chunks(hidden, weight, bias, target, options, loss_rows, lse, scale, grads, extras=None, plan=None):
-    """The chunk loop of the fused op. With ``loss_rows`` the kernel computes loss and lse (forward),
-    without it it reads lse (the recomputing backward of "none"). With a ``scale`` it writes each
+def plan_and_accum(hidden: torch.Tensor, weight: torch.Tensor, accum_dtype: torch.dtype, need_weight: bool,
+                   plan: FusedChunkPlan | None) -> tuple[FusedChunkPlan, torch.dtype]:  # fmt: skip
+    """The chunks (``plan``, else chunk_plan's) and the dtype d(weight) and d(bias) are summed in: the weight's
+    own where one chunk takes every token (one GEMM sums in fp32 and rounds once, as the fp32 accumulator's cast
+    would), else ``accum_dtype``. The fakes call it too, so that compiled and eager calls agree. Without a
+    d(weight) (a frozen head, or the forward of "none") no accumulator needs hiding: fp32's rule, the larger chunks."""
+    plan = plan or chunk_plan(hidden, weight, accum_dtype if need_weight else torch.float32, need_weight)
+    return plan, (weight.dtype if plan.rows >= hidden.shape[0] else accum_dtype)
+
+
+def _fused_chunks(hidden, weight, bias, target, options, loss_rows, lse, scale, grads, plan, extras=None):
+    """The chunk loop of the fused op, in ``plan``'s chunks. With ``loss_rows`` the kernel computes loss and lse
+    (forward), without it it reads lse (the recomputing backward of "none"). With a ``scale`` it writes each
     chunk's logit gradient over its logits and adds the chunk's share to whichever of ``grads``
-    (grad_buffers': grad_hidden, grad_weight, grad_bias) are given. ``plan``: chunk_plan's unless given."""
+    (grad_buffers': grad_hidden, grad_weight, grad_bias) are given."""
     n_tokens = hidden.shape[0]
-    # The d(weight) and d(bias) buffers' dtype sets the chunk; without them (a frozen head, or the forward of
-    # "none") no accumulator needs hiding and fp32's rule gives the larger chunks.
-    accum_dtype = next((g.dtype for g in grads[1:] if g is not None), torch.float32)
-    chunk = (plan or chunk_plan(hidden, weight, accum_dtype)).rows
+    chunk = plan.rows
     buffer = torch.empty((min(chunk, n_tokens), weight.shape[0]), dtype=hidden.dtype, device=hidden.device)
     write_grad = scale is not None
     for start in range(0, n_tokens, chunk):
@@ -171,13 +187,15 @@ def fused_linear_cross_entropy_fwd(
 
     Returns (loss, lse, grad_hidden, grad_weight, grad_bias), the loss in ``loss_dtype``. For "mean" and
     "sum" the gradients asked for by the need_* flags are computed here, for an upstream gradient of 1
-    (grad_weight and grad_bias in ``accum_dtype``, summed over the chunks in it); absent ones, and all of them for
-    "none", are empty tensors. ``plan``: the chunks (chunk_plan's unless given).
+    (grad_weight and grad_bias in plan_and_accum's dtype: ``accum_dtype``, summed over the chunks in it, or the
+    weight's in one chunk); absent ones, and all of them for "none", are empty tensors. ``plan``: the chunks
+    (chunk_plan's unless given).
     """
     n_tokens = hidden.shape[0]
     loss_rows = torch.empty((n_tokens,), dtype=torch.float32, device=hidden.device)
     lse = torch.empty((n_tokens,), dtype=torch.float32, device=hidden.device)
     now = reduction != "none" and (need_hidden or need_weight or need_bias)
+    plan, accum_dtype = plan_and_accum(hidden, weight, accum_dtype, need_weight and now, plan)
     grads = grad_buffers(hidden, weight, bias, need_hidden and now, need_weight and now, need_bias and now,
                          accum_dtype)  # fmt: skip
     count = mean_count(target, ignore_index, reduction)
@@ -185,7 +203,7 @@ def fused_linear_cross_entropy_fwd(
     if now:
         scale = grad_scale(torch.ones((), dtype=torch.float32, device=hidden.device), reduction, count)
     options = (ignore_index, label_smoothing, z_loss, softcap)
-    _fused_chunks(hidden, weight, bias, target, options, loss_rows, lse, scale, grads, plan=plan)
+    _fused_chunks(hidden, weight, bias, target, options, loss_rows, lse, scale, grads, plan)
     loss = reduced(loss_rows, reduction, loss_dtype, count)
     return loss, lse, *(or_empty(g, lse) for g in grads)
 
@@ -198,10 +216,11 @@ def fused_linear_cross_entropy_bwd(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """The backward of reduction="none": recompute each chunk's logits, write their gradient weighted
     by the per-token ``grad_loss``, and project it. Returns grad_hidden, grad_weight, grad_bias (the
-    last two in ``accum_dtype``; absent ones empty)."""
+    last two in plan_and_accum's dtype; absent ones empty)."""
+    plan, accum_dtype = plan_and_accum(hidden, weight, accum_dtype, need_weight, plan)
     grads = grad_buffers(hidden, weight, bias, need_hidden, need_weight, need_bias, accum_dtype)
     options = (ignore_index, label_smoothing, z_loss, softcap)
-    _fused_chunks(hidden, weight, bias, target, options, None, lse, grad_loss.reshape(-1), grads, plan=plan)
+    _fused_chunks(hidden, weight, bias, target, options, None, lse, grad_loss.reshape(-1), grads, plan)
     return tuple(or_empty(g, lse) for g in grads)
 
 
@@ -216,6 +235,7 @@ def cross_entropy_bwd_fake(grad_loss, logits, target, lse, ignore_index, label_s
 def fused_linear_cross_entropy_fwd_fake(hidden, weight, target, bias, *options_and_needs):
     *_, reduction, loss_dtype, need_hidden, need_weight, need_bias, accum_dtype = options_and_needs
     now = reduction != "none"
+    _, accum_dtype = plan_and_accum(hidden, weight, accum_dtype, need_weight and now, None)
     return (
         *fake_loss_and_lse(hidden, reduction, loss_dtype),
         *fake_grads(hidden, weight, bias, need_hidden and now, need_weight and now, need_bias and now, accum_dtype),
@@ -224,6 +244,7 @@ def fused_linear_cross_entropy_fwd_fake(hidden, weight, target, bias, *options_a
 
 def fused_linear_cross_entropy_bwd_fake(grad_loss, hidden, weight, target, bias, lse, *options_and_needs):
     *_, need_hidden, need_weight, need_bias, accum_dtype = options_and_needs
+    _, accum_dtype = plan_and_accum(hidden, weight, accum_dtype, need_weight, None)
     return fake_grads(hidden, weight, bias, need_hidden, need_weight, need_bias, accum_dtype)
 
 
@@ -400,11 +421,12 @@ def fused_linear_cross_entropy_options_fwd(
     loss_rows, lse, counts, extras = _option_rows(hidden.shape[0], hidden.device, ce_weight, target, ignore_index,
                                                   *flags)  # fmt: skip
     now = reduction != "none" and (need_hidden or need_weight or need_bias)
+    plan, accum_dtype = plan_and_accum(hidden, weight, accum_dtype, need_weight and now, plan)
     grads = grad_buffers(hidden, weight, bias, need_hidden and now, need_weight and now, need_bias and now,
                          accum_dtype)  # fmt: skip
     scale = grad_scale(torch.ones((), dtype=torch.float32, device=hidden.device), reduction, counts[1]) if now else None
     options = (ignore_index, label_smoothing, z_loss, softcap)
-    _fused_chunks(hidden, weight, bias, target, options, loss_rows, lse, scale, grads, extras, plan)
+    _fused_chunks(hidden, weight, bias, target, options, loss_rows, lse, scale, grads, plan, extras)
     loss, z_term, accuracy = _option_results(loss_rows, extras, counts, reduction, loss_dtype, return_z_loss,
                                              return_accuracy)  # fmt: skip
     return loss, lse, *(or_empty(g, lse) for g in grads), z_term, accuracy
@@ -417,11 +439,12 @@ def fused_linear_cross_entropy_options_bwd(
     accum_dtype: torch.dtype, *, plan: FusedChunkPlan | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """fused_linear_cross_entropy_bwd (reduction "none", recomputing the chunks) with class weights."""
+    plan, accum_dtype = plan_and_accum(hidden, weight, accum_dtype, need_weight, plan)
     grads = grad_buffers(hidden, weight, bias, need_hidden, need_weight, need_bias, accum_dtype)
     counts = _counts(ce_weight, target, ignore_index)
     extras = _extras(ce_weight, target, ignore_index, label_smoothing, "none", None, None, counts)
     options = (ignore_index, label_smoothing, z_loss, softcap)
-    _fused_chunks(hidden, weight, bias, target, options, None, lse, grad_loss.reshape(-1), grads, extras, plan)
+    _fused_chunks(hidden, weight, bias, target, options, None, lse, grad_loss.reshape(-1), grads, plan, extras)
     return tuple(or_empty(g, lse) for g in grads)
 
 

@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import torch
 
-from tritonkit._core.autograd import differentiable_op
+from tritonkit._core.autograd import differentiable_op, tracing
 from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor, debug_checks
 from tritonkit._core.distributed import refuse_dtensors
 from tritonkit._core.layout import as_rows
@@ -18,6 +18,7 @@ from tritonkit._core.losses import (
     check_target,
     head_grads,
     needs_grad,
+    scale_in_place,
 )
 from tritonkit.ops.loss.launch import (
     check_extras,
@@ -114,13 +115,13 @@ cross_entropy_options_op, cross_entropy_options_inplace_op = _ce_ops(
 
 
 def _scale_in_place(grads, grad_loss) -> None:
-    """The forward's gradients times the 0-d upstream gradient, in place. With a 16-bit accumulator they are in their
-    inputs' dtypes already, and a scaled copy would hold a second d(weight) (the memory the mode is for) at the
-    backward's peak. Eager mode only (torch.compile plans the memory itself). Autograd then refuses a second backward
-    through the op (retain_graph=True): the saved gradients' version changed."""
-    factor = grad_loss.reshape(()).float()
+    """The forward's gradients times the 0-d upstream gradient, in place (:func:`scale_in_place`). Summed in 16 bits
+    (a 16-bit accumulator, or one chunk's GEMM) they are in their inputs' dtypes already, and a scaled copy would
+    hold a second d(weight) at the backward's peak. Eager mode only (torch.compile plans the memory itself).
+    Autograd then refuses a second backward through the op (retain_graph=True): the saved gradients' version
+    changed."""
     for grad in grads:
-        grad.mul_(factor)
+        scale_in_place(grad, grad_loss)
 
 
 def _flce_parts(class_weights: bool) -> tuple:
@@ -134,6 +135,9 @@ def _flce_parts(class_weights: bool) -> tuple:
         ctx.options, ctx.needs, ctx.accum_dtype = tuple(rest[:5]), tuple(rest[-4:-1]), rest[-1]
         ctx.dtypes = (hidden.dtype, weight.dtype, bias.dtype if bias is not None else None)
         ctx.recompute = ctx.options[-1] == "none"
+        # The dtype d(weight) and d(bias) came in: accum_dtype, or the weight's where one chunk took every token.
+        sums = [g for g, need in zip(outputs[3:5], ctx.needs[1:], strict=True) if need]
+        ctx.sums_dtype = sums[0].dtype if sums else ctx.accum_dtype
         if ctx.recompute:
             ctx.save_for_backward(hidden, weight, target, bias, *ce_weight, outputs[1])
         else:
@@ -150,7 +154,7 @@ def _flce_parts(class_weights: bool) -> tuple:
             grads = backward(grad_loss, *tensors, lse, *ctx.options[:-1], *ctx.needs, ctx.accum_dtype)
         else:
             grads = ctx.saved_tensors
-            in_place = ctx.accum_dtype != torch.float32 and not torch.compiler.is_compiling()
+            in_place = ctx.sums_dtype != torch.float32 and not tracing(grads)
             if in_place:
                 _scale_in_place(grads, grad_loss)
         grads = head_grads(grads, grad_loss, ctx.dtypes, ctx.needs, ctx.recompute or in_place)
@@ -310,7 +314,10 @@ def fused_linear_cross_entropy(
     it synchronises with the host) and result as :func:`cross_entropy` (the loss in hidden's dtype, or
     ``loss_dtype``).
     Tokens are processed in chunks (on a GPU of 4096 tokens for an fp32 accumulator and 2048 for a 16-bit one,
-    fewer where a chunk's logits would pass 1 GiB; docs/kernels/loss.md), the transient logits being one chunk's.
+    fewer where a chunk's logits would pass 1 GiB; docs/kernels/loss.md), the transient logits being one chunk's;
+    where all the tokens' logits take no more memory than the accumulator and a chunk would (up to 8192 tokens for
+    an fp32 accumulator at H 4096 in bf16), one chunk takes them all and d(weight) comes from one GEMM in the
+    weight's dtype, rounded once as the fp32 sum is.
     ``accum_dtype`` is the memory choice for d(weight) and d(bias), summed over the chunks: ``torch.float32`` (the
     default) keeps the sums in fp32 and rounds once, at the cost of an fp32 (V, H) accumulator (2.1 GB for a
     128256 x 4096 head) during the step; the weight's dtype (bf16 or fp16) accumulates in it, as Liger-Kernel's

@@ -8,7 +8,9 @@ The fused op's chunk (tokens per chunk) trades speed for transient memory. Each 
 writes the whole (V, H) accumulator: 2 * a * V * H bytes (a its element size) against the GEMM's 2 * rows * V * H
 FLOP, so that traffic costs a * (FLOP rate / bandwidth) / rows of the GEMM's time, whatever V and H. On a GPU a chunk
 takes the fewest rows that keep it within ACCUMULATOR_SHARE, unless its logits (rows * V) would pass
-MAX_CHUNK_LOGIT_BYTES, the memory cap, which wins: see fused_chunk_plan.
+MAX_CHUNK_LOGIT_BYTES, the memory cap, which wins: see fused_chunk_plan. Where all the tokens' logits take no
+more memory than that accumulator and chunk (a d(weight) written once in the weight's dtype beside them), one chunk
+takes every token: no accumulator at all, and its three GEMMs are whole.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ CPU_CHUNK_FRACTION = 10
 class CrossEntropyPlan:
     block_n: int  # vocabulary elements per loop step
     warps: int
+    stages: int = 1  # > 1: each pass's loads issued that many blocks ahead
 
 
 @functools.lru_cache(maxsize=256)
@@ -58,19 +61,36 @@ def _whole_tiles(rows: int) -> int:
 
 
 @functools.lru_cache(maxsize=256)
-def fused_chunk_plan(n_tokens: int, n_vocab: int, logit_bytes: int, accum_bytes: int, arch: str) -> FusedChunkPlan:
+def fused_chunk_plan(n_tokens: int, n_vocab: int, logit_bytes: int, accum_bytes: int, arch: str, *,
+                     hidden_size: int = 0, weight_bytes: int = 0) -> FusedChunkPlan:  # fmt: skip
     """Tokens per chunk of the fused op, for logits of ``logit_bytes`` per element and a d(weight) accumulator of
     ``accum_bytes`` (4 for fp32, 2 for the weight's 16-bit dtype); ``arch`` as :func:`tritonkit._core.device.arch`,
-    or "cpu" for CPU tensors.
+    or "cpu" for CPU tensors. ``hidden_size`` and ``weight_bytes`` (the weight's element size) where a d(weight) is
+    made, 0 where none is.
 
     On a GPU: the fewest rows whose d(weight) GEMM keeps the accumulator's read and write within ACCUMULATOR_SHARE
     of its time, accum_bytes * FLOP_PER_BYTE / ACCUMULATOR_SHARE, rounded up to whole GEMM tiles (4096 rows for
     fp32 on sm90, 2048 for bf16); but no more rows than keep the chunk's logits within MAX_CHUNK_LOGIT_BYTES
-    (4096 rows at V = 128256 in bf16, 2048 at V = 262144), nor more than the tokens. On the CPU a tenth of the
-    tokens. At least 1."""
+    (4096 rows at V = 128256 in bf16, 2048 at V = 262144), nor more than the tokens. Every token in one chunk where
+    a d(weight) is made and the peak allows it (:func:`whole_batch_fits`). On the CPU a tenth of the tokens. At
+    least 1."""
     if arch == "cpu":
         return FusedChunkPlan(rows=_whole_tiles(min(n_tokens, max(1, n_tokens // CPU_CHUNK_FRACTION))))
     hiding = accum_bytes * FLOP_PER_BYTE.get(arch, FLOP_PER_BYTE["sm90"]) / ACCUMULATOR_SHARE
     hiding_rows = -(-int(hiding) // CHUNK_ROW_MULTIPLE) * CHUNK_ROW_MULTIPLE
-    capped_rows = _whole_tiles(MAX_CHUNK_LOGIT_BYTES // max(1, n_vocab * logit_bytes))
-    return FusedChunkPlan(rows=max(1, min(hiding_rows, capped_rows, n_tokens)))
+    rows = max(1, min(hiding_rows, _whole_tiles(MAX_CHUNK_LOGIT_BYTES // max(1, n_vocab * logit_bytes))))
+    if weight_bytes and whole_batch_fits(n_tokens, rows, hidden_size, logit_bytes, weight_bytes, accum_bytes):
+        return FusedChunkPlan(rows=max(1, n_tokens))
+    return FusedChunkPlan(rows=max(1, min(rows, n_tokens)))
+
+
+def whole_batch_fits(n_tokens: int, chunk_rows: int, hidden_size: int, logit_bytes: int, weight_bytes: int,
+                     accum_bytes: int) -> bool:  # fmt: skip
+    """Whether one chunk of every token peaks no higher than chunks of ``chunk_rows``, per class (vocabulary row):
+    all the logits and d(weight) in the weight's dtype (one GEMM rounds once, as an fp32 accumulator's final cast
+    does), against the accumulator and, the larger of the two, a chunk of logits or, where the accumulator is
+    wider than the weight, the cast copy the backward makes beside it. At V = 128256, H = 4096 in bf16 with an fp32
+    accumulator: up to 8192 tokens (2 GiB of logits against 2 GiB of fp32 d(weight) and 1 GiB of chunk)."""
+    whole = n_tokens * logit_bytes + hidden_size * weight_bytes
+    cast_copy = hidden_size * weight_bytes if accum_bytes != weight_bytes else 0
+    return whole <= hidden_size * accum_bytes + max(chunk_rows * logit_bytes, cast_copy)
