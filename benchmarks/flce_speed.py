@@ -4,6 +4,7 @@ GPU, bf16, forward and backward, at 8192 tokens x hidden 4096 x vocabulary 12825
 
     python benchmarks/flce_speed.py --out DIR
     python benchmarks/flce_speed.py --out DIR --dry-run    # CPU, interpreter, tiny sizes: checks the script
+    python benchmarks/flce_speed.py --out DIR --alternate 3    # GEMMs, launcher, public op in turn, 3 rounds
 
 Rows, per size: the three GEMMs alone at full size (logits = h W^T, dh = g W, dW = g^T h; cuBLAS, bf16 out); ours
 through the forward launcher with the chunk rows forced by ``plan=`` (the plan's rule, 1024, 2048, 4096, 8192) and
@@ -163,7 +164,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--dry-run", action="store_true", help="CPU, Triton interpreter, tiny sizes")
+    alternate = (
+        "instead: the three GEMMs, the launcher's rule and the public op (fp32 dW) timed in turn, ROUNDS "
+        "times, at the larger size: whether the runs' order moves their times"
+    )
+    parser.add_argument("--alternate", type=int, default=0, metavar="ROUNDS", help=alternate)
     args = parser.parse_args()
+    if args.alternate:
+        return _alternate(args)
     device = "cpu" if args.dry_run else "cuda"
     sizes, forced_rows = (DRY_SIZES, DRY_ROWS) if args.dry_run else (SIZES, FORCED_ROWS)
     rows = []
@@ -195,6 +203,32 @@ def main() -> int:
     record = {"device": name, "torch": torch.__version__, "triton": triton.__version__, "dtype": "bfloat16",
               "rows": rows}  # fmt: skip
     report.write_record(args.out, "flce-speed" + ("-dry-run" if args.dry_run else ""), record)
+    return 0
+
+
+def _alternate(args) -> int:
+    """--alternate: the three GEMMs, ours through the launcher (the rule's chunks) and through the public op, each
+    timed once a round, in that order, for ``args.alternate`` rounds; prints each time and writes them."""
+    device = "cpu" if args.dry_run else "cuda"
+    tokens, hidden_size, vocab = (DRY_SIZES if args.dry_run else SIZES)[0]
+    torch.manual_seed(0)
+    hidden, weight, target = _inputs(tokens, hidden_size, vocab, device)
+    logit_grad = torch.randn(tokens, vocab, device=device, dtype=DTYPE)
+    rule = chunk_plan(hidden, weight, torch.float32, need_weight=True)
+    calls = {
+        "three GEMMs": functools.partial(_three_gemms, hidden, weight, logit_grad),
+        "launcher, rule": functools.partial(_ours_forced, hidden, weight, target, torch.float32, rule),
+        "public op + autograd": functools.partial(_ours_public, hidden, weight, target, torch.float32),
+    }
+    rows = []
+    for round_ in range(args.alternate):
+        for label, call in calls.items():
+            ms, method = _time(call, args.dry_run, capture=True)
+            rows.append({"round": round_, "run": label, "ms": ms, "timing": method})
+            print(f"round {round_}  {label:24} {ms:8.2f} ms  {method}", flush=True)
+    name = "cpu-interpreter" if args.dry_run else torch.cuda.get_device_name()
+    record = {"device": name, "size": [tokens, hidden_size, vocab], "chunk_rows": rule.rows, "rows": rows}
+    report.write_record(args.out, "flce-alternate" + ("-dry-run" if args.dry_run else ""), record)
     return 0
 
 
