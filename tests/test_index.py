@@ -441,8 +441,10 @@ def _run(device_dir: Path, stem: str, date: str, rows: list[dict], **meta) -> No
 
 
 def _row(case, dtype="bfloat16", mode="fwd", provider="tritonkit", ms=1.0, spec="add", **fields):
+    """A timed row whose bytes grow with the case's size: 100 MB at 2^20 elements (the headline is the most work)."""
+    megabytes = 100.0 * measured._elements(case) / 2**20
     row = {"spec": spec, "case": case, "case_id": "-".join(f"{k}{v}" for k, v in case.items()), "dtype": dtype,
-           "mode": mode, "provider": provider, "ms": ms, "gbps": 100.0 / ms, "tflops": None, "unit": "GB/s",
+           "mode": mode, "provider": provider, "ms": ms, "gbps": megabytes / ms, "tflops": None, "unit": "GB/s",
            "percent_of_ceiling": 50.0}  # fmt: skip
     return {**row, **fields}
 
@@ -612,3 +614,14 @@ def test_an_installed_wheel_ships_the_measured_numbers(tmp_path):
     where, results, line = json.loads(run.stdout.splitlines()[-1])
     assert where.startswith(str(tmp_path / "site")) and results == "None"
     assert line.startswith("fwd ") and "bwd" in line and "NVIDIA H200" in line
+
+
+def test_the_headline_case_is_the_one_that_did_the_most_work(tmp_path):
+    """One token appended to each of 256 sequences names a large cache (256 x 4096) but moves 2 MB; a prompt of 2048
+    tokens for 8 sequences moves 133 MB: the prompt heads the row, as the work (rate x time) ranks cases."""
+    device = tmp_path / "gpu-x"
+    one_token = _row({"b": 256, "s": 4096, "sq": 1}, ms=0.002, gbps=1000.0)
+    prompt = _row({"b": 8, "s": 0, "sq": 2048}, ms=0.035, gbps=3800.0)
+    _run(device, "2026-02-01-append", "2026-02-01", [one_token, prompt])
+    (row,) = _summary(tmp_path)["kernels"]["add"]
+    assert measured.ModeRow(**row).case_id == "b8-s0-sq2048"
