@@ -317,7 +317,8 @@ def fused_linear_cross_entropy(
     fewer where a chunk's logits would pass 1 GiB; docs/kernels/loss.md), the transient logits being one chunk's;
     where all the tokens' logits take no more memory than the accumulator and a chunk would (up to 8192 tokens for
     an fp32 accumulator at H 4096 in bf16), one chunk takes them all and d(weight) comes from one GEMM in the
-    weight's dtype, rounded once as the fp32 sum is.
+    weight's dtype, rounded once as the fp32 sum is. Gradients summed in 16 bits (either way) are scaled in place
+    by the backward in eager mode, so a second backward through the same call (``retain_graph=True``) raises.
     ``accum_dtype`` is the memory choice for d(weight) and d(bias), summed over the chunks: ``torch.float32`` (the
     default) keeps the sums in fp32 and rounds once, at the cost of an fp32 (V, H) accumulator (2.1 GB for a
     128256 x 4096 head) during the step; the weight's dtype (bf16 or fp16) accumulates in it, as Liger-Kernel's
