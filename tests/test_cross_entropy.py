@@ -231,6 +231,22 @@ def test_one_chunk_of_every_token_writes_d_weight_in_the_weights_dtype(device):
         assert (ours.double() - exact).abs().max() <= bound
 
 
+def test_one_chunk_in_bf16_scales_in_place_and_refuses_a_second_backward(device):
+    """The default fp32 accumulator, but one chunk of every token (one token: one chunk everywhere): d(weight) comes
+    in bf16 and the backward scales it in place, so an upstream gradient of 3 gives 3 times the gradients of 1, and a
+    second backward through the call is refused rather than fed scaled values."""
+    hidden = torch.randn(1, 16, device=device).bfloat16().requires_grad_()
+    weight = torch.randn(29, 16, device=device).bfloat16().requires_grad_()
+    target = torch.tensor([5], device=device)
+    once = torch.autograd.grad(tk.ops.fused_linear_cross_entropy(hidden, weight, target), (hidden, weight))
+    loss = tk.ops.fused_linear_cross_entropy(hidden, weight, target)
+    thrice = torch.autograd.grad(loss, (hidden, weight), torch.tensor(3.0, device=device), retain_graph=True)
+    for a, b in zip(thrice, once, strict=True):
+        torch.testing.assert_close(a.double(), 3 * b.double(), rtol=2**-7, atol=0)  # one bf16 ulp (see above)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        torch.autograd.grad(loss, (hidden, weight), torch.tensor(3.0, device=device))
+
+
 def test_scale_in_place_skips_a_factor_of_one_and_moves_the_version(device, monkeypatch):
     """scale_in_place multiplies by the 0-d factor with one rounding; at 1 it leaves the values as they were; either
     way the tensor's version moves (autograd then refuses a reader of the old values). Two programs stride over
