@@ -113,6 +113,32 @@ def test_codes_equal_the_definition_bit_for_bit_at_every_tie(device, dtype, gran
     _assert_codes_at_ties(device, dtype, granularity, TWO_PASS if two_pass else None)
 
 
+@pytest.mark.parametrize("dtype", [torch.int8, *FP8], ids=["int8", "e4m3", "e5m2"])
+@pytest.mark.parametrize("exponents", [(-25, 25), (-37, -29), (29, 37)], ids=["reciprocal", "small", "large"])
+def test_quotients_near_ties_at_many_scales_are_the_definitions(device, dtype, exponents):
+    """Each row's scale is its own (amax from 10^lo to 10^hi: inside the range where the quotient comes from the
+    scale's reciprocal, and past either end of it, where it divides), and its values are _grid_values' times it:
+    x / scale is then within an ulp of a tie of the format or of its neighbours, where a quotient from the reciprocal
+    without its correction would round the other way (checked here). Codes by their bits against the definition's
+    (torch's divisions)."""
+    torch.manual_seed(0)
+    rows, cols, top = 64, 96, QMAX[dtype]
+    amax = ((torch.rand(rows, dtype=torch.float64) + 1) * 10.0 ** torch.linspace(*exponents, rows)).float()
+    scale = amax / torch.full_like(amax, top)  # the kernel's: fp32 amax, one IEEE division
+    values = _grid_values(dtype)
+    values = values[values.abs() < top]  # below qmax: the row's amax stays its own
+    x = (values[torch.randint(0, values.numel(), (rows, cols))].double() * scale.double()[:, None]).float()
+    x[:, 0] = amax  # the row's amax sets its scale
+    codes, expected_scale = REFERENCE(x, dtype, granularity="row")
+    assert torch.equal(expected_scale[:, 0], scale)
+    naive = (x * (1 / scale)[:, None]).clamp(-top, top)
+    naive = torch.round(naive).to(torch.int8) if dtype == torch.int8 else naive.to(dtype)
+    assert not torch.equal(naive.view(torch.uint8), codes.view(torch.uint8))  # the construction has teeth
+    xq, got_scale = tk.ops.quantize(x.to(device), dtype, granularity="row")
+    assert torch.equal(got_scale.cpu(), expected_scale)
+    assert torch.equal(xq.cpu().view(torch.uint8), codes.view(torch.uint8))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("granularity", ["row", "group", "block"])
 @pytest.mark.parametrize("dtype", FP8, ids=["e4m3", "e5m2"])

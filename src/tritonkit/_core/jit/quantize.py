@@ -5,7 +5,10 @@ For a region R of values (a tensor, a row, a 1 x G group, a G x G block), with q
 127, float8 e4m3 448, e5m2 57344): amax_R = max |x| over R's finite values, scale_R = amax_R / qmax (1 when amax_R is
 0), q = saturate(round(x / scale_R)); round to the nearest integer or float8 value, ties to even; saturate clamps to
 [-qmax, qmax], so +-inf becomes +-qmax; NaN becomes 0 in int8 and stays NaN in float8. The divisions are IEEE
-(div_rn), as torch's of a tensor by a tensor.
+(div_rn's value), as torch's of a tensor by a tensor; :func:`quotient` takes them from each scale's reciprocal and a
+correction, which gives the same values with no reciprocal a value, and int8 codes come from the rounded value's
+bits (:func:`rounding.rounded_int32`), not a float-to-int conversion: on sm_90 both are 16 a clock per
+multiprocessor, a quarter of the fp32 rate, and took two of them a value from a kernel that should move bytes.
 
 Float8 rounding takes one of two routes to the same codes: compiled for a GPU with float8 conversions (sm_89 and
 newer), the conversion itself rounds (cvt.rn.satfinite: to nearest, ties to even, one instruction for two values);
@@ -16,7 +19,16 @@ in fp32 arithmetic first (about a dozen instructions a value), and the conversio
 import triton
 import triton.language as tl
 
-from tritonkit._core.jit.rounding import round_half_even, round_to_float8
+from tritonkit._core.env import interpreting
+from tritonkit._core.jit.rounding import round_to_float8, rounded_int32
+
+# Whether these kernels run through the interpreter (fixed as they are defined, as Triton fixes it): its fused
+# multiply-add rounds the product before the sum, so there the residual below is taken in fp64, exactly.
+_INTERPRETED = tl.constexpr(interpreting())
+# Scales whose reciprocal and residuals stay normal fp32 numbers, so that the quotient from the reciprocal is the
+# correctly rounded one; a region with a scale outside them divides (every amax of 1e-28 to 1e28 falls inside).
+_QUOTIENT_MIN_SCALE = tl.constexpr(2.0**-100)
+_QUOTIENT_MAX_SCALE = tl.constexpr(2.0**100)
 
 
 @triton.jit
@@ -40,14 +52,39 @@ def amax_scale(amax, KIND: tl.constexpr):
 
 
 @triton.jit
+def quotient(b_x, b_scale):
+    """x / scale rounded to the nearest fp32, ties to even: div_rn's value, without a reciprocal a value (MUFU.RCP,
+    16 a clock per multiprocessor on sm_90) and its refinement. With r = div_rn(1, scale) once a scale,
+    q = x r is within an ulp of x / scale, the residual e = x - q scale is exact in one fused multiply-add, and
+    q + e r rounds to x / scale correctly (Markstein's division) wherever nothing under- or overflows: for scales in
+    [_QUOTIENT_MIN_SCALE, _QUOTIENT_MAX_SCALE] (a region with another takes div_rn throughout) and finite x
+    (+-inf and NaN keep x r: +-inf and NaN, as div_rn gives; so does an exact q, e = 0, and with it -0's sign)."""
+    in_range = (b_scale >= _QUOTIENT_MIN_SCALE) & (b_scale <= _QUOTIENT_MAX_SCALE)
+    # A block's scale is a scalar, a row's or group's a column: as a tensor of at least one element either way.
+    if tl.min(tl.zeros([1], tl.int32) + tl.where(in_range, 1, 0)) == 1:
+        b_r = tl.math.div_rn(1.0, b_scale)
+        b_q = b_x * b_r
+        if _INTERPRETED:  # -q scale is exact in fp64, and so is its sum with x (they nearly cancel)
+            b_e = (b_x.to(tl.float64) - b_q.to(tl.float64) * b_scale.to(tl.float64)).to(tl.float32)
+        else:
+            b_e = tl.fma(-b_q, b_scale, b_x)
+        # An exact q keeps its own value: adding e = +0 would turn -0 (x = -0) into +0, which -0 / scale is not.
+        b_q = tl.where((tl.abs(b_q) < float("inf")) & (b_e != 0.0), tl.fma(b_e, b_r, b_q), b_q)
+    else:
+        b_q = tl.math.div_rn(b_x, b_scale)
+    return b_q
+
+
+@triton.jit
 def codes(b_x, b_scale, KIND: tl.constexpr, HARDWARE_ROUNDING: tl.constexpr):
     """The codes of b_x (fp32) at b_scale (broadcast to it): see the module docstring. HARDWARE_ROUNDING: float8
-    values rounded by the conversion (a GPU of sm_89 or newer), else in fp32 arithmetic first."""
+    values rounded by the conversion (a GPU of sm_89 or newer), else in fp32 arithmetic first. int8 codes are the
+    rounded quotient's low bits (rounded_int32), not a float-to-int conversion."""
     top = qmax(KIND)
-    b_y = tl.minimum(tl.maximum(tl.math.div_rn(b_x, b_scale), -top), top)
+    b_y = tl.minimum(tl.maximum(quotient(b_x, b_scale), -top), top)
     nan = b_x != b_x
     if KIND == "int8":
-        b_q = tl.where(nan, 0.0, round_half_even(b_y)).to(tl.int8)
+        b_q = tl.where(nan, 0, rounded_int32(b_y)).to(tl.int8)
     else:
         if HARDWARE_ROUNDING:
             b_q = b_y.to(tl.float8e4nv if KIND == "e4m3" else tl.float8e5, fp_downcast_rounding="rtne")

@@ -6,12 +6,21 @@ import triton.language as tl
 # 1.5 * 2**23: adding it to an fp32 of magnitude below 2**22 leaves no fraction bits, so the addition rounds to the
 # nearest integer, ties to even, as torch.round does.
 _ROUND_SHIFT = tl.constexpr(12582912.0)
+_ROUND_SHIFT_BITS = tl.constexpr(0x4B400000)  # its fp32 bits: the sum's bits less these are the rounded integer
 
 
 @triton.jit
 def round_half_even(x):
     """x rounded to the nearest integer, ties to even (|x| < 2**22)."""
     return (x + _ROUND_SHIFT) - _ROUND_SHIFT
+
+
+@triton.jit
+def rounded_int32(x):
+    """x rounded to the nearest integer, ties to even (|x| < 2**22), as an int32 without a float-to-int conversion
+    (F2I: 16 a clock per multiprocessor on sm_90, a quarter of the fp32 rate): the integer is the low bits of
+    x + 1.5 * 2**23, read as an int32 less those of 1.5 * 2**23."""
+    return (x + _ROUND_SHIFT).to(tl.int32, bitcast=True) - _ROUND_SHIFT_BITS
 
 
 @triton.jit
