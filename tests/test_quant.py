@@ -114,7 +114,7 @@ def test_codes_equal_the_definition_bit_for_bit_at_every_tie(device, dtype, gran
 
 
 @pytest.mark.parametrize("dtype", [torch.int8, *FP8], ids=["int8", "e4m3", "e5m2"])
-@pytest.mark.parametrize("exponents", [(-25, 25), (-37, -29), (29, 37)], ids=["reciprocal", "small", "large"])
+@pytest.mark.parametrize("exponents", [(-12, 25), (-37, -22), (32, 37)], ids=["reciprocal", "small", "large"])
 def test_quotients_near_ties_at_many_scales_are_the_definitions(device, dtype, exponents):
     """Each row's scale is its own (amax from 10^lo to 10^hi: inside the range where the quotient comes from the
     scale's reciprocal, and past either end of it, where it divides), and its values are _grid_values' times it:

@@ -25,9 +25,11 @@ from tritonkit._core.jit.rounding import round_to_float8, rounded_int32
 # Whether these kernels run through the interpreter (fixed as they are defined, as Triton fixes it): its fused
 # multiply-add rounds the product before the sum, so there the residual below is taken in fp64, exactly.
 _INTERPRETED = tl.constexpr(interpreting())
-# Scales whose reciprocal and residuals stay normal fp32 numbers, so that the quotient from the reciprocal is the
-# correctly rounded one; a region with a scale outside them divides (every amax of 1e-28 to 1e28 falls inside).
-_QUOTIENT_MIN_SCALE = tl.constexpr(2.0**-100)
+# Scales whose reciprocal, and the residual of every value that can round to a nonzero code (x >= scale 2^-17),
+# stay normal fp32 numbers, so that the quotient from the reciprocal is the correctly rounded one: the residual is
+# about 2^-24 x >= 2^-101 from scale >= 2^-60. A region with a scale outside them divides (amax from about 1e-12 to
+# 1e30 falls inside for every format).
+_QUOTIENT_MIN_SCALE = tl.constexpr(2.0**-60)
 _QUOTIENT_MAX_SCALE = tl.constexpr(2.0**100)
 
 
