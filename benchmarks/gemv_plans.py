@@ -19,7 +19,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gemm_table import GEMV_M, GEMV_NK  # the benchmarks folder is no package: its own path
 
-# name -> GemvPlan's (block_m, block_n, block_k, warps, stages, programs_per_sm); min_split_k stays the fallback's.
+# name -> GemvPlan's (block_m, block_n, block_k, warps, stages, programs_per_sm[, words]); min_split_k stays the
+# fallback's; plans without words read the codes byte by byte.
 # One row multiplies in fp32 lanes (block_m 1; its K loop pipelined where stages > 1, asked of the loop, as Triton
 # pipelines unasked only the loads that feed tl.dot); more rows go through tl.dot on rows padded to 16, pipelined
 # through shared memory.
@@ -45,6 +46,12 @@ CANDIDATES = {
     "r1 64x256 w4 s3 p4": (1, 64, 256, 4, 3, 4),
     "r1 32x512 w4 s3 p4": (1, 32, 512, 4, 3, 4),
     "r1 32x128 w4 s4 p8": (1, 32, 128, 4, 4, 8),
+    # int8 codes read as int32 words of four (GemvPlan.words), around sm90's plan.
+    "r1 32x256 w4 s3 p2 words": (1, 32, 256, 4, 3, 2, True),
+    "r1 32x256 w4 s1 p4 words": (1, 32, 256, 4, 1, 4, True),
+    "r1 32x256 w4 s3 p4 words": (1, 32, 256, 4, 3, 4, True),
+    "r1 64x256 w4 s3 p2 words": (1, 64, 256, 4, 3, 2, True),
+    "r1 32x512 w4 s3 p2 words": (1, 32, 512, 4, 3, 2, True),
     "r16 64x128 w4 s3 p4": (16, 64, 128, 4, 3, 4),
     "r16 32x128 w4 s3 p4": (16, 32, 128, 4, 3, 4),
     "r16 32x256 w4 s3 p4": (16, 32, 256, 4, 3, 4),
@@ -65,8 +72,8 @@ def candidates_for(m: int) -> list[str]:
 def _plan(name: str):
     from tritonkit.ops.gemm.plan import GemvPlan
 
-    block_m, block_n, block_k, warps, stages, per_sm = CANDIDATES[name]
-    return GemvPlan(block_m, block_n, block_k, warps, stages, per_sm, MIN_SPLIT_K)
+    block_m, block_n, block_k, warps, stages, per_sm, *words = CANDIDATES[name]
+    return GemvPlan(block_m, block_n, block_k, warps, stages, per_sm, MIN_SPLIT_K, words=bool(words and words[0]))
 
 
 def _forced(plan):

@@ -3,6 +3,8 @@ weight-only layers (forced splits, both of its product forms, which calls take i
 sums, the path from quantize to scaled_linear, torch.compile, the checker's power to catch a wrong GEMM, bad input; on
 a GPU a CUDA-graph capture."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -159,6 +161,59 @@ def test_gemv_splits_match_the_reference(plan, m, weights):
     x, w, x_scale, w_scale = inputs.args
     out = launch.scaled_linear_fwd(x, w, x_scale, w_scale, inputs.kwargs["bias"], torch.float32, False, plan=plan)
     torch.testing.assert_close(out.double(), _expected(inputs), rtol=1e-5, atol=1e-5)
+
+
+WORDS = dataclasses.replace(ONE_ROW, words=True)
+
+
+@pytest.mark.parametrize("m", [1, 3])
+@pytest.mark.parametrize(("k", "splits"), [(100, 3), (100, 1), (4104, 0)], ids=["k100-3", "k100-1", "k4104-plan"])
+@pytest.mark.parametrize("weights", [{"w_scale": "row", "bias": True}, {"w_scale": "tensor"}], ids=["row", "tensor"])
+def test_gemv_int8_words_match_the_reference(monkeypatch, device, m, k, splits, weights):
+    """GemvPlan.words: int8 codes read as int32 words of four and made floats by their bits; every split form (3
+    splits of whole 32-wide steps, the last one short; one; the splits the plan picks at K 4104), rows of x in
+    their own programs, tensor and row scales, with a bias; against float64."""
+    plan = dataclasses.replace(WORDS, splits=splits)
+    launched = []
+    kernel = launch._gemv_int8_words_kernel
+    monkeypatch.setattr(launch, "_gemv_int8_words_kernel", _Recording(kernel, launched))
+    case = {"m": m, "n": 37, "k": k, "w": "int8", **weights}
+    inputs = _inputs(case, device)
+    x, w, x_scale, w_scale = inputs.args
+    out = launch.scaled_linear_fwd(x, w, x_scale, w_scale, inputs.kwargs.get("bias"), torch.float32, False, plan=plan)
+    assert launched
+    report = testing.compare(out, _expected(inputs), SPEC.tolerance_for(case, torch.float32))
+    assert report.ok, report
+
+
+@pytest.mark.parametrize("case", ["k-not-a-multiple-of-4", "group-scales", "float8", "unaligned-rows"])
+def test_gemv_int8_words_leave_what_they_cannot_read_to_the_byte_loop(monkeypatch, device, case):
+    launched = []
+    monkeypatch.setattr(launch, "_gemv_int8_words_kernel", _Recording(launch._gemv_int8_words_kernel, launched))
+    weights = {"k-not-a-multiple-of-4": {"k": 101, "w": "int8", "w_scale": "row"},
+               "group-scales": {"k": 100, "w": "int8", "w_scale": "group", "block": 32},
+               "float8": {"k": 100, "w": "e4m3", "w_scale": "row"},
+               "unaligned-rows": {"k": 100, "w": "int8", "w_scale": "row"}}[case]  # fmt: skip
+    inputs = _inputs({"m": 1, "n": 37, **weights}, device)
+    x, w, x_scale, w_scale = inputs.args
+    if case == "unaligned-rows":  # rows 102 bytes apart, 100 of them used: no int32 view
+        w = torch.zeros(37, 102, dtype=torch.int8, device=device).copy_(torch.nn.functional.pad(w, (0, 2)))[:, :100]
+    out = launch.scaled_linear_fwd(x, w, x_scale, w_scale, None, torch.float32, False, plan=WORDS)
+    assert launched == []
+    expected = launch.scaled_linear_fwd(x, w.contiguous(), x_scale, w_scale, None, torch.float32, False,
+                                        plan=dataclasses.replace(WORDS, words=False))  # fmt: skip
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)  # the byte loop itself
+
+
+class _Recording:
+    """A kernel stand-in that notes each launch and runs the kernel."""
+
+    def __init__(self, kernel, launched):
+        self.kernel, self.launched = kernel, launched
+
+    def __getitem__(self, grid):
+        self.launched.append(grid)
+        return self.kernel[grid]
 
 
 @pytest.mark.parametrize("plan", [ONE_ROW, DOT_ROWS], ids=["one-row", "dot"])

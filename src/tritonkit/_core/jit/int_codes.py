@@ -63,3 +63,37 @@ def word_nibbles_as_floats(b_word):
         v6 = ((high & 0xF0) | 0x4B000000).to(tl.float32, bitcast=True)
         v7 = ((high & 0xF00) | 0x4B000000).to(tl.float32, bitcast=True)
     return v0, v1, v2, v3, v4, v5, v6, v7
+
+
+# Each signed byte j of a 32-bit word placed under 2^23's exponent by one PRMT (bytes: j from the word with its sign
+# bits flipped, then 0x00, 0x00, 0x4B from 0x4B000000: selector 0x754j), after one XOR a word that adds 128 to every
+# byte (-128 .. 127 to 0 .. 255).
+_WORD_BYTES = tl.constexpr("""{
+.reg .b32 flipped;
+xor.b32 flipped, $4, 0x80808080;
+prmt.b32 $0, flipped, 0x4B000000, 0x7540;
+prmt.b32 $1, flipped, 0x4B000000, 0x7541;
+prmt.b32 $2, flipped, 0x4B000000, 0x7542;
+prmt.b32 $3, flipped, 0x4B000000, 0x7543;
+}""")
+# What word_bytes_as_floats' values carry besides their code: 2^23 + 128.
+SIGNED_BYTE_BIAS = tl.constexpr(8388736.0)
+
+
+@triton.jit
+def word_bytes_as_floats(b_word):
+    """The four int8 codes q_j of int32 words (byte j at bits 8 j ..) as four fp32 tiles v_j = 2^23 + 128 + q_j,
+    exactly, by their bits: one XOR a word and one byte permute a value (PTX), where the int8 to float conversion is
+    16 a clock per multiprocessor on sm_90. Less SIGNED_BYTE_BIAS a value is q_j exactly. The interpreter and other
+    GPUs take the same bits from shifts and masks."""
+    if PTX_MATH:
+        v0, v1, v2, v3 = tl.inline_asm_elementwise(
+            _WORD_BYTES, "=r,=r,=r,=r,r", [b_word], dtype=(tl.float32,) * 4, is_pure=True, pack=1
+        )
+    else:
+        flipped = b_word.to(tl.uint32, bitcast=True) ^ 0x80808080
+        v0 = ((flipped & 0xFF) | 0x4B000000).to(tl.float32, bitcast=True)
+        v1 = (((flipped >> 8) & 0xFF) | 0x4B000000).to(tl.float32, bitcast=True)
+        v2 = (((flipped >> 16) & 0xFF) | 0x4B000000).to(tl.float32, bitcast=True)
+        v3 = ((flipped >> 24) | 0x4B000000).to(tl.float32, bitcast=True)
+    return v0, v1, v2, v3

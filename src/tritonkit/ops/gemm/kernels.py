@@ -33,6 +33,7 @@ import triton.language as tl
 
 from tritonkit._core.jit.dots import dot_fp32
 from tritonkit._core.jit.gemm import grouped_tile
+from tritonkit._core.jit.int_codes import SIGNED_BYTE_BIAS, word_bytes_as_floats
 from tritonkit._core.jit.quantize import amax_scale, codes, finite_abs
 
 
@@ -264,6 +265,60 @@ def _gemv_split_k_kernel(
     else:
         _store_output(b_sum, None, p_w_scale, p_bias, p_out, o_m, o_n, M, N, 0, stride_ws_n, stride_out_m, "none",
                       W_SCALE, G, not PER_STEP, HAS_BIAS)  # fmt: skip
+
+
+@triton.jit
+def _gemv_int8_words_kernel(
+    p_x, p_words, p_w_scale, p_bias, p_out, p_partial, M, N, k_words, words_per_split,
+    stride_x_m, stride_w_n, stride_ws_n, stride_out_m,
+    W_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr, STAGES: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """The one-row GEMV (_gemv_split_k_kernel at BLOCK_M 1) for int8 codes with a tensor or row scale, the codes read
+    as int32 words of four (k_words = K / 4, an argument so that its divisibility keeps the loads 16 bytes wide):
+    program (r * blocks + i, s) takes row r of x, outputs i BLOCK_N ..,
+    and split s of K's words, BLOCK_K columns a step, and
+
+        y[r, n] = s_w(n) sum_k x[r, k] q[n, k]   (fp32, the scale and bias in the epilogue)
+
+    Column 4 w + j is byte j of word w, so the four values of a word come from it by bits alone: v_j = 2^23 + 128 + q_j
+    (word_bytes_as_floats: one XOR a word, one byte permute a value), less SIGNED_BYTE_BIAS q_j exactly, then one FFMA:
+    about three instructions a value against the byte path's six (the codes through bf16 to fp32 by permutes, masks,
+    packed adds and a shift each). x's column j of each word is split from one load of its four values a word.
+    STAGES: the K loop's software pipeline (asked of the loop). SPLIT: store the fp32 partial sum to p_partial
+    (S, M, N); else the output."""
+    WORDS: tl.constexpr = BLOCK_K // 4
+    n_blocks_n = tl.cdiv(N, BLOCK_N)
+    i_m, i_n, i_split = tl.program_id(0) // n_blocks_n, tl.program_id(0) % n_blocks_n, tl.program_id(1)
+    o_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_n = o_n < N
+    n64 = o_n.to(tl.int64)
+    o_w = tl.arange(0, WORDS)
+    word_lo = i_split * words_per_split
+    word_hi = tl.minimum(word_lo + words_per_split, k_words)
+    p_x_row = p_x + i_m.to(tl.int64) * stride_x_m
+    acc = tl.zeros([BLOCK_N, WORDS], dtype=tl.float32)
+    for word in tl.range(word_lo, word_hi, WORDS, num_stages=STAGES):
+        o_word = word + o_w
+        m_word = o_word < word_hi
+        # Masked words read 0: bytes 0, values 0 (against x's zeros there too).
+        b_word = tl.load(p_words + n64[:, None] * stride_w_n + o_word[None, :], mask=m_n[:, None] & m_word[None, :],
+                         other=0, eviction_policy="evict_first")  # [N, W], read once  # fmt: skip
+        b_x = tl.load(p_x_row + (4 * o_word[:, None] + tl.arange(0, 4)[None, :]), mask=m_word[:, None], other=0.0)
+        x_02, x_13 = tl.split(tl.reshape(b_x.to(tl.float32), (WORDS, 2, 2)))  # columns j % 2 == 0 and 1: [W, 2]
+        x0, x2 = tl.split(x_02)
+        x1, x3 = tl.split(x_13)
+        v0, v1, v2, v3 = word_bytes_as_floats(b_word)
+        acc += (x0[None, :] * (v0 - SIGNED_BYTE_BIAS) + x1[None, :] * (v1 - SIGNED_BYTE_BIAS)
+                + x2[None, :] * (v2 - SIGNED_BYTE_BIAS) + x3[None, :] * (v3 - SIGNED_BYTE_BIAS))  # fmt: skip
+    b_sum = tl.sum(acc, axis=1)[None, :]  # [1, N]
+    o_m = i_m + tl.arange(0, 1)
+    if SPLIT:
+        p_part = p_partial + (i_split * M + o_m).to(tl.int64)[:, None] * N + o_n[None, :]
+        tl.store(p_part, b_sum, mask=(o_m < M)[:, None] & m_n[None, :])
+    else:
+        _store_output(b_sum, None, p_w_scale, p_bias, p_out, o_m, o_n, M, N, 0, stride_ws_n, stride_out_m, "none",
+                      W_SCALE, 1, True, HAS_BIAS)  # fmt: skip
 
 
 @triton.jit

@@ -15,6 +15,7 @@ from tritonkit._core.ints import cdiv, next_power_of_2
 from tritonkit._core.scales import FORMATS, granularity_of
 from tritonkit._core.tma import descriptor, has_tma, tma_readable
 from tritonkit.ops.gemm.kernels import (
+    _gemv_int8_words_kernel,
     _gemv_split_k_kernel,
     _scaled_linear_kernel,
     _scaled_linear_persistent_kernel,
@@ -309,6 +310,14 @@ def dynamic_scaled_linear_fake(x, w, w_scale, bias, out_dtype, group_size, x_dty
     return x.new_empty((*x.shape[:-1], w.shape[0]), dtype=out_dtype)
 
 
+def _words_apply(w: torch.Tensor, w_granularity: str, plan: GemvPlan, block_k: int) -> bool:
+    """Whether the one-row GEMV reads w's int8 codes as int32 words (GemvPlan.words): one row a program, a tensor or
+    row scale (nothing varies along K), and rows of whole, 4-byte aligned words (the int32 view exists)."""
+    return (plan.words and plan.block_m == 1 and w.dtype == torch.int8 and w_granularity in ("tensor", "row")
+            and w.shape[1] % 4 == 0 and w.stride(0) % 4 == 0 and w.storage_offset() % 4 == 0 and block_k % 4 == 0
+            and w.data_ptr() % 4 == 0)  # fmt: skip
+
+
 def _gemv(rows, w, w_scale, stride_ws, w_granularity, group, bias, out_rows, plan: GemvPlan, block_k: int,
           precision: str) -> None:  # fmt: skip
     """The split-K GEMV (kernels.py): K cut into splits of whole block_k steps (plan.splits_to_fill), then, with more
@@ -320,12 +329,20 @@ def _gemv(rows, w, w_scale, stride_ws, w_granularity, group, bias, out_rows, pla
     splits = cdiv(k, k_per_split)
     partial = rows.new_empty((splits, m, n), dtype=torch.float32) if splits > 1 else None
     scales = {"W_SCALE": w_granularity, "G": group, "HAS_BIAS": bias is not None}
-    _gemv_split_k_kernel[(cdiv(m, plan.block_m) * cdiv(n, plan.block_n), splits)](
-        rows, w, w_scale, bias, out_rows, partial, m, n, k, k_per_split,
-        rows.stride(0), w.stride(0), stride_ws, out_rows.stride(0),
-        **scales, SPLIT=splits > 1, DOT_PRECISION=precision, UPCAST=kernels_interpreted(), STAGES=plan.stages,
-        BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, BLOCK_K=block_k, num_warps=plan.warps, num_stages=plan.stages,
-    )  # fmt: skip
+    if _words_apply(w, w_granularity, plan, block_k):
+        _gemv_int8_words_kernel[(m * cdiv(n, plan.block_n), splits)](
+            rows, w.view(torch.int32), w_scale, bias, out_rows, partial, m, n, k // 4, k_per_split // 4,
+            rows.stride(0), w.stride(0) // 4, stride_ws, out_rows.stride(0),
+            W_SCALE=w_granularity, HAS_BIAS=bias is not None, SPLIT=splits > 1, STAGES=plan.stages,
+            BLOCK_N=plan.block_n, BLOCK_K=block_k, num_warps=plan.warps, num_stages=plan.stages,
+        )  # fmt: skip
+    else:
+        _gemv_split_k_kernel[(cdiv(m, plan.block_m) * cdiv(n, plan.block_n), splits)](
+            rows, w, w_scale, bias, out_rows, partial, m, n, k, k_per_split,
+            rows.stride(0), w.stride(0), stride_ws, out_rows.stride(0),
+            **scales, SPLIT=splits > 1, DOT_PRECISION=precision, UPCAST=kernels_interpreted(), STAGES=plan.stages,
+            BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, BLOCK_K=block_k, num_warps=plan.warps, num_stages=plan.stages,
+        )  # fmt: skip
     if splits > 1:
         block_m = min(next_power_of_2(m), 16)
         block_n = REDUCE_OUTPUTS // block_m

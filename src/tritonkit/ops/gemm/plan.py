@@ -90,6 +90,9 @@ class GemvPlan:
     programs_per_sm: int  # programs the splits aim for per multiprocessor (splits_to_fill)
     min_split_k: int  # the fewest K values of a split (splits_to_fill)
     splits: int = 0  # 0: splits_to_fill picks; else this many (at most one per block_k step of K)
+    # block_m 1 with int8 codes and a tensor or row scale (K a multiple of 4): the codes read as int32 words of four
+    # and made floats by their bits (_gemv_int8_words_kernel); other calls take the byte loop.
+    words: bool = False
 
     def __post_init__(self):
         if self.block_m != 1 and (self.block_m < 16 or self.block_m & (self.block_m - 1)):
@@ -102,8 +105,10 @@ GEMV_FALLBACK = (
     # One row: a 32 x 256 int8 tile is 8 KB a step, 16 B a lane per row; four programs a multiprocessor keep 32 KB of
     # loads in flight, past the ~20 KB per multiprocessor that covers HBM's latency at full bandwidth on an H100.
     # One stage: the loop unpipelined, occupancy hiding the loads (sm90 pipelines it three deep: GEMV_MEASURED;
-    # unmeasured GPUs keep the plain loop).
-    (1, GemvPlan(1, 32, 256, 4, 1, 4, 512)),
+    # unmeasured GPUs keep the plain loop). int8 codes with a tensor or row scale as int32 words (words): 4.6
+    # instructions a value against the byte loop's 6.3 in sm_90's code of this tile, 16-byte loads both
+    # (docs/kernels/gemm.md); taken on that count, before a GPU has timed it.
+    (1, GemvPlan(1, 32, 256, 4, 1, 4, 512, words=True)),
     # Up to 16 rows: tl.dot over rows padded to 16 (the tensor cores' work is free next to the weight's read); 64 x
     # 128 w tiles, pipelined three deep through shared memory.
     (16, GemvPlan(16, 64, 128, 4, 3, 4, 512)),
@@ -114,7 +119,10 @@ GEMV_FALLBACK = (
 # with 4 programs a multiprocessor (2026-11-29-gemv-plans.md), 56% for the unpipelined 16 x 512 plan before it and
 # 46% for the fallback's. 2 to 16 rows keep the fallback's: 55-57%, within 1-2 points of the best single plan, though
 # single shapes gain up to 1.25x with another (4 rows, N 28672 K 8192: 64 x 256 tiles).
-GEMV_MEASURED: dict[str, tuple] = {"sm90": ((1, GemvPlan(1, 32, 256, 4, 3, 2, 512)), GEMV_FALLBACK[1])}
+# int8 codes read as words (the fallback's reason) are not in that measurement: taken on the instruction count.
+GEMV_MEASURED: dict[str, tuple] = {
+    "sm90": ((1, GemvPlan(1, 32, 256, 4, 3, 2, 512, words=True)), GEMV_FALLBACK[1]),
+}
 
 # Each split writes an fp32 partial (4 bytes per row of x and output) for the block_k-wide slices of w it reads (1
 # byte per K value and output): K splits of at least PARTIAL_K_PER_ROW K values per row of x keep the partials'
