@@ -43,6 +43,15 @@ def arch(device: torch.device) -> str:
     return _cuda_arch(_cuda_index(device))
 
 
+FLOAT8_CONVERSION_ARCH = 89  # sm_89 (Ada) and newer convert fp32 to float8 in one rounding instruction
+
+
+def converts_to_float8_rounding(arch_name: str) -> bool:
+    """Whether GPUs of ``arch_name`` ("sm90") round fp32 to float8 in their conversion instruction (cvt.rn.satfinite,
+    to nearest, ties to even), so that kernels need not round to the float8 grid in fp32 arithmetic first."""
+    return int(arch_name.removeprefix("sm")) >= FLOAT8_CONVERSION_ARCH
+
+
 def sm_count(device: torch.device) -> int:
     """Multiprocessors of ``device`` (a small stand-in under the interpreter)."""
     if kernels_interpreted() or device.type != "cuda":

@@ -36,7 +36,7 @@ import triton.language as tl
 from tritonkit._core.jit.dots import dot_fp32
 from tritonkit._core.jit.fastmath import LOG2_E, tanh_via_exp2
 from tritonkit._core.jit.int_codes import code_as_float
-from tritonkit._core.jit.rounding import round_half_even, round_to_float8, to_dot_operand
+from tritonkit._core.jit.rounding import round_to_float8, rounded_int32, to_dot_operand
 
 
 @triton.jit
@@ -57,15 +57,20 @@ def _cache_rows(p_table, i_b, o_j, m_j, capacity, n_pages, stride_table_b, PAGED
 
 
 @triton.jit
-def _row_codes(b_x, KV: tl.constexpr):
-    """int8 or fp8 codes [R, D] and fp32 scales [R] of the rows b_x (fp32, padding 0); see the module docstring."""
+def _row_codes(b_x, KV: tl.constexpr, HARDWARE_ROUNDING: tl.constexpr):
+    """int8 or fp8 codes [R, D] and fp32 scales [R] of the rows b_x (fp32, padding 0); see the module docstring.
+    HARDWARE_ROUNDING: fp8 values rounded by the conversion itself (sm_89 and newer), else to the e4m3 grid in fp32
+    first (the interpreter's conversion rounds wrongly); the same codes. int8 codes are the rounded values' low
+    bits (rounded_int32), not a float-to-int conversion (a quarter-rate instruction a value on sm_90)."""
     top: tl.constexpr = 127.0 if KV == "int8" else 448.0
     amax = tl.max(tl.abs(b_x), axis=1)
     # IEEE division (div_rn; Triton's `/` is approximate on a GPU), so that the codes follow the definition exactly.
     inv = tl.where(amax > 0.0, tl.math.div_rn(top, tl.where(amax > 0.0, amax, 1.0)), 0.0)  # zeros: codes 0, scale 0
     b_y = tl.minimum(tl.maximum(b_x * inv[:, None], -top), top)  # x * (top / amax) may pass top by an ulp
-    if KV == "int8":  # noqa: SIM108 (statements: only the branch of the format compiles)
-        b_code = round_half_even(b_y).to(tl.int8)
+    if KV == "int8":
+        b_code = rounded_int32(b_y).to(tl.int8)
+    elif HARDWARE_ROUNDING:
+        b_code = b_y.to(tl.float8e4nv, fp_downcast_rounding="rtne")
     else:
         b_code = round_to_float8(b_y, 3, -6).to(tl.float8e4nv)
     return b_code, tl.math.div_rn(amax, top)
@@ -87,15 +92,17 @@ def _int4_codes(b_even, b_odd, BLOCK_D: tl.constexpr, GROUP: tl.constexpr):
     zero16 = lo.to(tl.float16)
     scale, zero = scale16.to(tl.float32), zero16.to(tl.float32)
     inv = tl.where(scale > 0.0, tl.math.div_rn(1.0, tl.where(scale > 0.0, scale, 1.0)), 0.0)[:, :, None]  # constant: 0
-    c_even = tl.minimum(tl.maximum(round_half_even((b_even3 - zero[:, :, None]) * inv), 0.0), 15.0)
-    c_odd = tl.minimum(tl.maximum(round_half_even((b_odd3 - zero[:, :, None]) * inv), 0.0), 15.0)
-    packed = c_even.to(tl.int32) | (c_odd.to(tl.int32) << 4)
+    # Clamped, then rounded to integers by their bits (the same codes as rounding first: the bounds are integers).
+    c_even = rounded_int32(tl.minimum(tl.maximum((b_even3 - zero[:, :, None]) * inv, 0.0), 15.0))
+    c_odd = rounded_int32(tl.minimum(tl.maximum((b_odd3 - zero[:, :, None]) * inv, 0.0), 15.0))
+    packed = c_even | (c_odd << 4)
     return tl.reshape(packed, (rows, BLOCK_D // 2)).to(tl.uint8), scale16, zero16
 
 
 @triton.jit
 def _quantize_rows(p_x, off_x, p_data, off_data, p_scales, off_scales, m_r, head_dim, stride_s_g, stride_s_z,
-                   KV: tl.constexpr, BLOCK_D: tl.constexpr, GROUP: tl.constexpr):  # fmt: skip
+                   KV: tl.constexpr, BLOCK_D: tl.constexpr, GROUP: tl.constexpr,
+                   HARDWARE_ROUNDING: tl.constexpr):  # fmt: skip
     """Write rows of x (int64 row offsets off_x [R], unit stride along D; m_r: which rows) in format KV at the data
     rows off_data (unit stride) and their scales at off_scales (int4: groups stride_s_g apart, the zero stride_s_z
     after the scale). The one writer of every format: quantize_kv and kv_cache_append both call it."""
@@ -122,7 +129,7 @@ def _quantize_rows(p_x, off_x, p_data, off_data, p_scales, off_scales, m_r, head
         if KV == "plain":
             tl.store(p_data + off_data[:, None] + o_d[None, :], b_x.to(p_data.dtype.element_ty), mask=m_x)
         else:
-            b_code, b_scale = _row_codes(b_x, KV)
+            b_code, b_scale = _row_codes(b_x, KV, HARDWARE_ROUNDING)
             tl.store(p_data + off_data[:, None] + o_d[None, :], b_code, mask=m_x)
             tl.store(p_scales + off_scales, b_scale, mask=m_r)
 
@@ -153,12 +160,13 @@ def _int4_values(p_data, off_data, p_scales, off_scales, m_r, head_dim, stride_s
 def _quantize_kv_kernel(
     p_x, p_data, p_scales, n_rows, head_dim, stride_x_r, stride_data_r, stride_s_r, stride_s_g, stride_s_z,
     KV: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, GROUP: tl.constexpr,
+    HARDWARE_ROUNDING: tl.constexpr,
 ):  # fmt: skip
     """BLOCK_R rows of x (n_rows x head_dim, unit stride along D) in format KV."""
     o_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     r64 = o_r.to(tl.int64)
     _quantize_rows(p_x, r64 * stride_x_r, p_data, r64 * stride_data_r, p_scales, r64 * stride_s_r, o_r < n_rows,
-                   head_dim, stride_s_g, stride_s_z, KV, BLOCK_D, GROUP)  # fmt: skip
+                   head_dim, stride_s_g, stride_s_z, KV, BLOCK_D, GROUP, HARDWARE_ROUNDING)  # fmt: skip
 
 
 @triton.jit
@@ -188,29 +196,32 @@ def _kv_append_kernel(
     stride_k_page, stride_k_slot, stride_k_h, stride_v_page, stride_v_slot, stride_v_h,
     stride_ks_page, stride_ks_slot, stride_ks_h, stride_ks_g, stride_ks_z,
     stride_vs_page, stride_vs_slot, stride_vs_h, stride_vs_g, stride_vs_z, stride_table_b,
-    KV: tl.constexpr, PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
-    GROUP: tl.constexpr,
+    KV: tl.constexpr, PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr,
+    BLOCK_D: tl.constexpr, GROUP: tl.constexpr, HARDWARE_ROUNDING: tl.constexpr,
 ):  # fmt: skip
-    """Token t of sequence b (program b * Sq + t), every key head: k_new and v_new written at position
-    cache_seqlens[b] + t of the cache, in its format. A position beyond the capacity or on a page outside the pool is
-    not written."""
-    i_bt = tl.program_id(0)
-    i_b, i_t = i_bt // n_new, i_bt % n_new
-    position = tl.load(p_seqlens + i_b) + i_t
-    page, slot, valid = _cache_rows(p_table, i_b, position, True, capacity, n_pages, stride_table_b, PAGED, PAGE_SIZE)
-    o_h = tl.arange(0, BLOCK_H)
-    h64 = o_h.to(tl.int64)
-    m_h = (o_h < n_heads_k) & valid
-    b64, t64 = i_b.to(tl.int64), i_t.to(tl.int64)
-    slot64 = slot.to(tl.int64)
+    """Tokens t .. t + BLOCK_T of sequence b (program b * ceil(Sq / BLOCK_T) + t / BLOCK_T), every key head: k_new
+    and v_new written at positions cache_seqlens[b] + t .. of the cache, in its format, each token's page looked up
+    apart. A position beyond the capacity or on a page outside the pool is not written."""
+    n_token_blocks = tl.cdiv(n_new, BLOCK_T)
+    i_b, i_tb = tl.program_id(0) // n_token_blocks, tl.program_id(0) % n_token_blocks
+    # Rows (token, head), head fastest, as one vector: _quantize_rows takes a vector of rows, and offsets built from a
+    # flat arange keep their strides' divisibility (reshaped from [T, H] they lost it, and the loads their width).
+    o_r = tl.arange(0, BLOCK_T * BLOCK_H)
+    o_t = i_tb * BLOCK_T + o_r // BLOCK_H
+    o_h = o_r % BLOCK_H
+    position = tl.load(p_seqlens + i_b) + o_t  # [R]
+    page, slot, valid = _cache_rows(p_table, i_b, position, o_t < n_new, capacity, n_pages, stride_table_b, PAGED,
+                                    PAGE_SIZE)  # fmt: skip
+    m_r = valid & (o_h < n_heads_k)
+    b64, t64, h64, slot64 = i_b.to(tl.int64), o_t.to(tl.int64), o_h.to(tl.int64), slot.to(tl.int64)
     _quantize_rows(p_k_new, b64 * stride_kn_b + t64 * stride_kn_s + h64 * stride_kn_h,
                    p_k, page * stride_k_page + slot64 * stride_k_slot + h64 * stride_k_h,
                    p_k_scales, page * stride_ks_page + slot64 * stride_ks_slot + h64 * stride_ks_h,
-                   m_h, head_dim, stride_ks_g, stride_ks_z, KV, BLOCK_D, GROUP)  # fmt: skip
+                   m_r, head_dim, stride_ks_g, stride_ks_z, KV, BLOCK_D, GROUP, HARDWARE_ROUNDING)  # fmt: skip
     _quantize_rows(p_v_new, b64 * stride_vn_b + t64 * stride_vn_s + h64 * stride_vn_h,
                    p_v, page * stride_v_page + slot64 * stride_v_slot + h64 * stride_v_h,
                    p_v_scales, page * stride_vs_page + slot64 * stride_vs_slot + h64 * stride_vs_h,
-                   m_h, head_dim, stride_vs_g, stride_vs_z, KV, BLOCK_D, GROUP)  # fmt: skip
+                   m_r, head_dim, stride_vs_g, stride_vs_z, KV, BLOCK_D, GROUP, HARDWARE_ROUNDING)  # fmt: skip
 
 
 @triton.jit

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import torch
 
 from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor, debug_checks
-from tritonkit._core.device import arch, sm_count
-from tritonkit._core.env import upcast_bf16_dots
+from tritonkit._core.device import arch, converts_to_float8_rounding, sm_count
+from tritonkit._core.env import kernels_interpreted, upcast_bf16_dots
 from tritonkit._core.ints import cdiv, next_power_of_2
 from tritonkit.ops.decoding.kernels import (
     _decode_kernel,
@@ -25,7 +25,7 @@ from tritonkit.ops.decoding.kernels import (
     _kv_append_kernel,
     _quantize_kv_kernel,
 )
-from tritonkit.ops.decoding.plan import MAX_SPLITS, DecodePlan, choose_splits, decode_plan
+from tritonkit.ops.decoding.plan import APPEND_TOKENS, MAX_SPLITS, DecodePlan, choose_splits, decode_plan
 
 # Storage dtype of each quantized format, and of its scales.
 FORMATS = {"int8": torch.int8, "fp8": torch.float8_e4m3fn, "int4": torch.uint8}
@@ -362,15 +362,23 @@ def kv_cache_append_(
     cache = describe_cache(k_cache, block_table, k_scales, k_new.dtype, head_dim)
     k_new, v_new, cache_seqlens = _unit_stride(k_new), _unit_stride(v_new), _unit_stride(cache_seqlens)
     table, stride_table = _table_args(block_table, k_cache)
-    _kv_append_kernel[(n_batch * n_new,)](
+    tokens = min(APPEND_TOKENS, next_power_of_2(n_new))
+    _kv_append_kernel[(n_batch * cdiv(n_new, tokens),)](
         k_new, v_new, k_cache, v_cache, k_scales, v_scales, cache_seqlens, table,
         n_new, n_heads, head_dim, cache.capacity, cache.n_pages,
         k_new.stride(0), k_new.stride(1), k_new.stride(2), v_new.stride(0), v_new.stride(1), v_new.stride(2),
         *_cache_strides(k_cache), *_cache_strides(v_cache), *_scale_strides(k_scales), *_scale_strides(v_scales),
         stride_table,
-        KV=cache.format, PAGED=cache.paged, PAGE_SIZE=cache.page_size, BLOCK_H=next_power_of_2(n_heads),
-        BLOCK_D=_block_d(head_dim), GROUP=max(cache.group, 2), num_warps=4,
+        KV=cache.format, PAGED=cache.paged, PAGE_SIZE=cache.page_size, BLOCK_T=tokens,
+        BLOCK_H=next_power_of_2(n_heads), BLOCK_D=_block_d(head_dim), GROUP=max(cache.group, 2),
+        HARDWARE_ROUNDING=_float8_conversion_rounds(k_new.device), num_warps=4,
     )  # fmt: skip
+
+
+def _float8_conversion_rounds(device: torch.device) -> bool:
+    """Whether fp8 codes round in their conversion (a GPU of sm_89 or newer), not in fp32 arithmetic first (the
+    interpreter, whose conversion rounds wrongly, and older GPUs); the same codes either way."""
+    return not kernels_interpreted() and converts_to_float8_rounding(arch(device))
 
 
 def kv_cache_append_fake(k_new, v_new, k_cache, v_cache, cache_seqlens, block_table, k_scales, v_scales) -> None:
@@ -422,7 +430,8 @@ def quantize_kv_fwd(x: torch.Tensor, kv_format: str, group_size: int) -> tuple[t
     _quantize_kv_kernel[(cdiv(n_rows, _QUANTIZE_ROWS),)](
         rows, data, scales, n_rows, head_dim, rows.stride(0), data.shape[-1], scale_rows.stride(0),
         *((2, 1) if kv_format == "int4" else (0, 0)),  # int4: (scale, zero) pairs, groups 2 apart
-        KV=kv_format, BLOCK_R=_QUANTIZE_ROWS, BLOCK_D=_block_d(head_dim), GROUP=max(group_size, 2), num_warps=4,
+        KV=kv_format, BLOCK_R=_QUANTIZE_ROWS, BLOCK_D=_block_d(head_dim), GROUP=max(group_size, 2),
+        HARDWARE_ROUNDING=_float8_conversion_rounds(x.device), num_warps=4,
     )  # fmt: skip
     return data, scales
 

@@ -62,6 +62,10 @@ MEASURED: dict[str, dict[tuple[int, str], DecodePlan]] = {
 }
 
 MAX_SPLITS = 128  # the reduction reads every split's partial in one tile
+# New tokens a kv_cache_append program writes (every key head of each): a program of one token spent about 37 sm_90
+# instructions a value, most of them its own index and page arithmetic (568 a thread for 16 values in int8), and a
+# prompt's append ran at 48-72% of the copy in the quantized formats; four share that arithmetic (not yet timed).
+APPEND_TOKENS = 4
 
 
 def decode_plan(arch: str, block_d: int, kv_format: str = "plain") -> DecodePlan:

@@ -357,6 +357,9 @@ _APPEND_TESTS = (
     {"lens": (20, 4), "hk": 2, "d": 64, "kv": "int4", "page_size": 16, "sq": 2},
     {"lens": (9,), "hk": 1, "d": 12, "kv": "int4", "group_size": 4},
     {"lens": (), "hk": 2, "d": 16},
+    # Programs of 4 tokens (plan.APPEND_TOKENS): blocks of 4 and 2 crossing a page, 5 tokens over three heads.
+    {"lens": (14, 3), "hk": 2, "d": 32, "kv": "fp8", "page_size": 16, "sq": 6},
+    {"lens": (30, 1), "hk": 3, "d": 64, "kv": "int4", "page_size": 16, "sq": 5},
 )
 _APPEND_GPU = (
     {"lens": (4095, 0, 17, 8000), "hk": 8, "d": 128, "page_size": 16},

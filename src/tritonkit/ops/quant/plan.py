@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tritonkit._core.device import converts_to_float8_rounding
 from tritonkit._core.ints import next_power_of_2
 
 TILE_ELEMENTS = 4096  # elements per program tile: 32 fp32 registers a thread at 4 warps
 MAX_COLUMNS = 2048  # a wider group (or row) is read in chunks of this many columns, twice
-FLOAT8_CONVERSION_ARCH = 89  # sm_89 (Ada) and newer convert fp32 to float8 in one instruction (cvt.rn.satfinite)
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ FOURBIT_DEQUANTIZE = FourBitDequantizePlan(values=4096, columns=1024, warps=4)
 
 def hardware_rounding(arch: str) -> bool:
     """Whether GPUs of ``arch`` ("sm90") round to float8 in their conversion instruction."""
-    return int(arch.removeprefix("sm")) >= FLOAT8_CONVERSION_ARCH
+    return converts_to_float8_rounding(arch)
 
 
 def groups_plan(arch: str, group: int) -> QuantPlan:
