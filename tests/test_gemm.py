@@ -138,6 +138,21 @@ def test_persistent_candidates_match_the_reference(plan, codes, monkeypatch):
     assert report.ok, report
 
 
+class _Recording:
+    """A stand-in for one of launch's kernels (looked up there at each launch): appends ``note(grid, kwargs)`` of
+    each launch to ``log`` (the grid unless told), then launches the kernel."""
+
+    def __init__(self, kernel, log, note=lambda grid, kwargs: grid):
+        self.kernel, self.log, self.note = kernel, log, note
+
+    def __getitem__(self, grid):
+        def run(*args, **kwargs):
+            self.log.append(self.note(grid, kwargs))
+            return self.kernel[grid](*args, **kwargs)
+
+        return run
+
+
 # ---------------------------------------------------------------- the split-K GEMV (weight-only, a few rows)
 
 ONE_ROW = GemvPlan(1, 16, 32, 4, 1, 4, 512, splits=3)  # 3 splits of whole 32-wide steps, the last one short
@@ -203,17 +218,6 @@ def test_gemv_int8_words_leave_what_they_cannot_read_to_the_byte_loop(monkeypatc
     expected = launch.scaled_linear_fwd(x, w.contiguous(), x_scale, w_scale, None, torch.float32, False,
                                         plan=dataclasses.replace(WORDS, words=False))  # fmt: skip
     torch.testing.assert_close(out, expected, rtol=0, atol=0)  # the byte loop itself
-
-
-class _Recording:
-    """A kernel stand-in that notes each launch and runs the kernel."""
-
-    def __init__(self, kernel, launched):
-        self.kernel, self.launched = kernel, launched
-
-    def __getitem__(self, grid):
-        self.launched.append(grid)
-        return self.kernel[grid]
 
 
 @pytest.mark.parametrize("plan", [ONE_ROW, DOT_ROWS], ids=["one-row", "dot"])
@@ -473,20 +477,9 @@ def test_quantized_linear_refuses_training_and_bad_options():
 def _record_fast_accumulation(monkeypatch) -> list:
     """FP8_FAST_ACC of each launch of the tiled and persistent kernels, in order."""
     flags = []
-
-    class Recording:
-        def __init__(self, kernel):
-            self.kernel = kernel
-
-        def __getitem__(self, grid):
-            def run(*args, **kwargs):
-                flags.append(kwargs["FP8_FAST_ACC"])
-                return self.kernel[grid](*args, **kwargs)
-
-            return run
-
     for name in ("_scaled_linear_kernel", "_scaled_linear_persistent_kernel"):
-        monkeypatch.setattr(launch, name, Recording(getattr(launch, name)))
+        recording = _Recording(getattr(launch, name), flags, lambda grid, kwargs: kwargs["FP8_FAST_ACC"])
+        monkeypatch.setattr(launch, name, recording)
     return flags
 
 

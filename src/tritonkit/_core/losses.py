@@ -229,7 +229,6 @@ def scale_in_place(grad: torch.Tensor, grad_loss: torch.Tensor) -> None:
         return
     if n:
         programs = min(cdiv(n, _SCALE_PLAN.block_size), _SCALE_IN_PLACE_PROGRAMS)
-        scale_in_place_kernel[(programs,)](grad, grad_loss.reshape(()), n,
-                                                                 BLOCK_SIZE=_SCALE_PLAN.block_size,
-                                                                 num_warps=_SCALE_PLAN.warps)  # fmt: skip
+        scale_in_place_kernel[(programs,)](grad, grad_loss.reshape(()), n, BLOCK_SIZE=_SCALE_PLAN.block_size,
+                                           num_warps=_SCALE_PLAN.warps)  # fmt: skip
     torch.autograd.graph.increment_version(grad)
