@@ -161,15 +161,6 @@ def check_int4_weight(name: str, qweight, scales, zeros, group_size) -> None:
                              f"{tuple(tensor.shape)}")  # fmt: skip
 
 
-@functools.cache
-def nf4_byte_table(device: torch.device) -> torch.Tensor:
-    """The two NF4 values of every packed byte b, (code[b >> 4], code[b & 15]) as fp32, (256, 2) on ``device``, made
-    once per device: a kernel that looks up a byte's pair (8 contiguous bytes) loads once a byte, not once a value."""
-    code = torch.tensor(NF4_CODE, dtype=torch.float32)
-    byte = torch.arange(256)
-    return torch.stack((code[byte >> 4], code[byte & 15]), dim=1).contiguous().to(device)
-
-
 @torch.compiler.disable  # traced, the tables would be host copies in the graph, which no CUDA graph captures
 def _nf4_tables_untraced(device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """nf4_tables for torch code that may be compiled (the launchers call nf4_tables: this wrapper costs host time)."""

@@ -167,7 +167,7 @@ def _nf4_quantize_kernel(p_w, p_packed, p_absmax, p_bounds, n, n_blocks, BLOCKSI
 
 @triton.jit
 def _nf4_dequantize_kernel(
-    p_packed, p_absmax, p_pairs, p_absmax_codes, p_absmax_scales, p_nested_code, p_offset, p_out, n, n_bytes,
+    p_packed, p_absmax, p_code, p_absmax_codes, p_absmax_scales, p_nested_code, p_offset, p_out, n, n_bytes,
     BLOCKSIZE: tl.constexpr, NESTED: tl.constexpr, NESTED_BLOCK: tl.constexpr, BLOCKS: tl.constexpr,
 ):  # fmt: skip
     """BLOCKS blocks of BLOCKSIZE values: value 2i = code[byte i >> 4] * absmax, value 2i + 1 = code[byte i & 15] *
@@ -176,9 +176,8 @@ def _nf4_dequantize_kernel(
     so that the result is bitsandbytes' bit for bit).
 
     The bytes are read as [BLOCKS, BLOCKSIZE / 2] (the mask against n_bytes, an argument, so that a multiple of 16
-    keeps the loads vectorized), each block's absmax once; each byte's two values come from one 8-byte load of its
-    row of the byte table p_pairs (_core/fourbit.nf4_byte_table: code[b >> 4], code[b & 15]), a gather a byte rather
-    than a value, already in the values' order, so the tile is stored as one contiguous run."""
+    keeps the loads vectorized), each block's absmax once, and the two halves joined back into consecutive values
+    and stored as one contiguous tile: stores of every other value compile to 2-byte stores."""
     o_block = tl.program_id(0).to(tl.int64) * BLOCKS + tl.arange(0, BLOCKS)
     o_byte = o_block[:, None] * (BLOCKSIZE // 2) + tl.arange(0, BLOCKSIZE // 2)[None, :]
     b_byte = tl.load(p_packed + o_byte, mask=o_byte < n_bytes, other=0).to(tl.int32)  # [BLOCKS, BLOCKSIZE / 2]
@@ -186,8 +185,9 @@ def _nf4_dequantize_kernel(
     b_absmax = nf4_absmax(
         p_absmax, p_absmax_codes, p_absmax_scales, p_offset, p_nested_code, o_block, m_block, NESTED, NESTED_BLOCK
     )  # [BLOCKS]
-    b_pair = tl.load(p_pairs + (2 * b_byte)[:, :, None] + tl.arange(0, 2)[None, None, :])  # [B, S / 2, 2]
-    b_w = tl.reshape(b_pair * b_absmax[:, None, None], (BLOCKS, BLOCKSIZE))
+    b_high = tl.load(p_code + (b_byte >> 4)) * b_absmax[:, None]
+    b_low = tl.load(p_code + (b_byte & 15)) * b_absmax[:, None]
+    b_w = tl.reshape(tl.join(b_high, b_low), (BLOCKS, BLOCKSIZE))
     o_value = o_block[:, None] * BLOCKSIZE + tl.arange(0, BLOCKSIZE)[None, :]
     tl.store(p_out + o_value, b_w.to(p_out.dtype.element_ty), mask=o_value < n)
 

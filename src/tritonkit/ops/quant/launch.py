@@ -16,7 +16,6 @@ from tritonkit._core.fourbit import (
     NF4_BLOCKSIZES,
     check_int4_group,
     check_int4_weight,
-    nf4_byte_table,
     nf4_tables,
 )
 from tritonkit._core.ints import cdiv, next_power_of_2
@@ -236,13 +235,12 @@ def nf4_dequantize_fwd(
     out = torch.empty(n, dtype=dtype, device=packed.device)
     if n == 0:
         return out
-    _, _, dynamic = nf4_tables(packed.device)
+    code, _, dynamic = nf4_tables(packed.device)
     nested = absmax is None
     tiles = plan or FOURBIT_DEQUANTIZE
     blocks = max(1, tiles.values // blocksize)
     _nf4_dequantize_kernel[(cdiv(cdiv(n, blocksize), blocks),)](
-        packed, absmax, nf4_byte_table(packed.device), absmax_codes, absmax_scales,
-        nested_code if nested_code is not None else dynamic,
+        packed, absmax, code, absmax_codes, absmax_scales, nested_code if nested_code is not None else dynamic,
         offset, out, n, cdiv(n, 2), BLOCKSIZE=blocksize, NESTED=nested, NESTED_BLOCK=NESTED_BLOCK, BLOCKS=blocks,
         num_warps=tiles.warps, enable_fp_fusion=False,  # separate roundings, as bitsandbytes' (an FMA would round once)
     )  # fmt: skip
