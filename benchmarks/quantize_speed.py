@@ -1,12 +1,12 @@
 """quantize against torch.compile of the same expression and against a copy, one GPU, CUDA-graph GPU time
 (triton.testing.do_bench_cudagraph): x (8192, 8192) bf16 to int8 and float8 e4m3 with row, 1 x 128 group and
 128 x 128 block scales. Providers in the same run: tritonkit with its plan; the plan's variants forced through plan=
-(float8 rounded in fp32 arithmetic instead of by the conversion; a row read once as one 8192-wide tile; 128 x 128
-blocks read once as one 8-warp tile, measured slower than the plan's 32-row chunks read twice); torch.compile of
+(float8 rounded in fp32 arithmetic instead of by the conversion; the fallback plan's tiles where the GPU's plan
+differs: 2048-column chunks of a row and 32-row chunks of a 128 x 128 block, each read twice); torch.compile of
 ``_core.scales.quantize_reference``, the definition the codes must match; and a copy of x into a preallocated bf16
 tensor, the bandwidth ceiling.
 
-    python benchmarks/quantize_speed.py --out DIR [--dry-run]
+    python benchmarks/quantize_speed.py --out DIR [--sweep] [--budget-s 45] [--dry-run]
 
 Prints a table and writes ``<date>-quantize-speed.json`` into DIR: microseconds, GB/s (x read, codes and scales
 written), the share of the copy's GB/s, the ratio to torch.compile, and whether the codes and scales equal the
@@ -30,17 +30,24 @@ BLOCK = 128  # groups 1 x 128 and blocks 128 x 128, DeepSeek-V3's
 FORMS = tuple((fmt, granularity) for fmt in ("int8", "e4m3") for granularity in ("row", "group", "block"))
 REP_MS = 10  # 100 ms of replays a point: ~30 points and ~20 compiles within a minute on one H200
 BUDGET_S = 45.0  # providers not started within this many seconds are skipped: a compile may follow (limit: a minute)
+# --sweep: tiles (rows, columns, warps) timed beside the plan's, by granularity
+SWEEP = {
+    "row": ((1, 8192, 4), (1, 8192, 16), (2, 8192, 16)),
+    "group": ((16, 128, 4), (64, 128, 4), (64, 128, 8), (32, 128, 2)),
+    "block": ((128, 128, 4), (128, 128, 16), (64, 128, 8)),
+}
 DRY_RUN_SHAPE = (300, 520)  # ragged against 128-wide groups and blocks, and against every tile's rows
 
 
-def _providers(fmt: str, granularity: str, x) -> tuple:
-    """(the codes' dtype, name -> a call returning (codes, scale)): tritonkit's plan first, then its variants."""
+def _providers(fmt: str, granularity: str, x, sweep: bool = False) -> tuple:
+    """(the codes' dtype, name -> a call returning (codes, scale)): tritonkit's plan first, then its variants (and
+    the SWEEP tiles if ``sweep``)."""
     import dataclasses
 
     from tritonkit._core.device import arch
     from tritonkit._core.scales import FORMATS
     from tritonkit.ops.quant.launch import quantize_fwd
-    from tritonkit.ops.quant.plan import QuantPlan, blocks_plan, groups_plan
+    from tritonkit.ops.quant.plan import blocks_plan, groups_plan
 
     dtype = next(d for d, kind in FORMATS.items() if kind == fmt)
     group = BLOCK if granularity == "group" else x.shape[1]
@@ -48,10 +55,14 @@ def _providers(fmt: str, granularity: str, x) -> tuple:
     plans = {"tritonkit (its plan)": None}
     if fmt != "int8":
         plans["tritonkit, float8 rounded in fp32"] = dataclasses.replace(default, hardware_rounding=False)
-    if granularity == "row":
-        plans["tritonkit, one 1 x 8192 tile, 8 warps"] = dataclasses.replace(default, block_r=1, block_c=8192, warps=8)
-    if granularity == "block":
-        plans["tritonkit, one 128 x 128 tile, 8 warps"] = QuantPlan(BLOCK, BLOCK, 8, default.hardware_rounding)
+    fallback = blocks_plan("sm80", BLOCK) if granularity == "block" else groups_plan("sm80", group)  # no sm80 entry
+    if fallback != dataclasses.replace(default, hardware_rounding=False):
+        plans["tritonkit, the fallback's tiles"] = dataclasses.replace(
+            fallback, hardware_rounding=default.hardware_rounding
+        )
+    for rows, columns, warps in SWEEP[granularity] if sweep else ():
+        tiles = dataclasses.replace(default, block_r=rows, block_c=columns, warps=warps)
+        plans[f"tritonkit, {rows} x {columns} tile, {warps} warps"] = tiles
     return dtype, {name: functools.partial(quantize_fwd, x, dtype, granularity, BLOCK, plan=plan)
                    for name, plan in plans.items()}  # fmt: skip
 
@@ -76,7 +87,7 @@ def dry_run() -> int:
     x = (torch.randn(DRY_RUN_SHAPE, generator=torch.Generator().manual_seed(0)) * 3).to(torch.bfloat16)
     failures = 0
     for fmt, granularity in FORMS:
-        dtype, providers = _providers(fmt, granularity, x)
+        dtype, providers = _providers(fmt, granularity, x, sweep=True)
         expected = quantize_reference(x, dtype, granularity=granularity, block_size=BLOCK)
         for name, run in providers.items():
             same = _same_bits(run(), expected)
@@ -89,6 +100,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path)
     parser.add_argument("--dry-run", action="store_true")
+    parser.add_argument("--sweep", action="store_true", help="also time the SWEEP tiles")
+    parser.add_argument("--budget-s", type=float, default=BUDGET_S, help="skip providers not started by then")
     args = parser.parse_args()
     if args.dry_run:
         os.environ["TRITON_INTERPRET"] = "1"  # before any kernel is defined
@@ -112,15 +125,15 @@ def main() -> int:
     print(f"copy of x (bf16 {m} x {k}): {copy_ms * 1e3:.1f} us, {copy_gbps:.0f} GB/s", flush=True)
     print(f"{'form':12} {'provider':40} {'us':>8} {'GB/s':>7} {'% copy':>7} {'vs compile':>10} {'bits':>5}")
     for fmt, granularity in FORMS:
-        dtype, providers = _providers(fmt, granularity, x)
+        dtype, providers = _providers(fmt, granularity, x, sweep=args.sweep)
         compiled = torch.compile(functools.partial(quantize_reference, x, dtype=dtype, granularity=granularity,
                                                    block_size=BLOCK), dynamic=False)  # fmt: skip
         runs = {"torch.compile (reference)": compiled, **providers}
         compile_ms, expected = None, quantize_reference(x, dtype, granularity=granularity, block_size=BLOCK)
         for name, run in runs.items():
             form = f"{fmt} {granularity}"
-            if time.perf_counter() - start > BUDGET_S:
-                rows.append({"form": form, "provider": name, "skipped": f"not started within {BUDGET_S:.0f} s"})
+            if time.perf_counter() - start > args.budget_s:
+                rows.append({"form": form, "provider": name, "skipped": f"not started within {args.budget_s:.0f} s"})
                 print(f"{form:12} {name:40} skipped: time budget", flush=True)
                 continue
             result = run()

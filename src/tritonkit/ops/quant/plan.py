@@ -1,11 +1,12 @@
 """Launch plans of quantize and dequantize: tile shapes of memory-bound kernels that read x once (a region that
 fits one tile) or twice (a wider one), and how float8 values are rounded.
 
-Every architecture shares one table of tiles until a GPU sweep replaces it: tiles of about 4096 elements per program
-(16 KB of fp32 in registers with 4 warps), which any CUDA GPU holds without spilling; a 128 x 128 block is read
-twice in 32-row chunks (on an H200 one 16384-element tile at 8 warps, read once, measured slower:
-docs/kernels/quant.md). Float8 rounding by the conversion instruction needs
-sm_89 or newer; older GPUs (and the interpreter) round in fp32 arithmetic.
+The fallback for every architecture (and an unknown GPU): tiles of about 4096 elements per program (16 KB of fp32 in
+registers with 4 warps), which any CUDA GPU holds without spilling; a group wider than 2048 columns and a 128 x 128
+block are read twice in chunks. Hopper (sm90) reads them once: a row of up to 8192 columns in one tile at 8 warps,
+a 128 x 128 block in one tile at 8 warps (on an H200 1.17-1.19x and 1.14-1.19x the chunked reads:
+docs/kernels/quant.md). Float8 rounding by the conversion instruction needs sm_89 or newer; older GPUs (and the
+interpreter) round in fp32 arithmetic.
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ from tritonkit._core.ints import next_power_of_2
 
 TILE_ELEMENTS = 4096  # elements per program tile: 32 fp32 registers a thread at 4 warps
 MAX_COLUMNS = 2048  # a wider group (or row) is read in chunks of this many columns, twice
+# sm90: the widest group one tile reads once, and the elements a warp holds there (32 fp32 registers a thread)
+ONE_READ_COLUMNS = {"sm90": 8192}
+ONE_READ_ELEMENTS_PER_WARP = 1024
+ONE_READ_BLOCK_ELEMENTS = {"sm90": 128 * 128}  # sm90: a block read once at 8 warps (64 fp32 registers a thread)
 
 
 @dataclass(frozen=True)
@@ -49,16 +54,21 @@ def hardware_rounding(arch: str) -> bool:
 
 def groups_plan(arch: str, group: int) -> QuantPlan:
     """Tiles for groups of ``group`` columns (a row: all the columns): as wide as the group up to MAX_COLUMNS, as
-    many rows as fill TILE_ELEMENTS."""
-    block_c = min(next_power_of_2(max(group, 1)), MAX_COLUMNS)
+    many rows as fill TILE_ELEMENTS; on sm90 a group up to ONE_READ_COLUMNS wide in one row tile, read once."""
+    width = next_power_of_2(max(group, 1))
+    if MAX_COLUMNS < width <= ONE_READ_COLUMNS.get(arch, 0):
+        return QuantPlan(1, width, width // ONE_READ_ELEMENTS_PER_WARP, hardware_rounding(arch))
+    block_c = min(width, MAX_COLUMNS)
     return QuantPlan(max(1, TILE_ELEMENTS // block_c), block_c, 4, hardware_rounding(arch))
 
 
 def blocks_plan(arch: str, block: int) -> QuantPlan:
     """Row chunks of a block x block block, block columns wide: the whole block up to TILE_ELEMENTS (read once),
-    else as many rows as fill TILE_ELEMENTS (read twice)."""
+    else as many rows as fill TILE_ELEMENTS (read twice); on sm90 the whole block up to ONE_READ_BLOCK_ELEMENTS."""
     if block * block <= TILE_ELEMENTS:
         return QuantPlan(block, block, 4, hardware_rounding(arch))
+    if block * block <= ONE_READ_BLOCK_ELEMENTS.get(arch, 0):
+        return QuantPlan(block, block, 8, hardware_rounding(arch))
     return QuantPlan(max(1, TILE_ELEMENTS // block), block, 4, hardware_rounding(arch))
 
 
