@@ -106,8 +106,8 @@ GEMV_FALLBACK = (
     # loads in flight, past the ~20 KB per multiprocessor that covers HBM's latency at full bandwidth on an H100.
     # One stage: the loop unpipelined, occupancy hiding the loads (sm90 pipelines it three deep: GEMV_MEASURED;
     # unmeasured GPUs keep the plain loop). int8 codes with a tensor or row scale as int32 words (words): 4.6
-    # instructions a value against the byte loop's 6.3 in sm_90's code of this tile, 16-byte loads both
-    # (docs/kernels/gemm.md); taken on that count, before a GPU has timed it.
+    # instructions a value against the byte loop's 6.3 in sm_90's code of this tile, 16-byte loads both; on the H200
+    # 72% of the copy against 65% for the same plan reading bytes (docs/kernels/gemm.md).
     (1, GemvPlan(1, 32, 256, 4, 1, 4, 512, words=True)),
     # Up to 16 rows: tl.dot over rows padded to 16 (the tensor cores' work is free next to the weight's read); 64 x
     # 128 w tiles, pipelined three deep through shared memory.
@@ -119,7 +119,7 @@ GEMV_FALLBACK = (
 # with 4 programs a multiprocessor (2026-11-29-gemv-plans.md), 56% for the unpipelined 16 x 512 plan before it and
 # 46% for the fallback's. 2 to 16 rows keep the fallback's: 55-57%, within 1-2 points of the best single plan, though
 # single shapes gain up to 1.25x with another (4 rows, N 28672 K 8192: 64 x 256 tiles).
-# int8 codes read as words (the fallback's reason) are not in that measurement: taken on the instruction count.
+# Its codes read as int32 words (the fallback's reason): 72% (2026-11-29-gemv-plans-words.md, 28 one-row plans).
 GEMV_MEASURED: dict[str, tuple] = {
     "sm90": ((1, GemvPlan(1, 32, 256, 4, 3, 2, 512, words=True)), GEMV_FALLBACK[1]),
 }
