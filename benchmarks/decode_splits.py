@@ -12,7 +12,8 @@ of 64-token pages, SDPA with enable_gqa over a contiguous bf16 cache of the same
   int8's and fp8's variant), at key block 64 with the heuristic's split count and with 16 to 64, and at 128 with the
   heuristic's.
 
-    python benchmarks/decode_splits.py --out DIR [--budget-s 50] [--dry-run] [--part heuristic|quantized|tiles|splits]
+    python benchmarks/decode_splits.py --out DIR [--budget-s 50] [--dry-run]
+        [--part heuristic|quantized|tiles|splits|appends]
 
 ``--part quantized`` (``<date>-decode-quantized.json``): at B 8 S 32k and B 64 S 4k, paged bf16 with this GPU's
 plan, and int8, fp8 and int4 with theirs, int8 and fp8 also with their plan's direct_codes the other way (the codes
@@ -21,6 +22,10 @@ converted straight to bf16 or through fp32); each against bf16 (bf16_over_this).
 ``--part tiles`` (``<date>-decode-tiles.json``): at TILE_SHAPES, SDPA and each format's plan, then each format at
 every key block, warp count and stage count of TILES (2 warps also at twice the plan's programs per multiprocessor);
 paged bf16 against SDPA, the quantized caches against paged bf16's plan.
+
+``--part appends`` (``<date>-decode-append-tokens.json``): kv_cache_append of prompts (APPEND_SHAPES: one of 8192
+tokens, eight of 2048) into each format's paged cache with each of PROGRAM_TOKENS tokens a program
+(plan.APPEND_TOKENS set for the call), and the public op.
 
 ``--part splits`` (``<date>-decode-split-counts.json``): at SPLIT_SHAPES (B 1 to 16 at S 1k to 32k, B 64 S 4k,
 B 256 S 1k), SDPA, then paged bf16, int8 and fp8 with this GPU's plans at the heuristic's split count and at each of
@@ -66,8 +71,16 @@ TILES = tuple((block_n, warps, stages) for block_n in (64, 128) for warps in (2,
 SPLIT_SHAPES = (*((b, s) for b in (1, 4, 8, 16) for s in (1024, 2048, 4096, 8192, 32768)), (64, 4096), (256, 1024))
 SPLIT_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128)
 APPEND_TOKENS = 8192  # a prompt's keys and values appended at once (kv_cache_append's bandwidth case)
+APPEND_SHAPES = ((1, 8192), (8, 2048))  # --part appends: (sequences, new tokens each)
+PROGRAM_TOKENS = (1, 2, 4)  # --part appends: the new tokens a kv_cache_append program writes (plan.APPEND_TOKENS)
 # The CPU check: two small shapes, heads of two int4 groups of 32 (the default group).
-DRY = {"heads": {"hq": 4, "hk": 2, "d": 64}, "shapes": ((1, 256), (2, 512)), "headline": ((2, 256),), "append": 64}
+DRY = {
+    "heads": {"hq": 4, "hk": 2, "d": 64},
+    "shapes": ((1, 256), (2, 512)),
+    "headline": ((2, 256),),
+    "append": 64,
+    "appends": ((1, 64), (2, 24)),
+}
 
 
 class Runner:
@@ -204,28 +217,46 @@ def _describe(label: dict) -> str:
     return f"{text:51}"
 
 
-def appends(runner: Runner, tokens: int) -> None:
-    """kv_cache_append of ``tokens`` new keys and values of one sequence into an empty paged cache of each format,
-    in place (idempotent: the lengths are not advanced, so every replay writes the same slots)."""
+def appends(runner: Runner, shapes, program_tokens: tuple[int, ...] = (0,)) -> None:
+    """kv_cache_append of (batch, tokens) new keys and values a sequence, for each of ``shapes``, into an empty paged
+    cache of each format, in place (idempotent: the lengths are not advanced, so every replay writes the same
+    slots), with each count of tokens a program in ``program_tokens`` (0: the plan's); with several counts, the
+    public op (validation, custom op) at the plan's count too."""
     import torch
 
+    import tritonkit as tk
     from tritonkit import catalog
-    from tritonkit.ops.decoding import launch
+    from tritonkit.ops.decoding import launch, plan
 
     spec = catalog.get("kv_cache_append")
-    for kv in ("plain", "int8", "fp8", "int4"):
-        values = {"b": 1, "s": 0, "sq": tokens, "hk": runner.heads["hk"], "d": runner.heads["d"], "page_size": PAGE,
-                  "kv": kv, "capacity": tokens}  # fmt: skip
-        case = spec.parse_case(values)
-        inputs = spec.make_inputs(case, runner.device, runner.dtype, torch.Generator(runner.device).manual_seed(0))
-        options = inputs.kwargs
-        label = {"part": "append", "cache": "bf16" if kv == "plain" else kv, "plan": f"{tokens} tokens"}
+    for batch, tokens in shapes:
+        for kv in ("plain", "int8", "fp8", "int4"):
+            values = {"b": batch, "s": 0, "sq": tokens, "hk": runner.heads["hk"], "d": runner.heads["d"],
+                      "page_size": PAGE, "kv": kv, "capacity": tokens}  # fmt: skip
+            case = spec.parse_case(values)
+            generator = torch.Generator(runner.device).manual_seed(0)
+            inputs = spec.make_inputs(case, runner.device, runner.dtype, generator)
+            options = inputs.kwargs
+            cache = "bf16" if kv == "plain" else kv
+            for per_program in program_tokens:
+                count = per_program or plan.APPEND_TOKENS
+                label = {"part": "append", "cache": cache, "plan": f"{tokens} tokens, {count} a program",
+                         "tokens_a_program": count}  # fmt: skip
 
-        def call(inputs=inputs, options=options):
-            launch.kv_cache_append_(*inputs.args, options["block_table"], options.get("k_scales"),
-                                    options.get("v_scales"))  # fmt: skip
+                def call(inputs=inputs, options=options, count=count):
+                    launch.APPEND_TOKENS = count  # read by the launch, which the graph's capture runs
+                    try:
+                        launch.kv_cache_append_(*inputs.args, options["block_table"], options.get("k_scales"),
+                                                options.get("v_scales"))  # fmt: skip
+                    finally:
+                        launch.APPEND_TOKENS = plan.APPEND_TOKENS
 
-        runner.run(case, inputs, label, call, variant=(("append", kv), None), spec=spec)
+                runner.run(case, inputs, label, call, variant=(("append", kv, count), None), spec=spec)
+            if len(program_tokens) > 1:
+                label = {"part": "append", "cache": cache, "plan": f"{tokens} tokens, public op",
+                         "tokens_a_program": plan.APPEND_TOKENS}  # fmt: skip
+                runner.run(case, inputs, label, lambda inputs=inputs: tk.ops.kv_cache_append(*inputs.args,
+                           **inputs.kwargs), variant=(("append", kv, plan.APPEND_TOKENS), None), spec=spec)  # fmt: skip
 
 
 def _plans(variant: dict) -> list[tuple[str, dict]]:
@@ -370,8 +401,11 @@ def _warm(task: tuple[int, int, bool, str]) -> None:
     if part == "splits":
         splits(runner, DRY["shapes"] if dry else SPLIT_SHAPES)
         return
+    if part == "appends":
+        appends(runner, DRY["appends"] if dry else APPEND_SHAPES, PROGRAM_TOKENS)
+        return
     headline(runner, DRY["headline"] if dry else HEADLINE)
-    appends(runner, DRY["append"] if dry else APPEND_TOKENS)
+    appends(runner, ((1, DRY["append"] if dry else APPEND_TOKENS),))
     sweep(runner, DRY["shapes"] if dry else SHAPES)
 
 
@@ -381,11 +415,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=50.0, help="stop timing after this many seconds")
     parser.add_argument("--rep-ms", type=int, default=4, help="do_bench_cudagraph's rep: ms of work per graph")
     parser.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU, each run once, no times")
-    parser.add_argument("--part", choices=("all", "heuristic", "quantized", "tiles", "splits"), default="all",
+    parser.add_argument("--part", choices=("all", "heuristic", "quantized", "tiles", "splits", "appends"),
+                        default="all",
                         help="heuristic: this GPU's split heuristic against the fallback's, paged bf16; quantized: "
                              "the quantized caches' plans (direct_codes both ways) against paged bf16; tiles: key "
                              "block, warps and stages of every format; splits: bf16, int8 and fp8 at each split "
-                             "count")  # fmt: skip
+                             "count; appends: a prompt's append at each count of tokens a program")  # fmt: skip
     parser.add_argument("--compile-workers", type=int, default=min(12, (os.cpu_count() or 2) - 2),
                         help="processes compiling the kernel variants first (0: compile as the runs come)")  # fmt: skip
     args = parser.parse_args(argv)
@@ -418,8 +453,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.part == "splits":
         splits(runner, DRY["shapes"] if args.dry_run else SPLIT_SHAPES)
         return _write(args, runner, start, "decode-split-counts")
+    if args.part == "appends":
+        appends(runner, DRY["appends"] if args.dry_run else APPEND_SHAPES, PROGRAM_TOKENS)
+        return _write(args, runner, start, "decode-append-tokens")
     headline(runner, DRY["headline"] if args.dry_run else HEADLINE)
-    appends(runner, DRY["append"] if args.dry_run else APPEND_TOKENS)
+    appends(runner, ((1, DRY["append"] if args.dry_run else APPEND_TOKENS),))
     sweep(runner, DRY["shapes"] if args.dry_run else SHAPES)
     return _write(args, runner, start, "decode-splits")
 
