@@ -25,7 +25,7 @@ paged bf16 against SDPA, the quantized caches against paged bf16's plan.
 
 ``--part appends`` (``<date>-decode-append-tokens.json``): kv_cache_append of prompts (APPEND_SHAPES: one of 8192
 tokens, eight of 2048) into each format's paged cache with each of PROGRAM_TOKENS tokens a program
-(plan.APPEND_TOKENS set for the call), and the public op.
+(launch.append_tokens), and the public op.
 
 ``--part splits`` (``<date>-decode-split-counts.json``): at SPLIT_SHAPES (B 1 to 16 at S 1k to 32k, B 64 S 4k,
 B 256 S 1k), SDPA, then paged bf16, int8 and fp8 with this GPU's plans at the heuristic's split count and at each of
@@ -244,12 +244,8 @@ def appends(runner: Runner, shapes, program_tokens: tuple[int, ...] = (0,)) -> N
                          "tokens_a_program": count}  # fmt: skip
 
                 def call(inputs=inputs, options=options, count=count):
-                    launch.APPEND_TOKENS = count  # read by the launch, which the graph's capture runs
-                    try:
-                        launch.kv_cache_append_(*inputs.args, options["block_table"], options.get("k_scales"),
-                                                options.get("v_scales"))  # fmt: skip
-                    finally:
-                        launch.APPEND_TOKENS = plan.APPEND_TOKENS
+                    launch.append_tokens(*inputs.args, options["block_table"], options.get("k_scales"),
+                                         options.get("v_scales"), count)  # fmt: skip
 
                 runner.run(case, inputs, label, call, variant=(("append", kv, count), None), spec=spec)
             if len(program_tokens) > 1:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import tritonkit as tk
 from tritonkit import catalog, cli
 from tritonkit._core.text import parse_case_tokens
 from tritonkit.bench import calibrate, cost, harness, plots, providers, report
@@ -141,6 +142,14 @@ def test_base_providers():
     assert [p.is_baseline for p in chosen] == [False, True, True]
     assert all(p.skip_reason is None for p in chosen)
     assert [p.name for p in providers.select_providers(spec, ["torch"])] == ["torch"]
+
+
+def test_an_in_place_op_checked_on_copies_is_timed_in_place():
+    """kv_cache_append is checked through a form that clones the cache and reads it back dequantized (two to three
+    times the append's own time): the benchmark's tritonkit provider is the op itself."""
+    spec = catalog.get("kv_cache_append")
+    (ours,) = providers.select_providers(spec, ["tritonkit"])
+    assert spec.fn is not tk.ops.kv_cache_append and ours.fn is tk.ops.kv_cache_append
 
 
 def test_skip_reasons(monkeypatch):

@@ -207,6 +207,9 @@ class KernelSpec:
     # Public ops the spec checks through ``fn`` when ``fn`` is not the op itself: an in-place op read back after
     # its call (kv_cache_append), or a pair checked as a round trip (quantize_kv, dequantize_kv).
     covers: tuple[Callable, ...] = ()
+    # What benchmarks time as tritonkit's provider when ``fn`` does more than the op (an in-place op checked on
+    # copies of its buffers and read back): a callable taking the same arguments. None: ``fn``.
+    timed: Callable | None = None
     # Compute-bound kernels whose products run in another dtype than the checked one (int8 or float8 codes with a
     # bf16 output): the operands' dtype for a case and checked dtype, whose matmul ceiling judges the case (8-bit
     # tensor cores run at twice bf16's rate). None: the checked dtype.

@@ -79,7 +79,7 @@ def select_providers(spec: KernelSpec, wanted: Sequence[str] | None = None,
     providers = []
     for name in chosen:
         if name == "tritonkit":
-            providers.append(Provider(name, spec.fn))
+            providers.append(Provider(name, spec.timed or spec.fn))
         elif name == "torch":
             providers.append(Provider(name, spec.reference))
         elif name == "torch.compile":

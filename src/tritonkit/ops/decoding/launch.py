@@ -356,13 +356,20 @@ def kv_cache_append_(
     v_scales: torch.Tensor | None,
 ) -> None:
     """Write k_new and v_new (B, Sq, Hk, D) into the cache at cache_seqlens[b] + t, in place (validated arguments)."""
+    append_tokens(k_new, v_new, k_cache, v_cache, cache_seqlens, block_table, k_scales, v_scales, APPEND_TOKENS)
+
+
+def append_tokens(k_new, v_new, k_cache, v_cache, cache_seqlens, block_table, k_scales, v_scales,
+                  tokens_per_program: int) -> None:  # fmt: skip
+    """kv_cache_append_ with programs of up to ``tokens_per_program`` new tokens (a power of two; the op's:
+    plan.APPEND_TOKENS), for sweeps of that count."""
     n_batch, n_new, n_heads, head_dim = k_new.shape
     if k_new.numel() == 0:
         return
     cache = describe_cache(k_cache, block_table, k_scales, k_new.dtype, head_dim)
     k_new, v_new, cache_seqlens = _unit_stride(k_new), _unit_stride(v_new), _unit_stride(cache_seqlens)
     table, stride_table = _table_args(block_table, k_cache)
-    tokens = min(APPEND_TOKENS, next_power_of_2(n_new))
+    tokens = min(tokens_per_program, next_power_of_2(n_new))
     _kv_append_kernel[(n_batch * cdiv(n_new, tokens),)](
         k_new, v_new, k_cache, v_cache, k_scales, v_scales, cache_seqlens, table,
         n_new, n_heads, head_dim, cache.capacity, cache.n_pages,

@@ -375,14 +375,15 @@ register(KernelSpec(
     sweep="b",
     case_type=AppendCase,
     summary="Write new keys and values into a contiguous or paged KV cache in place, quantizing to int8/fp8/int4.",
-    description="One program per new token writes every key head at cache_seqlens[b] + t through the block table; "
-                "a quantized cache gets codes and scales from the same code as quantize_kv (bit-exact). Lengths "
-                "stay on the GPU: no host synchronisation, so a decode step captures in a CUDA graph.",
+    description="A program writes up to 4 new tokens (every key head) at cache_seqlens[b] + t through the block "
+                "table; a quantized cache gets codes and scales from the same code as quantize_kv (bit-exact). "
+                "Lengths stay on the GPU: no host synchronisation, so a decode step captures in a CUDA graph.",
     usage="tk.ops.kv_cache_append(k, v, k_cache, v_cache, seqlens, block_table=table)  # k, v (B, 1, Hk, D)",
     tags=("decoding", "paged", "quantized", "memory-bound", "inference", "in-place"),
     limits="in place; lengths are not advanced (add Sq after the call); positions past the capacity are not "
            "written (checked only on the CPU or with TRITONKIT_DEBUG=1).",
     fn=_appended,
+    timed=kv_cache_append,
     reference=_append_reference,
     make_inputs=_append_inputs,
     test_cases=_APPEND_TESTS,
@@ -392,7 +393,8 @@ register(KernelSpec(
     flops=lambda case, dtype: 0,
     dtypes=FLOAT_DTYPES,
     tolerance=_format_tolerance,
-    notes="Checked and benchmarked on copies of the cache, read back (dequantized) after the append.",
+    notes="Checked on copies of the cache, read back (dequantized) after the append; benchmarked in place (the "
+          "lengths are not advanced, so every call writes the same slots).",
     covers=(kv_cache_append,),
     status="experimental",
 ))  # fmt: skip
