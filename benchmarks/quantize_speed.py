@@ -36,8 +36,6 @@ SWEEP = {
     "group": ((16, 128, 4), (64, 128, 4), (64, 128, 8), (32, 128, 2)),
     "block": ((128, 128, 4), (128, 128, 16), (64, 128, 8)),
 }
-# --sweep, rows and groups: the plan's tile in a persistent loop, (programs a multiprocessor, pipeline stages)
-PERSISTENT = ((1, 2), (1, 3), (2, 2), (2, 3), (4, 2))
 DRY_RUN_SHAPE = (300, 520)  # ragged against 128-wide groups and blocks, and against every tile's rows
 
 
@@ -65,9 +63,6 @@ def _providers(fmt: str, granularity: str, x, sweep: bool = False) -> tuple:
     for rows, columns, warps in SWEEP[granularity] if sweep else ():
         tiles = dataclasses.replace(default, block_r=rows, block_c=columns, warps=warps)
         plans[f"tritonkit, {rows} x {columns} tile, {warps} warps"] = tiles
-    for programs, stages in PERSISTENT if sweep and granularity != "block" else ():
-        tiles = dataclasses.replace(default, programs_per_sm=programs, stages=stages)
-        plans[f"tritonkit, plan's tile, {programs} a SM, {stages} stages"] = tiles
     return dtype, {name: functools.partial(quantize_fwd, x, dtype, granularity, BLOCK, plan=plan)
                    for name, plan in plans.items()}  # fmt: skip
 

@@ -84,9 +84,6 @@ def _grid_values(dtype: torch.dtype) -> torch.Tensor:
 
 BLOCK = 32  # groups and blocks of the bit-for-bit tests
 TWO_PASS = QuantPlan(8, 16, 4, hardware_rounding=True)  # chunks of 8 rows x 16 columns: every region read twice
-# Tiles of 4 rows read once by programs that loop over them (64 row tiles; 4 programs under the interpreter, one a
-# multiprocessor on a GPU), pipelined 2 deep.
-PERSISTENT = QuantPlan(4, 128, 4, hardware_rounding=True, programs_per_sm=1, stages=2)
 
 
 def _assert_codes_at_ties(device, dtype, granularity, plan):
@@ -114,13 +111,6 @@ def test_codes_equal_the_definition_bit_for_bit_at_every_tie(device, dtype, gran
     """The plan's kernels (regions read once; float8 rounded by the conversion on a GPU, in fp32 arithmetic under
     the interpreter) and regions read twice."""
     _assert_codes_at_ties(device, dtype, granularity, TWO_PASS if two_pass else None)
-
-
-@pytest.mark.parametrize("granularity", ["row", "group"])
-@pytest.mark.parametrize("dtype", [torch.int8, *FP8], ids=["int8", "e4m3", "e5m2"])
-def test_persistent_row_tiles_give_the_definitions_codes(device, dtype, granularity):
-    """Row and group tiles read once by a grid of fewer programs than tiles, each looping over its share."""
-    _assert_codes_at_ties(device, dtype, granularity, PERSISTENT)
 
 
 @pytest.mark.parametrize("dtype", [torch.int8, *FP8], ids=["int8", "e4m3", "e5m2"])

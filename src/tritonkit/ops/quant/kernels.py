@@ -39,20 +39,13 @@ def _amax_kernel(p_x, p_amax, n_rows, n_cols, stride_x_r, BLOCK_R: tl.constexpr,
 def _quantize_groups_kernel(
     p_x, p_q, p_scale, p_amax, n_rows, n_cols, group, stride_x_r, stride_q_r, stride_s_r,
     KIND: tl.constexpr, TENSOR: tl.constexpr, HARDWARE_ROUNDING: tl.constexpr, ONE_PASS: tl.constexpr,
-    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, PERSISTENT: tl.constexpr = False, STAGES: tl.constexpr = 1,
+    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
 ):  # fmt: skip
     """BLOCK_R rows x the columns of group i_g = program_id(1), [i_g * group, (i_g + 1) * group) (row granularity: one
     group of all the columns). ONE_PASS (group <= BLOCK_C): the tile is read once; else the group is read twice, chunk
     by chunk: once for its amax, once to write the codes. TENSOR: the scale comes from the tensor's amax (p_amax),
-    stored by program (0, 0), and one read suffices. PERSISTENT (ONE_PASS, not TENSOR): a program takes every
-    num_programs(0)-th row tile, its loop pipelined STAGES deep (the next tiles' loads issued ahead of this one's
-    codes)."""
+    stored by program (0, 0), and one read suffices."""
     i_g = tl.program_id(1)
-    if PERSISTENT:
-        for i_tile in tl.range(tl.program_id(0), tl.cdiv(n_rows, BLOCK_R), tl.num_programs(0), num_stages=STAGES):
-            _quantize_tile(p_x, p_q, p_scale, i_tile, i_g, n_rows, n_cols, group, stride_x_r, stride_q_r, stride_s_r,
-                           KIND, HARDWARE_ROUNDING, BLOCK_R, BLOCK_C)  # fmt: skip
-        return
     o_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     r64 = o_r.to(tl.int64)
     m_r = o_r < n_rows
@@ -84,24 +77,6 @@ def _quantize_groups_kernel(
             m_x = m_r[:, None] & (c + o_c < c_hi)[None, :]
             b_x = tl.load(p_x_rows + (c + o_c)[None, :], mask=m_x, other=0.0).to(tl.float32)
             tl.store(p_q_rows + (c + o_c)[None, :], codes(b_x, scale[:, None], KIND, HARDWARE_ROUNDING), mask=m_x)
-
-
-@triton.jit
-def _quantize_tile(p_x, p_q, p_scale, i_tile, i_g, n_rows, n_cols, group, stride_x_r, stride_q_r, stride_s_r,
-                   KIND: tl.constexpr, HARDWARE_ROUNDING: tl.constexpr, BLOCK_R: tl.constexpr,
-                   BLOCK_C: tl.constexpr):  # fmt: skip
-    """Rows i_tile * BLOCK_R .. of group i_g, the group within BLOCK_C columns: read once, scales and codes stored."""
-    o_r = i_tile * BLOCK_R + tl.arange(0, BLOCK_R)
-    r64 = o_r.to(tl.int64)
-    m_r = o_r < n_rows
-    c_lo = i_g * group
-    o_c = c_lo + tl.arange(0, BLOCK_C)
-    m_x = m_r[:, None] & (o_c < tl.minimum(c_lo + group, n_cols))[None, :]
-    b_x = tl.load(p_x + r64[:, None] * stride_x_r + o_c[None, :], mask=m_x, other=0.0).to(tl.float32)  # [R, C]
-    scale = amax_scale(tl.max(finite_abs(b_x), axis=1), KIND)
-    tl.store(p_scale + r64 * stride_s_r + i_g, scale, mask=m_r)
-    tl.store(p_q + r64[:, None] * stride_q_r + o_c[None, :], codes(b_x, scale[:, None], KIND, HARDWARE_ROUNDING),
-             mask=m_x)  # fmt: skip
 
 
 @triton.jit

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor
-from tritonkit._core.device import arch, sm_count
+from tritonkit._core.device import arch
 from tritonkit._core.env import kernels_interpreted
 from tritonkit._core.fourbit import (
     NESTED_BLOCK,
@@ -124,17 +124,11 @@ def quantize_fwd(
             num_warps=whole.warps,
         )  # fmt: skip
     scale_rows = scale.view(n_rows, -1) if granularity != "tensor" else scale
-    one_pass = group <= tiles.block_c
-    row_tiles = cdiv(n_rows, tiles.block_r)
-    persistent = one_pass and granularity != "tensor" and tiles.programs_per_sm > 0
-    if persistent:
-        row_tiles = min(row_tiles, sm_count(x.device) * tiles.programs_per_sm)
-    _quantize_groups_kernel[(row_tiles, cdiv(n_cols, group))](
+    _quantize_groups_kernel[(cdiv(n_rows, tiles.block_r), cdiv(n_cols, group))](
         rows, code_rows, scale_rows, amax, n_rows, n_cols, group, rows.stride(0), code_rows.stride(0),
         scale_rows.stride(0) if granularity != "tensor" else 0,
-        KIND=kind, TENSOR=granularity == "tensor", HARDWARE_ROUNDING=_hardware_rounding(tiles), ONE_PASS=one_pass,
-        BLOCK_R=tiles.block_r, BLOCK_C=tiles.block_c, PERSISTENT=persistent, STAGES=tiles.stages,
-        num_warps=tiles.warps,
+        KIND=kind, TENSOR=granularity == "tensor", HARDWARE_ROUNDING=_hardware_rounding(tiles),
+        ONE_PASS=group <= tiles.block_c, BLOCK_R=tiles.block_r, BLOCK_C=tiles.block_c, num_warps=tiles.warps,
     )  # fmt: skip
     return codes, scale
 

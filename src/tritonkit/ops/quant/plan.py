@@ -33,10 +33,6 @@ class QuantPlan:
     # arithmetic first (about a dozen instructions a value): the same codes. The interpreter always takes the fp32
     # arithmetic (its own conversion rounds wrongly).
     hardware_rounding: bool = False
-    # Row tiles read once (a group within block_c), not the tensor's scale: 0 launches a program a tile; n > 0 launches
-    # n programs a multiprocessor that loop over the tiles, pipelined `stages` deep.
-    programs_per_sm: int = 0
-    stages: int = 1
 
 
 @dataclass(frozen=True)
