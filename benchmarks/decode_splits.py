@@ -19,9 +19,9 @@ of 64-token pages, SDPA with enable_gqa over a contiguous bf16 cache of the same
 plan, and int8, fp8 and int4 with theirs, int8 and fp8 also with their plan's direct_codes the other way (the codes
 converted straight to bf16 or through fp32); each against bf16 (bf16_over_this).
 
-``--part tiles`` (``<date>-decode-tiles.json``): at TILE_SHAPES, SDPA and each format's plan, then each format at
-every key block, warp count and stage count of TILES (2 warps also at twice the plan's programs per multiprocessor);
-paged bf16 against SDPA, the quantized caches against paged bf16's plan.
+``--part tiles`` (``<date>-decode-tiles.json``): at TILE_SHAPES (or ``--shapes B:S,...``), SDPA and each format's
+plan, then each format at every key block, warp count and stage count of TILES (2 warps also at twice the plan's
+programs per multiprocessor); paged bf16 against SDPA, the quantized caches against paged bf16's plan.
 
 ``--part appends`` (``<date>-decode-append-tokens.json``): kv_cache_append of prompts (APPEND_SHAPES: one of 8192
 tokens, eight of 2048) into each format's paged cache with each of PROGRAM_TOKENS tokens a program
@@ -187,6 +187,7 @@ class Runner:
 
     def ours(self, case, inputs, plan, splits: int, label: dict, sdpa_ms: float | None = None,
              baseline: str = "SDPA") -> float | None:  # fmt: skip
+        from tritonkit._core.ints import cdiv
         from tritonkit.ops.decoding import launch
         from tritonkit.ops.decoding.plan import choose_splits
 
@@ -204,7 +205,8 @@ class Runner:
         # What the kernels are compiled for: the format, the plan's switches, the key block, warps and stages, one
         # split or several and the split count's divisibility by 16 (Triton specialises on it); the reduction's tile
         # of splits.
-        split_key = (label["cache"], label["plan"], plan.block_n, plan.warps, plan.stages, used > 1, used % 16 == 0)
+        stages = plan.stages_for(cdiv(cdiv(case.s, used), plan.block_n))  # the launch's, from about its capacity
+        split_key = (label["cache"], label["plan"], plan.block_n, plan.warps, stages, used > 1, used % 16 == 0)
         variant = (split_key, ("reduce", 1 << (used - 1).bit_length()) if used > 1 else None)
         return self.run(case, inputs, label, call, sdpa_ms, variant, baseline=baseline)
 
@@ -356,7 +358,7 @@ def tiles(runner: Runner, shapes) -> None:
             for block_n, warps, stages in TILES:
                 for per_sm in (default.programs_per_sm, 2 * default.programs_per_sm)[: 2 if warps == 2 else 1]:
                     plan = dataclasses.replace(default, block_n=block_n, warps=warps, stages=stages,
-                                               programs_per_sm=per_sm)  # fmt: skip
+                                               programs_per_sm=per_sm, short_split_blocks=0)  # fmt: skip
                     label = {"part": "tiles", "cache": cache, "plan": f"{warps}w {stages}s", "programs_per_sm": per_sm}
                     runner.ours(case, inputs, plan, 0, label, baseline_ms, baseline=baseline)
             del inputs
@@ -385,14 +387,14 @@ def splits(runner: Runner, shapes) -> None:
             del inputs
 
 
-def _warm(task: tuple[int, int, bool, str]) -> None:
-    index, workers, dry, part = task
+def _warm(task: tuple[int, int, bool, str, tuple]) -> None:
+    index, workers, dry, part, tile_shapes = task
     runner = Runner(dry, math.inf, 0, warm=(index, workers))
     if part == "quantized":
         quantized(runner, DRY["headline"] if dry else HEADLINE)
         return
     if part == "tiles":
-        tiles(runner, DRY["headline"] if dry else TILE_SHAPES)
+        tiles(runner, DRY["headline"] if dry else tile_shapes)
         return
     if part == "splits":
         splits(runner, DRY["shapes"] if dry else SPLIT_SHAPES)
@@ -417,6 +419,8 @@ def main(argv: list[str] | None = None) -> int:
                              "the quantized caches' plans (direct_codes both ways) against paged bf16; tiles: key "
                              "block, warps and stages of every format; splits: bf16, int8 and fp8 at each split "
                              "count; appends: a prompt's append at each count of tokens a program")  # fmt: skip
+    parser.add_argument("--shapes", type=_shapes, default=TILE_SHAPES,
+                        help="--part tiles: B:S pairs, comma-separated (default: TILE_SHAPES)")  # fmt: skip
     parser.add_argument("--compile-workers", type=int, default=min(12, (os.cpu_count() or 2) - 2),
                         help="processes compiling the kernel variants first (0: compile as the runs come)")  # fmt: skip
     args = parser.parse_args(argv)
@@ -436,7 +440,8 @@ def main(argv: list[str] | None = None) -> int:
         # into Triton's on-disk cache, they cost the timing process a cache read each.
         workers = args.compile_workers
         with multiprocessing.get_context("spawn").Pool(workers) as pool:
-            pool.map(_warm, [(index, workers, args.dry_run, args.part) for index in range(workers)])
+            tasks = [(index, workers, args.dry_run, args.part, args.shapes) for index in range(workers)]
+            pool.map(_warm, tasks)
         print(f"compiled in {time.perf_counter() - start:.0f} s by {workers} processes", flush=True)
     budget = math.inf if args.dry_run else args.budget_s - (time.perf_counter() - start)
     runner = Runner(args.dry_run, budget, args.rep_ms)
@@ -444,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
         quantized(runner, DRY["headline"] if args.dry_run else HEADLINE)
         return _write(args, runner, start, "decode-quantized")
     if args.part == "tiles":
-        tiles(runner, DRY["headline"] if args.dry_run else TILE_SHAPES)
+        tiles(runner, DRY["headline"] if args.dry_run else args.shapes)
         return _write(args, runner, start, "decode-tiles")
     if args.part == "splits":
         splits(runner, DRY["shapes"] if args.dry_run else SPLIT_SHAPES)
@@ -456,6 +461,14 @@ def main(argv: list[str] | None = None) -> int:
     appends(runner, ((1, DRY["append"] if args.dry_run else APPEND_TOKENS),))
     sweep(runner, DRY["shapes"] if args.dry_run else SHAPES)
     return _write(args, runner, start, "decode-splits")
+
+
+def _shapes(text: str) -> tuple[tuple[int, int], ...]:
+    """ "1:1024,8:8192" -> ((1, 1024), (8, 8192))."""
+    try:
+        return tuple((int(b), int(s)) for b, s in (pair.split(":") for pair in text.split(",")))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected B:S pairs separated by commas, got {text!r}") from None
 
 
 def _write(args, runner: Runner, start: float, name: str) -> int:

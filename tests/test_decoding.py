@@ -534,3 +534,10 @@ def test_a_decode_step_captures_in_a_cuda_graph(fmt):
         torch.cuda.synchronize()
         assert torch.equal(captured, expected)
     assert torch.equal(lengths, eager_lengths)
+
+
+def test_short_splits_take_their_own_pipeline_depth():
+    """A plan's short-split rule: splits of at most short_split_blocks key blocks run short_split_stages deep."""
+    plan = DecodePlan(64, 2, 3, 64, short_split_blocks=2, short_split_stages=2)
+    assert [plan.stages_for(blocks) for blocks in (1, 2, 3, 16)] == [2, 2, 3, 3]
+    assert DecodePlan(64, 4, 3, 64).stages_for(1) == 3

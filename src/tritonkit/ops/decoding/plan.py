@@ -34,6 +34,14 @@ class DecodePlan:
     programs_per_sm: int = 2  # two programs per multiprocessor keep loads in flight while the other computes
     min_keys_per_split: int = 512  # a shorter split costs more in its partial's write and read-back than it gains
     min_splits: int = 1
+    # Splits of at most short_split_blocks key blocks (of the cache's capacity) run short_split_stages deep instead
+    # of `stages` (0: no such rule): a pipeline deeper than the loop's few steps only delays its first product.
+    short_split_blocks: int = 0
+    short_split_stages: int = 0
+
+    def stages_for(self, split_blocks: int) -> int:
+        """The key loop's pipeline depth for splits of ``split_blocks`` key blocks."""
+        return self.short_split_stages if 0 < split_blocks <= self.short_split_blocks else self.stages
 
 
 # Padded head dim -> plan (the narrower widths share d64's).
@@ -51,13 +59,37 @@ FALLBACK = {16: _D64, 32: _D64, 64: _D64, 128: DecodePlan(64, 4, 2, 64), 256: De
 # per multiprocessor, with splits as short as one key block (B1 S1k: 16 splits of 64 keys); more programs than that
 # start a second wave (8-bit at B16 S4k: 89 us at 5 splits, 58 at 4); 8-bit caches run fastest with 2 splits even
 # where the batch alone fills the GPU (B64 S4k: 194 against 235 us).
+# int8 and fp8 at d128 on sm90, two stages against three by the length of a split in key blocks of 64 (H200,
+# 2026-11-29-decode-tiles-short.json and -split-lengths.json, 2026-11-28-decode-tiles.json): 1 to 2 blocks (B1 S1k,
+# B1 S8k, B8 S1k) 1.23-1.25x faster, 4 blocks (B4 S4k, B1 S16k) 1.19-1.21x, 8 blocks level to 1.05x (B8 S4k,
+# B1 S32k); 16 blocks and more 3-9% slower (B8 S8k, B64 S4k, B8 S32k).
+SHORT_SPLIT_BLOCKS = 8
 MEASURED: dict[str, dict[tuple[int, str], DecodePlan]] = {
     "sm90": {
         (128, "plain"): DecodePlan(64, 4, 3, 64, min_keys_per_split=64),
         (128, "int8"): DecodePlan(
-            64, 2, 3, 64, direct_codes=True, programs_per_sm=4, min_keys_per_split=64, min_splits=2
+            64,
+            2,
+            3,
+            64,
+            direct_codes=True,
+            programs_per_sm=4,
+            min_keys_per_split=64,
+            min_splits=2,
+            short_split_blocks=SHORT_SPLIT_BLOCKS,
+            short_split_stages=2,
         ),
-        (128, "fp8"): DecodePlan(64, 2, 3, 64, programs_per_sm=4, min_keys_per_split=64, min_splits=2),
+        (128, "fp8"): DecodePlan(
+            64,
+            2,
+            3,
+            64,
+            programs_per_sm=4,
+            min_keys_per_split=64,
+            min_splits=2,
+            short_split_blocks=SHORT_SPLIT_BLOCKS,
+            short_split_stages=2,
+        ),
     },
 }
 
