@@ -75,7 +75,8 @@ _TESTS = (
     {"shape": (2, 3, 100), "fmt": "int8", "granularity": "group", "block_size": 16, "zeros": True},
     {"shape": (150, 300), "fmt": "e4m3", "granularity": "block", "block_size": 128, "zeros": True},
     {"shape": (40, 70), "fmt": "e5m2", "granularity": "block", "block_size": 32},
-    {"shape": (1, 4100), "fmt": "e4m3", "granularity": "row"},  # a row read in chunks
+    {"shape": (2, 4100), "fmt": "e4m3", "granularity": "row"},  # rows past 2048 columns: one 8192-wide tile on sm90
+    {"shape": (1, 8300), "fmt": "int8", "granularity": "row"},  # a row past 8192 columns: read twice, in chunks
     {"shape": (0, 16), "fmt": "int8"},
     {"shape": (), "fmt": "e4m3", "granularity": "tensor"},
 )
