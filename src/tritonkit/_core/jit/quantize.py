@@ -48,6 +48,20 @@ def finite_abs(b_x):
 
 
 @triton.jit
+def finite_row_amax(b_x):
+    """max |x| over each row of b_x ([R, C] fp32) among its finite values (0 for a row with none), one maximum a value:
+    on a GPU tl.max passes NaN over (max.f32 returns the other operand) and |x| is a free operand modifier, so only
+    an infinity can win wrongly; where a row's maximum is not finite (an infinity, or a NaN under the interpreter,
+    whose maximum propagates it) the tile takes the finite-only maximum (finite_abs: a compare and a select a value)
+    instead."""
+    amax = tl.max(tl.abs(b_x), axis=1)
+    worst = tl.max(amax, axis=0)
+    if (worst == float("inf")) | (worst != worst):
+        amax = tl.max(finite_abs(b_x), axis=1)
+    return amax
+
+
+@triton.jit
 def amax_scale(amax, KIND: tl.constexpr):
     """amax / qmax, or 1 for a region of zeros."""
     return tl.where(amax > 0.0, tl.math.div_rn(amax, qmax(KIND)), 1.0)

@@ -34,7 +34,7 @@ import triton.language as tl
 from tritonkit._core.jit.dots import dot_fp32
 from tritonkit._core.jit.gemm import grouped_tile
 from tritonkit._core.jit.int_codes import SIGNED_BYTE_BIAS, word_bytes_as_floats
-from tritonkit._core.jit.quantize import amax_scale, codes, finite_abs
+from tritonkit._core.jit.quantize import amax_scale, codes, finite_row_amax
 
 
 @triton.jit
@@ -143,7 +143,7 @@ def _scaled_linear_kernel(
             b_w = _codes_as(b_w, b_x.dtype, UPCAST)
         if DYNAMIC:  # this step is one group of each row: its scale, then its codes (the padding's are 0)
             b_x = b_x.to(tl.float32)
-            x_scale = amax_scale(tl.max(finite_abs(b_x), axis=1), KIND)
+            x_scale = amax_scale(finite_row_amax(b_x), KIND)
             # Compiled, float8 codes round in the conversion (float8 products need sm_89 or newer, which has it);
             # the interpreter's conversion rounds wrongly, so it rounds in fp32 first. The same codes either way.
             b_x = codes(b_x, x_scale[:, None], KIND, not UPCAST)

@@ -20,7 +20,7 @@ import triton
 import triton.language as tl
 
 from tritonkit._core.jit.nf4 import nf4_absmax
-from tritonkit._core.jit.quantize import amax_scale, codes, finite_abs
+from tritonkit._core.jit.quantize import amax_scale, codes, finite_row_amax
 from tritonkit._core.jit.rounding import round_half_even
 
 
@@ -32,7 +32,7 @@ def _amax_kernel(p_x, p_amax, n_rows, n_cols, stride_x_r, BLOCK_R: tl.constexpr,
     o_c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     m_x = (o_r < n_rows)[:, None] & (o_c < n_cols)[None, :]
     b_x = tl.load(p_x + o_r.to(tl.int64)[:, None] * stride_x_r + o_c[None, :], mask=m_x, other=0.0).to(tl.float32)
-    tl.atomic_max(p_amax, tl.max(tl.max(finite_abs(b_x), axis=1), axis=0))
+    tl.atomic_max(p_amax, tl.max(finite_row_amax(b_x), axis=0))
 
 
 @triton.jit
@@ -57,7 +57,7 @@ def _quantize_groups_kernel(
     if ONE_PASS and not TENSOR:
         m_x = m_r[:, None] & (c_lo + o_c < c_hi)[None, :]
         b_x = tl.load(p_x_rows + (c_lo + o_c)[None, :], mask=m_x, other=0.0).to(tl.float32)  # [R, C]
-        scale = amax_scale(tl.max(finite_abs(b_x), axis=1), KIND)
+        scale = amax_scale(finite_row_amax(b_x), KIND)
         tl.store(p_scale + r64 * stride_s_r + i_g, scale, mask=m_r)
         tl.store(p_q_rows + (c_lo + o_c)[None, :], codes(b_x, scale[:, None], KIND, HARDWARE_ROUNDING), mask=m_x)
     else:
@@ -70,7 +70,7 @@ def _quantize_groups_kernel(
             for c in range(c_lo, c_hi, BLOCK_C):
                 m_x = m_r[:, None] & (c + o_c < c_hi)[None, :]
                 b_x = tl.load(p_x_rows + (c + o_c)[None, :], mask=m_x, other=0.0)  # [R, C]
-                amax = tl.maximum(amax, tl.max(finite_abs(b_x.to(tl.float32)), axis=1))
+                amax = tl.maximum(amax, finite_row_amax(b_x.to(tl.float32)))
             scale = amax_scale(amax, KIND)
             tl.store(p_scale + r64 * stride_s_r + i_g, scale, mask=m_r)
         for c in range(c_lo, c_hi, BLOCK_C):
@@ -96,7 +96,7 @@ def _quantize_blocks_kernel(
         r64 = (r_lo + tl.arange(0, BLOCK)).to(tl.int64)
         m_x = (r64 < n_rows)[:, None] & m_c[None, :]
         b_x = tl.load(p_x + r64[:, None] * stride_x_r + o_c[None, :], mask=m_x, other=0.0).to(tl.float32)
-        scale = amax_scale(tl.max(tl.max(finite_abs(b_x), axis=1), axis=0), KIND)
+        scale = amax_scale(tl.max(finite_row_amax(b_x), axis=0), KIND)
         tl.store(p_scale_block, scale)
         tl.store(p_q + r64[:, None] * stride_q_r + o_c[None, :], codes(b_x, scale, KIND, HARDWARE_ROUNDING), mask=m_x)
     else:
@@ -106,7 +106,7 @@ def _quantize_blocks_kernel(
             r64 = (r + o_r).to(tl.int64)
             m_x = (r + o_r < n_rows)[:, None] & m_c[None, :]
             b_x = tl.load(p_x + r64[:, None] * stride_x_r + o_c[None, :], mask=m_x, other=0.0).to(tl.float32)
-            amax = tl.maximum(amax, tl.max(finite_abs(b_x), axis=1))
+            amax = tl.maximum(amax, finite_row_amax(b_x))
         scale = amax_scale(tl.max(amax, axis=0), KIND)
         tl.store(p_scale_block, scale)
         for r in range(r_lo, r_hi, CHUNK_R):
