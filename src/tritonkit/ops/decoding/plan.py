@@ -65,32 +65,15 @@ FALLBACK = {16: _D64, 32: _D64, 64: _D64, 128: DecodePlan(64, 4, 2, 64), 256: De
 # B1 S8k, B8 S1k) 1.23-1.25x faster, 4 blocks (B4 S4k, B1 S16k) 1.19-1.21x, 8 blocks level to 1.05x (B8 S4k,
 # B1 S32k); 16 blocks and more 3-9% slower (B8 S8k, B64 S4k, B8 S32k).
 SHORT_SPLIT_BLOCKS = 8
+_SM90_INT8 = DecodePlan(64, 2, 3, 64, direct_codes=True, programs_per_sm=4, min_keys_per_split=64, min_splits=2,
+                        short_split_blocks=SHORT_SPLIT_BLOCKS, short_split_stages=2)  # fmt: skip
+_SM90_FP8 = DecodePlan(64, 2, 3, 64, programs_per_sm=4, min_keys_per_split=64, min_splits=2,
+                       short_split_blocks=SHORT_SPLIT_BLOCKS, short_split_stages=2)  # fmt: skip
 MEASURED: dict[str, dict[tuple[int, str], DecodePlan]] = {
     "sm90": {
         (128, "plain"): DecodePlan(64, 4, 3, 64, min_keys_per_split=64),
-        (128, "int8"): DecodePlan(
-            64,
-            2,
-            3,
-            64,
-            direct_codes=True,
-            programs_per_sm=4,
-            min_keys_per_split=64,
-            min_splits=2,
-            short_split_blocks=SHORT_SPLIT_BLOCKS,
-            short_split_stages=2,
-        ),
-        (128, "fp8"): DecodePlan(
-            64,
-            2,
-            3,
-            64,
-            programs_per_sm=4,
-            min_keys_per_split=64,
-            min_splits=2,
-            short_split_blocks=SHORT_SPLIT_BLOCKS,
-            short_split_stages=2,
-        ),
+        (128, "int8"): _SM90_INT8,
+        (128, "fp8"): _SM90_FP8,
     },
 }
 
