@@ -8,7 +8,7 @@ import tritonkit as tk
 from helpers import assert_compiled_matches_eager
 from tritonkit import catalog, testing
 from tritonkit.ops.lora import launch as lora_launch
-from tritonkit.ops.lora.plan import FUSED_MAX_TOKENS
+from tritonkit.ops.lora.plan import FUSED_MAX_TOKENS, LoraPlan
 from tritonkit.ops.lora.spec import _lora_reference
 from tritonkit.registry import KernelSpec
 
@@ -160,21 +160,52 @@ def test_module_rejects_a_bad_rank():
         tk.nn.LoRALinear(4, 4, r=0)
 
 
-def test_many_tokens_take_cublas_and_few_the_fused_kernel(monkeypatch):
-    rows_through_cublas = []
+@pytest.fixture
+def rows_through_cublas(monkeypatch):
+    """The row counts of the products that took the cuBLAS path, in call order."""
+    rows = []
     cublas = lora_launch._cublas_lora_matmul
 
     def spy(p, *args):
-        rows_through_cublas.append(p.shape[0])
+        rows.append(p.shape[0])
         return cublas(p, *args)
 
     monkeypatch.setattr(lora_launch, "_cublas_lora_matmul", spy)
+    return rows
+
+
+def test_many_tokens_take_cublas_and_few_the_fused_kernel(rows_through_cublas):
     limit = FUSED_MAX_TOKENS
     for tokens in (limit, limit + 1):
         x = torch.randn(tokens, 8, requires_grad=True)
         y = tk.ops.lora_linear(x, torch.randn(4, 8), torch.randn(2, 8), torch.randn(4, 2), 1.0)
         y.backward(torch.randn_like(y))
     assert rows_through_cublas == [limit + 1, limit + 1]  # the forward and dx, only past the limit
+
+
+def test_a_plan_forces_either_path_with_the_same_products(rows_through_cublas):
+    """LoraPlan(fused_max_tokens=0) sends 5 rows through cuBLAS, a large limit through the fused kernel; both
+    give the float64 reference's y, dx, dA and dB within fp32's rounding."""
+    g = torch.Generator().manual_seed(0)
+    x, w, a, b = (torch.randn(shape, generator=g) for shape in ((5, 24), (12, 24), (3, 24), (12, 3)))
+    dy = torch.randn(5, 12, generator=g)
+    expected = _lora_reference(x.double(), w.double(), a.double(), b.double(), 0.5)
+    xa = x.double() @ a.double().t()
+    expected_dx = dy.double() @ w.double() + 0.5 * (dy.double() @ b.double()) @ a.double()
+    expected_da = 0.5 * (dy.double() @ b.double()).t() @ x.double()
+    expected_db = 0.5 * dy.double().t() @ xa
+    for plan, through_cublas in ((LoraPlan(fused_max_tokens=0), [5, 5]), (LoraPlan(fused_max_tokens=64), [])):
+        rows_through_cublas.clear()
+        y, saved = lora_launch.lora_fwd(x, w, a, b, None, 0.5, plan=plan)
+        dx, _, da, db, _ = lora_launch.lora_bwd(dy, x, w, a, b, saved, 0.5, True, False, True, True, False,
+                                                plan=plan)  # fmt: skip
+        assert rows_through_cublas == through_cublas
+        for got, want in ((y, expected), (dx, expected_dx), (da, expected_da), (db, expected_db)):
+            torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(TypeError, match="plan must be a LoraPlan"):
+        lora_launch.lora_fwd(x, w, a, b, None, 0.5, plan={"fused_max_tokens": 0})
+    with pytest.raises(ValueError, match="fused_max_tokens must be an int >= 0"):
+        LoraPlan(fused_max_tokens=-1)
 
 
 def test_fp32_reductions_switch_off_16_bit_split_k_and_restore_the_setting():

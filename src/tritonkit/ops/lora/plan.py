@@ -7,6 +7,8 @@ token threshold was measured: docs/kernels/lora.md.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tritonkit._core.ints import next_power_of_2
 
 MAX_RANK = 128  # widest adapter the fused kernels hold in registers (an fp32 BLOCK_M x r_pad tile)
@@ -23,3 +25,17 @@ def padded_rank(r: int) -> int:
 # batches) the GEMM is bound by reading W and the launches, and the fused kernel saves two of them. The crossover is
 # an estimate between two measured points (docs/kernels/lora.md), the same on every architecture.
 FUSED_MAX_TOKENS = 1024
+
+
+@dataclass(frozen=True)
+class LoraPlan:
+    """Which path the forward's and dx's products take: the fused Triton kernel up to ``fused_max_tokens`` rows, the
+    cuBLAS GEMMs beyond (0: always cuBLAS). The default plan (None at the launchers) is FUSED_MAX_TOKENS on every
+    GPU; benchmarks/lora_paths.py forces either path to measure the crossover."""
+
+    fused_max_tokens: int = FUSED_MAX_TOKENS
+
+    def __post_init__(self) -> None:
+        if isinstance(self.fused_max_tokens, bool) or not isinstance(self.fused_max_tokens, int) \
+                or self.fused_max_tokens < 0:  # fmt: skip
+            raise ValueError(f"LoraPlan: fused_max_tokens must be an int >= 0, got {self.fused_max_tokens!r}")
