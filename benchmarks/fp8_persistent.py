@@ -19,9 +19,11 @@ times.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import sweep_cli  # the benchmarks folder is no package: its own path
 
 SHAPES = ((4096, 4096, 4096), (8192, 8192, 8192), (4096, 14336, 4096))  # (M, N, K)
 FORMS = ("e4m3 tensor", "e4m3 row", "int8 row")
@@ -100,15 +102,10 @@ def dry_run() -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path)
     parser.add_argument("--tiles", action="store_true", help="also time each of plan.PERSISTENT_CANDIDATES")
-    parser.add_argument("--dry-run", action="store_true")
-    args = parser.parse_args()
+    args = sweep_cli.parse(parser)
     if args.dry_run:
-        os.environ["TRITON_INTERPRET"] = "1"  # before any kernel is defined
         return dry_run()
-    if args.out is None:
-        parser.error("--out DIR is needed (unless --dry-run)")
 
     import torch
     import triton.testing

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import sweep_cli  # the benchmarks folder is no package: its own path
 
 SHAPE = (8192, 8192)
 BLOCK = 128  # groups 1 x 128 and blocks 128 x 128, DeepSeek-V3's
@@ -98,16 +100,11 @@ def dry_run() -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path)
-    parser.add_argument("--dry-run", action="store_true")
     parser.add_argument("--sweep", action="store_true", help="also time the SWEEP tiles")
     parser.add_argument("--budget-s", type=float, default=BUDGET_S, help="skip providers not started by then")
-    args = parser.parse_args()
+    args = sweep_cli.parse(parser)
     if args.dry_run:
-        os.environ["TRITON_INTERPRET"] = "1"  # before any kernel is defined
         return dry_run()
-    if args.out is None:
-        parser.error("--out DIR is needed (unless --dry-run)")
 
     import torch
     import triton
