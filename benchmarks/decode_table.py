@@ -1,6 +1,7 @@
 """Flash decoding against its peers in one run: tritonkit.ops.decode_attention over a paged bf16 cache, a contiguous
 one and paged int8, fp8 and int4 caches; SDPA with GQA over a contiguous cache of the same shape, every sequence full;
-FlexAttention (compiled) over the same paged cache through a block mask (tritonkit.bench.decoding_peers). Each is
+FlexAttention (compiled) over the same paged cache through a block mask, and xFormers' Triton split-K kernel over
+both caches where its wheel is installed (tritonkit.bench.decoding_peers). Each is
 timed in this process as CUDA-graph GPU time (tritonkit.bench.harness.measure_case), one new token per sequence,
 GQA 32:8, d128.
 
@@ -17,7 +18,8 @@ with its plots), and ``<date>-decode-table-peers.md``: per batch and length, tri
 FlexAttention, % of bandwidth, and the quantized caches' speed-ups over paged bf16.
 
 ``--dry-run`` checks the script end to end on the CPU: tiny shapes, each provider called once in float32 under
-TRITON_INTERPRET=1 (FlexAttention eager), outputs compared with the spec's float64 reference; no times.
+TRITON_INTERPRET=1 (FlexAttention eager; xFormers, CUDA only, left out), outputs compared with the spec's float64
+reference; no times.
 """
 
 from __future__ import annotations
@@ -44,8 +46,9 @@ def cases(grid) -> list[dict]:
     for b, lengths in grid:
         for s in lengths:
             base = {"b": b, "s": s, **HEADS, "capacity": s}
-            out.append({"role": "paged", "case": {**base, "page_size": PAGE}, "providers": ("tritonkit", "flex")})
-            out.append({"role": "contiguous", "case": base, "providers": ("tritonkit", "sdpa")})
+            paged = {**base, "page_size": PAGE}
+            out.append({"role": "paged", "case": paged, "providers": ("tritonkit", "flex", "xformers")})
+            out.append({"role": "contiguous", "case": base, "providers": ("tritonkit", "sdpa", "xformers")})
             for fmt in FORMATS:
                 out.append({"role": fmt, "case": {**base, "page_size": PAGE, "kv": fmt}, "providers": ("tritonkit",)})
     return out
@@ -129,10 +132,17 @@ def dry(entries: list[dict]) -> list[dict]:
     results = []
     for entry in map(tiny, entries):
         case = spec.parse_case(entry["case"])
-        providers = [Provider("flex", decoding_peers.flex_decode(compiled=False)) if p.name == "flex" else p
-                     for p in select_providers(spec, entry["providers"])]  # fmt: skip
+        on_cpu = {
+            "flex": Provider("flex", decoding_peers.flex_decode(compiled=False)),
+            "xformers": Provider("xformers", None, "xFormers' split-K kernel runs on a CUDA GPU only"),
+        }
+        providers = [on_cpu.get(p.name, p) for p in select_providers(spec, entry["providers"])]  # fmt: skip
         for provider in providers:
             row = Measurement(spec.name, spec.family, dict(case), spec.case_id(case), "float32", "fwd", provider.name)
+            if provider.fn is None:
+                row.skipped = provider.skip_reason
+                results.append(row)
+                continue
             inputs = spec.make_inputs(case, "cpu", torch.float32, torch.Generator().manual_seed(0))
             try:
                 out = provider.fn(*inputs.args, **inputs.kwargs)
@@ -216,7 +226,8 @@ def comparison(results: list[dict], entries: list[dict], ceilings_gbps: float | 
         return f"{theirs / ours:.2f}x" if theirs and ours else "—"
 
     lines = ["| B | S | tritonkit paged GB/s | % of copy | vs SDPA-GQA (contiguous) | vs FlexAttention (paged) | "
-             "contiguous GB/s | int8 | fp8 | int4 |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+             "vs xFormers split-K (paged) | contiguous GB/s | vs xFormers (contiguous) | int8 | fp8 | int4 |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     shapes = sorted({(e["case"]["b"], e["case"]["s"]) for e in entries if e["role"] == "paged"})
     for b, s in shapes:
         paged, contiguous = row("paged", b, s), row("contiguous", b, s)
@@ -226,12 +237,14 @@ def comparison(results: list[dict], entries: list[dict], ceilings_gbps: float | 
         quantized = [ratio(ours, ms(row(fmt, b, s), "tritonkit")) for fmt in FORMATS]
         lines.append(
             f"| {b} | {s} | {gbps(paged, 'tritonkit')} | {percent} | {ratio(ms(contiguous, 'sdpa'), ours)} | "
-            f"{ratio(ms(paged, 'flex'), ours)} | {gbps(contiguous, 'tritonkit')} | {' | '.join(quantized)} |"
+            f"{ratio(ms(paged, 'flex'), ours)} | {ratio(ms(paged, 'xformers'), ours)} | "
+            f"{gbps(contiguous, 'tritonkit')} | {ratio(ms(contiguous, 'xformers'), ms(contiguous, 'tritonkit'))} | "
+            f"{' | '.join(quantized)} |"
         )
     lines += [
         "",
-        "Ratios: the other's time over tritonkit paged bf16's (> 1: tritonkit faster); int8, fp8 and int4: "
-        "paged bf16's time over the quantized cache's.",
+        "Ratios: the other's time over tritonkit paged bf16's (> 1: tritonkit faster), xFormers on a contiguous "
+        "cache over tritonkit's contiguous; int8, fp8 and int4: paged bf16's time over the quantized cache's.",
         "",
         "| page size | GB/s | % of copy |",
         "|---|---|---|",

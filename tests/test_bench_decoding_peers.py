@@ -105,8 +105,12 @@ def test_decode_table_dry_run_end_to_end(tmp_path):
 
     results = json.loads(record_path.read_text())["results"]
     by = {(r["case_id"], r["provider"]): r["skipped"] for r in results}
-    ran = [text for text in by.values() if text.startswith("dry run: ran")]
-    assert len(ran) == len(by) and {provider for _, provider in by} == {"tritonkit", "sdpa", "flex"}
+    ran = [text for (_, provider), text in by.items() if provider != "xformers" and text.startswith("dry run: ran")]
+    assert {provider for _, provider in by} == {"tritonkit", "sdpa", "flex", "xformers"}
+    assert len(ran) == sum(provider != "xformers" for _, provider in by)
+    assert {text for (_, provider), text in by.items() if provider == "xformers"} == {
+        "xFormers' split-K kernel runs on a CUDA GPU only"
+    }
     errors = [float(text.split("error ")[1].split()[0]) for text in ran]
     assert max(errors) < 1e-5
     assert "| B | S | tritonkit paged GB/s |" in (tmp_path / f"{record_path.stem}-peers.md").read_text()
@@ -122,3 +126,43 @@ def test_the_generation_example_matches_transformers_greedy_tokens(tmp_path):
     (record_path,) = tmp_path.glob("*-decode-generate-plain.json")
     (row,) = json.loads(record_path.read_text())["rows"]
     assert row["agreement"] == {"first_token": 1.0, "all_tokens": 1.0}
+
+
+@pytest.mark.parametrize(
+    ("case", "dtype", "match"),
+    [
+        ({"b": 2, "s": 40, "hq": 4, "hk": 2, "d": 16, "kv": "int8", "page_size": 16}, torch.bfloat16,
+         "no quantized KV cache"),
+        ({"b": 2, "s": 40, "hq": 4, "hk": 2, "d": 16, "window": 8}, torch.bfloat16, "no sliding window"),
+        ({"b": 2, "s": 40, "hq": 4, "hk": 2, "d": 16, "softcap": 5.0}, torch.bfloat16, "softcap"),
+        ({"b": 2, "s": 40, "hq": 4, "hk": 2, "d": 16, "lse": True}, torch.bfloat16, "lse"),
+        ({"b": 2, "s": 40, "hq": 4, "hk": 2, "d": 16}, torch.float32, "fp16 or bf16"),
+    ],
+)  # fmt: skip
+def test_xformers_refuses_what_it_cannot_compute_before_importing_it(case, dtype, match):
+    """The refusals come before xFormers' import, so they hold on a CPU without it."""
+    parsed = SPEC.parse_case(case)
+    inputs = SPEC.make_inputs(parsed, torch.device("cpu"), dtype, torch.Generator().manual_seed(0))
+    with pytest.raises(Unsupported, match=match):
+        peers.xformers_decode()(*inputs.args, **inputs.kwargs)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param({"lens": (300, 64, 1), "hq": 8, "hk": 2, "d": 128}, id="contiguous-gqa"),
+        pytest.param({"lens": (200, 130), "hq": 4, "hk": 4, "d": 64, "page_size": 64, "sq": 3}, id="paged-3-tokens"),
+    ],
+)  # fmt: skip
+def test_xformers_decode_matches_the_reference(case):
+    """On a GPU with xFormers (its wheel carried: a run without it fails, it does not skip)."""
+    try:
+        import xformers  # noqa: F401
+    except ImportError as error:
+        pytest.fail(f"xformers is not installed ({error}): carry its wheel to the GPU machine")
+    parsed = SPEC.parse_case(case)
+    inputs = SPEC.make_inputs(parsed, torch.device("cuda"), torch.bfloat16, torch.Generator("cuda").manual_seed(0))
+    out = peers.xformers_decode()(*inputs.args, **inputs.kwargs)
+    expected = SPEC.reference(*(a.double() if a.is_floating_point() else a for a in inputs.args), **inputs.kwargs)
+    torch.testing.assert_close(out.double(), expected, atol=2e-2, rtol=2e-2)

@@ -1,6 +1,6 @@
 """Other implementations of :func:`tritonkit.ops.decode_attention` for benchmarks: PyTorch's
-scaled_dot_product_attention with GQA over a contiguous cache, and FlexAttention (compiled) over a paged cache
-through a block mask.
+scaled_dot_product_attention with GQA over a contiguous cache, FlexAttention (compiled) over a paged cache
+through a block mask, and xFormers' Triton split-K kernel over either.
 
 Each factory returns a callable with decode_attention's signature (q (B, Sq, Hq, D), k_cache, v_cache,
 cache_seqlens and its keyword options), returning (B, Sq, Hq, D), so that the decode_attention spec can name them as
@@ -17,6 +17,14 @@ peers and a benchmark can time them. A case a peer cannot compute as tritonkit d
   for a given (lengths, table) pair of tensors and kept (building it evaluates the mask over every slot, far more
   work than the attention): lengths or a table changed in place afterwards leave it stale, which benchmarks, whose
   inputs stay fixed, never do.
+
+- xFormers' Triton split-K kernel (``xformers.ops.fmha.triton_splitk.FwOp``, "Flash-Decoding") over a contiguous
+  or paged bf16/fp16 cache: the queries as its (1, B x Sq, Hk, Hq / Hk, D) layout, the cache's key heads expanded
+  (stride 0) over their query heads, the lengths as its padded-keys block-diagonal bias (causal from the bottom
+  right), paged through its block tables. Its quantized caches are formats of its own (int4 with the coefficients
+  inside each row, fp8 with separate row scales), not tritonkit's, and it has no softcap, lse or window here: those
+  cases are refused. The bias is built from the lengths on the host, so it is built on the first call for a given
+  (lengths, table) pair and kept, as FlexAttention's block mask is. Runs on a CUDA GPU only (carry its wheel).
 
 This module is imported only by the decoding spec's peer factories and benchmark scripts, never by an op.
 """
@@ -140,4 +148,56 @@ def flex_decode(compiled: bool = True) -> Callable:
         return out.transpose(1, 2)
 
     run.__name__ = "flex_decode" if compiled else "flex_decode_eager"
+    return run
+
+
+# xFormers' biases by (lengths, table, shapes, causal): see the module docstring.
+_XFORMERS_BIASES: dict[tuple, object] = {}
+
+
+def _xformers_bias(fmha, q, k_cache, cache_seqlens, block_table, causal: bool):
+    batch, n_queries = q.shape[0], q.shape[1]
+    key = (cache_seqlens, block_table, tuple(q.shape), tuple(k_cache.shape), causal)
+    if key in _XFORMERS_BIASES:
+        return _XFORMERS_BIASES[key]
+    kinds = fmha.attn_bias
+    padded = kinds.BlockDiagonalCausalWithOffsetPaddedKeysMask if causal else kinds.BlockDiagonalPaddedKeysMask
+    lengths = [int(length) for length in cache_seqlens.tolist()]
+    slots = k_cache.shape[1]  # a contiguous cache's S_max, or a page's slots
+    padding = slots if block_table is None else block_table.shape[1] * slots  # the keys a sequence can hold
+    bias = padded.from_seqlens(q_seqlen=[n_queries] * batch, kv_padding=padding, kv_seqlen=lengths)
+    if block_table is not None:
+        paged = (kinds.PagedBlockDiagonalCausalWithOffsetPaddedKeysMask if causal
+                 else kinds.PagedBlockDiagonalPaddedKeysMask)  # fmt: skip
+        bias = bias.make_paged(block_tables=block_table, page_size=slots, paged_type=paged)
+    _XFORMERS_BIASES[key] = bias
+    return bias
+
+
+def xformers_decode() -> Callable:
+    """xFormers' Triton split-K decoding kernel over a contiguous or paged 16-bit cache (see the module docstring)."""
+
+    def run(q, k_cache, v_cache, cache_seqlens, *, block_table=None, k_scales=None, v_scales=None, scale=None,
+            causal=True, window=-1, softcap=0.0, num_splits=0, return_lse=False, check_inputs=None):  # fmt: skip
+        _refuse_quantized("xformers", k_scales, v_scales)
+        if window >= 0 or softcap:
+            raise Unsupported("xformers: no sliding window or softcap here")
+        if return_lse:
+            raise Unsupported("xformers: the lse of decoding is not compared")
+        if q.dtype not in (torch.float16, torch.bfloat16):
+            raise Unsupported(f"xformers: its split-K kernel takes fp16 or bf16 queries, got {q.dtype}")
+        from xformers.ops import fmha  # here, after the refusals: a CPU run has no xFormers
+
+        batch, n_queries, n_heads_q, head_dim = q.shape
+        n_heads_k = k_cache.shape[2]
+        group = n_heads_q // n_heads_k
+        slots = k_cache.shape[0] * k_cache.shape[1]  # B x S_max, or pages x page_size
+        q5 = q.reshape(1, batch * n_queries, n_heads_k, group, head_dim)
+        k5 = k_cache.view(1, slots, n_heads_k, 1, head_dim).expand(1, slots, n_heads_k, group, head_dim)
+        v5 = v_cache.view(1, slots, n_heads_k, 1, head_dim).expand(1, slots, n_heads_k, group, head_dim)
+        bias = _xformers_bias(fmha, q, k_cache, cache_seqlens, block_table, causal)
+        out = fmha.memory_efficient_attention_forward(q5, k5, v5, bias, scale=scale, op=fmha.triton_splitk.FwOp)
+        return out.reshape(batch, n_queries, n_heads_q, head_dim)
+
+    run.__name__ = "xformers_decode"
     return run

@@ -276,7 +276,7 @@ register(KernelSpec(
     flops=_decode_flops,
     dtypes=FLOAT_DTYPES,
     tolerance=_decode_tolerance,
-    peers={"sdpa": _peer("sdpa_decode"), "flex": _peer("flex_decode")},
+    peers={"sdpa": _peer("sdpa_decode"), "flex": _peer("flex_decode"), "xformers": _peer("xformers_decode")},
     status="experimental",
 ))  # fmt: skip
 
