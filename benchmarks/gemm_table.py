@@ -4,8 +4,9 @@
   sweep: M from 16 to 16384 against (N, K) of Llama 3 8B and 70B and Qwen 2.5 layers, F.linear's layout (the weight
   row-major, read transposed), and odd sizes;
 - scaled_linear in float8 with row scales and with tensor scales against torch._scaled_mm, with 1 x 128 by 128 x 128
-  block scales on DeepSeek-V3 shapes (against _scaled_mm's blockwise mode where this torch has it), int8 W8A8 against
-  torch._int_mm plus its scaling;
+  block scales on DeepSeek-V3 shapes (against _scaled_mm's blockwise mode where this torch has it, and torchao's
+  Triton block-scaled GEMM, DeepSeek-V3's kernel, where its wheel is installed), int8 W8A8 against torch._int_mm
+  plus its scaling;
 - weight-only (W8A16) at M 1, 4 and 16, the split-K GEMV's shapes (N 4096/14336/28672, K 4096/8192, int8 rows and
   float8 1 x 128 groups), against cuBLAS's bf16 F.linear on the dequantized weight and tritonkit's tiled kernel on the
   same call ("tiled"); these rows also get a table of the GB/s of the bytes each provider reads (the dense layer reads
@@ -81,6 +82,7 @@ def rows(quick: bool) -> list[Row]:
                     "scaled_linear",
                     {"m": m, "n": n, "k": k, **fp8, "x_scale": "group", "w_scale": "block"},
                     "scaled_mm",
+                    ("torchao",),
                 )
             )
     gemv_shapes = ((4096, 4096), (14336, 4096)) if quick else GEMV_NK

@@ -56,6 +56,33 @@ def test_the_refusals():
         peers.int_mm()(*grouped.args, **grouped.kwargs)
 
 
+def test_torchao_refuses_what_its_kernel_does_not_compute_before_importing_it():
+    """The refusals come before torchao's import, so they hold on a CPU without it."""
+    row = _inputs({"m": 24, "n": 40, "k": 256, "x": "e4m3", "w": "e4m3"})
+    with pytest.raises(Unsupported, match="1 x 128 groups by 128 x 128 blocks only"):
+        peers.torchao_blockwise()(*row.args, **row.kwargs)
+    int8 = _inputs({"m": 24, "n": 40, "k": 256, "x": "int8", "w": "int8", "x_scale": "group", "w_scale": "block"})
+    with pytest.raises(Unsupported, match="e4m3 codes only"):
+        peers.torchao_blockwise()(*int8.args, **int8.kwargs)
+    blocks = {"m": 24, "n": 40, "k": 256, "x": "e4m3", "w": "e4m3", "x_scale": "group", "w_scale": "block"}
+    with_bias = _inputs({**blocks, "bias": True})
+    with pytest.raises(Unsupported, match="without a bias"):
+        peers.torchao_blockwise()(*with_bias.args, **with_bias.kwargs)
+
+
+@pytest.mark.gpu
+def test_torchao_blockwise_matches_the_reference():
+    """On a GPU with torchao (its wheel carried: a run without it fails, it does not skip)."""
+    try:
+        import torchao  # noqa: F401
+    except ImportError as error:
+        pytest.fail(f"torchao is not installed ({error}): carry its wheel to the GPU machine")
+    case = SPEC.parse_case({"m": 200, "n": 384, "k": 512, "x": "e4m3", "w": "e4m3", "x_scale": "group",
+                            "w_scale": "block"})  # fmt: skip
+    inputs = SPEC.make_inputs(case, torch.device("cuda"), torch.bfloat16, torch.Generator("cuda").manual_seed(0))
+    _close(peers.torchao_blockwise()(*inputs.args, **inputs.kwargs), inputs)
+
+
 def test_gemm_table_dry_run_end_to_end(tmp_path):
     import importlib.util
     import json

@@ -1,5 +1,6 @@
 """Other implementations of :func:`tritonkit.ops.scaled_linear` for benchmarks: ``torch._scaled_mm`` (float8, cuBLASLt),
-``torch._int_mm`` with the scales applied after (int8), and cuBLAS's bf16 ``F.linear`` on operands of the same shape.
+``torch._int_mm`` with the scales applied after (int8), cuBLAS's bf16 ``F.linear`` on operands of the same shape, and
+torchao's Triton block-scaled float8 GEMM.
 
 Each factory returns a callable with scaled_linear's signature (x_q, w_q, x_scale, w_scale, bias=, out_dtype=),
 returning (..., N). A case a peer cannot compute raises :class:`~tritonkit.bench.attention_peers.Unsupported` on the
@@ -12,6 +13,10 @@ call, before any work.
 - ``cublas``: the bf16 (or fp16) product of operands of the same shapes: the dense layer the quantized one replaces.
   The operands are dequantized on the first call for a given pair of code tensors and kept, so the timed calls are
   the GEMM alone.
+
+- ``torchao``: torchao's Triton block-scaled float8 GEMM (``torchao.kernel.blockwise_quantization.blockwise_fp8_gemm``,
+  DeepSeek-V3's kernel): e4m3 codes with 1 x 128 activation groups and 128 x 128 weight blocks, a bf16 output and
+  no bias (other cases are refused before torchao is imported, so the refusals hold on a CPU without it).
 
 This module is imported only by the gemm spec's peer factories and benchmark scripts, never by an op.
 """
@@ -104,4 +109,31 @@ def cublas() -> Callable:
         return torch.nn.functional.linear(x, w, None if bias is None else bias.to(out_dtype))
 
     run.__name__ = "cublas"
+    return run
+
+
+TORCHAO_BLOCK = 128  # the group and block size torchao's block-scaled GEMM is written for
+
+
+def torchao_blockwise() -> Callable:
+    """torchao's Triton block-scaled float8 GEMM (see the module docstring)."""
+
+    def run(x_q, w_q, x_scale, w_scale, *, bias=None, out_dtype=torch.bfloat16, check_inputs=None):
+        if x_q.dtype != torch.float8_e4m3fn or w_q.dtype != torch.float8_e4m3fn:
+            raise Unsupported("torchao: float8 e4m3 codes only")
+        x_kind = granularity_of(tuple(x_q.shape), tuple(x_scale.shape)) if x_scale is not None else None
+        w_kind = granularity_of(tuple(w_q.shape), tuple(w_scale.shape)) if w_scale is not None else None
+        if x_kind != ("group", TORCHAO_BLOCK) or w_kind != ("block", TORCHAO_BLOCK):
+            raise Unsupported(f"torchao: 1 x {TORCHAO_BLOCK} groups by {TORCHAO_BLOCK} x {TORCHAO_BLOCK} blocks only, "
+                              f"got {x_kind} x {w_kind}")  # fmt: skip
+        if bias is not None or out_dtype != torch.bfloat16:
+            raise Unsupported("torchao: a bf16 output without a bias only")
+        from torchao.kernel.blockwise_quantization import blockwise_fp8_gemm  # after the refusals: see above
+
+        k = x_q.shape[-1]
+        out = blockwise_fp8_gemm(x_q.reshape(-1, k).contiguous(), x_scale.reshape(-1, x_scale.shape[-1]).contiguous(),
+                                 w_q.contiguous(), w_scale.contiguous(), TORCHAO_BLOCK)  # fmt: skip
+        return out.reshape(*x_q.shape[:-1], w_q.shape[0])
+
+    run.__name__ = "torchao_blockwise"
     return run

@@ -29,6 +29,7 @@ PEERS: dict[str, str] = {
     "compiled-dequantize": "torch",  # torch.compile of a 4-bit weight's plain dequantization and F.linear
     "bitsandbytes": "bitsandbytes",  # bitsandbytes.matmul_4bit
     "xformers": "xformers",  # xFormers' Triton split-K decoding kernel (Flash-Decoding)
+    "torchao": "torchao",  # torchao's Triton block-scaled float8 GEMM (DeepSeek-V3's kernel)
 }
 # Providers that run through torch.compile: the harness resets dynamo before each case, so that no recompile limit
 # silently falls back to eager (for FlexAttention, a kernel that forms every score).
