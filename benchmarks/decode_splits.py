@@ -187,7 +187,6 @@ class Runner:
 
     def ours(self, case, inputs, plan, splits: int, label: dict, sdpa_ms: float | None = None,
              baseline: str = "SDPA") -> float | None:  # fmt: skip
-        from tritonkit._core.ints import cdiv
         from tritonkit.ops.decoding import launch
         from tritonkit.ops.decoding.plan import choose_splits
 
@@ -205,7 +204,7 @@ class Runner:
         # What the kernels are compiled for: the format, the plan's switches, the key block, warps and stages, one
         # split or several and the split count's divisibility by 16 (Triton specialises on it); the reduction's tile
         # of splits.
-        stages = plan.stages_for(cdiv(cdiv(case.s, used), plan.block_n))  # the launch's, from about its capacity
+        stages = plan.stages_for(case.s, used)  # the launch's, from about its capacity
         split_key = (label["cache"], label["plan"], plan.block_n, plan.warps, stages, used > 1, used % 16 == 0)
         variant = (split_key, ("reduce", 1 << (used - 1).bit_length()) if used > 1 else None)
         return self.run(case, inputs, label, call, sdpa_ms, variant, baseline=baseline)

@@ -537,7 +537,8 @@ def test_a_decode_step_captures_in_a_cuda_graph(fmt):
 
 
 def test_short_splits_take_their_own_pipeline_depth():
-    """A plan's short-split rule: splits of at most short_split_blocks key blocks run short_split_stages deep."""
+    """A plan's short-split rule: splits of at most short_split_blocks key blocks run short_split_stages deep
+    (a 1024-key cache in 16, 8, 6 and 1 splits: splits of 1, 2, 3 and 16 blocks of 64)."""
     plan = DecodePlan(64, 2, 3, 64, short_split_blocks=2, short_split_stages=2)
-    assert [plan.stages_for(blocks) for blocks in (1, 2, 3, 16)] == [2, 2, 3, 3]
-    assert DecodePlan(64, 4, 3, 64).stages_for(1) == 3
+    assert [plan.stages_for(1024, splits) for splits in (16, 8, 6, 1)] == [2, 2, 3, 3]
+    assert DecodePlan(64, 4, 3, 64).stages_for(1024, 16) == 3

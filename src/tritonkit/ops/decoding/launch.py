@@ -328,7 +328,7 @@ def decode_attention_fwd(
         n_splits=num_splits, SPLIT=num_splits > 1, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         UPCAST=upcast_bf16_dots(q.dtype), DIRECT_CODES=plan.direct_codes and cache.format in ("int8", "fp8"),
         BLOCK_M=block_m, BLOCK_N=plan.block_n, BLOCK_D=block_d, GROUP=max(cache.group, 2), num_warps=plan.warps,
-        num_stages=plan.stages_for(cdiv(cdiv(cache.capacity, num_splits), plan.block_n)),
+        num_stages=plan.stages_for(cache.capacity, num_splits),
     )  # fmt: skip
     if num_splits > 1:
         _decode_reduce_kernel[(n_batch * n_queries * n_heads_q,)](

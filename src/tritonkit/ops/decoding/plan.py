@@ -40,8 +40,9 @@ class DecodePlan:
     short_split_blocks: int = 0
     short_split_stages: int = 0
 
-    def stages_for(self, split_blocks: int) -> int:
-        """The key loop's pipeline depth for splits of ``split_blocks`` key blocks."""
+    def stages_for(self, max_keys: int, n_splits: int) -> int:
+        """The key loop's pipeline depth for ``max_keys`` (the cache's capacity) cut into ``n_splits`` splits."""
+        split_blocks = cdiv(cdiv(max_keys, max(n_splits, 1)), self.block_n)
         return self.short_split_stages if 0 < split_blocks <= self.short_split_blocks else self.stages
 
 
