@@ -44,7 +44,7 @@ from tritonkit._core.env import kernels_interpreted, upcast_bf16_dots
 from tritonkit._core.gemm_plan import FIXED_TILE, input_precision
 from tritonkit._core.ints import cdiv
 from tritonkit.ops.lora.kernels import _lora_matmul_autotuned, _lora_matmul_kernel
-from tritonkit.ops.lora.plan import FUSED_MAX_TOKENS, MAX_RANK, LoraPlan, padded_rank
+from tritonkit.ops.lora.plan import MAX_RANK, LoraPlan, padded_rank
 
 
 def check_lora_args(x, weight, lora_a, lora_b, scale, bias) -> None:
@@ -108,17 +108,17 @@ def _cublas_lora_matmul(p, q_t, l1_t, l2_t, bias, scale):
     return mm_rounded(left, right_t, bias), pl1
 
 
-def _launch_lora_matmul(p, q_t, l1_t, l2_t, bias, scale, tile=None, plan: LoraPlan | None = None):
+def _launch_lora_matmul(p, q_t, l1_t, l2_t, bias, scale, plan: LoraPlan, tile=None):
     """out = p @ q_t.T + scale * (p @ l1_t.T) @ l2_t.T (+ bias), and p @ l1_t.T in fp32.
 
     p: (M, D); q_t: (N, D); l1_t: (R, D); l2_t: (N, R): the operands as stored (the forward's W, A, B),
     or transposed views of them (the backward's W^T, B^T, A^T). Any strides. The fused Triton kernel
-    up to ``plan.fused_max_tokens`` rows (FUSED_MAX_TOKENS by default), cuBLAS beyond. ``tile``: a fixed tile
+    up to ``plan.fused_max_tokens`` rows, cuBLAS beyond. ``tile``: a fixed tile
     (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_SIZE) in place of autotuning, as under the interpreter.
     """
     m, d = p.shape
     n, r = q_t.shape[0], l1_t.shape[0]
-    if m > (plan.fused_max_tokens if plan is not None else FUSED_MAX_TOKENS):
+    if m > plan.fused_max_tokens:
         return _cublas_lora_matmul(p, q_t, l1_t, l2_t, bias, scale)
     out = torch.empty((m, n), dtype=p.dtype, device=p.device)
     pl1 = torch.empty((m, r), dtype=torch.float32, device=p.device)
@@ -165,13 +165,14 @@ def lora_fwd(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """y = x W^T + scale (x A^T) B^T + bias and x A^T (fp32, saved for the backward). x: (tokens, K). ``plan``: which
     path runs (LoraPlan; None: FUSED_MAX_TOKENS)."""
-    _check_plan(plan)
-    return _launch_lora_matmul(x, weight, lora_a, lora_b, bias, scale, tile, plan)
+    return _launch_lora_matmul(x, weight, lora_a, lora_b, bias, scale, _plan(plan), tile)
 
 
-def _check_plan(plan) -> None:
+def _plan(plan) -> LoraPlan:
+    """``plan``, checked, or the default LoraPlan (FUSED_MAX_TOKENS)."""
     if plan is not None and not isinstance(plan, LoraPlan):
         raise TypeError(f"lora_linear: plan must be a LoraPlan, got {type(plan).__name__}")
+    return plan or LoraPlan()
 
 
 def lora_fwd_fake(x, weight, lora_a, lora_b, bias, scale):
@@ -216,10 +217,10 @@ def lora_bwd(
     dx = dy W + scale (dy B) A by ``_launch_lora_matmul`` (which also gives dy B in fp32; ``plan`` as lora_fwd's);
     the rest in torch.
     """
-    _check_plan(plan)
+    plan = _plan(plan)
     dx = dyb = None
     if need_dx:
-        dx, dyb = _launch_lora_matmul(dy, weight.t(), lora_b.t(), lora_a.t(), None, scale, plan=plan)
+        dx, dyb = _launch_lora_matmul(dy, weight.t(), lora_b.t(), lora_a.t(), None, scale, plan)
     elif need_da:  # x needs no gradient (a first layer): dy B alone, a thin GEMM, not the dx GEMM
         dyb = mm_fp32(dy, lora_b)
     dw = mm_fp32(dy.t(), x).to(weight.dtype) if need_dw else None  # a 16-bit result lets cuBLAS sum in 16 bits
