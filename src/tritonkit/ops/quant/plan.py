@@ -47,29 +47,24 @@ class FourBitDequantizePlan:
 FOURBIT_DEQUANTIZE = FourBitDequantizePlan(values=4096, columns=1024, warps=4)
 
 
-def hardware_rounding(arch: str) -> bool:
-    """Whether GPUs of ``arch`` ("sm90") round to float8 in their conversion instruction."""
-    return converts_to_float8_rounding(arch)
-
-
 def groups_plan(arch: str, group: int) -> QuantPlan:
     """Tiles for groups of ``group`` columns (a row: all the columns): as wide as the group up to MAX_COLUMNS, as
     many rows as fill TILE_ELEMENTS; on sm90 a group up to ONE_READ_COLUMNS wide in one row tile, read once."""
     width = next_power_of_2(max(group, 1))
     if MAX_COLUMNS < width <= ONE_READ_COLUMNS.get(arch, 0):
-        return QuantPlan(1, width, width // ONE_READ_ELEMENTS_PER_WARP, hardware_rounding(arch))
+        return QuantPlan(1, width, width // ONE_READ_ELEMENTS_PER_WARP, converts_to_float8_rounding(arch))
     block_c = min(width, MAX_COLUMNS)
-    return QuantPlan(max(1, TILE_ELEMENTS // block_c), block_c, 4, hardware_rounding(arch))
+    return QuantPlan(max(1, TILE_ELEMENTS // block_c), block_c, 4, converts_to_float8_rounding(arch))
 
 
 def blocks_plan(arch: str, block: int) -> QuantPlan:
     """Row chunks of a block x block block, block columns wide: the whole block up to TILE_ELEMENTS (read once),
     else as many rows as fill TILE_ELEMENTS (read twice); on sm90 the whole block up to ONE_READ_BLOCK_ELEMENTS."""
     if block * block <= TILE_ELEMENTS:
-        return QuantPlan(block, block, 4, hardware_rounding(arch))
+        return QuantPlan(block, block, 4, converts_to_float8_rounding(arch))
     if block * block <= ONE_READ_BLOCK_ELEMENTS.get(arch, 0):
-        return QuantPlan(block, block, 8, hardware_rounding(arch))
-    return QuantPlan(max(1, TILE_ELEMENTS // block), block, 4, hardware_rounding(arch))
+        return QuantPlan(block, block, 8, converts_to_float8_rounding(arch))
+    return QuantPlan(max(1, TILE_ELEMENTS // block), block, 4, converts_to_float8_rounding(arch))
 
 
 def elementwise_plan(arch: str, n_cols: int) -> QuantPlan:
