@@ -68,15 +68,13 @@ def amax_scale(amax, KIND: tl.constexpr):
 
 
 @triton.jit
-def quotient(b_x, b_scale, SIGNED_ZERO: tl.constexpr = True):
+def quotient(b_x, b_scale):
     """x / scale rounded to the nearest fp32, ties to even: div_rn's value, without a reciprocal a value (MUFU.RCP,
     16 a clock per multiprocessor on sm_90) and its refinement. With r = div_rn(1, scale) once a scale,
     q = x r is within an ulp of x / scale, the residual e = x - q scale is exact in one fused multiply-add, and
     q + e r rounds to x / scale correctly (Markstein's division) wherever nothing under- or overflows: for scales in
-    [_QUOTIENT_MIN_SCALE, _QUOTIENT_MAX_SCALE] (a region with another takes div_rn throughout) and finite x. +-inf
-    and NaN keep x r (+-inf and NaN, as div_rn gives): the corrected quotient is NaN exactly there (inf - inf in the
-    residual). SIGNED_ZERO: an exact q (e = 0) keeps its own value too, so that -0 / scale stays -0 (adding e = +0
-    would make it +0); codes without a signed zero (int8) skip that compare."""
+    [_QUOTIENT_MIN_SCALE, _QUOTIENT_MAX_SCALE] (a region with another takes div_rn throughout) and finite x
+    (+-inf and NaN keep x r: +-inf and NaN, as div_rn gives; so does an exact q, e = 0, and with it -0's sign)."""
     in_range = (b_scale >= _QUOTIENT_MIN_SCALE) & (b_scale <= _QUOTIENT_MAX_SCALE)
     # A block's scale is a scalar, a row's or group's a column: as a tensor of at least one element either way.
     if tl.min(tl.zeros([1], tl.int32) + tl.where(in_range, 1, 0)) == 1:
@@ -85,12 +83,9 @@ def quotient(b_x, b_scale, SIGNED_ZERO: tl.constexpr = True):
         if _INTERPRETED:  # -q scale is exact in fp64, and so is its sum with x (they nearly cancel)
             b_e = (b_x.to(tl.float64) - b_q.to(tl.float64) * b_scale.to(tl.float64)).to(tl.float32)
         else:
-            b_e = tl.fma(b_q, -b_scale, b_x)  # the scale negated once a region, not the product once a value
-        b_corrected = tl.fma(b_e, b_r, b_q)
-        if SIGNED_ZERO:
-            b_q = tl.where((tl.abs(b_q) < float("inf")) & (b_e != 0.0), b_corrected, b_q)
-        else:
-            b_q = tl.where(b_corrected == b_corrected, b_corrected, b_q)
+            b_e = tl.fma(-b_q, b_scale, b_x)
+        # An exact q keeps its own value: adding e = +0 would turn -0 (x = -0) into +0, which -0 / scale is not.
+        b_q = tl.where((tl.abs(b_q) < float("inf")) & (b_e != 0.0), tl.fma(b_e, b_r, b_q), b_q)
     else:
         b_q = tl.math.div_rn(b_x, b_scale)
     return b_q
@@ -102,7 +97,7 @@ def codes(b_x, b_scale, KIND: tl.constexpr, HARDWARE_ROUNDING: tl.constexpr):
     values rounded by the conversion (a GPU of sm_89 or newer), else in fp32 arithmetic first. int8 codes are the
     rounded quotient's low bits (rounded_int32), not a float-to-int conversion."""
     top = qmax(KIND)
-    b_y = tl.minimum(tl.maximum(quotient(b_x, b_scale, SIGNED_ZERO=KIND != "int8"), -top), top)
+    b_y = tl.minimum(tl.maximum(quotient(b_x, b_scale), -top), top)
     nan = b_x != b_x
     if KIND == "int8":
         b_q = tl.where(nan, 0, rounded_int32(b_y)).to(tl.int8)
