@@ -60,7 +60,7 @@ def test_every_scale_combination_with_small_tiles(combination):
     torch.testing.assert_close(out.double(), _expected(inputs), rtol=1e-5, atol=1e-5)
 
 
-# ---------------------------------------------------------------- the persistent TMA kernel (tensor and row scales)
+# ---------------------------------------------------------------- the persistent TMA kernel
 
 PERSISTENT_SMALL = GemmTiles(16, 16, 32, 4, 1, 2, persistent=True)  # 9 tiles for the interpreter's 4 programs
 ROW_SCALED = [
@@ -68,6 +68,13 @@ ROW_SCALED = [
     {"x": "int8", "w": "int8", "x_scale": "row", "w_scale": "tensor"},
     {"x": "e4m3", "w": "e4m3", "x_scale": "row", "w_scale": "row", "bias": True},
     {"x": "e5m2", "w": "e4m3", "x_scale": "tensor", "w_scale": "tensor"},
+]
+# Scales that vary along K (groups and blocks of 32 and 64): each K step of 32 scaled as it is added.
+STEP_SCALED = [
+    {"x": "int8", "w": "int8", "x_scale": "group", "w_scale": "block", "block": 64},  # two K steps a group
+    {"x": "e4m3", "w": "e4m3", "x_scale": "group", "w_scale": "block", "block": 32, "bias": True},
+    {"x": "int8", "w": "int8", "x_scale": "row", "w_scale": "group", "block": 32},
+    {"x": "e4m3", "w": "e5m2", "x_scale": "group", "w_scale": "tensor", "block": 32},
 ]
 
 
@@ -79,9 +86,11 @@ def _count_persistent(monkeypatch) -> list:
 
 
 @pytest.mark.parametrize("split_store", [False, True], ids=["whole-store", "split-store"])
-@pytest.mark.parametrize("combination", ROW_SCALED, ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
+@pytest.mark.parametrize("combination", ROW_SCALED + STEP_SCALED,
+                         ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))  # fmt: skip
 def test_persistent_kernel_walks_every_tile(combination, split_store, monkeypatch):
-    """37 x 48 outputs in 16 x 16 tiles: 9 tiles over 4 programs, a ragged tile-row, K = 80 a ragged last step."""
+    """37 x 48 outputs in 16 x 16 tiles: 9 tiles over 4 programs, a ragged tile-row, K = 80 a ragged last step (of a
+    ragged last group)."""
     calls = _count_persistent(monkeypatch)
     inputs = _inputs({"m": 37, "n": 48, "k": 80, **combination})
     x, w, x_scale, w_scale = inputs.args
@@ -96,6 +105,7 @@ def test_large_products_of_codes_take_the_persistent_kernel_on_hopper():
     assert not gemm_tiles("sm90", 1023, n=8192).persistent  # under one wave of 128 x 128 tiles
     assert not gemm_tiles("sm90", 8192, n=1023).persistent
     assert not gemm_tiles("sm90", 8192, n=8192, weight_only=True).persistent
+    assert not gemm_tiles("sm90", 8192, n=8192, per_step=True).persistent  # group and block scales: measured tiled
     assert not gemm_tiles("sm80", 8192, n=8192).persistent  # no TMA before Hopper: the fallback's tiled kernel
 
 
@@ -104,10 +114,9 @@ def test_large_products_of_codes_take_the_persistent_kernel_on_hopper():
     [
         {"m": 37, "n": 48, "k": 72, "x": "int8", "w": "int8"},  # rows of 72 bytes: no descriptor can address them
         {"m": 37, "n": 44, "k": 64, "x": "e4m3", "w": "e4m3"},  # an output row of 44 x 2 bytes (bf16)
-        {"m": 37, "n": 48, "k": 64, "x": "e4m3", "w": "e4m3", "x_scale": "group", "w_scale": "block", "block": 32},
         {"m": 37, "n": 48, "k": 64, "w": "int8"},  # weight-only
     ],
-    ids=["unaligned-k", "unaligned-out", "group-scales", "weight-only"],
+    ids=["unaligned-k", "unaligned-out", "weight-only"],
 )
 def test_calls_the_persistent_kernel_cannot_take_run_tiled(case, monkeypatch):
     calls = _count_persistent(monkeypatch)
@@ -125,11 +134,15 @@ def _candidate_id(plan: GemmTiles) -> str:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("plan", PERSISTENT_CANDIDATES, ids=_candidate_id)
-@pytest.mark.parametrize("codes", ["e4m3", "int8"])
+@pytest.mark.parametrize("codes", ["e4m3", "int8", "e4m3-blocks"])
 def test_persistent_candidates_match_the_reference(plan, codes, monkeypatch):
-    """Each tile benchmarks/fp8_persistent.py times, compiled, on ragged M, N and K with a bias."""
+    """Each tile benchmarks/fp8_persistent.py times, compiled, on ragged M, N and K with a bias; row scales, or 1 x 128
+    by 128 x 128 scales (a ragged last group)."""
     calls = _count_persistent(monkeypatch)
-    case = {"m": 1100, "n": 1288, "k": 1040, "x": codes, "w": codes, "bias": True}
+    kind = codes.removesuffix("-blocks")
+    case = {"m": 1100, "n": 1288, "k": 1040, "x": kind, "w": kind, "bias": True}
+    if codes.endswith("blocks"):
+        case.update(x_scale="group", w_scale="block", block=128)
     inputs = _inputs(case, "cuda", torch.bfloat16)
     x, w, x_scale, w_scale = inputs.args
     out = launch.scaled_linear_fwd(x, w, x_scale, w_scale, inputs.kwargs["bias"], torch.bfloat16, False, plan=plan)
@@ -501,7 +514,7 @@ def test_float8_fast_accumulation_keeps_the_product(device, persistent, monkeypa
         bound = FLOAT8_FAST_SUM_ERROR * expected.pow(2).mean().sqrt().item()
         torch.testing.assert_close(out.double(), expected, rtol=0, atol=bound)
     assert flags == [True, False, False]
-    assert calls == ([1, 1] if persistent else [])  # group scales run tiled
+    assert calls == ([1, 1, 1] if persistent else [])
 
 
 def test_use_fast_accum_reaches_the_kernel_eager_compiled_and_from_quantized_linear(device, monkeypatch):

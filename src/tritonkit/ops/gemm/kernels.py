@@ -13,8 +13,8 @@ acc += (sum_{k in step} x w) s_x(m, step) s_w(n, step), in fp32, which also keep
 DeepSeek-V3's promotion to fp32 every 128 values does). Weight-only: w's codes are converted to x's dtype (exact for
 int8 and float8 in bf16 and fp16) for the product.
 
-Persistent (codes with tensor or row scales, large M and N on Hopper): the same sums, the scales in the epilogue,
-with each program walking many output tiles and x, w and out moved by TMA (_scaled_linear_persistent_kernel).
+Persistent (codes, large M and N on Hopper): the same sums, scaled in the epilogue or per K step as above, with each
+program walking many output tiles and x, w and out moved by TMA (_scaled_linear_persistent_kernel).
 
 Split-K GEMV (weight-only, a few rows of x): K is cut into S splits of whole K steps, [k_s, k_{s+1}); the program of
 a block of rows and outputs and split s writes the fp32 partial P_s[m, n] = sum_{k_s <= k < k_{s+1}} x[m, k] s_w(n, k)
@@ -170,21 +170,24 @@ def _scaled_linear_kernel(
 @triton.jit
 def _scaled_linear_persistent_kernel(
     x_desc, w_desc, out_desc, p_x_scale, p_w_scale, p_bias, M, N, K, stride_xs_m, stride_ws_n, n_programs,
-    X_SCALE: tl.constexpr, W_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr, INT_ACC: tl.constexpr,
+    X_SCALE: tl.constexpr, W_SCALE: tl.constexpr, G: tl.constexpr, HAS_BIAS: tl.constexpr, INT_ACC: tl.constexpr,
     UPCAST: tl.constexpr, FP8_PROMOTE: tl.constexpr, FP8_FAST_ACC: tl.constexpr, SPLIT_STORE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_SIZE: tl.constexpr,
 ):  # fmt: skip
-    """The tiled kernel's product for codes with tensor or row scales (none varies along K), in Hopper's form.
+    """The tiled kernel's product for codes, in Hopper's form.
     Persistent: n_programs programs (at most one per multiprocessor) walk the output tiles, program p taking tiles p,
     p + n_programs, ... in grouped order, so the next tile's loads overlap this tile's epilogue. TMA: x (M, K) and w
     (N, K) are read and out (M, N) written through tensor descriptors, which fill the ragged edges' reads with zeros
-    (so a padded K step adds 0) and clip their writes; the loop needs no masks. out = s_x(m) s_w(n) (sum_k x w) +
-    bias[n], the sums in int32 (INT_ACC) or fp32 (FP8_FAST_ACC as in the tiled kernel), the scales and bias in the
-    epilogue. SPLIT_STORE: the tile is stored as two BLOCK_M x BLOCK_N / 2 halves (out_desc's block), halving the
-    shared memory the store stages."""
+    (so a padded K step adds 0) and clip their writes; the loop needs no masks. Scales that do not vary along K:
+    out = s_x(m) s_w(n) (sum_k x w) + bias[n], the sums in int32 (INT_ACC) or fp32 (FP8_FAST_ACC as in the tiled
+    kernel), the scales and bias in the epilogue. Group and block scales (1 x G, G x G; BLOCK_K divides G): each K
+    step's sum is scaled as it joins the fp32 accumulator, acc += (sum_{k in step} x w) s_x(m, step) s_w(n, step), as
+    in the tiled kernel. SPLIT_STORE: the tile is stored as two BLOCK_M x BLOCK_N / 2 halves (out_desc's block),
+    halving the shared memory the store stages."""
     n_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     # The epilogue's tile is counted apart from the loop's, so that the flattened loop's prologue (the next tile's
     # first loads) does not wait for this tile's index arithmetic.
+    PER_STEP: tl.constexpr = X_SCALE == "group" or W_SCALE == "group" or W_SCALE == "block"
     tile_out = tl.program_id(0) - n_programs
     for tile in tl.range(tl.program_id(0), n_tiles, n_programs, flatten=True):
         i_m, i_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_SIZE)
@@ -194,6 +197,12 @@ def _scaled_linear_persistent_kernel(
             b_w = w_desc.load([i_n * BLOCK_N, k])  # [N, K]
             if INT_ACC:
                 acc = tl.dot(b_x, tl.trans(b_w), acc, out_dtype=tl.int32)
+            elif PER_STEP:
+                o_m_step = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
+                o_n_step = i_n * BLOCK_N + tl.arange(0, BLOCK_N)
+                x_scale = _row_scales(p_x_scale, o_m_step, o_m_step < M, stride_xs_m, k // G, X_SCALE, G)
+                w_scale = _row_scales(p_w_scale, o_n_step, o_n_step < N, stride_ws_n, k // G, W_SCALE, G)
+                acc += dot_fp32(b_x, tl.trans(b_w), "tf32", UPCAST, FP8_PROMOTE) * x_scale[:, None] * w_scale[None, :]
             elif FP8_FAST_ACC:
                 acc = dot_fp32(b_x, tl.trans(b_w), "tf32", UPCAST, FP8_PROMOTE, acc)
             else:
@@ -203,7 +212,7 @@ def _scaled_linear_persistent_kernel(
         o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
         o_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)
         b_out = _epilogue(acc.to(tl.float32), p_x_scale, p_w_scale, p_bias, o_m, o_n, M, N, stride_xs_m, stride_ws_n,
-                          X_SCALE, W_SCALE, 1, True, HAS_BIAS).to(out_desc.dtype)  # fmt: skip
+                          X_SCALE, W_SCALE, G, not PER_STEP, HAS_BIAS).to(out_desc.dtype)  # fmt: skip
         if SPLIT_STORE:
             b_left, b_right = tl.split(tl.permute(tl.reshape(b_out, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
             out_desc.store([i_m * BLOCK_M, i_n * BLOCK_N], b_left)

@@ -133,10 +133,12 @@ def _output(x, w, bias, out_dtype) -> torch.Tensor:
     return out
 
 
-def choose_plan(weight_only: bool, m: int, n: int, device: torch.device) -> GemmTiles | GemvPlan:
+def choose_plan(weight_only: bool, m: int, n: int, device: torch.device, per_step: bool = False
+                ) -> GemmTiles | GemvPlan:  # fmt: skip
     """The split-K GEMV for weight-only calls with few rows of x (plan.gemv_plan's bound), else the tiled or
-    persistent kernel's tiles (plan.gemm_tiles)."""
-    return (weight_only and gemv_plan(arch(device), m)) or gemm_tiles(arch(device), m, weight_only=weight_only, n=n)
+    persistent kernel's tiles (plan.gemm_tiles; ``per_step``: a scale varies along K)."""
+    return (weight_only and gemv_plan(arch(device), m)) or gemm_tiles(arch(device), m, weight_only=weight_only, n=n,
+                                                                      per_step=per_step)  # fmt: skip
 
 
 def scaled_linear_fwd(
@@ -170,19 +172,19 @@ def scaled_linear_fwd(
     group = max(x_size, w_size)
     x_scale, stride_xs = _scale_rows(x_scale, x_granularity)
     w_scale, stride_ws = _scale_rows(w_scale, w_granularity)
-    tiles = plan or choose_plan(weight_only, rows.shape[0], n_out, x.device)
+    per_step = x_granularity == "group" or w_granularity in ("group", "block")
+    tiles = plan or choose_plan(weight_only, rows.shape[0], n_out, x.device, per_step)
     block_k = min(tiles.block_k, group) if group else tiles.block_k
     block_k = max(block_k, MIN_VALUE_K if weight_only else MIN_CODE_K)
-    per_step = x_granularity == "group" or w_granularity in ("group", "block")
     upcast = kernels_interpreted()  # the interpreter's 8- and 16-bit products go through fp32 (exact for these codes)
     precision = "ieee" if x.dtype == torch.float32 else "tf32"
     if isinstance(tiles, GemvPlan):
         _gemv(rows, w, w_scale, stride_ws, w_granularity, max(group, 1), bias, out_rows, tiles, block_k, precision)
         return out
-    if tiles.persistent and _persistent_applies(rows, w, out_rows, x_granularity, w_granularity):
-        _persistent(rows, w, x_scale, stride_xs, w_scale, stride_ws, bias, out_rows, tiles, block_k, use_fast_accum,
-                    X_SCALE=x_granularity, W_SCALE=w_granularity,
-                    INT_ACC=x.dtype == torch.int8 and not upcast)  # fmt: skip
+    if tiles.persistent and _persistent_applies(rows, w, out_rows):
+        _persistent(rows, w, x_scale, stride_xs, w_scale, stride_ws, bias, out_rows, tiles, block_k,
+                    use_fast_accum and not per_step, X_SCALE=x_granularity, W_SCALE=w_granularity, G=max(group, 1),
+                    INT_ACC=x.dtype == torch.int8 and not per_step and not upcast)  # fmt: skip
         return out
     _tiled(rows, w, x_scale, stride_xs, w_scale, stride_ws, bias, out_rows, tiles, block_k, use_fast_accum,
            X_SCALE=x_granularity, W_SCALE=w_granularity, G=max(group, 1),
@@ -211,10 +213,10 @@ def _tiled(rows, w, x_scale, stride_xs, w_scale, stride_ws, bias, out_rows, tile
     )  # fmt: skip
 
 
-def _persistent_applies(rows, w, out_rows, x_granularity: str, w_granularity: str) -> bool:
-    """Whether the persistent kernel takes a call of codes: scales that do not vary along K, a GPU with TMA (or the
-    interpreter), and rows, w and out that tensor descriptors can address (K and the output's rows 16-byte aligned)."""
-    return (x_granularity in ("tensor", "row") and w_granularity in ("tensor", "row") and has_tma(arch(rows.device))
+def _persistent_applies(rows, w, out_rows) -> bool:
+    """Whether the persistent kernel takes a call: codes in x (not weight-only), a GPU with TMA (or the interpreter),
+    and rows, w and out that tensor descriptors can address (K and the output's rows 16-byte aligned)."""
+    return (rows.dtype in CODE_KINDS and has_tma(arch(rows.device))
             and all(tma_readable(t) for t in (rows, w, out_rows)))  # fmt: skip
 
 

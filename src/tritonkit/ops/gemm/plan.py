@@ -2,11 +2,12 @@
 and by how many rows x has (a decode step's few rows take narrow tiles, or most of each tile would be padding); and
 the split-K GEMV of weight-only layers at a few rows, with the heuristic that picks its number of K splits.
 
-MEASURED holds the tiled kernel's many-rows tile on sm90 for x holding codes, PERSISTENT the persistent TMA kernel's
-tile for large products of codes on sm90, and GEMV_MEASURED the one-row GEMV's plan on sm90; everything else takes
-FALLBACK and GEMV_FALLBACK, the documented fallback of an unknown GPU. The tiled fallback fits the 99 KB of shared
-memory of sm86/sm89 at three stages with one-byte operands (two 128 x 64 tiles: 16 KB a stage); the GEMV's tiles are
-small enough for any GPU (its one-row form buffers nothing in shared memory).
+MEASURED holds the tiled kernel's many-rows tile on sm90 for x holding codes, STEP_SCALED its tile for codes with
+group or block scales, PERSISTENT the persistent TMA kernel's tile for large products of codes on sm90, and
+GEMV_MEASURED the one-row GEMV's plan on sm90; everything else takes FALLBACK and GEMV_FALLBACK, the documented
+fallback of an unknown GPU. The tiled fallback fits the 99 KB of shared memory of sm86/sm89 at three stages with
+one-byte operands (two 128 x 64 tiles: 16 KB a stage); the GEMV's tiles are small enough for any GPU (its one-row form
+buffers nothing in shared memory).
 """
 
 from __future__ import annotations
@@ -67,10 +68,23 @@ PERSISTENT_CANDIDATES = (
 )
 
 
-def gemm_tiles(arch: str, m: int, *, weight_only: bool = False, n: int = 0) -> GemmTiles:
-    """The tiles for ``m`` rows of x and ``n`` outputs (``weight_only``: x holds bf16/fp16/fp32 values, not codes);
-    the persistent kernel's where ``arch`` has one and both are at least PERSISTENT_MIN_SIZE."""
-    if not weight_only and min(m, n) >= PERSISTENT_MIN_SIZE and arch in PERSISTENT:
+# Codes with a scale that varies along K (1 x G groups, G x G blocks), more rows than MEASURED's narrow tiles take:
+# each K step's sum is scaled as it joins the accumulator, and the tiled kernel with 128 x 128 x 128 tiles four
+# stages deep was the fastest of 11 tiles on the H200 at DeepSeek-V3's float8 shapes (benchmarks/fp8_persistent.py
+# --blocks --tiles, 2026-11-29-fp8-blocks.md): 570-694 TFLOP/s, 0.89-0.98x torchao's autotuned Triton kernel in the
+# same run, against 539-644 at three stages; the persistent kernel's 128 x 256 tiles 378-550, its 128 x 128 516-636.
+STEP_SCALED: dict[str, GemmTiles] = {"sm90": GemmTiles(128, 128, 128, 8, 4, 8)}
+STEP_SCALED_MIN_ROWS = 65  # fewer rows keep MEASURED's narrow tiles (most of a 128-row tile would be padding)
+
+
+def gemm_tiles(arch: str, m: int, *, weight_only: bool = False, n: int = 0, per_step: bool = False) -> GemmTiles:
+    """The tiles for ``m`` rows of x and ``n`` outputs (``weight_only``: x holds bf16/fp16/fp32 values, not codes;
+    ``per_step``: codes with a scale that varies along K): STEP_SCALED's for such calls where ``arch`` has them, the
+    persistent kernel's for other products of codes where ``arch`` has one and m and n are both at least
+    PERSISTENT_MIN_SIZE, else the tiled kernel's by rows."""
+    if per_step and not weight_only and m >= STEP_SCALED_MIN_ROWS and arch in STEP_SCALED:
+        return STEP_SCALED[arch]
+    if not weight_only and not per_step and min(m, n) >= PERSISTENT_MIN_SIZE and arch in PERSISTENT:
         return PERSISTENT[arch]
     table = FALLBACK if weight_only else MEASURED.get(arch, FALLBACK)
     return next((tiles for bound, tiles in table if m <= bound), table[-1][1])
