@@ -24,7 +24,8 @@ peers and a benchmark can time them. A case a peer cannot compute as tritonkit d
   right), paged through its block tables. Its quantized caches are formats of its own (int4 with the coefficients
   inside each row, fp8 with separate row scales), not tritonkit's, and it has no softcap, lse or window here: those
   cases are refused. The bias is built from the lengths on the host, so it is built on the first call for a given
-  (lengths, table) pair and kept, as FlexAttention's block mask is. Runs on a CUDA GPU only (carry its wheel).
+  (lengths, table) pair and kept, as FlexAttention's block mask is. Runs on a CUDA GPU only (carry its wheel); a
+  wheel whose C++ extension does not load for this torch still runs it (the kernel is Triton alone).
 
 This module is imported only by the decoding spec's peer factories and benchmark scripts, never by an op.
 """
@@ -174,6 +175,25 @@ def _xformers_bias(fmha, q, k_cache, cache_seqlens, block_table, causal: bool):
     return bias
 
 
+# xFormers' dispatcher refuses every CUDA operator when its C++ extension did not load (a wheel built for another
+# torch), though the split-K operator is Triton alone and needs none of it: that one reason is set aside, every
+# other refusal (shape, dtype, capability) still raises.
+_XFORMERS_EXTENSION_REASON = "build with CUDA support"
+
+
+def _xformers_split_k_forward(fmha, query, key, value, bias, scale):
+    """memory_efficient_attention_forward(..., op=triton_splitk.FwOp) without the extension-build refusal."""
+    operator = fmha.triton_splitk.FwOp
+    inputs = fmha.Inputs(query=query, key=key, value=value, attn_bias=bias, scale=scale)
+    inputs.validate_inputs()
+    output_shape = inputs.normalize_bmhk()
+    reasons = [reason for reason in operator.not_supported_reasons(inputs) if _XFORMERS_EXTENSION_REASON not in reason]
+    if reasons:
+        raise Unsupported(f"xformers: its split-K kernel refuses these inputs: {'; '.join(reasons)}")
+    out, *_ = operator.apply(inputs, needs_gradient=False)
+    return out.reshape(output_shape)
+
+
 def xformers_decode() -> Callable:
     """xFormers' Triton split-K decoding kernel over a contiguous or paged 16-bit cache (see the module docstring)."""
 
@@ -196,7 +216,7 @@ def xformers_decode() -> Callable:
         k5 = k_cache.view(1, slots, n_heads_k, 1, head_dim).expand(1, slots, n_heads_k, group, head_dim)
         v5 = v_cache.view(1, slots, n_heads_k, 1, head_dim).expand(1, slots, n_heads_k, group, head_dim)
         bias = _xformers_bias(fmha, q, k_cache, cache_seqlens, block_table, causal)
-        out = fmha.memory_efficient_attention_forward(q5, k5, v5, bias, scale=scale, op=fmha.triton_splitk.FwOp)
+        out = _xformers_split_k_forward(fmha, q5, k5, v5, bias, scale)
         return out.reshape(batch, n_queries, n_heads_q, head_dim)
 
     run.__name__ = "xformers_decode"
