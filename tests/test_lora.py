@@ -55,7 +55,7 @@ def test_frozen_weight_skips_its_gradient(device, monkeypatch):
     fused, fp32_gemms, thin = [], [], []
     _spy_on(monkeypatch, "_launch_lora_matmul", fused)  # the forward's and dx's fused GEMM (p, q_t)
     _spy_on(monkeypatch, "mm_fp32", fp32_gemms)  # dy B without dx, and dW = dy^T x
-    _spy_on(monkeypatch, "_times_fp32", thin)  # dA from (dy B, x), dB from (x A^T, dy)
+    _spy_on(monkeypatch, "_thin_grad", thin)  # dA from (dy B, x), dB from (x A^T, dy)
     x, weight, lora_a, lora_b, bias = _inputs(device)  # 10 tokens, k 24, n 40, r 8
     lora_a.requires_grad_()
     lora_b.requires_grad_()
@@ -248,3 +248,25 @@ def test_backward_custom_op_outputs_match_its_fake_in_shape_stride_and_dtype(dty
         fake = lora_bwd(*(mode.from_tensor(t) for t in args), *flags)
     for got, promised in zip(real, fake, strict=True):
         assert (got.shape, got.stride(), got.dtype) == (promised.shape, promised.stride(), promised.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("tokens", [0, 70], ids=["no-tokens", "70-tokens"])
+def test_thin_gradients_match_the_reference_on_both_paths(tokens, dtype, device):
+    """dA = s (dy B)^T x and dB = s dy^T (x A^T) from the Triton kernel (few tokens) and from cuBLAS (a plan with no
+    fused tokens): 70 tokens are two 64-token steps, 100 columns two column blocks (one ragged), rank 3 padded to 16;
+    no tokens give zeros. Rounded once from fp32 sums: within the dtype's rounding of the float64 values."""
+    from tritonkit.ops.lora.plan import THIN_GRAD_COLUMNS, THIN_GRAD_ROWS
+
+    assert THIN_GRAD_ROWS < 70 <= 2 * THIN_GRAD_ROWS and THIN_GRAD_COLUMNS < 100 <= 2 * THIN_GRAD_COLUMNS
+    g = torch.Generator(device).manual_seed(tokens)
+    small = torch.randn(tokens, 3, generator=g, device=device)  # dy B or x A^T, fp32
+    big = torch.randn(tokens, 100, generator=g, device=device).to(dtype)  # x or dy
+    expected = 0.5 * small.double().t() @ big.double()  # (3, 100)
+    rounding = 2**-8 if dtype == torch.bfloat16 else 2**-20
+    for plan in (LoraPlan(fused_max_tokens=128), LoraPlan(fused_max_tokens=0)):
+        for transposed in (False, True):
+            got = lora_launch._thin_grad(small, big, 0.5, dtype, transposed, plan)  # its output poisoned first
+            assert got.dtype == dtype and got.is_contiguous()
+            want = expected.t() if transposed else expected
+            torch.testing.assert_close(got.double(), want, rtol=rounding, atol=rounding * max(want.abs().max(), 1))

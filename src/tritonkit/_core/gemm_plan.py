@@ -17,8 +17,14 @@ FIXED_TILE_WARPS = 4  # a 64 x 64 fp32 accumulator is 32 registers a thread at 4
 FIXED_TILE_STAGES = 3  # two tiles of A and B in flight while the third is multiplied: 24 KB of shared memory in bf16
 
 
-def autotune_configs() -> list[triton.Config]:
-    """Block shapes, warps and pipeline depths tried by autotuned GEMM kernels.
+# Tiles of 16 rows (tl.dot's smallest M) for products of a few rows, as a LoRA layer's at decoding or small batches:
+# there the work is reading the weight, and the 64-128-row tiles leave one tile-row of 32-64 programs at N 4096, a
+# fraction of an H100's 132 multiprocessors; 16 x 32 and 16 x 64 tiles give 64-128 programs with 8 KB K steps each.
+FEW_ROWS_SHAPES = ((16, 32, 128, 4, 2), (16, 64, 128, 4, 4))
+
+
+def autotune_configs(few_rows: bool = False) -> list[triton.Config]:
+    """Block shapes, warps and pipeline depths tried by autotuned GEMM kernels; ``few_rows`` adds FEW_ROWS_SHAPES.
 
     Under the interpreter timing means nothing, so a single config keeps tests fast. With
     ``TRITONKIT_AUTOTUNE=quick`` (set by scripts/gpu_verify.sh and `tritonkit check`) two configs remain,
@@ -42,6 +48,8 @@ def autotune_configs() -> list[triton.Config]:
     ]
     if os.environ.get("TRITONKIT_AUTOTUNE") == "quick":
         shapes = [shapes[2], shapes[-1]]
+    elif few_rows:
+        shapes += FEW_ROWS_SHAPES
     return [
         triton.Config(
             {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_SIZE": 8}, num_stages=stages, num_warps=warps

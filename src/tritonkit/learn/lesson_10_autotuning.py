@@ -37,8 +37,8 @@ memory per program, registers per thread, bytes spilled. On a GPU it times every
 shapes, shows the autotuner's choice for each, and with --out DIR plots the TFLOP/s.
 
 The production op: tk.ops.matmul(a, b, variant="autotuned"), whose configs come from
-tritonkit._core.gemm_plan.autotune_configs() (ten tiles on a GPU, shared with the fused LoRA GEMM; one
-under the interpreter).
+tritonkit._core.gemm_plan.autotune_configs() (ten tiles on a GPU, shared with the fused LoRA GEMM, which adds two
+of 16 rows; one under the interpreter).
 """
 
 from __future__ import annotations

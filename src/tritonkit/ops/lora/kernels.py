@@ -1,5 +1,6 @@
 """The fused LoRA GEMM: out = P Q + scale (P L1) L2 (+ bias) from one pass over P's tiles, the rank-r product kept
-in fp32 and split hi + lo where it meets 16-bit operands (the forward with P = x, the input gradient with P = dy)."""
+in fp32 and split hi + lo where it meets 16-bit operands (the forward with P = x, the input gradient with P = dy);
+and the adapter's thin weight gradients, scale * small^T big, for few tokens."""
 
 import triton
 import triton.language as tl
@@ -83,5 +84,38 @@ def _lora_matmul_kernel(
     tl.store(p_out_tile, acc.to(p_out.dtype.element_ty), mask=mask_2d(o_m, o_n, M, N))
 
 
-# The same kernel autotuned per shape over the GEMM tile space the matmul ladder searches.
-_lora_matmul_autotuned = triton.autotune(configs=autotune_configs(), key=["M", "N", "D", "R_PAD"])(_lora_matmul_kernel)
+@triton.jit
+def _lora_thin_grad_kernel(
+    p_small, p_big, p_out, M, C, R, scale,
+    stride_small_m, stride_big_m, stride_big_c, stride_out_r, stride_out_c,
+    R_PAD: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):  # fmt: skip
+    """out[R, C] = scale * small[M, R]^T @ big[M, C], summed over the tokens M in fp32 and rounded once.
+
+    dA = scale (dy B)^T x:        small = dy B (fp32), big = x,  C = K, out = dA (R, K).
+    dB = scale dy^T (x A^T), i.e. dB^T = scale (x A^T)^T dy: small = x A^T (fp32), big = dy, C = N, out = dB^T
+    (written through transposed strides into dB (N, R)).
+    The fp32 factor (times scale) meets the 16-bit big in two tensor-core dots, hi + lo (_split_dot). A program
+    owns BLOCK_C columns of out and walks every token; the rank is padded to R_PAD with zeros.
+    """
+    o_c = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    o_r = tl.arange(0, R_PAD)
+    o_m = tl.arange(0, BLOCK_M)
+    acc = tl.zeros((R_PAD, BLOCK_C), dtype=tl.float32)
+    for m_start in range(0, M, BLOCK_M):
+        rows = m_start + o_m
+        b_small = tl.load(p_small + rows.to(tl.int64)[:, None] * stride_small_m + o_r[None, :],
+                          mask=mask_2d(rows, o_r, M, R), other=0.0)  # fmt: skip  # [BLOCK_M, R_PAD] fp32
+        b_big = tl.load(p_big + offsets_2d(rows.to(tl.int64), o_c, stride_big_m, stride_big_c),
+                        mask=mask_2d(rows, o_c, M, C), other=0.0)  # fmt: skip  # [BLOCK_M, BLOCK_C]
+        acc = _split_dot(tl.trans(b_small * scale), b_big, acc, SPLIT, INPUT_PRECISION, UPCAST)
+    p_out_tile = p_out + offsets_2d(o_r, o_c.to(tl.int64), stride_out_r, stride_out_c)
+    tl.store(p_out_tile, acc.to(p_out.dtype.element_ty), mask=mask_2d(o_r, o_c, R, C))
+
+
+# The same kernel autotuned per shape over the GEMM tile space the matmul ladder searches, and 16-row tiles for the
+# few tokens of decoding and small batches (where the fused kernel runs: plan.FUSED_MAX_TOKENS).
+_lora_matmul_autotuned = triton.autotune(configs=autotune_configs(few_rows=True), key=["M", "N", "D", "R_PAD"])(
+    _lora_matmul_kernel
+)

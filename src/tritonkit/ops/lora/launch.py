@@ -9,9 +9,11 @@ least 16 (tl.dot's smallest inner size). ``x A^T`` (tokens x r, fp32) is saved f
 
 The input gradient has the same shape of computation, ``dx = dy W + scale * (dy B) A``, and runs the
 same kernel, reading dy once and rounding dx once; it saves ``dy B`` for ``dA``. The weight gradients
-are thin or plain GEMMs with nothing to fuse, so they run in torch (cuBLAS on a GPU):
-``dA = scale (dy B)^T x``, ``dB = scale dy^T (x A^T)``, ``dW = dy^T x`` (only when the weight
-requires grad: a frozen base weight costs nothing), ``dbias = sum(dy)``.
+are thin or plain GEMMs: ``dA = scale (dy B)^T x`` and ``dB = scale dy^T (x A^T)`` run as one Triton
+kernel each up to the plan's token limit (where cuBLAS's form, split, concatenate, GEMM, add and cast,
+was six launches of a few microseconds each for a few microseconds of work) and as cuBLAS GEMMs beyond;
+``dW = dy^T x`` (only when the weight requires grad: a frozen base weight costs nothing) and
+``dbias = sum(dy)`` in torch.
 
 Precision: the rank-r intermediates (x A^T, dy B) stay fp32. Where they meet 16-bit operands in a
 tensor-core dot they are split in two 16-bit parts, hi = t.to(dtype) and lo = (t - hi).to(dtype), and
@@ -43,8 +45,15 @@ from tritonkit._core.cublas import mm_fp32, mm_rounded
 from tritonkit._core.env import kernels_interpreted, upcast_bf16_dots
 from tritonkit._core.gemm_plan import FIXED_TILE, input_precision
 from tritonkit._core.ints import cdiv
-from tritonkit.ops.lora.kernels import _lora_matmul_autotuned, _lora_matmul_kernel
-from tritonkit.ops.lora.plan import MAX_RANK, LoraPlan, padded_rank
+from tritonkit.ops.lora.kernels import _lora_matmul_autotuned, _lora_matmul_kernel, _lora_thin_grad_kernel
+from tritonkit.ops.lora.plan import (
+    MAX_RANK,
+    THIN_GRAD_COLUMNS,
+    THIN_GRAD_ROWS,
+    THIN_GRAD_WARPS,
+    LoraPlan,
+    padded_rank,
+)
 
 
 def check_lora_args(x, weight, lora_a, lora_b, scale, bias) -> None:
@@ -196,6 +205,25 @@ def _times_fp32(small: torch.Tensor, big: torch.Tensor, transposed: bool = False
     return product[:r] + product[r:]
 
 
+def _thin_grad(small: torch.Tensor, big: torch.Tensor, scale: float, dtype: torch.dtype, transposed: bool,
+               plan: LoraPlan) -> torch.Tensor:  # fmt: skip
+    """scale * small^T @ big (r, C) in ``dtype``, or with ``transposed`` its transpose (C, r), dense, for small (M, r)
+    fp32 and big (M, C): the Triton kernel up to ``plan.fused_max_tokens`` tokens, cuBLAS (_times_fp32) beyond."""
+    m, r = small.shape
+    if m > plan.fused_max_tokens:
+        return _times_fp32(small * scale, big, transposed).to(dtype)
+    c = big.shape[1]
+    out = torch.empty((c, r) if transposed else (r, c), dtype=dtype, device=big.device)
+    stride_r, stride_c = (out.stride(1), out.stride(0)) if transposed else out.stride()
+    small = small.contiguous()
+    _lora_thin_grad_kernel[(cdiv(c, THIN_GRAD_COLUMNS),)](
+        small, big, out, m, c, r, scale, small.stride(0), big.stride(0), big.stride(1), stride_r, stride_c,
+        R_PAD=padded_rank(r), SPLIT=big.dtype != torch.float32, BLOCK_M=THIN_GRAD_ROWS, BLOCK_C=THIN_GRAD_COLUMNS,
+        INPUT_PRECISION=input_precision(big.dtype), UPCAST=upcast_bf16_dots(big.dtype), num_warps=THIN_GRAD_WARPS,
+    )  # fmt: skip
+    return out
+
+
 def lora_bwd(
     dy: torch.Tensor,
     x: torch.Tensor,
@@ -215,7 +243,7 @@ def lora_bwd(
     """Gradients (dx, dweight, dlora_a, dlora_b, dbias), each empty unless asked for.
 
     dx = dy W + scale (dy B) A by ``_launch_lora_matmul`` (which also gives dy B in fp32; ``plan`` as lora_fwd's);
-    the rest in torch.
+    dA and dB by ``_thin_grad`` (the same ``plan``); dW and dbias in torch.
     """
     plan = _plan(plan)
     dx = dyb = None
@@ -226,8 +254,8 @@ def lora_bwd(
     dw = mm_fp32(dy.t(), x).to(weight.dtype) if need_dw else None  # a 16-bit result lets cuBLAS sum in 16 bits
     # The scale multiplies the thin (tokens, r) factor, before its split; dB comes out (N, r) and dense, as the
     # custom op's fake promises (inductor asserts output strides).
-    da = _times_fp32(dyb * scale, x).to(lora_a.dtype) if need_da else None
-    db = _times_fp32(xa * scale, dy, transposed=True).to(lora_b.dtype) if need_db else None
+    da = _thin_grad(dyb, x, scale, lora_a.dtype, False, plan) if need_da else None
+    db = _thin_grad(xa, dy, scale, lora_b.dtype, True, plan) if need_db else None
     dbias = dy.sum(0, dtype=torch.float32).to(dy.dtype) if need_dbias else None
     grads = ((dx if need_dx else None), dw, da, db, dbias)
     return tuple(g if g is not None else x.new_empty((0,)) for g in grads)

@@ -27,11 +27,20 @@ def padded_rank(r: int) -> int:
 FUSED_MAX_TOKENS = 1024
 
 
+# The thin weight gradients' Triton kernel (dA, dB up to fused_max_tokens tokens): a program owns THIN_GRAD_COLUMNS
+# columns of dA (K) or dB^T (N), 64 programs at 4096, and walks the tokens THIN_GRAD_ROWS at a time (8 KB of bf16 a
+# step); at these sizes the kernel is one launch where the cuBLAS form (split, concatenate, GEMM, add, cast) is six.
+THIN_GRAD_COLUMNS = 64
+THIN_GRAD_ROWS = 64
+THIN_GRAD_WARPS = 4
+
+
 @dataclass(frozen=True)
 class LoraPlan:
-    """Which path the forward's and dx's products take: the fused Triton kernel up to ``fused_max_tokens`` rows, the
-    cuBLAS GEMMs beyond (0: always cuBLAS). The default plan (None at the launchers) is FUSED_MAX_TOKENS on every
-    GPU; benchmarks/lora_paths.py forces either path to measure the crossover."""
+    """Which path the products take: the fused Triton kernel (forward and dx) and the thin-gradient kernel (dA, dB)
+    up to ``fused_max_tokens`` rows, the cuBLAS GEMMs beyond (0: always cuBLAS). The default plan (None at the
+    launchers) is FUSED_MAX_TOKENS on every GPU; benchmarks/lora_paths.py forces either path to measure the
+    crossover."""
 
     fused_max_tokens: int = FUSED_MAX_TOKENS
 
