@@ -128,6 +128,33 @@ def test_calls_the_persistent_kernel_cannot_take_run_tiled(case, monkeypatch):
     torch.testing.assert_close(out.double(), expected, rtol=2**-7, atol=2**-7 * expected.abs().max().item())
 
 
+@pytest.mark.parametrize("persistent", [False, True], ids=["tiled", "persistent"])
+def test_group_scales_stored_k_major_are_read_in_place(persistent, monkeypatch):
+    """x's 1 x 32 group scales stored K-major (each group's column contiguous, DeepGEMM's layout) reach the kernel as
+    they are, strides (1, M), not copied, and give what the row-major layout gives: the reference's output."""
+    inputs = _inputs({"m": 37, "n": 48, "k": 80, "x": "e4m3", "w": "e4m3", "x_scale": "group", "w_scale": "block",
+                      "block": 32, "bias": True})  # fmt: skip
+    x, w, x_scale, w_scale = inputs.args
+    k_major = x_scale.t().contiguous().t()
+    assert k_major.stride() == (1, 37) and torch.equal(k_major, x_scale)
+    read, calls = [], _count_persistent(monkeypatch)
+    as_read = launch._x_scale_rows
+
+    def spy(scale, granularity):
+        rows, strides = as_read(scale, granularity)
+        read.append((rows.data_ptr() == scale.data_ptr(), strides))
+        return rows, strides
+
+    monkeypatch.setattr(launch, "_x_scale_rows", spy)
+    plan = GemmTiles(16, 16, 32, 4, 1, 2, persistent=persistent)
+    expected = _expected(inputs)
+    for scale in (x_scale, k_major):
+        out = launch.scaled_linear_fwd(x, w, scale, w_scale, inputs.kwargs["bias"], torch.float32, False, plan=plan)
+        torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
+    assert read == [(True, (3, 1)), (True, (1, 37))]  # 3 groups of 32 over K = 80; the same storage, no copy
+    assert calls == ([1, 1] if persistent else [])
+
+
 def _candidate_id(plan: GemmTiles) -> str:
     return f"{plan.block_n}-wide-{plan.stages}-stages"
 

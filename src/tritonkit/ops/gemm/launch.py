@@ -117,11 +117,22 @@ def _unit_k(t: torch.Tensor) -> torch.Tensor:
 
 
 def _scale_rows(scale: torch.Tensor | None, granularity: str) -> tuple[torch.Tensor | None, int]:
-    """The scale as the kernel reads it (a 2-D view for row, group and block), and its row stride."""
+    """The scale as the kernel reads it (a 2-D view for row, group and block, unit stride along K), and its row
+    stride."""
     if scale is None or granularity == "tensor":
         return scale, 0
     rows = _unit_k(scale.reshape(-1, scale.shape[-1]))
     return rows, rows.stride(0)
+
+
+def _x_scale_rows(scale: torch.Tensor | None, granularity: str) -> tuple[torch.Tensor | None, tuple[int, int]]:
+    """x's scale as the tiled and persistent kernels read it, a 2-D view for row and group scales with its strides
+    (row, group) as they come: group scales stored K-major (each group's column contiguous, as DeepGEMM takes them)
+    are read as such, not copied."""
+    if scale is None or granularity == "tensor":
+        return scale, (0, 0)
+    rows = scale.reshape(-1, scale.shape[-1])
+    return rows, (rows.stride(0), rows.stride(1))
 
 
 def _output(x, w, bias, out_dtype) -> torch.Tensor:
@@ -170,7 +181,7 @@ def scaled_linear_fwd(
     x_granularity, x_size = ("none", 0) if weight_only else granularity_of(tuple(x.shape), tuple(x_scale.shape))
     w_granularity, w_size = granularity_of(tuple(w.shape), tuple(w_scale.shape))
     group = max(x_size, w_size)
-    x_scale, stride_xs = _scale_rows(x_scale, x_granularity)
+    x_scale, stride_xs = _x_scale_rows(x_scale, x_granularity)
     w_scale, stride_ws = _scale_rows(w_scale, w_granularity)
     per_step = x_granularity == "group" or w_granularity in ("group", "block")
     tiles = plan or choose_plan(weight_only, rows.shape[0], n_out, x.device, per_step)
@@ -196,15 +207,16 @@ def scaled_linear_fwd(
 def _tiled(rows, w, x_scale, stride_xs, w_scale, stride_ws, bias, out_rows, tiles: GemmTiles, block_k: int,
            fast_accum: bool, **constexprs) -> None:  # fmt: skip
     """The tiled kernel over rows (M, K) and w (N, K) into out_rows (M, N), with tiles' plan and a K step of
-    block_k; ``fast_accum``: float8 sums over all of K in the tensor cores (where no scale varies along K);
-    ``constexprs``: the scales' forms and the product's (kernels.py)."""
+    block_k; stride_xs: x_scale's (row, group) strides (_x_scale_rows), stride_ws: w_scale's row stride;
+    ``fast_accum``: float8 sums over all of K in the tensor cores (where no scale varies along K); ``constexprs``: the
+    scales' forms and the product's (kernels.py)."""
     m, n = out_rows.shape
     float8_product = CODE_KINDS.get(w.dtype) == "fp8" and constexprs["X_SCALE"] != "none"
     # Scales varying along K scale each step's sum apart (kernels.py), so fast accumulation has nothing to change.
     per_step = constexprs["X_SCALE"] in ("group", "dynamic") or constexprs["W_SCALE"] in ("group", "block")
     _scaled_linear_kernel[(cdiv(m, tiles.block_m) * cdiv(n, tiles.block_n),)](
         rows, w, x_scale, w_scale, bias, out_rows, m, n, w.shape[1],
-        rows.stride(0), w.stride(0), stride_xs, stride_ws, out_rows.stride(0),
+        rows.stride(0), w.stride(0), *stride_xs, stride_ws, out_rows.stride(0),
         HAS_BIAS=bias is not None, UPCAST=kernels_interpreted(), **constexprs,
         FP8_PROMOTE=(min(tiles.fp8_promote, block_k) or None) if float8_product else None,
         FP8_FAST_ACC=fast_accum and float8_product and not per_step,
@@ -230,7 +242,7 @@ def _persistent(rows, w, x_scale, stride_xs, w_scale, stride_ws, bias, out_rows,
     float8_product = CODE_KINDS[w.dtype] == "fp8"
     _scaled_linear_persistent_kernel[(n_programs,)](
         descriptor(rows, [tiles.block_m, block_k]), descriptor(w, [tiles.block_n, block_k]),
-        descriptor(out_rows, [tiles.block_m, store_n]), x_scale, w_scale, bias, m, n, w.shape[1], stride_xs, stride_ws,
+        descriptor(out_rows, [tiles.block_m, store_n]), x_scale, w_scale, bias, m, n, w.shape[1], *stride_xs, stride_ws,
         n_programs, HAS_BIAS=bias is not None, UPCAST=kernels_interpreted(), **constexprs,
         FP8_PROMOTE=(min(tiles.fp8_promote, block_k) or None) if float8_product else None,
         FP8_FAST_ACC=fast_accum and float8_product, SPLIT_STORE=tiles.split_store,
@@ -290,7 +302,7 @@ def dynamic_scaled_linear_fwd(
         rows,
         w,
         None,
-        0,
+        (0, 0),
         w_scale,
         stride_ws,
         bias,
