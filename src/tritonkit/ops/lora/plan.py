@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tritonkit._core.gemm_plan import PersistentTile
 from tritonkit._core.ints import next_power_of_2
 
 MAX_RANK = 128  # widest adapter the fused kernels hold in registers (an fp32 BLOCK_M x r_pad tile)
@@ -36,16 +37,40 @@ THIN_GRAD_ROWS = 64
 THIN_GRAD_WARPS = 4
 
 
+# The persistent fused kernel's tile on Hopper: the matmul ladder's measured 16-bit tile (128 x 256 x 64, 8 warps, 3
+# stages; docs/kernels/tutorial.md), whose stages (48 KB) with the adapter's [16, 64] tile (2 KB) and the 64 KB output
+# tile fit sm90's 227 KB of shared memory. Not yet timed with the adapter (benchmarks/lora_paths.py).
+PERSISTENT_TILE = PersistentTile(128, 256, 64, 8, 3, 8)
+PERSISTENT_TILE_INTERPRETER = PersistentTile(32, 32, 32, 4, 1, 2)  # small, so that the CPU tests walk several tiles
+# Fused products of more tokens than this take the persistent kernel where the GPU has TMA: from there the output is
+# at least 8 tile-rows of 128 x 256 tiles at N 4096, a wave of an H100's 132 multiprocessors, where the ladder's
+# persistent kernel runs at cuBLAS's speed and the autotuned one at 0.85-0.89x (the fused kernel here: 0.88x torch
+# eager at 2048 tokens, 1.01x at 1024, where it stays). Not yet timed with the adapter.
+PERSISTENT_MIN_TOKENS = 1024
+
+
 @dataclass(frozen=True)
 class LoraPlan:
     """Which path the products take: the fused Triton kernel (forward and dx) and the thin-gradient kernel (dA, dB)
-    up to ``fused_max_tokens`` rows, the cuBLAS GEMMs beyond (0: always cuBLAS). The default plan (None at the
-    launchers) is FUSED_MAX_TOKENS on every GPU; benchmarks/lora_paths.py forces either path to measure the
-    crossover."""
+    up to ``fused_max_tokens`` rows, the cuBLAS GEMMs beyond (0: always cuBLAS). Fused products of more than
+    ``persistent_min_tokens`` rows run in the persistent TMA kernel (tile ``persistent_tile``, or PERSISTENT_TILE)
+    where the GPU has TMA and the operands are addressable, the autotuned kernel otherwise. The default plan (None at
+    the launchers) is FUSED_MAX_TOKENS and PERSISTENT_MIN_TOKENS on every GPU; benchmarks/lora_paths.py forces each
+    path."""
 
     fused_max_tokens: int = FUSED_MAX_TOKENS
+    persistent_min_tokens: int = PERSISTENT_MIN_TOKENS
+    persistent_tile: PersistentTile | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.fused_max_tokens, bool) or not isinstance(self.fused_max_tokens, int) \
                 or self.fused_max_tokens < 0:  # fmt: skip
             raise ValueError(f"LoraPlan: fused_max_tokens must be an int >= 0, got {self.fused_max_tokens!r}")
+        if isinstance(self.persistent_min_tokens, bool) or not isinstance(self.persistent_min_tokens, int) \
+                or self.persistent_min_tokens < 0:  # fmt: skip
+            raise ValueError(f"LoraPlan: persistent_min_tokens must be an int >= 0, got "
+                             f"{self.persistent_min_tokens!r}")  # fmt: skip
+        if self.persistent_tile is not None and (not isinstance(self.persistent_tile, PersistentTile)
+                                                 or self.persistent_tile.swap_ab):  # fmt: skip
+            raise TypeError(f"LoraPlan: persistent_tile must be a PersistentTile without swap_ab, or None, got "
+                            f"{self.persistent_tile!r}")  # fmt: skip
