@@ -38,8 +38,9 @@ THIN_GRAD_WARPS = 4
 
 
 # The persistent fused kernel's tile on Hopper: the matmul ladder's measured 16-bit tile (128 x 256 x 64, 8 warps, 3
-# stages; docs/kernels/tutorial.md), whose stages (48 KB) with the adapter's [16, 64] tile (2 KB) and the 64 KB output
-# tile fit sm90's 227 KB of shared memory. Not yet timed with the adapter (benchmarks/lora_paths.py).
+# stages; docs/kernels/tutorial.md). With the adapter's tiles its sm_90 build asks 227,384 bytes of shared memory, of
+# the 232,448 a block may have: a fourth stage or a wider tile would not fit. Not yet timed with the adapter
+# (benchmarks/lora_paths.py).
 PERSISTENT_TILE = PersistentTile(128, 256, 64, 8, 3, 8)
 PERSISTENT_TILE_INTERPRETER = PersistentTile(32, 32, 32, 4, 1, 2)  # small, so that the CPU tests walk several tiles
 # Fused products of more tokens than this take the persistent kernel where the GPU has TMA: from there the output is
