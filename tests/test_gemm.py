@@ -138,14 +138,15 @@ def test_group_scales_stored_k_major_are_read_in_place(persistent, monkeypatch):
     k_major = x_scale.t().contiguous().t()
     assert k_major.stride() == (1, 37) and torch.equal(k_major, x_scale)
     read, calls = [], _count_persistent(monkeypatch)
-    as_read = launch._x_scale_rows
+    as_read = launch._scale_rows
 
-    def spy(scale, granularity):
-        rows, strides = as_read(scale, granularity)
-        read.append((rows.data_ptr() == scale.data_ptr(), strides))
+    def spy(scale, granularity, **kwargs):
+        rows, strides = as_read(scale, granularity, **kwargs)
+        if scale is x_scale or scale is k_major:
+            read.append((rows.data_ptr() == scale.data_ptr(), strides))
         return rows, strides
 
-    monkeypatch.setattr(launch, "_x_scale_rows", spy)
+    monkeypatch.setattr(launch, "_scale_rows", spy)
     plan = GemmTiles(16, 16, 32, 4, 1, 2, persistent=persistent)
     expected = _expected(inputs)
     for scale in (x_scale, k_major):

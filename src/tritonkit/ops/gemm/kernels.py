@@ -192,14 +192,15 @@ def _scaled_linear_persistent_kernel(
     for tile in tl.range(tl.program_id(0), n_tiles, n_programs, flatten=True):
         i_m, i_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_SIZE)
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.int32 if INT_ACC else tl.float32)
+        if PER_STEP:  # the rows and outputs whose scales each K step reads
+            o_m_step = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
+            o_n_step = i_n * BLOCK_N + tl.arange(0, BLOCK_N)
         for k in range(0, K, BLOCK_K):
             b_x = x_desc.load([i_m * BLOCK_M, k])  # [M, K]
             b_w = w_desc.load([i_n * BLOCK_N, k])  # [N, K]
             if INT_ACC:
                 acc = tl.dot(b_x, tl.trans(b_w), acc, out_dtype=tl.int32)
             elif PER_STEP:
-                o_m_step = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
-                o_n_step = i_n * BLOCK_N + tl.arange(0, BLOCK_N)
                 x_scale = _row_scales(p_x_scale, o_m_step, o_m_step < M, stride_xs_m, stride_xs_k, k // G, X_SCALE, G)
                 w_scale = _row_scales(p_w_scale, o_n_step, o_n_step < N, stride_ws_n, 1, k // G, W_SCALE, G)
                 acc += dot_fp32(b_x, tl.trans(b_w), "tf32", UPCAST, FP8_PROMOTE) * x_scale[:, None] * w_scale[None, :]
