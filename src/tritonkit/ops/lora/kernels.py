@@ -160,8 +160,8 @@ def _lora_thin_grad_kernel(
     acc = tl.zeros((R_PAD, BLOCK_C), dtype=tl.float32)
     for m_start in range(0, M, BLOCK_M):
         rows = m_start + o_m
-        b_small = tl.load(p_small + rows.to(tl.int64)[:, None] * stride_small_m + o_r[None, :],
-                          mask=mask_2d(rows, o_r, M, R), other=0.0)  # fmt: skip  # [BLOCK_M, R_PAD] fp32
+        b_small = tl.load(p_small + offsets_2d(rows.to(tl.int64), o_r, stride_small_m), mask=mask_2d(rows, o_r, M, R),
+                          other=0.0)  # fmt: skip  # [BLOCK_M, R_PAD] fp32
         b_big = tl.load(p_big + offsets_2d(rows.to(tl.int64), o_c, stride_big_m, stride_big_c),
                         mask=mask_2d(rows, o_c, M, C), other=0.0)  # fmt: skip  # [BLOCK_M, BLOCK_C]
         acc = _split_dot(tl.trans(b_small * scale), b_big, acc, SPLIT, INPUT_PRECISION, UPCAST)

@@ -156,9 +156,13 @@ def _launch_lora_matmul(p, q_t, l1_t, l2_t, bias, scale, plan: LoraPlan, tile=No
         "INPUT_PRECISION": input_precision(p.dtype),
         "UPCAST": upcast_bf16_dots(p.dtype),
     }
-    if m > plan.persistent_min_tokens and _persistent_applies(p, q_t, l1_t, out):
-        _launch_persistent(p, q_t, l1_t, l2_t, bias, out, pl1, scale, flags, plan.persistent_tile)
-        return out, pl1
+    if m > plan.persistent_min_tokens:
+        # The forward's W (N, D) and A (R, D) as stored; the gradient's W^T and B^T views read as W (D, N), B (D, R).
+        (q, q_transposed), (l1, l1_transposed) = _row_major(q_t), _row_major(l1_t)
+        if _persistent_applies(p, q, l1, out):
+            _launch_persistent(p, q, q_transposed, l1, l1_transposed, l2_t, bias, out, pl1, scale, flags,
+                               plan.persistent_tile)  # fmt: skip
+            return out, pl1
     if tile is None and kernels_interpreted():  # timing means nothing under the interpreter: the ladder's fixed tile
         tile = {**FIXED_TILE, "GROUP_SIZE": 8}
     if tile is not None:
@@ -181,29 +185,28 @@ def _row_major(t: torch.Tensor) -> tuple[torch.Tensor, bool]:
     return t, True
 
 
-def _persistent_applies(p, q_t, l1_t, out) -> bool:
+def _persistent_applies(p, q, l1, out) -> bool:
     """Whether the persistent kernel can take a fused product: a GPU with TMA (or the interpreter), 16-bit operands,
-    and p, out and q_t, l1_t (as stored, either way round) addressable by descriptors (16-byte aligned rows: the
-    rank a multiple of 8 where L1's rows run along it)."""
-    operands = (p, out, _row_major(q_t)[0], _row_major(l1_t)[0])
+    and p, out and q, l1 (Q and L1 as stored, _row_major) addressable by descriptors (16-byte aligned rows: the rank
+    a multiple of 8 where L1's rows run along it)."""
     return (p.dtype in (torch.float16, torch.bfloat16) and has_tma(arch(p.device))
-            and all(tma_readable(t) for t in operands))  # fmt: skip
+            and all(tma_readable(t) for t in (p, out, q, l1)))  # fmt: skip
 
 
-def _launch_persistent(p, q_t, l1_t, l2_t, bias, out, pl1, scale, flags: dict, tile: PersistentTile | None) -> None:
-    """out and pl1 by the persistent kernel (kernels.py), ``tile`` or the plan's tile for the device."""
+def _launch_persistent(p, q, q_transposed: bool, l1, l1_transposed: bool, l2_t, bias, out, pl1, scale, flags: dict,
+                       tile: PersistentTile | None) -> None:  # fmt: skip
+    """out and pl1 by the persistent kernel (kernels.py) from Q and L1 as stored (_row_major: q is Q^T (N, D) where
+    q_transposed, l1 is L1^T (R, D) where l1_transposed), ``tile`` or the plan's tile for the device."""
     tile = tile or (PERSISTENT_TILE_INTERPRETER if kernels_interpreted() else PERSISTENT_TILE)
     m, d = p.shape
-    n = q_t.shape[0]
+    n = out.shape[1]
     r_pad = flags["R_PAD"]
-    q, q_transposed = _row_major(q_t)  # the forward's W (N, D) as stored; the gradient's W^T view read as W (D, N)
-    l1, l1_transposed = _row_major(l1_t)  # the forward's A (R, D); the gradient's B^T view read as B (D, R)
     q_desc = descriptor(q, [tile.block_n, tile.block_k] if q_transposed else [tile.block_k, tile.block_n])
     l1_desc = descriptor(l1, [r_pad, tile.block_k] if l1_transposed else [tile.block_k, r_pad])
     n_programs = min(sm_count(p.device), cdiv(m, tile.block_m) * cdiv(n, tile.block_n))
     _lora_matmul_persistent_kernel[(n_programs,)](
         descriptor(p, [tile.block_m, tile.block_k]), q_desc, l1_desc, descriptor(out, [tile.block_m, tile.block_n]),
-        l2_t, bias if bias is not None else out, pl1, m, n, d, l1_t.shape[0], scale, l2_t.stride(1), l2_t.stride(0),
+        l2_t, bias if bias is not None else out, pl1, m, n, d, l2_t.shape[1], scale, l2_t.stride(1), l2_t.stride(0),
         pl1.stride(0), n_programs, Q_TRANSPOSED=q_transposed, L1_TRANSPOSED=l1_transposed, HAS_BIAS=flags["HAS_BIAS"],
         R_PAD=r_pad, SPLIT=flags["SPLIT"], BLOCK_M=tile.block_m, BLOCK_N=tile.block_n, BLOCK_K=tile.block_k,
         GROUP_SIZE=tile.group, INPUT_PRECISION=flags["INPUT_PRECISION"], UPCAST=flags["UPCAST"],

@@ -64,13 +64,10 @@ class LoraPlan:
     persistent_tile: PersistentTile | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.fused_max_tokens, bool) or not isinstance(self.fused_max_tokens, int) \
-                or self.fused_max_tokens < 0:  # fmt: skip
-            raise ValueError(f"LoraPlan: fused_max_tokens must be an int >= 0, got {self.fused_max_tokens!r}")
-        if isinstance(self.persistent_min_tokens, bool) or not isinstance(self.persistent_min_tokens, int) \
-                or self.persistent_min_tokens < 0:  # fmt: skip
-            raise ValueError(f"LoraPlan: persistent_min_tokens must be an int >= 0, got "
-                             f"{self.persistent_min_tokens!r}")  # fmt: skip
+        for name in ("fused_max_tokens", "persistent_min_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"LoraPlan: {name} must be an int >= 0, got {value!r}")
         if self.persistent_tile is not None and (not isinstance(self.persistent_tile, PersistentTile)
                                                  or self.persistent_tile.swap_ab):  # fmt: skip
             raise TypeError(f"LoraPlan: persistent_tile must be a PersistentTile without swap_ab, or None, got "
