@@ -55,13 +55,13 @@ from tritonkit.ops.lora.kernels import (
 )
 from tritonkit.ops.lora.plan import (
     MAX_RANK,
-    PERSISTENT_TILE,
     PERSISTENT_TILE_INTERPRETER,
     THIN_GRAD_COLUMNS,
     THIN_GRAD_ROWS,
     THIN_GRAD_WARPS,
     LoraPlan,
     padded_rank,
+    persistent_tile_for,
 )
 
 
@@ -159,9 +159,9 @@ def _launch_lora_matmul(p, q_t, l1_t, l2_t, bias, scale, plan: LoraPlan, tile=No
     if m > plan.persistent_min_tokens:
         # The forward's W (N, D) and A (R, D) as stored; the gradient's W^T and B^T views read as W (D, N), B (D, R).
         (q, q_transposed), (l1, l1_transposed) = _row_major(q_t), _row_major(l1_t)
-        if _persistent_applies(p, q, l1, out):
-            _launch_persistent(p, q, q_transposed, l1, l1_transposed, l2_t, bias, out, pl1, scale, flags,
-                               plan.persistent_tile)  # fmt: skip
+        persistent = plan.persistent_tile or _persistent_tile(flags["R_PAD"])
+        if persistent is not None and _persistent_applies(p, q, l1, out):
+            _launch_persistent(p, q, q_transposed, l1, l1_transposed, l2_t, bias, out, pl1, scale, flags, persistent)
             return out, pl1
     if tile is None and kernels_interpreted():  # timing means nothing under the interpreter: the ladder's fixed tile
         tile = {**FIXED_TILE, "GROUP_SIZE": 8}
@@ -185,6 +185,11 @@ def _row_major(t: torch.Tensor) -> tuple[torch.Tensor, bool]:
     return t, True
 
 
+def _persistent_tile(r_pad: int) -> PersistentTile | None:
+    """The persistent kernel's tile for the device at padded rank ``r_pad`` (None: none fits, plan.py)."""
+    return PERSISTENT_TILE_INTERPRETER if kernels_interpreted() else persistent_tile_for(r_pad)
+
+
 def _persistent_applies(p, q, l1, out) -> bool:
     """Whether the persistent kernel can take a fused product: a GPU with TMA (or the interpreter), 16-bit operands,
     and p, out and q, l1 (Q and L1 as stored, _row_major) addressable by descriptors (16-byte aligned rows: the rank
@@ -194,10 +199,9 @@ def _persistent_applies(p, q, l1, out) -> bool:
 
 
 def _launch_persistent(p, q, q_transposed: bool, l1, l1_transposed: bool, l2_t, bias, out, pl1, scale, flags: dict,
-                       tile: PersistentTile | None) -> None:  # fmt: skip
+                       tile: PersistentTile) -> None:  # fmt: skip
     """out and pl1 by the persistent kernel (kernels.py) from Q and L1 as stored (_row_major: q is Q^T (N, D) where
-    q_transposed, l1 is L1^T (R, D) where l1_transposed), ``tile`` or the plan's tile for the device."""
-    tile = tile or (PERSISTENT_TILE_INTERPRETER if kernels_interpreted() else PERSISTENT_TILE)
+    q_transposed, l1 is L1^T (R, D) where l1_transposed), in ``tile``."""
     m, d = p.shape
     n = out.shape[1]
     r_pad = flags["R_PAD"]

@@ -7,7 +7,7 @@ token threshold was measured: docs/kernels/lora.md.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tritonkit._core.gemm_plan import PersistentTile
 from tritonkit._core.ints import next_power_of_2
@@ -38,10 +38,13 @@ THIN_GRAD_WARPS = 4
 
 
 # The persistent fused kernel's tile on Hopper: the matmul ladder's measured 16-bit tile (128 x 256 x 64, 8 warps, 3
-# stages; docs/kernels/tutorial.md). With the adapter's tiles its sm_90 build asks 227,384 bytes of shared memory, of
-# the 232,448 a block may have: a fourth stage or a wider tile would not fit. Not yet timed with the adapter
-# (benchmarks/lora_paths.py).
+# stages; docs/kernels/tutorial.md), with fewer stages where the adapter's tiles, which grow with the rank, leave no
+# room for three (persistent_tile_for).
 PERSISTENT_TILE = PersistentTile(128, 256, 64, 8, 3, 8)
+# Stages of PERSISTENT_TILE by padded rank, from the sm_90 builds' shared memory (bytes of the 232,448 a block may
+# have; compiled on the CPU): r_pad 16 asks 227,384 at 3 stages; 32 asks 241,720 at 3 and 188,448 at 2; 64 asks
+# 270,392 at 3 and 213,024 at 2; 128 asks 262,176 even at 2, so rank 128 keeps the autotuned kernel.
+PERSISTENT_STAGES_BY_RANK = {16: 3, 32: 2, 64: 2}
 PERSISTENT_TILE_INTERPRETER = PersistentTile(32, 32, 32, 4, 1, 2)  # small, so that the CPU tests walk several tiles
 # Fused products of more tokens than this take the persistent kernel where the GPU has TMA: from there the output is
 # at least 8 tile-rows of 128 x 256 tiles at N 4096, a wave of an H100's 132 multiprocessors, where the ladder's
@@ -50,12 +53,20 @@ PERSISTENT_TILE_INTERPRETER = PersistentTile(32, 32, 32, 4, 1, 2)  # small, so t
 PERSISTENT_MIN_TOKENS = 1024
 
 
+def persistent_tile_for(r_pad: int) -> PersistentTile | None:
+    """PERSISTENT_TILE with the stages that fit the adapter's tiles at padded rank ``r_pad``, or None where none fit
+    (the fused product then runs the autotuned kernel)."""
+    stages = PERSISTENT_STAGES_BY_RANK.get(r_pad)
+    return None if stages is None else replace(PERSISTENT_TILE, stages=stages)
+
+
 @dataclass(frozen=True)
 class LoraPlan:
     """Which path the products take: the fused Triton kernel (forward and dx) and the thin-gradient kernel (dA, dB)
     up to ``fused_max_tokens`` rows, the cuBLAS GEMMs beyond (0: always cuBLAS). Fused products of more than
-    ``persistent_min_tokens`` rows run in the persistent TMA kernel (tile ``persistent_tile``, or PERSISTENT_TILE)
-    where the GPU has TMA and the operands are addressable, the autotuned kernel otherwise. The default plan (None at
+    ``persistent_min_tokens`` rows run in the persistent TMA kernel (tile ``persistent_tile``, or
+    persistent_tile_for the rank) where the GPU has TMA, the operands are addressable and a tile fits, the autotuned
+    kernel otherwise. The default plan (None at
     the launchers) is FUSED_MAX_TOKENS and PERSISTENT_MIN_TOKENS on every GPU; benchmarks/lora_paths.py forces each
     path."""
 
