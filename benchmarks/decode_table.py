@@ -278,20 +278,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     date = datetime.date.today().isoformat()
     stem = f"{date}-decode-table"
+    import torch
+    import triton
+
     from tritonkit.bench import report
 
     if args.dry_run:
         results, ceilings, extra = dry(entries), None, {}
         entries = [tiny(e) for e in entries]
     else:
-        import torch
-
         if not torch.cuda.is_available():
             parser.error("timing needs a CUDA GPU (--dry-run checks the script on the CPU)")
         results, ceilings = timed(entries)
         results += append_in_place(ceilings.bandwidth_gbps)
         extra = decode_step_and_host_cost()
-    meta = {"date": date, "dtype": "float32" if args.dry_run else "bfloat16", "cuda_graph": not args.dry_run,
+    device = "cpu (dry run)" if args.dry_run else torch.cuda.get_device_name()
+    meta = {"what": "decode-table", "date": date, "device": device, "torch": torch.__version__,
+            "triton": triton.__version__,
+            "command": " ".join(["python benchmarks/decode_table.py", *(argv if argv is not None else sys.argv[1:])]),
+            "dtype": "float32" if args.dry_run else "bfloat16", "cuda_graph": not args.dry_run,
             "sizes": "given cases", "dry_run": args.dry_run, **extra}  # fmt: skip
     paths = report.write_all(args.out, stem, results, meta, ceilings)
     rows = [r.to_dict() for r in results]
