@@ -1,8 +1,7 @@
-"""LoRA's paths against torch's eager LoRA and torch.compile of it, forward and backward, one GPU: the fused Triton
-kernel (autotuned, and its persistent TMA form) and the cuBLAS GEMMs, each forced through LoraPlan, at TOKENS from 16
-to 8192 (K 4096 -> N 4096, r 16, scale 2, a frozen base weight, bf16), beside the default plan, the public op
-(autograd) and the peers, all in one run, to place FUSED_MAX_TOKENS and to see where lora_linear stands against eager
-at every size.
+"""LoRA's two paths against torch's eager LoRA and torch.compile of it, forward and backward, one GPU: the fused Triton
+kernel and the cuBLAS GEMMs, each forced through LoraPlan, at TOKENS from 16 to 8192 (K 4096 -> N 4096, r 16, scale
+2, a frozen base weight, bf16), beside the default plan, the public op (autograd) and the peers, all in one run, to
+place FUSED_MAX_TOKENS and to see where lora_linear stands against eager at every size.
 
     python benchmarks/lora_paths.py --out DIR [--eager] [--dry-run]
 
@@ -76,10 +75,7 @@ def _providers(x, weight, lora_a, lora_b, dy, compile_peer: bool) -> dict:
         return step
 
     providers = {
-        # The autotuned fused kernel at every size, and its persistent TMA form at every size (16-bit operands on
-        # Hopper; the fp32 dry run falls back to the autotuned kernel).
-        "fused kernel": launcher(LoraPlan(fused_max_tokens=ALWAYS_FUSED, persistent_min_tokens=ALWAYS_FUSED)),
-        "persistent fused kernel": launcher(LoraPlan(fused_max_tokens=ALWAYS_FUSED, persistent_min_tokens=0)),
+        "fused kernel": launcher(LoraPlan(fused_max_tokens=ALWAYS_FUSED)),
         "cuBLAS GEMMs": launcher(LoraPlan(fused_max_tokens=0)),
         "tritonkit (plan)": launcher(None),
         "tritonkit public op": autograd_step(public_op),

@@ -46,18 +46,3 @@ def test_cpu_tensors_without_the_interpreter_are_refused_by_name():
     assert len(lines) == 3, result.stdout + result.stderr
     for line, name in zip(lines, ("x", "a", "img"), strict=True):
         assert line.startswith(f"{name} is on cpu, but compiled Triton kernels need CUDA tensors"), line
-
-
-HOPPER_BLOCK_SHARED_MEMORY = 232_448  # bytes of shared memory one block may have on sm_90 (what Triton's launch checks)
-
-
-def test_lora_persistent_tiles_fit_a_hopper_block():
-    """The interpreter has no shared-memory limit: the plan's persistent tile at each rank, compiled for sm_90, asks
-    no more than a block may have (a launch would otherwise fail with OutOfResources on the GPU)."""
-    from tritonkit.ops.lora import plan
-
-    result = _run_without_interpreter(str(HERE / "lora_tiles_for_hopper.py"))
-    assert result.returncode == 0, result.stderr[-3000:]
-    asks = {line.split(":")[0]: int(line.split(": ")[1].split()[0]) for line in result.stdout.splitlines()}
-    assert len(asks) == 2 * len(plan.PERSISTENT_STAGES_BY_RANK), result.stdout  # forward and dx at each rank
-    assert all(0 < ask <= HOPPER_BLOCK_SHARED_MEMORY for ask in asks.values()), asks

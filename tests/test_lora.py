@@ -270,36 +270,3 @@ def test_thin_gradients_match_the_reference_on_both_paths(tokens, dtype, device)
             assert got.dtype == dtype and got.is_contiguous()
             want = expected.t() if transposed else expected
             torch.testing.assert_close(got.double(), want, rtol=rounding, atol=rounding * max(want.abs().max(), 1))
-
-
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-@pytest.mark.parametrize(("r", "persistent_launches"), [(16, 2), (8, 2), (3, 1)], ids=["r16", "r8", "r3"])
-def test_the_persistent_kernel_gives_the_reference(r, persistent_launches, dtype, device, monkeypatch):
-    """LoraPlan(persistent_min_tokens=0): y and dx from the persistent TMA kernel, 70 tokens x 72 -> 40 in the
-    interpreter's 32 x 32 tiles (3 x 2 tiles over its 4 programs, ragged rows and columns, three K steps, the last
-    short), with a bias. B's rows of r = 3 values are not 16-byte aligned, so dx falls back to the autotuned kernel.
-    Within bf16's or fp16's rounding of the float64 reference, dA and dB too."""
-    launches = []
-    original = lora_launch._launch_persistent
-    monkeypatch.setattr(lora_launch, "_launch_persistent", lambda *a, **k: launches.append(1) or original(*a, **k))
-    g = torch.Generator(device).manual_seed(r)
-    x, w, a, b = (torch.randn(shape, generator=g, device=device) for shape in ((70, 72), (40, 72), (r, 72), (40, r)))
-    bias, dy = torch.randn(40, generator=g, device=device), torch.randn(70, 40, generator=g, device=device)
-    x, w, a, b, bias, dy = (t.to(dtype) for t in (x, w, a, b, bias, dy))
-    plan = LoraPlan(fused_max_tokens=1 << 30, persistent_min_tokens=0)
-    y, saved = lora_launch.lora_fwd(x, w, a, b, bias, 0.5, plan=plan)
-    dx, _, da, db, _ = lora_launch.lora_bwd(dy, x, w, a, b, saved, 0.5, True, False, True, True, False, plan=plan)
-    assert launches == [1] * persistent_launches
-    x64, w64, a64, b64, dy64 = (t.double() for t in (x, w, a, b, dy))
-    expected = {
-        "y": _lora_reference(x64, w64, a64, b64, 0.5, bias.double()),
-        "dx": dy64 @ w64 + 0.5 * (dy64 @ b64) @ a64,
-        "dA": 0.5 * (dy64 @ b64).t() @ x64,
-        "dB": 0.5 * dy64.t() @ (x64 @ a64.t()),
-    }
-    for name, got in (("y", y), ("dx", dx), ("dA", da), ("dB", db)):
-        want = expected[name]
-        bound = 2**-7 * want.abs().max().item()
-        torch.testing.assert_close(got.double(), want, rtol=2**-7, atol=bound, msg=lambda m, name=name: f"{name}: {m}")
-    with pytest.raises(ValueError, match="persistent_min_tokens must be an int >= 0"):
-        LoraPlan(persistent_min_tokens=-1)

@@ -1,5 +1,5 @@
-"""GEMM tiles shared by the matmul ladder and the fused LoRA GEMM: the autotuning space, the fixed tile, the
-persistent TMA kernels' tile type, and the dot precision that follows torch's float32 matmul setting."""
+"""GEMM tiles shared by the matmul ladder and the fused LoRA GEMM: the autotuning space, the fixed tile, and the dot
+precision that follows torch's float32 matmul setting; and the ladder's persistent TMA kernel's tile type."""
 
 from __future__ import annotations
 

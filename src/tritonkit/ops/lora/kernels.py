@@ -33,30 +33,6 @@ def _split_dot(b_t, b_right, acc, SPLIT: tl.constexpr, INPUT_PRECISION: tl.const
 
 
 @triton.jit
-def _step_products(b_p, b_q, b_l1, acc, acc_pl1, INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
-    """One D step of both products from the same P tile: acc + P Q and acc_pl1 + P L1 (fp32)."""
-    if UPCAST:  # bf16 under the interpreter, which computes 16-bit dots wrongly
-        b_p, b_q, b_l1 = b_p.to(tl.float32), b_q.to(tl.float32), b_l1.to(tl.float32)
-    return (tl.dot(b_p, b_q, acc, input_precision=INPUT_PRECISION),
-            tl.dot(b_p, b_l1, acc_pl1, input_precision=INPUT_PRECISION))  # fmt: skip
-
-
-@triton.jit
-def _adapter_epilogue(acc, acc_pl1, i_n, o_m, o_n, o_r, p_l2, p_bias, p_pl1, M, N, R, scale, stride_l2_r,
-                      stride_l2_n, stride_pl1_m, HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr,
-                      INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):  # fmt: skip
-    """acc + scale * PL1 L2 (hi + lo) + bias for the tile's outputs (fp32); the tile-column-0 programs store PL1's
-    rows (the others computed the same values)."""
-    if i_n == 0:
-        tl.store(p_pl1 + offsets_2d(o_m, o_r, stride_pl1_m, 1), acc_pl1, mask=mask_2d(o_m, o_r, M, R))
-    b_l2 = tl.load(p_l2 + offsets_2d(o_r, o_n, stride_l2_r, stride_l2_n), mask=mask_2d(o_r, o_n, R, N), other=0.0)
-    acc = _split_dot(acc_pl1 * scale, b_l2, acc, SPLIT, INPUT_PRECISION, UPCAST)  # [BLOCK_M, BLOCK_N]
-    if HAS_BIAS:
-        acc += tl.load(p_bias + o_n, mask=o_n < N, other=0.0).to(tl.float32)[None, :]
-    return acc
-
-
-@triton.jit
 def _lora_matmul_kernel(
     p_p, p_q, p_l1, p_l2, p_bias, p_out, p_pl1,
     M, N, D, R, scale,
@@ -89,54 +65,21 @@ def _lora_matmul_kernel(
         b_p = tl.load(p_p_tile, mask=mask_2d(o_m, o_k, M, k_left), other=0.0)  # [BLOCK_M, BLOCK_K]
         b_q = tl.load(p_q_tile, mask=mask_2d(o_k, o_n, k_left, N), other=0.0)  # [BLOCK_K, BLOCK_N]
         b_l1 = tl.load(p_l1_tile, mask=mask_2d(o_k, o_r, k_left, R), other=0.0)  # [BLOCK_K, R_PAD]
-        acc, acc_pl1 = _step_products(b_p, b_q, b_l1, acc, acc_pl1, INPUT_PRECISION, UPCAST)
+        if UPCAST:  # bf16 under the interpreter, which computes 16-bit dots wrongly
+            b_p, b_q, b_l1 = b_p.to(tl.float32), b_q.to(tl.float32), b_l1.to(tl.float32)
+        acc = tl.dot(b_p, b_q, acc, input_precision=INPUT_PRECISION)
+        acc_pl1 = tl.dot(b_p, b_l1, acc_pl1, input_precision=INPUT_PRECISION)
         p_p_tile += BLOCK_K * stride_p_d
         p_q_tile += BLOCK_K * stride_q_d
         p_l1_tile += BLOCK_K * stride_l1_d
-    acc = _adapter_epilogue(acc, acc_pl1, i_n, o_m, o_n, o_r, p_l2, p_bias, p_pl1, M, N, R, scale, stride_l2_r,
-                            stride_l2_n, stride_pl1_m, HAS_BIAS, SPLIT, INPUT_PRECISION, UPCAST)  # fmt: skip
+    if i_n == 0:
+        tl.store(p_pl1 + offsets_2d(o_m, o_r, stride_pl1_m, 1), acc_pl1, mask=mask_2d(o_m, o_r, M, R))
+    b_l2 = tl.load(p_l2 + offsets_2d(o_r, o_n, stride_l2_r, stride_l2_n), mask=mask_2d(o_r, o_n, R, N), other=0.0)
+    acc = _split_dot(acc_pl1 * scale, b_l2, acc, SPLIT, INPUT_PRECISION, UPCAST)  # [BLOCK_M, BLOCK_N]
+    if HAS_BIAS:
+        acc += tl.load(p_bias + o_n, mask=o_n < N, other=0.0).to(tl.float32)[None, :]
     p_out_tile = p_out + offsets_2d(o_m, o_n, stride_out_m, stride_out_n)
     tl.store(p_out_tile, acc.to(p_out.dtype.element_ty), mask=mask_2d(o_m, o_n, M, N))
-
-
-@triton.jit
-def _lora_matmul_persistent_kernel(
-    p_desc, q_desc, l1_desc, out_desc, p_l2, p_bias, p_pl1, M, N, D, R, scale, stride_l2_r, stride_l2_n,
-    stride_pl1_m, n_programs,
-    Q_TRANSPOSED: tl.constexpr, L1_TRANSPOSED: tl.constexpr, HAS_BIAS: tl.constexpr, R_PAD: tl.constexpr,
-    SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    GROUP_SIZE: tl.constexpr, INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
-):  # fmt: skip
-    """_lora_matmul_kernel's product in Hopper's form, the matmul ladder's persistent TMA kernel with the adapter:
-    n_programs programs (at most one per multiprocessor) walk the output tiles in grouped order, program p taking
-    tiles p, p + n_programs, ..., and P, Q, L1 and out move through tensor descriptors (ragged edges read 0 and their
-    writes are clipped, so the D loop has no masks). Per tile: acc = P Q and PL1 = P L1 from the same P tile, then
-    out = acc + scale * PL1 L2 (hi + lo, _split_dot) + bias, and the tile-column-0 programs store PL1's rows.
-    Q_TRANSPOSED: q_desc holds Q^T (N, D) row-major (the forward's W), read in [BLOCK_N, BLOCK_K] tiles; else Q
-    (D, N) (the input gradient's W). L1_TRANSPOSED: l1_desc holds L1^T (R, D) (the forward's A), read in
-    [R_PAD, BLOCK_K] tiles (rows past R read 0); else L1 (D, R) (the input gradient's B)."""
-    n_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
-    o_r = tl.arange(0, R_PAD)
-    for tile in tl.range(tl.program_id(0), n_tiles, n_programs, flatten=True):
-        i_m, i_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_SIZE)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        acc_pl1 = tl.zeros((BLOCK_M, R_PAD), dtype=tl.float32)
-        for k in range(0, D, BLOCK_K):
-            b_p = p_desc.load([i_m * BLOCK_M, k])  # [BLOCK_M, BLOCK_K]
-            if Q_TRANSPOSED:  # noqa: SIM108 (statements: only the layout's branch compiles)
-                b_q = tl.trans(q_desc.load([i_n * BLOCK_N, k]))  # [BLOCK_K, BLOCK_N]
-            else:
-                b_q = q_desc.load([k, i_n * BLOCK_N])
-            if L1_TRANSPOSED:  # noqa: SIM108
-                b_l1 = tl.trans(l1_desc.load([0, k]))  # [BLOCK_K, R_PAD]
-            else:
-                b_l1 = l1_desc.load([k, 0])
-            acc, acc_pl1 = _step_products(b_p, b_q, b_l1, acc, acc_pl1, INPUT_PRECISION, UPCAST)
-        o_m = (i_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
-        o_n = (i_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
-        acc = _adapter_epilogue(acc, acc_pl1, i_n, o_m, o_n, o_r, p_l2, p_bias, p_pl1, M, N, R, scale, stride_l2_r,
-                                stride_l2_n, stride_pl1_m, HAS_BIAS, SPLIT, INPUT_PRECISION, UPCAST)  # fmt: skip
-        out_desc.store([i_m * BLOCK_M, i_n * BLOCK_N], acc.to(out_desc.dtype))
 
 
 @triton.jit

@@ -42,26 +42,17 @@ import torch
 
 from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor
 from tritonkit._core.cublas import mm_fp32, mm_rounded
-from tritonkit._core.device import arch, sm_count
 from tritonkit._core.env import kernels_interpreted, upcast_bf16_dots
-from tritonkit._core.gemm_plan import FIXED_TILE, PersistentTile, input_precision
+from tritonkit._core.gemm_plan import FIXED_TILE, input_precision
 from tritonkit._core.ints import cdiv
-from tritonkit._core.tma import descriptor, has_tma, tma_readable
-from tritonkit.ops.lora.kernels import (
-    _lora_matmul_autotuned,
-    _lora_matmul_kernel,
-    _lora_matmul_persistent_kernel,
-    _lora_thin_grad_kernel,
-)
+from tritonkit.ops.lora.kernels import _lora_matmul_autotuned, _lora_matmul_kernel, _lora_thin_grad_kernel
 from tritonkit.ops.lora.plan import (
     MAX_RANK,
-    PERSISTENT_TILE_INTERPRETER,
     THIN_GRAD_COLUMNS,
     THIN_GRAD_ROWS,
     THIN_GRAD_WARPS,
     LoraPlan,
     padded_rank,
-    persistent_tile_for,
 )
 
 
@@ -156,13 +147,6 @@ def _launch_lora_matmul(p, q_t, l1_t, l2_t, bias, scale, plan: LoraPlan, tile=No
         "INPUT_PRECISION": input_precision(p.dtype),
         "UPCAST": upcast_bf16_dots(p.dtype),
     }
-    if m > plan.persistent_min_tokens:
-        # The forward's W (N, D) and A (R, D) as stored; the gradient's W^T and B^T views read as W (D, N), B (D, R).
-        (q, q_transposed), (l1, l1_transposed) = _row_major(q_t), _row_major(l1_t)
-        persistent = plan.persistent_tile or _persistent_tile(flags["R_PAD"])
-        if persistent is not None and _persistent_applies(p, q, l1, out):
-            _launch_persistent(p, q, q_transposed, l1, l1_transposed, l2_t, bias, out, pl1, scale, flags, persistent)
-            return out, pl1
     if tile is None and kernels_interpreted():  # timing means nothing under the interpreter: the ladder's fixed tile
         tile = {**FIXED_TILE, "GROUP_SIZE": 8}
     if tile is not None:
@@ -175,47 +159,6 @@ def _launch_lora_matmul(p, q_t, l1_t, l2_t, bias, scale, plan: LoraPlan, tile=No
 
         _lora_matmul_autotuned[grid](*args, **flags)
     return out, pl1
-
-
-def _row_major(t: torch.Tensor) -> tuple[torch.Tensor, bool]:
-    """t (rows, cols) as a row-major matrix a descriptor reads: (t, True) when its rows are contiguous, else its
-    transpose (t^T, False) when its columns are, else (t, True) (which tma_readable then refuses)."""
-    if t.stride(-1) != 1 and t.stride(0) == 1:
-        return t.t(), False
-    return t, True
-
-
-def _persistent_tile(r_pad: int) -> PersistentTile | None:
-    """The persistent kernel's tile for the device at padded rank ``r_pad`` (None: none fits, plan.py)."""
-    return PERSISTENT_TILE_INTERPRETER if kernels_interpreted() else persistent_tile_for(r_pad)
-
-
-def _persistent_applies(p, q, l1, out) -> bool:
-    """Whether the persistent kernel can take a fused product: a GPU with TMA (or the interpreter), 16-bit operands,
-    and p, out and q, l1 (Q and L1 as stored, _row_major) addressable by descriptors (16-byte aligned rows: the rank
-    a multiple of 8 where L1's rows run along it)."""
-    return (p.dtype in (torch.float16, torch.bfloat16) and has_tma(arch(p.device))
-            and all(tma_readable(t) for t in (p, out, q, l1)))  # fmt: skip
-
-
-def _launch_persistent(p, q, q_transposed: bool, l1, l1_transposed: bool, l2_t, bias, out, pl1, scale, flags: dict,
-                       tile: PersistentTile) -> None:  # fmt: skip
-    """out and pl1 by the persistent kernel (kernels.py) from Q and L1 as stored (_row_major: q is Q^T (N, D) where
-    q_transposed, l1 is L1^T (R, D) where l1_transposed), in ``tile``."""
-    m, d = p.shape
-    n = out.shape[1]
-    r_pad = flags["R_PAD"]
-    q_desc = descriptor(q, [tile.block_n, tile.block_k] if q_transposed else [tile.block_k, tile.block_n])
-    l1_desc = descriptor(l1, [r_pad, tile.block_k] if l1_transposed else [tile.block_k, r_pad])
-    n_programs = min(sm_count(p.device), cdiv(m, tile.block_m) * cdiv(n, tile.block_n))
-    _lora_matmul_persistent_kernel[(n_programs,)](
-        descriptor(p, [tile.block_m, tile.block_k]), q_desc, l1_desc, descriptor(out, [tile.block_m, tile.block_n]),
-        l2_t, bias if bias is not None else out, pl1, m, n, d, l2_t.shape[1], scale, l2_t.stride(1), l2_t.stride(0),
-        pl1.stride(0), n_programs, Q_TRANSPOSED=q_transposed, L1_TRANSPOSED=l1_transposed, HAS_BIAS=flags["HAS_BIAS"],
-        R_PAD=r_pad, SPLIT=flags["SPLIT"], BLOCK_M=tile.block_m, BLOCK_N=tile.block_n, BLOCK_K=tile.block_k,
-        GROUP_SIZE=tile.group, INPUT_PRECISION=flags["INPUT_PRECISION"], UPCAST=flags["UPCAST"],
-        num_warps=tile.warps, num_stages=tile.stages,
-    )  # fmt: skip
 
 
 def lora_fwd(

@@ -110,7 +110,8 @@ _LORA_TESTS = (
     {"m": 9, "k": 20, "n": 30, "r": 4, "frozen": True, "frozen_x": True},  # dA without the dx kernel
     {"m": 0, "k": 16, "n": 8, "r": 4, "bias": True},
     {"m": 5, "k": 0, "n": 9, "r": 2, "bias": True},
-    # More tokens than PERSISTENT_MIN_TOKENS (fewer than FUSED_MAX_TOKENS): 16-bit calls take the persistent kernel.
+    # Up to FUSED_MAX_TOKENS, the fused path: 18 tile-rows of the interpreter's 64, past a group of 8 (a short last
+    # group), and 18 token steps of the thin-gradient kernel, the last short.
     {"m": 1100, "k": 40, "n": 24, "r": 8, "bias": True},
     # More tokens than FUSED_MAX_TOKENS: the cuBLAS path, forward and dx.
     {"m": 2054, "k": 40, "n": 24, "r": 8, "bias": True},
@@ -122,7 +123,6 @@ _LORA_GPU = (
     {"m": 2048, "k": 2048, "n": 1024, "r": 64, "x_transposed": True},
     {"m": 127, "k": 4095, "n": 257, "r": 1, "bias": True, "frozen": True},
     {"m": 513, "k": 513, "n": 513, "r": 128},
-    {"m": 1500, "k": 1024, "n": 2048, "r": 16, "bias": True},  # the persistent kernel (16-bit, past 1024 tokens)
 )
 # The small cases first (`--sizes small`: decoding, and the fused kernel's largest), then Llama-7B
 # projections over 8192 tokens.
