@@ -8,7 +8,7 @@ not counted); for float8 each of them also with use_fast_accum=True (ours and to
 ``--blocks`` times DeepSeek-V3's form instead: e4m3 with 1 x 128 scales of x and 128 x 128 scales of w, on its
 shapes (M 2048 and 4096; N, K 7168 x 7168, 24576 x 1536, 2112 x 7168), against torchao's Triton block-scaled GEMM
 (tritonkit.bench.gemm_peers.torchao_blockwise; its wheel carried) where torch._scaled_mm refuses these scales, and
-tritonkit's plan again with x's scales stored K-major (DeepGEMM's layout, read in place).
+tritonkit's plan again with x's scales stored K-major (DeepGEMM's layout, copied to row-major by the launcher).
 
     python benchmarks/fp8_persistent.py --out DIR [--tiles] [--blocks] [--dry-run]
 
@@ -109,7 +109,7 @@ def _providers(form: str, m: int, x, w, x_scale, w_scale, tiles: bool) -> dict:
             providers["torch._scaled_mm" + suffix] = lambda fast=fast, scale_b=scale_b: torch._scaled_mm(
                 x, w.t(), x_scale, scale_b, out_dtype=torch.bfloat16, use_fast_accum=fast)  # fmt: skip
         providers["tritonkit (its plan)" + suffix] = ours(None, fast)
-        if blocks:  # x's group scales stored K-major, read in place by the kernel
+        if blocks:  # x's group scales stored K-major (the launcher copies them to row-major)
             k_major = x_scale.t().contiguous().t()
             providers["tritonkit, x scales K-major"] = lambda k_major=k_major: scaled_linear_fwd(
                 x, w, k_major, w_scale, None, torch.bfloat16, False)  # fmt: skip

@@ -129,9 +129,10 @@ def test_calls_the_persistent_kernel_cannot_take_run_tiled(case, monkeypatch):
 
 
 @pytest.mark.parametrize("persistent", [False, True], ids=["tiled", "persistent"])
-def test_group_scales_stored_k_major_are_read_in_place(persistent, monkeypatch):
-    """x's 1 x 32 group scales stored K-major (each group's column contiguous, DeepGEMM's layout) reach the kernel as
-    they are, strides (1, M), not copied, and give what the row-major layout gives: the reference's output."""
+def test_group_scales_stored_k_major_reach_the_kernels_row_major(persistent, monkeypatch):
+    """x's 1 x 32 group scales stored K-major (each group's column contiguous, DeepGEMM's layout) reach the kernels
+    copied to unit stride along K (read in place they were slower), and give what the row-major layout gives: the
+    reference's output."""
     inputs = _inputs({"m": 37, "n": 48, "k": 80, "x": "e4m3", "w": "e4m3", "x_scale": "group", "w_scale": "block",
                       "block": 32, "bias": True})  # fmt: skip
     x, w, x_scale, w_scale = inputs.args
@@ -140,11 +141,11 @@ def test_group_scales_stored_k_major_are_read_in_place(persistent, monkeypatch):
     read, calls = [], _count_persistent(monkeypatch)
     as_read = launch._scale_rows
 
-    def spy(scale, granularity, **kwargs):
-        rows, strides = as_read(scale, granularity, **kwargs)
+    def spy(scale, granularity):
+        rows, stride = as_read(scale, granularity)
         if scale is x_scale or scale is k_major:
-            read.append((rows.data_ptr() == scale.data_ptr(), strides))
-        return rows, strides
+            read.append((rows.data_ptr() == scale.data_ptr(), rows.stride()))
+        return rows, stride
 
     monkeypatch.setattr(launch, "_scale_rows", spy)
     plan = GemmTiles(16, 16, 32, 4, 1, 2, persistent=persistent)
@@ -152,7 +153,7 @@ def test_group_scales_stored_k_major_are_read_in_place(persistent, monkeypatch):
     for scale in (x_scale, k_major):
         out = launch.scaled_linear_fwd(x, w, scale, w_scale, inputs.kwargs["bias"], torch.float32, False, plan=plan)
         torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
-    assert read == [(True, (3, 1)), (True, (1, 37))]  # 3 groups of 32 over K = 80; the same storage, no copy
+    assert read == [(True, (3, 1)), (False, (3, 1))]  # 3 groups of 32 over K = 80; the K-major form copied
     assert calls == ([1, 1] if persistent else [])
 
 

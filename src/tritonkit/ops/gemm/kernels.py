@@ -57,9 +57,9 @@ def _load_zero_padded(p_tile, mask, EVICTION: tl.constexpr, INTERPRETED: tl.cons
 
 
 @triton.jit
-def _row_scales(p_scale, o_r, m_r, stride_r, stride_k, k_block, GRANULARITY: tl.constexpr, G: tl.constexpr):
+def _row_scales(p_scale, o_r, m_r, stride_r, k_block, GRANULARITY: tl.constexpr, G: tl.constexpr):
     """The scales [R] of rows o_r at K block k_block: one for the tensor, one per row, per (row, group), or per
-    (G rows, group), rows stride_r and groups stride_k apart; unscaled ("none"): 1."""
+    (G rows, group), rows stride_r apart; unscaled ("none"): 1."""
     if GRANULARITY == "none":
         scale = tl.full(o_r.shape, 1.0, tl.float32)
     elif GRANULARITY == "tensor":
@@ -67,9 +67,9 @@ def _row_scales(p_scale, o_r, m_r, stride_r, stride_k, k_block, GRANULARITY: tl.
     elif GRANULARITY == "row":
         scale = tl.load(p_scale + o_r.to(tl.int64) * stride_r, mask=m_r, other=0.0)
     elif GRANULARITY == "group":
-        scale = tl.load(p_scale + o_r.to(tl.int64) * stride_r + k_block * stride_k, mask=m_r, other=0.0)
+        scale = tl.load(p_scale + o_r.to(tl.int64) * stride_r + k_block, mask=m_r, other=0.0)
     else:  # block
-        scale = tl.load(p_scale + (o_r // G).to(tl.int64) * stride_r + k_block * stride_k, mask=m_r, other=0.0)
+        scale = tl.load(p_scale + (o_r // G).to(tl.int64) * stride_r + k_block, mask=m_r, other=0.0)
     return scale
 
 
@@ -93,8 +93,8 @@ def _epilogue(b_out, p_x_scale, p_w_scale, p_bias, o_m, o_n, M, N, stride_xs_m, 
     fp32."""
     m_m, m_n = o_m < M, o_n < N
     if SCALE:
-        x_scale = _row_scales(p_x_scale, o_m, m_m, stride_xs_m, 1, 0, X_SCALE, G)
-        w_scale = _row_scales(p_w_scale, o_n, m_n, stride_ws_n, 1, 0, W_SCALE, G)
+        x_scale = _row_scales(p_x_scale, o_m, m_m, stride_xs_m, 0, X_SCALE, G)
+        w_scale = _row_scales(p_w_scale, o_n, m_n, stride_ws_n, 0, W_SCALE, G)
         b_out = b_out * x_scale[:, None] * w_scale[None, :]
     if HAS_BIAS:
         b_out += tl.load(p_bias + o_n, mask=m_n, other=0.0).to(tl.float32)[None, :]
@@ -115,7 +115,7 @@ def _store_output(b_out, p_x_scale, p_w_scale, p_bias, p_out, o_m, o_n, M, N, st
 @triton.jit
 def _scaled_linear_kernel(
     p_x, p_w, p_x_scale, p_w_scale, p_bias, p_out, M, N, K,
-    stride_x_m, stride_w_n, stride_xs_m, stride_xs_k, stride_ws_n, stride_out_m,
+    stride_x_m, stride_w_n, stride_xs_m, stride_ws_n, stride_out_m,
     X_SCALE: tl.constexpr, W_SCALE: tl.constexpr, G: tl.constexpr, HAS_BIAS: tl.constexpr, INT_ACC: tl.constexpr,
     DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_SIZE: tl.constexpr,
@@ -152,8 +152,8 @@ def _scaled_linear_kernel(
         elif PER_STEP:
             k_block = k // G
             if not DYNAMIC:
-                x_scale = _row_scales(p_x_scale, o_m, m_m, stride_xs_m, stride_xs_k, k_block, X_SCALE, G)
-            w_scale = _row_scales(p_w_scale, o_n, m_n, stride_ws_n, 1, k_block, W_SCALE, G)
+                x_scale = _row_scales(p_x_scale, o_m, m_m, stride_xs_m, k_block, X_SCALE, G)
+            w_scale = _row_scales(p_w_scale, o_n, m_n, stride_ws_n, k_block, W_SCALE, G)
             acc += (
                 dot_fp32(b_x, tl.trans(b_w), DOT_PRECISION, UPCAST, FP8_PROMOTE) * x_scale[:, None] * w_scale[None, :]
             )
@@ -169,7 +169,7 @@ def _scaled_linear_kernel(
 
 @triton.jit
 def _scaled_linear_persistent_kernel(
-    x_desc, w_desc, out_desc, p_x_scale, p_w_scale, p_bias, M, N, K, stride_xs_m, stride_xs_k, stride_ws_n, n_programs,
+    x_desc, w_desc, out_desc, p_x_scale, p_w_scale, p_bias, M, N, K, stride_xs_m, stride_ws_n, n_programs,
     X_SCALE: tl.constexpr, W_SCALE: tl.constexpr, G: tl.constexpr, HAS_BIAS: tl.constexpr, INT_ACC: tl.constexpr,
     UPCAST: tl.constexpr, FP8_PROMOTE: tl.constexpr, FP8_FAST_ACC: tl.constexpr, SPLIT_STORE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_SIZE: tl.constexpr,
@@ -201,8 +201,8 @@ def _scaled_linear_persistent_kernel(
             if INT_ACC:
                 acc = tl.dot(b_x, tl.trans(b_w), acc, out_dtype=tl.int32)
             elif PER_STEP:
-                x_scale = _row_scales(p_x_scale, o_m_step, o_m_step < M, stride_xs_m, stride_xs_k, k // G, X_SCALE, G)
-                w_scale = _row_scales(p_w_scale, o_n_step, o_n_step < N, stride_ws_n, 1, k // G, W_SCALE, G)
+                x_scale = _row_scales(p_x_scale, o_m_step, o_m_step < M, stride_xs_m, k // G, X_SCALE, G)
+                w_scale = _row_scales(p_w_scale, o_n_step, o_n_step < N, stride_ws_n, k // G, W_SCALE, G)
                 acc += dot_fp32(b_x, tl.trans(b_w), "tf32", UPCAST, FP8_PROMOTE) * x_scale[:, None] * w_scale[None, :]
             elif FP8_FAST_ACC:
                 acc = dot_fp32(b_x, tl.trans(b_w), "tf32", UPCAST, FP8_PROMOTE, acc)
@@ -259,12 +259,12 @@ def _gemv_split_k_kernel(
         if BLOCK_M == 1:
             b_w = _codes_as(b_w, tl.float32, UPCAST)
             if PER_STEP:
-                b_w = b_w * _row_scales(p_w_scale, o_n, m_n, stride_ws_n, 1, k // G, W_SCALE, G)[:, None]
+                b_w = b_w * _row_scales(p_w_scale, o_n, m_n, stride_ws_n, k // G, W_SCALE, G)[:, None]
             acc += b_w * b_x.to(tl.float32)
         else:
             b_part = dot_fp32(b_x, tl.trans(_codes_as(b_w, b_x.dtype, UPCAST)), DOT_PRECISION, UPCAST)
             if PER_STEP:
-                b_part = b_part * _row_scales(p_w_scale, o_n, m_n, stride_ws_n, 1, k // G, W_SCALE, G)[None, :]
+                b_part = b_part * _row_scales(p_w_scale, o_n, m_n, stride_ws_n, k // G, W_SCALE, G)[None, :]
             acc += b_part
         p_x_tile += BLOCK_K
         p_w_tile += BLOCK_K

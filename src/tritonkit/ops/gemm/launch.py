@@ -116,16 +116,15 @@ def _unit_k(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 or t.shape[-1] <= 1 else t.contiguous()
 
 
-def _scale_rows(scale: torch.Tensor | None, granularity: str, *, any_k_stride: bool = False
-                ) -> tuple[torch.Tensor | None, tuple[int, int]]:  # fmt: skip
-    """The scale as the kernel reads it (a 2-D view for row, group and block) and its (row, group) strides. Unit
-    stride along K unless ``any_k_stride`` (x's scales in the tiled and persistent kernels, which take both strides:
-    group scales stored K-major, each group's column contiguous as DeepGEMM takes them, are read in place)."""
+def _scale_rows(scale: torch.Tensor | None, granularity: str) -> tuple[torch.Tensor | None, int]:
+    """The scale as the kernels read it (a 2-D view for row, group and block, unit stride along K) and its row
+    stride. Group scales stored K-major (each group's column contiguous, as DeepGEMM takes them) are copied: read in
+    place they made the block-scaled product 2-11% slower on the H200 (docs/kernels/gemm.md), the copy costs a few
+    microseconds."""
     if scale is None or granularity == "tensor":
-        return scale, (0, 0)
-    rows = scale.reshape(-1, scale.shape[-1])
-    rows = rows if any_k_stride else _unit_k(rows)
-    return rows, (rows.stride(0), rows.stride(1))
+        return scale, 0
+    rows = _unit_k(scale.reshape(-1, scale.shape[-1]))
+    return rows, rows.stride(0)
 
 
 def _varies_along_k(x_granularity: str, w_granularity: str) -> bool:
@@ -180,8 +179,8 @@ def scaled_linear_fwd(
     x_granularity, x_size = ("none", 0) if weight_only else granularity_of(tuple(x.shape), tuple(x_scale.shape))
     w_granularity, w_size = granularity_of(tuple(w.shape), tuple(w_scale.shape))
     group = max(x_size, w_size)
-    x_scale, stride_xs = _scale_rows(x_scale, x_granularity, any_k_stride=True)
-    w_scale, (stride_ws, _) = _scale_rows(w_scale, w_granularity)
+    x_scale, stride_xs = _scale_rows(x_scale, x_granularity)
+    w_scale, stride_ws = _scale_rows(w_scale, w_granularity)
     per_step = _varies_along_k(x_granularity, w_granularity)
     tiles = plan or choose_plan(weight_only, rows.shape[0], n_out, x.device, per_step)
     block_k = min(tiles.block_k, group) if group else tiles.block_k
@@ -206,7 +205,7 @@ def scaled_linear_fwd(
 def _tiled(rows, w, x_scale, stride_xs, w_scale, stride_ws, bias, out_rows, tiles: GemmTiles, block_k: int,
            fast_accum: bool, **constexprs) -> None:  # fmt: skip
     """The tiled kernel over rows (M, K) and w (N, K) into out_rows (M, N), with tiles' plan and a K step of
-    block_k; stride_xs: x_scale's (row, group) strides (_scale_rows), stride_ws: w_scale's row stride;
+    block_k; stride_xs, stride_ws: x_scale's and w_scale's row strides (_scale_rows);
     ``fast_accum``: float8 sums over all of K in the tensor cores (where no scale varies along K); ``constexprs``: the
     scales' forms and the product's (kernels.py)."""
     m, n = out_rows.shape
@@ -214,7 +213,7 @@ def _tiled(rows, w, x_scale, stride_xs, w_scale, stride_ws, bias, out_rows, tile
     per_step = _varies_along_k(constexprs["X_SCALE"], constexprs["W_SCALE"])
     _scaled_linear_kernel[(cdiv(m, tiles.block_m) * cdiv(n, tiles.block_n),)](
         rows, w, x_scale, w_scale, bias, out_rows, m, n, w.shape[1],
-        rows.stride(0), w.stride(0), *stride_xs, stride_ws, out_rows.stride(0),
+        rows.stride(0), w.stride(0), stride_xs, stride_ws, out_rows.stride(0),
         HAS_BIAS=bias is not None, UPCAST=kernels_interpreted(), **constexprs,
         FP8_PROMOTE=(min(tiles.fp8_promote, block_k) or None) if float8_product else None,
         FP8_FAST_ACC=fast_accum and float8_product and not per_step,
@@ -241,7 +240,7 @@ def _persistent(rows, w, x_scale, stride_xs, w_scale, stride_ws, bias, out_rows,
     per_step = _varies_along_k(constexprs["X_SCALE"], constexprs["W_SCALE"])
     _scaled_linear_persistent_kernel[(n_programs,)](
         descriptor(rows, [tiles.block_m, block_k]), descriptor(w, [tiles.block_n, block_k]),
-        descriptor(out_rows, [tiles.block_m, store_n]), x_scale, w_scale, bias, m, n, w.shape[1], *stride_xs, stride_ws,
+        descriptor(out_rows, [tiles.block_m, store_n]), x_scale, w_scale, bias, m, n, w.shape[1], stride_xs, stride_ws,
         n_programs, HAS_BIAS=bias is not None, UPCAST=kernels_interpreted(), **constexprs,
         FP8_PROMOTE=(min(tiles.fp8_promote, block_k) or None) if float8_product else None,
         FP8_FAST_ACC=fast_accum and float8_product and not per_step, SPLIT_STORE=tiles.split_store,
@@ -295,13 +294,13 @@ def dynamic_scaled_linear_fwd(
         return out
     rows, w, out_rows = _unit_k(x.reshape(-1, k)), _unit_k(w), out.view(-1, n_out)
     w_granularity, _ = granularity_of(tuple(w.shape), tuple(w_scale.shape))
-    w_scale, (stride_ws, _) = _scale_rows(w_scale, w_granularity)
+    w_scale, stride_ws = _scale_rows(w_scale, w_granularity)
     tiles = plan or gemm_tiles(arch(x.device), rows.shape[0])
     _tiled(
         rows,
         w,
         None,
-        (0, 0),
+        0,
         w_scale,
         stride_ws,
         bias,
