@@ -338,24 +338,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         os.environ["TRITON_INTERPRET"] = "1"  # before any kernel is defined (the catalog imports them)
     import torch
-    import triton
 
     from tritonkit.bench import report
 
     if args.dry_run:
         results, table = dry(rows)
-        ceilings, device, timing = None, "cpu (dry run)", "Dry run: tiny sizes, float32, each provider called once."
+        ceilings, timing = None, "Dry run: tiny sizes, float32, each provider called once."
     else:
         if not torch.cuda.is_available():
             parser.error("timing needs a CUDA GPU (--dry-run checks the script on the CPU)")
         results, table, ceilings = timed(rows)
-        device = torch.cuda.get_device_name()
         timing = "Timing: median of triton.testing.do_bench over CUDA-graph replays, all providers in one process."
     date = datetime.date.today().isoformat()
-    meta = {"what": "attention-table", "device": device, "torch": torch.__version__, "triton": triton.__version__,
-            "date": date, "dtype": "float32" if args.dry_run else "bfloat16", "cuda_graph": not args.dry_run,
+    meta = {"what": "attention-table", **report.environment(args.dry_run), "date": date,
+            "dtype": "float32" if args.dry_run else "bfloat16", "cuda_graph": not args.dry_run,
             "sizes": "given cases", "dry_run": args.dry_run, "timing": timing, "rows": table,
-            "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])])}  # fmt: skip
+            "command": report.script_command(argv)}  # fmt: skip
     out, stem = Path(args.out), f"{date}-attention-table"
     written = report.write_all(out, stem, results, meta, ceilings)
     written += write_comparison(out, stem, [r.to_dict() for r in results], meta)

@@ -279,7 +279,6 @@ def main(argv: list[str] | None = None) -> int:
     date = datetime.date.today().isoformat()
     stem = f"{date}-decode-table"
     import torch
-    import triton
 
     from tritonkit.bench import report
 
@@ -292,10 +291,8 @@ def main(argv: list[str] | None = None) -> int:
         results, ceilings = timed(entries)
         results += append_in_place(ceilings.bandwidth_gbps)
         extra = decode_step_and_host_cost()
-    device = "cpu (dry run)" if args.dry_run else torch.cuda.get_device_name()
-    meta = {"what": "decode-table", "date": date, "device": device, "torch": torch.__version__,
-            "triton": triton.__version__,
-            "command": " ".join(["python benchmarks/decode_table.py", *(argv if argv is not None else sys.argv[1:])]),
+    meta = {"what": "decode-table", "date": date, **report.environment(args.dry_run),
+            "command": report.script_command(argv),
             "dtype": "float32" if args.dry_run else "bfloat16", "cuda_graph": not args.dry_run,
             "sizes": "given cases", "dry_run": args.dry_run, **extra}  # fmt: skip
     paths = report.write_all(args.out, stem, results, meta, ceilings)

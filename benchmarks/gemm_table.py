@@ -281,8 +281,9 @@ def main(argv: list[str] | None = None) -> int:
         if not torch.cuda.is_available():
             parser.error("timing needs a CUDA GPU (--dry-run checks the script on the CPU)")
         results, ceilings = timed(table)
-    meta = {"date": date, "dtype": "bfloat16", "cuda_graph": not args.dry_run, "sizes": "given cases",
-            "dry_run": args.dry_run}  # fmt: skip
+    meta = {"what": "gemm-table", "date": date, **report.environment(args.dry_run),
+            "command": report.script_command(argv), "dtype": "bfloat16", "cuda_graph": not args.dry_run,
+            "sizes": "given cases", "dry_run": args.dry_run}  # fmt: skip
     paths = report.write_all(args.out, stem, results, meta, ceilings)
     peers = args.out / f"{stem}-peers.md"
     timing = "dry run" if args.dry_run else "CUDA-graph GPU time"

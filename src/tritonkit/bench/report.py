@@ -117,14 +117,29 @@ def write_record(out: Path, name: str, record: dict) -> Path:
     return path
 
 
+def environment(dry_run: bool = False) -> dict:
+    """The device ("cpu (dry run)" for a dry run), torch and triton a run measured with, as reports record them."""
+    import torch
+    import triton
+
+    device = "cpu (dry run)" if dry_run else torch.cuda.get_device_name()
+    return {"device": device, "torch": torch.__version__, "triton": triton.__version__}
+
+
+def script_command(argv: Sequence[str] | None) -> str:
+    """The command line of a benchmarks/ script's run, as reports record it (argv: its arguments, or sys.argv's)."""
+    return " ".join([f"python benchmarks/{Path(sys.argv[0]).name}", *(argv if argv is not None else sys.argv[1:])])
+
+
 def markdown_header(meta: dict, ceilings: Ceilings | None) -> list[str]:
+    graphs = f" over CUDA-graph replays of {GRAPH_REPLAY_MS:g} ms of work or more" if meta.get("cuda_graph") else ""
+    timing = ("Dry run: tiny sizes, no timing." if meta.get("dry_run")
+              else f"Timing: median of triton.testing.do_bench{graphs}, input sets rotated past L2.")  # fmt: skip
     return [
         f"# Benchmark: {meta.get('what', '')}",
         "",
         f"Device: {meta.get('device', '?')}; torch {meta.get('torch', '?')}, triton {meta.get('triton', '?')}; "
-        f"{meta.get('date', '?')}. Timing: median of triton.testing.do_bench"
-        f"{f' over CUDA-graph replays of {GRAPH_REPLAY_MS:g} ms of work or more' if meta.get('cuda_graph') else ''}, "
-        "input sets rotated past L2.",
+        f"{meta.get('date', '?')}. {timing}",
         "",
         ceilings_line(ceilings),
         "",
