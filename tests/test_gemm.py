@@ -229,7 +229,7 @@ DOT_WORDS = GemvPlan(16, 16, 64, 4, 2, 4, 512, splits=3, words=True)  # four tl.
 @pytest.mark.parametrize(("k", "splits"), [(100, 3), (100, 1), (4104, 0)], ids=["k100-3", "k100-1", "k4104-plan"])
 @pytest.mark.parametrize("weights", [{"w_scale": "row", "bias": True}, {"w_scale": "tensor"}], ids=["row", "tensor"])
 def test_gemv_int8_words_match_the_reference(monkeypatch, device, words, m, k, splits, weights):
-    """GemvPlan.words: int8 codes read as int32 words of four and made floats by their bits; every split form (3
+    """GemvPlan.words: int8 codes read as int32 words of four and made floats by their bits; every split form (2 or 3
     splits of whole steps, the last one short; one; the splits the plan picks at K 4104), one row a program or up to
     16 through tl.dot (3 rows of 16, 20 rows in two blocks), tensor and row scales, with a bias; against float64."""
     plan = dataclasses.replace(words, splits=splits)
@@ -277,12 +277,16 @@ def test_gemv_reads_strided_rows_and_a_batch_of_single_tokens(plan):
 
 
 @pytest.mark.parametrize("words", [WORDS, DOT_WORDS], ids=["one-row", "dot"])
-def test_gemv_int8_words_take_bf16_rows(words, device):
-    """bf16 x (the W8A16 layer's activations): the dot's operands in bf16 (the codes exact there), sums in fp32."""
+def test_gemv_int8_words_take_bf16_rows(monkeypatch, words, device):
+    """bf16 x (the W8A16 layer's activations), through the words kernel: one row in fp32 lanes, or the dot's operands
+    in bf16 (the codes exact there); sums in fp32."""
+    launched = []
+    monkeypatch.setattr(launch, "_gemv_int8_words_kernel", _Recording(launch._gemv_int8_words_kernel, launched))
     case = {"m": 5, "n": 37, "k": 200, "w": "int8", "w_scale": "row", "bias": True}
     inputs = _inputs(case, device, torch.bfloat16)
     x, w, x_scale, w_scale = inputs.args
     out = launch.scaled_linear_fwd(x, w, x_scale, w_scale, inputs.kwargs["bias"], torch.bfloat16, False, plan=words)
+    assert launched
     report = testing.compare(out, _expected(inputs), SPEC.tolerance_for(SPEC.parse_case(case), torch.bfloat16))
     assert report.ok, report
 

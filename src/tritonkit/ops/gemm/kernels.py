@@ -292,11 +292,12 @@ def _gemv_int8_words_kernel(
         y[r, n] = s_w(n) sum_k x[r, k] q[n, k]   (fp32, the scale and bias in the epilogue)
 
     Column 4 w + j is byte j of word w, so the four values of a word come from it by bits alone: v_j = 2^23 + 128 + q_j
-    (word_bytes_as_floats: one XOR a word, one byte permute a value), less SIGNED_BYTE_BIAS q_j exactly: about three
-    instructions a value against the byte path's six (the codes through bf16 to fp32 by permutes, masks, packed adds
-    and a shift each). x's columns j of each word are split from one load of its four values a word. BLOCK_M = 1: one
-    FFMA a value in fp32 lanes, summed along K at the end; BLOCK_M >= 16: four tl.dot a step, x's columns j against
-    codes j in x's dtype (exact for int8 codes), BLOCK_K / 4 deep each. STAGES: the K loop's software pipeline
+    (word_bytes_as_floats: one XOR a word, one byte permute a value), less SIGNED_BYTE_BIAS q_j exactly, where the
+    byte path takes the codes through bf16 to fp32 by permutes, masks, packed adds and a shift each (sm_90 code of the
+    one-row tile: 4.6 instructions a value against 6.3). x's columns j of each word are split from one load of its
+    four values a word. BLOCK_M = 1: one FFMA a value in fp32 lanes, summed along K at the end; BLOCK_M >= 16: the
+    codes converted once more, to x's dtype (exact for int8 codes), and four tl.dot a step, x's columns j against
+    codes j, BLOCK_K / 4 deep each. STAGES: the K loop's software pipeline
     (asked of the loop). SPLIT: store the fp32 partial sum to p_partial (S, M, N); else the output."""
     WORDS: tl.constexpr = BLOCK_K // 4
     n_blocks_n = tl.cdiv(N, BLOCK_N)

@@ -23,8 +23,9 @@ def padded_rank(r: int) -> int:
 # Above this many tokens the products run as cuBLAS GEMMs instead of the fused kernel: once the GEMM is
 # compute-bound, saving a read of x does not pay for a Triton GEMM below cuBLAS's speed; below it (decoding, small
 # batches) the GEMM is bound by reading W and the launches, and the fused kernel saves two of them. Measured on the
-# H200 (benchmarks/lora_paths.py, 4096 -> 4096, r 16, two runs): at 2048 tokens the fused kernels 305-307 us against
-# the cuBLAS path's 328-331, at 4096 616 against 544-565 (docs/kernels/lora.md); the same on every architecture.
+# H200 (benchmarks/lora_paths.py, 4096 -> 4096, r 16, three runs): at 2048 tokens the fused kernels 305-307 and 321
+# us against the cuBLAS path's 328-331 and 322, at 4096 609-616 against 543-565 (docs/kernels/lora.md); the same on
+# every architecture.
 FUSED_MAX_TOKENS = 2048
 
 
