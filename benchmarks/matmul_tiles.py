@@ -88,24 +88,9 @@ def dry() -> int:
 
 def summary(record: dict) -> str:
     """Per M, the geometric mean over (N, K) of cuBLAS's time over each provider's; then each shape's best tile."""
-    from tritonkit.bench.plan_sweep import fastest, geomean, times
+    from tritonkit.bench.plan_sweep import peer_ratio_summary
 
-    by = times(record)
-    lines = ["| M | provider | geomean cuBLAS time / its time | shapes |", "|---|---|---|---|"]
-    best_lines = ["| M | N | K | best | cuBLAS / best | cuBLAS / plan's |", "|---|---|---|---|---|---|"]
-    for m in sorted({key[0] for key in by}):
-        for name in sorted({key[3] for key in by if key[0] == m and key[3] != "torch"}):
-            ratios = [by[(m, n, k, "torch")] / by[(m, n, k, name)] for n, k in LLM_NK
-                      if (m, n, k, name) in by and (m, n, k, "torch") in by]  # fmt: skip
-            if ratios:
-                lines.append(f"| {m} | {name} | {geomean(ratios):.2f}x | {len(ratios)} |")
-        for n, k in LLM_NK:
-            if (found := fastest(by, m, n, k, "torch")) is None:
-                continue
-            best, here = found
-            plan = f"{here['torch'] / here['tritonkit']:.2f}x" if "tritonkit" in here else "—"
-            best_lines.append(f"| {m} | {n} | {k} | {best} | {here['torch'] / here[best]:.2f}x | {plan} |")
-    return "\n".join(lines) + "\n\n" + "\n".join(best_lines) + "\n"
+    return peer_ratio_summary(record, LLM_NK, "torch", "cuBLAS")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -627,3 +627,19 @@ def test_gemv_plans_sweep_runs_every_candidate_dry(tmp_path, capsys):
     summary = script.summary({"results": rows, "copy_gbps": codes / 1e-3 / 1e9})  # the ceiling: our GB/s
     assert "| 1 | tritonkit | 100% | 1 |" in summary
     assert f"| 1 | {n} | {k} | tritonkit | 100% | 1.00x | 1.00x |" in summary
+
+
+def test_code_tiles_sweep_runs_every_candidate_dry(tmp_path, capsys):
+    """benchmarks/code_tiles.py's CPU check: every candidate tile through plan= matches the float64 reference, and
+    its summary's ratios to _scaled_mm."""
+    from helpers import benchmark_script
+
+    script = benchmark_script("code_tiles")
+    assert script.main(["--dry-run", "--out", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.count("max abs error") == len(script.CANDIDATES)
+    n, k = script.NK[0]
+    times = {"tritonkit": 2.0, "scaled_mm": 1.0, "64x64x128 w4 s4": 0.5}
+    rows = [{"case": {"m": 128, "n": n, "k": k}, "provider": p, "ms": ms} for p, ms in times.items()]
+    summary = script.summary({"results": rows})
+    assert "| 128 | tritonkit | 0.50x | 1 |" in summary
+    assert f"| 128 | {n} | {k} | 64x64x128 w4 s4 | 2.00x | 0.50x |" in summary

@@ -1,4 +1,4 @@
-"""The frame of the plan sweeps (benchmarks/matmul_tiles.py, benchmarks/gemv_plans.py): candidate plans forced
+"""The frame of the plan sweeps (benchmarks/matmul_tiles.py, gemv_plans.py, code_tiles.py): candidate plans forced
 through a launcher's ``plan=``, beside the plan the GPU takes and the peers, timed by the harness (CUDA-graph GPU
 time, inputs rotated past L2) on one spec's cases, written as ``<date>-<name>.json`` with a markdown summary."""
 
@@ -80,3 +80,24 @@ def fastest(by: dict, m: int, n: int, k: int, peer: str) -> tuple[str, dict] | N
     if not ours or peer not in here:
         return None
     return min(ours, key=ours.get), here
+
+
+def peer_ratio_summary(record: dict, shapes: Sequence[tuple[int, int]], peer: str, peer_name: str) -> str:
+    """Per M, the geometric mean over ``shapes`` (N, K) of ``peer``'s time over each other provider's; then each
+    shape's fastest provider, with the peer's time over it and over the plan's ("tritonkit")."""
+    by = times(record)
+    lines = [f"| M | provider | geomean {peer_name} time / its time | shapes |", "|---|---|---|---|"]
+    best_lines = [f"| M | N | K | best | {peer_name} / best | {peer_name} / plan's |", "|---|---|---|---|---|---|"]
+    for m in sorted({key[0] for key in by}):
+        for name in sorted({key[3] for key in by if key[0] == m and key[3] != peer}):
+            ratios = [by[(m, n, k, peer)] / by[(m, n, k, name)] for n, k in shapes
+                      if (m, n, k, name) in by and (m, n, k, peer) in by]  # fmt: skip
+            if ratios:
+                lines.append(f"| {m} | {name} | {geomean(ratios):.2f}x | {len(ratios)} |")
+        for n, k in shapes:
+            if (found := fastest(by, m, n, k, peer)) is None:
+                continue
+            best, here = found
+            plan = f"{here[peer] / here['tritonkit']:.2f}x" if "tritonkit" in here else "—"
+            best_lines.append(f"| {m} | {n} | {k} | {best} | {here[peer] / here[best]:.2f}x | {plan} |")
+    return "\n".join(lines) + "\n\n" + "\n".join(best_lines) + "\n"

@@ -1,0 +1,111 @@
+"""scaled_linear's tiled kernel for float8 codes with row scales at few to a few hundred rows (M 32 to 512, where the
+plan's 128 x 128 tiles leave most multiprocessors idle: 56 programs at M 128, N 7168 on an H100's 132): each
+candidate tile forced through the launcher's plan=, beside the plan's tiles and torch._scaled_mm (the same codes and
+scales) in the same run. CUDA-graph GPU time through tritonkit.bench.harness.measure_case (inputs rotated past L2).
+
+    python benchmarks/code_tiles.py --out DIR [--rows 128 512] [--dry-run]
+
+Writes ``<date>-code-tiles.json`` (the harness's rows) and ``.md``: per M the geometric mean over (N, K) of
+_scaled_mm's time over each candidate's, and the best candidate per shape. ``--dry-run`` runs every candidate once on
+a small ragged shape under the CPU interpreter against the float64 product of the dequantized operands, no times.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+ROWS = (32, 64, 128, 256, 512)
+NK = ((4096, 4096), (14336, 4096), (4096, 14336), (7168, 7168))  # (N, K): Llama 8B's MLP and DeepSeek-V3's square
+# name -> GemmTiles' (block_m, block_n, block_k, warps, stages); K steps of 128 (the float8 step measured best at
+# 8192^3); float8 operands take 24-48 KB a stage.
+CANDIDATES = {
+    "128x128x128 w8 s3": (128, 128, 128, 8, 3),
+    "128x128x128 w8 s4": (128, 128, 128, 8, 4),
+    "128x64x128 w8 s4": (128, 64, 128, 8, 4),
+    "128x64x128 w4 s4": (128, 64, 128, 4, 4),
+    "64x128x128 w4 s4": (64, 128, 128, 4, 4),
+    "64x128x128 w8 s4": (64, 128, 128, 8, 4),
+    "64x256x128 w8 s3": (64, 256, 128, 8, 3),
+    "64x64x128 w4 s4": (64, 64, 128, 4, 4),
+    "32x128x128 w4 s4": (32, 128, 128, 4, 4),
+}
+GROUP = 8  # tile-rows walked together (the plan's)
+PEER = "scaled_mm"
+
+
+def candidates_for(m: int) -> list[str]:
+    """The candidates worth timing at ``m`` rows: tiles at most four times as tall as the product."""
+    return [name for name, tile in CANDIDATES.items() if tile[0] <= 4 * m]
+
+
+def _tiles(name: str):
+    from tritonkit.ops.gemm.plan import GemmTiles
+
+    return GemmTiles(*CANDIDATES[name], GROUP)
+
+
+def _forced(tiles):
+    import torch
+
+    from tritonkit.ops.gemm.launch import scaled_linear_fwd
+
+    def tiled(x_q, w_q, x_scale, w_scale, *, bias=None, out_dtype=torch.bfloat16, check_inputs=None):
+        return scaled_linear_fwd(x_q, w_q, x_scale, w_scale, bias, out_dtype, False, plan=tiles)
+
+    return tiled
+
+
+def _providers(spec, case) -> list:
+    from tritonkit.bench.providers import Provider, select_providers
+
+    return [*select_providers(spec, ("tritonkit", PEER)),
+            *(Provider(name, _forced(_tiles(name))) for name in candidates_for(case.m))]  # fmt: skip
+
+
+def _case(m: int, n: int, k: int) -> dict:
+    return {"m": m, "n": n, "k": k, "x": "e4m3", "w": "e4m3", "x_scale": "row", "w_scale": "row"}
+
+
+def cases(rows: tuple[int, ...]) -> list[dict]:
+    return [_case(m, n, k) for m in rows for n, k in NK]
+
+
+def dry() -> int:
+    import torch
+
+    from tritonkit import catalog
+
+    spec = catalog.get("scaled_linear")
+    case = spec.parse_case(_case(40, 200, 300))  # ragged against every candidate: rows, columns and the last K step
+    inputs = spec.make_inputs(case, torch.device("cpu"), torch.float32, torch.Generator().manual_seed(0))
+    as64 = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in inputs.args]
+    expected = spec.reference(*as64, **inputs.kwargs)
+    worst = 0.0
+    for name in CANDIDATES:
+        out = _forced(_tiles(name))(*inputs.args, **inputs.kwargs)
+        error = ((out.double() - expected).abs().max() / expected.abs().max()).item()
+        print(f"{name:20} max abs error over max |out| {error:.1e}")
+        worst = max(worst, error)
+    return 0 if worst <= 1e-5 else 1  # fp32 sums of products of exact values
+
+
+def summary(record: dict) -> str:
+    """Per M, the geometric mean over (N, K) of _scaled_mm's time over each provider's; then each shape's best."""
+    from tritonkit.bench.plan_sweep import peer_ratio_summary
+
+    return peer_ratio_summary(record, NK, PEER, "_scaled_mm")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tritonkit.bench import plan_sweep
+
+    return plan_sweep.main(argv, doc=__doc__, name="code-tiles", title="Tiles for float8 codes with row scales by rows",
+                           spec_name="scaled_linear", default_rows=ROWS, cases=cases, providers_for=_providers,
+                           candidates=CANDIDATES, summary=summary, dry=dry)  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(main())
