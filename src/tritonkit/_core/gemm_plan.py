@@ -1,32 +1,14 @@
-"""GEMM tiles shared by the matmul ladder and the fused LoRA GEMM: the autotuning space, the fixed tile, and the dot
-precision that follows torch's float32 matmul setting; and the ladder's persistent TMA kernel's tile type."""
+"""GEMM tiles shared by the matmul ladder and the fused LoRA GEMM: the autotuning space, the fixed tile, and the
+dot precision that follows torch's float32 matmul setting."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 import torch
 import triton
 
 from tritonkit._core.env import interpreting
-
-
-@dataclass(frozen=True)
-class PersistentTile:
-    """A persistent TMA kernel's tile: block_m x block_n outputs, K steps of block_k, warps, pipeline stages, and
-    tile-rows walked together (grouped order)."""
-
-    block_m: int
-    block_n: int
-    block_k: int
-    warps: int
-    stages: int
-    group: int
-    # C^T = B^T A^T a tile: B's columns on the tensor cores' wide side (64 rows a warpgroup), A's few rows on the
-    # narrow side (as few as 8), instead of a tile of A padded to 64 rows (the matmul ladder's kernel only).
-    swap_ab: bool = False
-
 
 # The fixed tile of the untuned variants (naive, grouped; LoRA under the interpreter): 64x64 output tiles, 32-wide K
 # steps, small enough for every GPU's shared memory at three pipeline stages.

@@ -297,8 +297,8 @@ def _gemv_int8_words_kernel(
     one-row tile: 4.6 instructions a value against 6.3). x's columns j of each word are split from one load of its
     four values a word. BLOCK_M = 1: one FFMA a value in fp32 lanes, summed along K at the end; BLOCK_M >= 16: the
     codes converted once more, to x's dtype (exact for int8 codes), and four tl.dot a step, x's columns j against
-    codes j, BLOCK_K / 4 deep each. STAGES: the K loop's software pipeline
-    (asked of the loop). SPLIT: store the fp32 partial sum to p_partial (S, M, N); else the output."""
+    codes j, BLOCK_K / 4 deep each. STAGES: the K loop's software pipeline (asked of the loop). SPLIT: store the fp32
+    partial sum to p_partial (S, M, N); else the output."""
     WORDS: tl.constexpr = BLOCK_K // 4
     n_blocks_n = tl.cdiv(N, BLOCK_N)
     i_m, i_n, i_split = tl.program_id(0) // n_blocks_n, tl.program_id(0) % n_blocks_n, tl.program_id(1)

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 from tritonkit._core.elementwise import FALLBACK_PLAN, ElementwisePlan
 from tritonkit._core.env import kernels_interpreted
-from tritonkit._core.gemm_plan import PersistentTile
 from tritonkit._core.ints import cdiv
 from tritonkit._core.tma import has_tma
 
@@ -37,6 +36,19 @@ IMAGE_TILE = ImageTile(block_h=32, block_w=32)
 
 def add_plan(arch: str) -> ElementwisePlan:
     return ADD_MEASURED.get(arch, FALLBACK_PLAN)
+
+
+@dataclass(frozen=True)
+class PersistentTile:
+    block_m: int
+    block_n: int
+    block_k: int
+    warps: int
+    stages: int
+    group: int
+    # C^T = B^T A^T a tile: B's columns on the tensor cores' wide side (64 rows a warpgroup), A's few rows on the
+    # narrow side (as few as 8), instead of a tile of A padded to 64 rows.
+    swap_ab: bool = False
 
 
 # The persistent TMA variant's many-rows tile on Hopper (sm90 and newer): 128 x 256 output tiles, K steps of 64, two
