@@ -1,13 +1,15 @@
-"""scaled_linear's tiled kernel for float8 codes with row scales at few to a few hundred rows (M 32 to 512, where the
-plan's 128 x 128 tiles leave most multiprocessors idle: 56 programs at M 128, N 7168 on an H100's 132): each
-candidate tile forced through the launcher's plan=, beside the plan's tiles and torch._scaled_mm (the same codes and
-scales) in the same run. CUDA-graph GPU time through tritonkit.bench.harness.measure_case (inputs rotated past L2).
+"""scaled_linear's tiled kernel for float8 (or int8) codes with row scales at few to a few hundred rows (M 32 to 512,
+where the plan's 128 x 128 tiles leave most multiprocessors idle: 56 programs at M 128, N 7168 on an H100's 132):
+each candidate tile forced through the launcher's plan=, beside the plan's tiles and torch._scaled_mm (int8:
+torch._int_mm with its scaling op) on the same codes and scales in the same run. CUDA-graph GPU time through
+tritonkit.bench.harness.measure_case (inputs rotated past L2).
 
-    python benchmarks/code_tiles.py --out DIR [--rows 128 512] [--dry-run]
+    python benchmarks/code_tiles.py --out DIR [--codes e4m3|int8] [--rows 128 512] [--dry-run]
 
-Writes ``<date>-code-tiles.json`` (the harness's rows) and ``.md``: per M the geometric mean over (N, K) of
-_scaled_mm's time over each candidate's, and the best candidate per shape. ``--dry-run`` runs every candidate once on
-a small ragged shape under the CPU interpreter against the float64 product of the dequantized operands, no times.
+Writes ``<date>-code-tiles.json`` (int8: ``-code-tiles-int8``; the harness's rows) and ``.md``: per M the geometric
+mean over (N, K) of the peer's time over each candidate's, and the best candidate per shape. ``--dry-run`` runs
+every candidate once on a small ragged shape, float8 and int8, under the CPU interpreter against the float64 product
+of the dequantized operands, no times.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ CANDIDATES = {
     "32x128x128 w4 s4": (32, 128, 128, 4, 4),
 }
 GROUP = 8  # tile-rows walked together (the plan's)
-PEER = "scaled_mm"
+PEERS = {"e4m3": ("scaled_mm", "_scaled_mm"), "int8": ("int_mm", "_int_mm")}  # codes -> (the spec's peer, its name)
 
 
 def candidates_for(m: int) -> list[str]:
@@ -61,16 +63,16 @@ def _forced(tiles):
 def _providers(spec, case) -> list:
     from tritonkit.bench.providers import Provider, select_providers
 
-    return [*select_providers(spec, ("tritonkit", PEER)),
+    return [*select_providers(spec, ("tritonkit", PEERS[case.x][0])),
             *(Provider(name, _forced(_tiles(name))) for name in candidates_for(case.m))]  # fmt: skip
 
 
-def _case(m: int, n: int, k: int) -> dict:
-    return {"m": m, "n": n, "k": k, "x": "e4m3", "w": "e4m3", "x_scale": "row", "w_scale": "row"}
+def _case(m: int, n: int, k: int, codes: str = "e4m3") -> dict:
+    return {"m": m, "n": n, "k": k, "x": codes, "w": codes, "x_scale": "row", "w_scale": "row"}
 
 
-def cases(rows: tuple[int, ...]) -> list[dict]:
-    return [_case(m, n, k) for m in rows for n, k in NK]
+def cases_of(codes: str):
+    return lambda rows: [_case(m, n, k, codes) for m in rows for n, k in NK]
 
 
 def dry() -> int:
@@ -79,32 +81,41 @@ def dry() -> int:
     from tritonkit import catalog
 
     spec = catalog.get("scaled_linear")
-    case = spec.parse_case(_case(40, 200, 300))  # ragged against every candidate: rows, columns and the last K step
-    inputs = spec.make_inputs(case, torch.device("cpu"), torch.float32, torch.Generator().manual_seed(0))
-    as64 = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in inputs.args]
-    expected = spec.reference(*as64, **inputs.kwargs)
     worst = 0.0
-    for name in CANDIDATES:
-        out = _forced(_tiles(name))(*inputs.args, **inputs.kwargs)
-        error = ((out.double() - expected).abs().max() / expected.abs().max()).item()
-        print(f"{name:20} max abs error over max |out| {error:.1e}")
-        worst = max(worst, error)
+    for codes in PEERS:
+        case = spec.parse_case(_case(40, 200, 300, codes))  # ragged against every candidate: rows, columns, last K step
+        inputs = spec.make_inputs(case, torch.device("cpu"), torch.float32, torch.Generator().manual_seed(0))
+        as64 = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in inputs.args]
+        expected = spec.reference(*as64, **inputs.kwargs)
+        for name in CANDIDATES:
+            out = _forced(_tiles(name))(*inputs.args, **inputs.kwargs)
+            error = ((out.double() - expected).abs().max() / expected.abs().max()).item()
+            print(f"{codes:5} {name:20} max abs error over max |out| {error:.1e}")
+            worst = max(worst, error)
     return 0 if worst <= 1e-5 else 1  # fp32 sums of products of exact values
 
 
-def summary(record: dict) -> str:
-    """Per M, the geometric mean over (N, K) of _scaled_mm's time over each provider's; then each shape's best."""
+def summary_of(codes: str):
+    """Per M, the geometric mean over (N, K) of the peer's time over each provider's; then each shape's best."""
     from tritonkit.bench.plan_sweep import peer_ratio_summary
 
-    return peer_ratio_summary(record, NK, PEER, "_scaled_mm")
+    return lambda record: peer_ratio_summary(record, NK, *PEERS[codes])
 
 
 def main(argv: list[str] | None = None) -> int:
+    import argparse
+
     from tritonkit.bench import plan_sweep
 
-    return plan_sweep.main(argv, doc=__doc__, name="code-tiles", title="Tiles for float8 codes with row scales by rows",
-                           spec_name="scaled_linear", default_rows=ROWS, cases=cases, providers_for=_providers,
-                           candidates=CANDIDATES, summary=summary, dry=dry)  # fmt: skip
+    # --codes is this sweep's own option; the rest is the frame's (its --help lists them).
+    own = argparse.ArgumentParser(add_help=False)
+    own.add_argument("--codes", choices=tuple(PEERS), default="e4m3", help="the codes of x and w (row scales)")
+    args, rest = own.parse_known_args(argv)
+    label = {"e4m3": "float8", "int8": "int8"}[args.codes]
+    return plan_sweep.main(rest, doc=__doc__, name="code-tiles" + ("" if args.codes == "e4m3" else f"-{args.codes}"),
+                           title=f"Tiles for {label} codes with row scales by rows", spec_name="scaled_linear",
+                           default_rows=ROWS, cases=cases_of(args.codes), providers_for=_providers,
+                           candidates=CANDIDATES, summary=summary_of(args.codes), dry=dry)  # fmt: skip
 
 
 if __name__ == "__main__":

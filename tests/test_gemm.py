@@ -636,10 +636,10 @@ def test_code_tiles_sweep_runs_every_candidate_dry(tmp_path, capsys):
 
     script = benchmark_script("code_tiles")
     assert script.main(["--dry-run", "--out", str(tmp_path)]) == 0
-    assert capsys.readouterr().out.count("max abs error") == len(script.CANDIDATES)
+    assert capsys.readouterr().out.count("max abs error") == len(script.PEERS) * len(script.CANDIDATES)
     n, k = script.NK[0]
     times = {"tritonkit": 2.0, "scaled_mm": 1.0, "64x64x128 w4 s4": 0.5}
     rows = [{"case": {"m": 128, "n": n, "k": k}, "provider": p, "ms": ms} for p, ms in times.items()]
-    summary = script.summary({"results": rows})
+    summary = script.summary_of("e4m3")({"results": rows})
     assert "| 128 | tritonkit | 0.50x | 1 |" in summary
     assert f"| 128 | {n} | {k} | 64x64x128 w4 s4 | 2.00x | 0.50x |" in summary

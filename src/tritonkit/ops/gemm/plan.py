@@ -41,12 +41,23 @@ FALLBACK = (
     (64, GemmTiles(64, 64, 128, 4, 3, 8)),
     (1 << 62, GemmTiles(128, 128, 64, 8, 3, 8)),
 )
-# Timed with int8 and float8 codes in x (benchmarks/fp8_tiles.py at 8192^3, docs/kernels/gemm.md); weight-only
-# calls keep FALLBACK until they are timed too.
+# Timed with int8 and float8 codes in x; weight-only calls keep FALLBACK until they are timed too.
 MEASURED: dict[str, tuple] = {
-    # H100: a K step of 128 over 64: int8 1158 against 964 TOP/s, float8 row scales 637 against 486, 1 x 128 /
-    # 128 x 128 blocks 404 against 330 TFLOP/s; 128 x 256 tiles and 4 warps were slower.
-    "sm90": (FALLBACK[0], FALLBACK[1], (1 << 62, GemmTiles(128, 128, 128, 8, 3, 8))),
+    # Many rows, H100 (benchmarks/fp8_tiles.py at 8192^3): a K step of 128 over 64: int8 1158 against 964 TOP/s,
+    # float8 row scales 637 against 486, 1 x 128 / 128 x 128 blocks 404 against 330 TFLOP/s; 128 x 256 tiles and 4
+    # warps were slower. 32 to 512 rows, H200 (benchmarks/code_tiles.py, float8 row scales, N x K from 4096 x 4096
+    # to 4096 x 14336): four stages over three at every M, and narrower tiles up to 256 rows: geomean 1.14x
+    # _scaled_mm at M 32 (64 x 64 three deep 0.89x), 1.05x at 64 (0.82x), 0.87x at 128 and 0.85x at 256 (128 x 64;
+    # 128 x 128 three deep 0.61x, 0.66x), 0.77x at 512 (0.73x). int8 in the same tiles: 1.55x, 1.98x, 1.83x
+    # torch._int_mm and its scaling at M 128, 256, 512 (the old tiles 1.06x, 1.61x, 2.02x: at 257-512 rows float8's
+    # faster tile costs int8 a tenth).
+    "sm90": (
+        FALLBACK[0],
+        (64, GemmTiles(64, 64, 128, 4, 4, 8)),
+        (256, GemmTiles(128, 64, 128, 8, 4, 8)),
+        (512, GemmTiles(128, 128, 128, 8, 4, 8)),
+        (1 << 62, GemmTiles(128, 128, 128, 8, 3, 8)),
+    ),
 }
 
 
