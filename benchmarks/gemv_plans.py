@@ -60,11 +60,6 @@ CANDIDATES = {
     "r16 32x128 w4 s4 p8": (16, 32, 128, 4, 4, 8),
     "r16 128x128 w4 s3 p4": (16, 128, 128, 4, 3, 4),
     "r16 64x128 w8 s3 p4": (16, 64, 128, 8, 3, 4),
-    # 2 to 16 rows with the codes read as int32 words (four tl.dot of block_k / 4 a step), the fallback's tile and two
-    # around it.
-    "r16 64x128 w4 s3 p4 words": (16, 64, 128, 4, 3, 4, True),
-    "r16 32x256 w4 s3 p4 words": (16, 32, 256, 4, 3, 4, True),
-    "r16 64x256 w4 s3 p4 words": (16, 64, 256, 4, 3, 4, True),
 }
 MIN_SPLIT_K = 512  # the fewest K values of a split (plan.GEMV_FALLBACK's)
 

@@ -221,18 +221,16 @@ def test_gemv_splits_match_the_reference(plan, m, weights):
 
 
 WORDS = dataclasses.replace(ONE_ROW, words=True)
-DOT_WORDS = GemvPlan(16, 16, 64, 4, 2, 4, 512, splits=3, words=True)  # four tl.dot 16 deep a step
 
 
-@pytest.mark.parametrize(("words", "m"), [(WORDS, 1), (WORDS, 3), (DOT_WORDS, 1), (DOT_WORDS, 3), (DOT_WORDS, 20)],
-                         ids=["one-row-1", "one-row-3", "dot-1", "dot-3", "dot-20"])  # fmt: skip
+@pytest.mark.parametrize("m", [1, 3])
 @pytest.mark.parametrize(("k", "splits"), [(100, 3), (100, 1), (4104, 0)], ids=["k100-3", "k100-1", "k4104-plan"])
 @pytest.mark.parametrize("weights", [{"w_scale": "row", "bias": True}, {"w_scale": "tensor"}], ids=["row", "tensor"])
-def test_gemv_int8_words_match_the_reference(monkeypatch, device, words, m, k, splits, weights):
-    """GemvPlan.words: int8 codes read as int32 words of four and made floats by their bits; every split form (2 or 3
-    splits of whole steps, the last one short; one; the splits the plan picks at K 4104), one row a program or up to
-    16 through tl.dot (3 rows of 16, 20 rows in two blocks), tensor and row scales, with a bias; against float64."""
-    plan = dataclasses.replace(words, splits=splits)
+def test_gemv_int8_words_match_the_reference(monkeypatch, device, m, k, splits, weights):
+    """GemvPlan.words: int8 codes read as int32 words of four and made floats by their bits; every split form (3
+    splits of whole 32-wide steps, the last one short; one; the splits the plan picks at K 4104), rows of x in
+    their own programs, tensor and row scales, with a bias; against float64."""
+    plan = dataclasses.replace(WORDS, splits=splits)
     launched = []
     kernel = launch._gemv_int8_words_kernel
     monkeypatch.setattr(launch, "_gemv_int8_words_kernel", _Recording(kernel, launched))
@@ -276,25 +274,22 @@ def test_gemv_reads_strided_rows_and_a_batch_of_single_tokens(plan):
         torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("words", [WORDS, DOT_WORDS], ids=["one-row", "dot"])
-def test_gemv_int8_words_take_bf16_rows(monkeypatch, words, device):
-    """bf16 x (the W8A16 layer's activations), through the words kernel: one row in fp32 lanes, or the dot's operands
-    in bf16 (the codes exact there); sums in fp32."""
+def test_gemv_int8_words_take_bf16_rows(monkeypatch, device):
+    """bf16 x (the W8A16 layer's activations) through the words kernel, each row in fp32 lanes; sums in fp32."""
     launched = []
     monkeypatch.setattr(launch, "_gemv_int8_words_kernel", _Recording(launch._gemv_int8_words_kernel, launched))
     case = {"m": 5, "n": 37, "k": 200, "w": "int8", "w_scale": "row", "bias": True}
     inputs = _inputs(case, device, torch.bfloat16)
     x, w, x_scale, w_scale = inputs.args
-    out = launch.scaled_linear_fwd(x, w, x_scale, w_scale, inputs.kwargs["bias"], torch.bfloat16, False, plan=words)
+    out = launch.scaled_linear_fwd(x, w, x_scale, w_scale, inputs.kwargs["bias"], torch.bfloat16, False, plan=WORDS)
     assert launched
     report = testing.compare(out, _expected(inputs), SPEC.tolerance_for(SPEC.parse_case(case), torch.bfloat16))
     assert report.ok, report
 
 
-def test_words_through_the_dot_need_k_steps_of_64():
-    with pytest.raises(ValueError, match="words with block_m > 1 need block_k >= 64"):
-        GemvPlan(16, 16, 32, 4, 2, 4, 512, words=True)
-    assert GemvPlan(1, 16, 32, 4, 2, 4, 512, words=True).words  # one row: any step of whole words
+def test_words_read_one_row_a_program():
+    with pytest.raises(ValueError, match="words reads one row a program"):
+        GemvPlan(16, 64, 128, 4, 3, 4, 512, words=True)
 
 
 def test_weight_only_calls_of_few_rows_take_the_gemv():

@@ -282,65 +282,50 @@ def _gemv_int8_words_kernel(
     p_x, p_words, p_w_scale, p_bias, p_out, p_partial, M, N, k_words, words_per_split,
     stride_x_m, stride_w_n, stride_ws_n, stride_out_m,
     W_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr, STAGES: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
-    """_gemv_split_k_kernel for int8 codes with a tensor or row scale, the codes read as int32 words of four (k_words
-    = K / 4, an argument so that its divisibility keeps the loads 16 bytes wide): program (r * blocks + i, s) takes
-    rows r BLOCK_M .. of x, outputs i BLOCK_N .., and split s of K's words, BLOCK_K columns a step, and
+    """The one-row GEMV (_gemv_split_k_kernel at BLOCK_M 1) for int8 codes with a tensor or row scale, the codes read
+    as int32 words of four (k_words = K / 4, an argument so that its divisibility keeps the loads 16 bytes wide):
+    program (r * blocks + i, s) takes row r of x, outputs i BLOCK_N ..,
+    and split s of K's words, BLOCK_K columns a step, and
 
         y[r, n] = s_w(n) sum_k x[r, k] q[n, k]   (fp32, the scale and bias in the epilogue)
 
     Column 4 w + j is byte j of word w, so the four values of a word come from it by bits alone: v_j = 2^23 + 128 + q_j
-    (word_bytes_as_floats: one XOR a word, one byte permute a value), less SIGNED_BYTE_BIAS q_j exactly, where the
-    byte path takes the codes through bf16 to fp32 by permutes, masks, packed adds and a shift each (sm_90 code of the
-    one-row tile: 4.6 instructions a value against 6.3). x's columns j of each word are split from one load of its
-    four values a word. BLOCK_M = 1: one FFMA a value in fp32 lanes, summed along K at the end; BLOCK_M >= 16: the
-    codes converted once more, to x's dtype (exact for int8 codes), and four tl.dot a step, x's columns j against
-    codes j, BLOCK_K / 4 deep each. STAGES: the K loop's software pipeline (asked of the loop). SPLIT: store the fp32
-    partial sum to p_partial (S, M, N); else the output."""
+    (word_bytes_as_floats: one XOR a word, one byte permute a value), less SIGNED_BYTE_BIAS q_j exactly, then one FFMA
+    in fp32 lanes, summed along K at the end, where the byte path takes the codes through bf16 to fp32 by permutes,
+    masks, packed adds and a shift each (sm_90 code of the one-row tile: 4.6 instructions a value against 6.3). x's
+    column j of each word is split from one load of its four values a word. STAGES: the K loop's software pipeline
+    (asked of the loop). SPLIT: store the fp32 partial sum to p_partial (S, M, N); else the output."""
     WORDS: tl.constexpr = BLOCK_K // 4
     n_blocks_n = tl.cdiv(N, BLOCK_N)
     i_m, i_n, i_split = tl.program_id(0) // n_blocks_n, tl.program_id(0) % n_blocks_n, tl.program_id(1)
-    o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
     o_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    m_m, m_n = o_m < M, o_n < N
+    m_n = o_n < N
     n64 = o_n.to(tl.int64)
     o_w = tl.arange(0, WORDS)
     word_lo = i_split * words_per_split
     word_hi = tl.minimum(word_lo + words_per_split, k_words)
-    p_x_rows = p_x + o_m.to(tl.int64) * stride_x_m  # [M]
-    if BLOCK_M == 1:
-        acc = tl.zeros([BLOCK_N, WORDS], dtype=tl.float32)
-    else:
-        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    p_x_row = p_x + i_m.to(tl.int64) * stride_x_m
+    acc = tl.zeros([BLOCK_N, WORDS], dtype=tl.float32)
     for word in tl.range(word_lo, word_hi, WORDS, num_stages=STAGES):
         o_word = word + o_w
         m_word = o_word < word_hi
         # Masked words read 0: bytes 0, values 0 (against x's zeros there too).
         b_word = tl.load(p_words + n64[:, None] * stride_w_n + o_word[None, :], mask=m_n[:, None] & m_word[None, :],
                          other=0, eviction_policy="evict_first")  # [N, W], read once  # fmt: skip
-        o_x = 4 * o_word[:, None] + tl.arange(0, 4)[None, :]  # [W, 4]: x's columns of each word
-        b_x = tl.load(p_x_rows[:, None, None] + o_x[None, :, :], mask=m_m[:, None, None] & m_word[None, :, None],
-                      other=0.0)  # [M, W, 4]  # fmt: skip
-        if BLOCK_M == 1:
-            b_x = b_x.to(tl.float32)
-        x_02, x_13 = tl.split(tl.reshape(b_x, (BLOCK_M, WORDS, 2, 2)))  # columns j % 2 == 0 and 1: [M, W, 2]
+        b_x = tl.load(p_x_row + (4 * o_word[:, None] + tl.arange(0, 4)[None, :]), mask=m_word[:, None], other=0.0)
+        x_02, x_13 = tl.split(tl.reshape(b_x.to(tl.float32), (WORDS, 2, 2)))  # columns j % 2 == 0 and 1: [W, 2]
         x0, x2 = tl.split(x_02)
         x1, x3 = tl.split(x_13)
         v0, v1, v2, v3 = word_bytes_as_floats(b_word)
-        if BLOCK_M == 1:
-            acc += (x0 * (v0 - SIGNED_BYTE_BIAS) + x1 * (v1 - SIGNED_BYTE_BIAS)
-                    + x2 * (v2 - SIGNED_BYTE_BIAS) + x3 * (v3 - SIGNED_BYTE_BIAS))  # fmt: skip  # [1, W] x [N, W]
-        else:
-            acc = dot_fp32(x0, tl.trans((v0 - SIGNED_BYTE_BIAS).to(b_x.dtype)), DOT_PRECISION, UPCAST, None, acc)
-            acc = dot_fp32(x1, tl.trans((v1 - SIGNED_BYTE_BIAS).to(b_x.dtype)), DOT_PRECISION, UPCAST, None, acc)
-            acc = dot_fp32(x2, tl.trans((v2 - SIGNED_BYTE_BIAS).to(b_x.dtype)), DOT_PRECISION, UPCAST, None, acc)
-            acc = dot_fp32(x3, tl.trans((v3 - SIGNED_BYTE_BIAS).to(b_x.dtype)), DOT_PRECISION, UPCAST, None, acc)
-    b_sum = tl.sum(acc, axis=1)[None, :] if BLOCK_M == 1 else acc  # [M, N]
+        acc += (x0[None, :] * (v0 - SIGNED_BYTE_BIAS) + x1[None, :] * (v1 - SIGNED_BYTE_BIAS)
+                + x2[None, :] * (v2 - SIGNED_BYTE_BIAS) + x3[None, :] * (v3 - SIGNED_BYTE_BIAS))  # fmt: skip
+    b_sum = tl.sum(acc, axis=1)[None, :]  # [1, N]
+    o_m = i_m + tl.arange(0, 1)
     if SPLIT:
         p_part = p_partial + (i_split * M + o_m).to(tl.int64)[:, None] * N + o_n[None, :]
-        tl.store(p_part, b_sum, mask=m_m[:, None] & m_n[None, :])
+        tl.store(p_part, b_sum, mask=(o_m < M)[:, None] & m_n[None, :])
     else:
         _store_output(b_sum, None, p_w_scale, p_bias, p_out, o_m, o_n, M, N, 0, stride_ws_n, stride_out_m, "none",
                       W_SCALE, 1, True, HAS_BIAS)  # fmt: skip

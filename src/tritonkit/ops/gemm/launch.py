@@ -323,9 +323,9 @@ def dynamic_scaled_linear_fake(x, w, w_scale, bias, out_dtype, group_size, x_dty
 
 
 def _words_apply(w: torch.Tensor, w_granularity: str, plan: GemvPlan, block_k: int) -> bool:
-    """Whether the GEMV reads w's int8 codes as int32 words (GemvPlan.words): a tensor or row scale (nothing varies
-    along K), and rows of whole, 4-byte aligned words (the int32 view exists)."""
-    return (plan.words and w.dtype == torch.int8 and w_granularity in ("tensor", "row")
+    """Whether the one-row GEMV reads w's int8 codes as int32 words (GemvPlan.words): one row a program, a tensor or
+    row scale (nothing varies along K), and rows of whole, 4-byte aligned words (the int32 view exists)."""
+    return (plan.words and plan.block_m == 1 and w.dtype == torch.int8 and w_granularity in ("tensor", "row")
             and w.shape[1] % 4 == 0 and w.stride(0) % 4 == 0 and w.storage_offset() % 4 == 0 and block_k % 4 == 0
             and w.data_ptr() % 4 == 0)  # fmt: skip
 
@@ -342,12 +342,11 @@ def _gemv(rows, w, w_scale, stride_ws, w_granularity, group, bias, out_rows, pla
     partial = rows.new_empty((splits, m, n), dtype=torch.float32) if splits > 1 else None
     scales = {"W_SCALE": w_granularity, "G": group, "HAS_BIAS": bias is not None}
     if _words_apply(w, w_granularity, plan, block_k):
-        _gemv_int8_words_kernel[(cdiv(m, plan.block_m) * cdiv(n, plan.block_n), splits)](
+        _gemv_int8_words_kernel[(m * cdiv(n, plan.block_n), splits)](
             rows, w.view(torch.int32), w_scale, bias, out_rows, partial, m, n, k // 4, k_per_split // 4,
             rows.stride(0), w.stride(0) // 4, stride_ws, out_rows.stride(0),
             W_SCALE=w_granularity, HAS_BIAS=bias is not None, SPLIT=splits > 1, STAGES=plan.stages,
-            DOT_PRECISION=precision, UPCAST=kernels_interpreted(), BLOCK_M=plan.block_m, BLOCK_N=plan.block_n,
-            BLOCK_K=block_k, num_warps=plan.warps, num_stages=plan.stages,
+            BLOCK_N=plan.block_n, BLOCK_K=block_k, num_warps=plan.warps, num_stages=plan.stages,
         )  # fmt: skip
     else:
         _gemv_split_k_kernel[(cdiv(m, plan.block_m) * cdiv(n, plan.block_n), splits)](
