@@ -1,8 +1,8 @@
 """scaled_linear's tiled kernel for float8 (or int8) codes with row scales at few to a few hundred rows (M 32 to 512,
 where the plan's 128 x 128 tiles leave most multiprocessors idle: 56 programs at M 128, N 7168 on an H100's 132):
 each candidate tile forced through the launcher's plan=, beside the plan's tiles and torch._scaled_mm (int8:
-torch._int_mm with its scaling op) on the same codes and scales in the same run. CUDA-graph GPU time through
-tritonkit.bench.harness.measure_case (inputs rotated past L2).
+torch._int_mm alone, unscaled, and with its scaling op) on the same codes and scales in the same run. CUDA-graph GPU
+time through tritonkit.bench.harness.measure_case (inputs rotated past L2).
 
     python benchmarks/code_tiles.py --out DIR [--codes e4m3|int8] [--rows 128 512] [--dry-run]
 
@@ -35,7 +35,9 @@ CANDIDATES = {
     "32x128x128 w4 s4": (32, 128, 128, 4, 4),
 }
 GROUP = 8  # tile-rows walked together (the plan's)
-PEERS = {"e4m3": ("scaled_mm", "_scaled_mm"), "int8": ("int_mm", "_int_mm")}  # codes -> (the spec's peer, its name)
+# codes -> (the spec's peer, its name, other providers); int8's peer is _int_mm alone (unscaled: the floor), its
+# scaled form beside it.
+PEERS = {"e4m3": ("scaled_mm", "_scaled_mm", ()), "int8": ("int_mm_bare", "bare _int_mm", ("int_mm",))}
 
 
 def candidates_for(m: int) -> list[str]:
@@ -63,7 +65,8 @@ def _forced(tiles):
 def _providers(spec, case) -> list:
     from tritonkit.bench.providers import Provider, select_providers
 
-    return [*select_providers(spec, ("tritonkit", PEERS[case.x][0])),
+    peer, _, others = PEERS[case.x]
+    return [*select_providers(spec, ("tritonkit", peer, *others)),
             *(Provider(name, _forced(_tiles(name))) for name in candidates_for(case.m))]  # fmt: skip
 
 
@@ -99,7 +102,7 @@ def summary_of(codes: str):
     """Per M, the geometric mean over (N, K) of the peer's time over each provider's; then each shape's best."""
     from tritonkit.bench.plan_sweep import peer_ratio_summary
 
-    return lambda record: peer_ratio_summary(record, NK, *PEERS[codes])
+    return lambda record: peer_ratio_summary(record, NK, *PEERS[codes][:2])
 
 
 def main(argv: list[str] | None = None) -> int:

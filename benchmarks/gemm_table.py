@@ -6,7 +6,7 @@
 - scaled_linear in float8 with row scales and with tensor scales against torch._scaled_mm, with 1 x 128 by 128 x 128
   block scales on DeepSeek-V3 shapes (against _scaled_mm's blockwise mode where this torch has it, and torchao's
   Triton block-scaled GEMM, DeepSeek-V3's kernel, where its wheel is installed), int8 W8A8 against torch._int_mm
-  plus its scaling;
+  plus its scaling and _int_mm alone (unscaled int32, the floor);
 - weight-only (W8A16) at M 1, 4 and 16, the split-K GEMV's shapes (N 4096/14336/28672, K 4096/8192, int8 rows and
   float8 1 x 128 groups), against cuBLAS's bf16 F.linear on the dequantized weight and tritonkit's tiled kernel on the
   same call ("tiled"); these rows also get a table of the GB/s of the bytes each provider reads (the dense layer reads
@@ -73,7 +73,7 @@ def rows(quick: bool) -> list[Row]:
         out.append(Row("fp8 tensor", "scaled_linear", {"m": m, "n": 8192, "k": 8192, **fp8, "x_scale": "tensor",
                                                         "w_scale": "tensor"}, "scaled_mm"))  # fmt: skip
         out.append(Row("int8 W8A8 row", "scaled_linear", {"m": m, "n": 8192, "k": 8192, "x": "int8", "w": "int8"},
-                       "int_mm"))  # fmt: skip
+                       "int_mm", ("int_mm_bare",)))  # fmt: skip
     for m in (2048, 4096) if not quick else (4096,):
         for n, k in ((7168, 7168), (2112, 7168), (24576, 1536)) if not quick else ((7168, 7168),):
             out.append(

@@ -42,6 +42,14 @@ def test_int_mm_and_cublas_match_the_reference(peer):
     _close(getattr(peers, peer)()(*inputs.args, **inputs.kwargs), inputs)
 
 
+def test_bare_int_mm_is_the_unscaled_integer_product():
+    inputs = _inputs({"m": 24, "n": 40, "k": 64, "x": "int8", "w": "int8", "bias": True})
+    x_q, w_q = inputs.args[:2]
+    out = peers.int_mm_bare()(*inputs.args, **inputs.kwargs)
+    assert out.dtype == torch.int32
+    torch.testing.assert_close(out, (x_q.long() @ w_q.long().T).int(), rtol=0, atol=0)
+
+
 def test_the_refusals():
     int8 = _inputs({"m": 24, "n": 40, "k": 64, "x": "int8", "w": "int8"})
     with pytest.raises(Unsupported, match="float8 codes only"):
@@ -51,6 +59,8 @@ def test_the_refusals():
         peers.scaled_mm()(*fp8.args, **fp8.kwargs)
     with pytest.raises(Unsupported, match="int8 codes only"):
         peers.int_mm()(*fp8.args, **fp8.kwargs)
+    with pytest.raises(Unsupported, match="int8 codes only"):
+        peers.int_mm_bare()(*fp8.args, **fp8.kwargs)
     grouped = _inputs({"m": 24, "n": 40, "k": 256, "x": "int8", "w": "int8", "x_scale": "group", "w_scale": "row"})
     with pytest.raises(Unsupported, match="must not vary along K"):
         peers.int_mm()(*grouped.args, **grouped.kwargs)

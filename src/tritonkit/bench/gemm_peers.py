@@ -10,6 +10,8 @@ call, before any work.
   them, 1 x 128 activation groups with 128 x 128 weight blocks (an error from torch is recorded, not hidden).
 - ``int_mm``: int8 codes with tensor or row scales: the int32 product, then one elementwise pass for the scales, the
   bias and the cast, as a model without a fused kernel runs it.
+- ``int_mm_bare``: ``torch._int_mm`` alone on int8 codes: the unscaled int32 product, no scales, bias or cast (not
+  scaled_linear's result, a floor for timing: what a fused kernel's scales must cost nothing against).
 - ``cublas``: the bf16 (or fp16) product of operands of the same shapes: the dense layer the quantized one replaces.
   The operands are dequantized on the first call for a given pair of code tensors and kept, so the timed calls are
   the GEMM alone.
@@ -82,6 +84,18 @@ def int_mm() -> Callable:
         return out.to(out_dtype).reshape(*x_q.shape[:-1], w_q.shape[0])
 
     run.__name__ = "int_mm"
+    return run
+
+
+def int_mm_bare() -> Callable:
+    """torch._int_mm alone: the int32 product of the codes, unscaled (a timing floor, not scaled_linear's result)."""
+
+    def run(x_q, w_q, x_scale, w_scale, *, bias=None, out_dtype=torch.bfloat16, check_inputs=None):
+        if x_q.dtype != torch.int8 or w_q.dtype != torch.int8:
+            raise Unsupported("int_mm_bare: int8 codes only")
+        return torch._int_mm(x_q.reshape(-1, x_q.shape[-1]), w_q.t())
+
+    run.__name__ = "int_mm_bare"
     return run
 
 

@@ -24,6 +24,7 @@ PEERS: dict[str, str] = {
     "sdpa": "torch",  # scaled_dot_product_attention with enable_gqa, torch's choice of backend (decoding)
     "scaled_mm": "torch",  # torch._scaled_mm, float8 (cuBLASLt)
     "int_mm": "torch",  # torch._int_mm, then the scales
+    "int_mm_bare": "torch",  # torch._int_mm alone: the unscaled int32 product (a timing floor)
     "cublas": "torch",  # F.linear on dense operands of the same shape
     "dequantize-cublas": "torch",  # a 4-bit weight dequantized by tritonkit, then F.linear
     "compiled-dequantize": "torch",  # torch.compile of a 4-bit weight's plain dequantization and F.linear

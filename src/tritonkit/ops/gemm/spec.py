@@ -222,7 +222,8 @@ register(KernelSpec(
     operand_dtype=_operand_dtype,
     dtypes=FLOAT_DTYPES,
     tolerance=_tolerance,
-    peers={"scaled_mm": _peer("scaled_mm"), "int_mm": _peer("int_mm"), "cublas": _peer("cublas"),
+    peers={"scaled_mm": _peer("scaled_mm"), "int_mm": _peer("int_mm"),
+           "int_mm_bare": _peer("int_mm_bare"), "cublas": _peer("cublas"),
            "torchao": _peer("torchao_blockwise")},
     status="experimental",
 ))  # fmt: skip
