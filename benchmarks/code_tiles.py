@@ -33,6 +33,12 @@ CANDIDATES = {
     "64x256x128 w8 s3": (64, 256, 128, 8, 3),
     "64x64x128 w4 s4": (64, 64, 128, 4, 4),
     "32x128x128 w4 s4": (32, 128, 128, 4, 4),
+    # Narrower and deeper tiles for 32-64 rows, where 64 x 64 tiles give 64 programs at N 4096 for 132
+    # multiprocessors.
+    "64x32x128 w4 s4": (64, 32, 128, 4, 4),
+    "32x64x128 w4 s4": (32, 64, 128, 4, 4),
+    "64x64x256 w4 s3": (64, 64, 256, 4, 3),
+    "32x64x256 w4 s3": (32, 64, 256, 4, 3),
 }
 GROUP = 8  # tile-rows walked together (the plan's)
 # codes -> (the spec's peer, its name, other providers); int8's peer is _int_mm alone (unscaled: the floor), its

@@ -45,15 +45,15 @@ FALLBACK = (
 MEASURED: dict[str, tuple] = {
     # Many rows, H100 (benchmarks/fp8_tiles.py at 8192^3): a K step of 128 over 64: int8 1158 against 964 TOP/s,
     # float8 row scales 637 against 486, 1 x 128 / 128 x 128 blocks 404 against 330 TFLOP/s; 128 x 256 tiles and 4
-    # warps were slower. 32 to 512 rows, H200 (benchmarks/code_tiles.py, float8 row scales, N x K from 4096 x 4096
-    # to 4096 x 14336): four stages over three at every M, and narrower tiles up to 256 rows: geomean 1.14x
-    # _scaled_mm at M 32 (64 x 64 three deep 0.89x), 1.05x at 64 (0.82x), 0.87x at 128 and 0.85x at 256 (128 x 64;
-    # 128 x 128 three deep 0.61x, 0.66x), 0.77x at 512 (0.73x). int8 in the same tiles: 1.55x, 1.98x, 1.83x
-    # torch._int_mm and its scaling at M 128, 256, 512 (the old tiles 1.06x, 1.61x, 2.02x: at 257-512 rows float8's
-    # faster tile costs int8 a tenth).
+    # warps were slower. 32 to 512 rows, H200 (benchmarks/code_tiles.py, row scales, N x K from 4096 x 4096 to
+    # 4096 x 14336, geomean of the peer's time over ours): 64 x 64 tiles with K steps of 256 up to 128 rows: float8
+    # 1.28x, 1.17x, 0.94x _scaled_mm at M 32, 64, 128, int8 1.00x, 1.05x, 1.11x bare torch._int_mm (the
+    # tiles before these runs: float8 0.89x, 0.82x, 0.61x); 128 x 64 four deep at 129-256 rows (float8 0.85x,
+    # int8 1.36x bare _int_mm; three deep 128 x 128 0.65x), 128 x 128 four deep at 257-512 (float8 0.77x against
+    # 0.72x three deep, where int8 loses a tenth: 1.83x against 2.02x _int_mm with its scaling).
     "sm90": (
         FALLBACK[0],
-        (64, GemmTiles(64, 64, 128, 4, 4, 8)),
+        (128, GemmTiles(64, 64, 256, 4, 3, 8)),  # a K step past the 1 x 128 group is cut to it (the launcher)
         (256, GemmTiles(128, 64, 128, 8, 4, 8)),
         (512, GemmTiles(128, 128, 128, 8, 4, 8)),
         (1 << 62, GemmTiles(128, 128, 128, 8, 3, 8)),
