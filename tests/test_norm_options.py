@@ -88,8 +88,8 @@ def _leaf(t, dtype=None):
 @pytest.mark.parametrize(("hidden_size", "input_dtype", "residual_dtype", "weight_dtype", "has_residual", "is_rms_norm",
                           "prenorm", "dropout_p", "has_rowscale", "has_x1", "has_weight1"), _flash_grid())  # fmt: skip
 def test_flash_attention_layer_norm_checks(hidden_size, input_dtype, residual_dtype, weight_dtype, has_residual,
-                                           is_rms_norm, prenorm, dropout_p, has_rowscale, has_x1,
-                                           has_weight1):  # fmt: skip
+                                           is_rms_norm, prenorm, dropout_p, has_rowscale, has_x1, has_weight1,
+                                           device):  # fmt: skip
     """Output, h, y1 and every gradient within flash-attention's bound: no further from the float64 reference than
     twice torch's own computation in the inputs' dtypes, plus its atol; the outputs in flash-attention's dtypes."""
     low = {input_dtype, residual_dtype, weight_dtype}
@@ -110,15 +110,17 @@ def test_flash_attention_layer_norm_checks(hidden_size, input_dtype, residual_dt
 
     shape = (BATCH, SEQLEN, hidden_size)
     tensors = {
-        "x": torch.randn(shape, dtype=input_dtype),
-        "residual": torch.randn(shape, dtype=residual_dtype) if has_residual else None,
-        "weight": torch.randn(hidden_size, dtype=weight_dtype),
-        "bias": None if is_rms_norm else torch.randn(hidden_size, dtype=weight_dtype),
-        "x1": torch.randn(shape, dtype=input_dtype) if has_x1 else None,
-        "weight1": torch.randn(hidden_size, dtype=weight_dtype) if has_weight1 else None,
-        "bias1": torch.randn(hidden_size, dtype=weight_dtype) if has_weight1 and not is_rms_norm else None,
+        "x": torch.randn(shape, dtype=input_dtype, device=device),
+        "residual": torch.randn(shape, dtype=residual_dtype, device=device) if has_residual else None,
+        "weight": torch.randn(hidden_size, dtype=weight_dtype, device=device),
+        "bias": None if is_rms_norm else torch.randn(hidden_size, dtype=weight_dtype, device=device),
+        "x1": torch.randn(shape, dtype=input_dtype, device=device) if has_x1 else None,
+        "weight1": torch.randn(hidden_size, dtype=weight_dtype, device=device) if has_weight1 else None,
+        "bias1": (
+            torch.randn(hidden_size, dtype=weight_dtype, device=device) if has_weight1 and not is_rms_norm else None
+        ),
     }
-    rowscale = torch.randn(BATCH, SEQLEN, dtype=input_dtype) if has_rowscale else None
+    rowscale = torch.randn(BATCH, SEQLEN, dtype=input_dtype, device=device) if has_rowscale else None
     ours = {k: _leaf(t) for k, t in tensors.items()}
     pt = {k: _leaf(t) for k, t in tensors.items()}
     ref = {k: _leaf(t, torch.float64) for k, t in tensors.items()}

@@ -24,15 +24,15 @@ _MAMBA_FLAGS = [(before, group, has_z) for before in (True, False) for group in 
 
 @pytest.mark.parametrize(("norm_before_gate", "has_group", "has_z"), _MAMBA_FLAGS)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
-def test_mamba_layernorm_gated_checks(norm_before_gate, has_group, has_z, dtype):
+def test_mamba_layernorm_gated_checks(norm_before_gate, has_group, has_z, dtype, device):
     """mamba_ssm's test for the RMSNorm (a float32 weight, fp16 inputs; here every dtype): output and every gradient
     no further from the float64 reference than twice torch's own computation in the inputs' dtypes, plus mamba's
     atol (for bf16 the one flash-attention uses), under a random upstream gradient."""
     atol = {torch.float32: 1e-5, torch.float16: 8e-3, torch.bfloat16: 5e-2}[dtype]
     d, group_size = 64, 16 if has_group else None
-    x = torch.randn(2, 3, d, dtype=dtype)
-    z = torch.randn(2, 3, d, dtype=dtype) if has_z else None
-    weight = torch.randn(d, dtype=torch.float32)
+    x = torch.randn(2, 3, d, dtype=dtype, device=device)
+    z = torch.randn(2, 3, d, dtype=dtype, device=device) if has_z else None
+    weight = torch.randn(d, dtype=torch.float32, device=device)
     leaves = [(t.detach().clone().requires_grad_() if t is not None else None) for t in (x, weight, z)]
     pts = [(t.detach().clone().requires_grad_() if t is not None else None) for t in (x, weight, z)]
     refs = [(t.detach().double().requires_grad_() if t is not None else None) for t in (x, weight, z)]
