@@ -60,6 +60,21 @@ def test_every_scale_combination_with_small_tiles(combination):
     torch.testing.assert_close(out.double(), _expected(inputs), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("combination", [COMBINATIONS[0], COMBINATIONS[2], COMBINATIONS[3]],
+                         ids=["int8-row", "int8-blocks", "e4m3-groups"])  # fmt: skip
+def test_codes_with_k_off_sixteen_reach_the_kernel_padded_with_zeros(combination, monkeypatch, device):
+    """K = 100: the codes' rows reach the kernel 112 wide (16-byte rows, no K mask inside a 16-value run), the zeros
+    adding nothing to any product or scale group's sum."""
+    seen, real = [], launch._tiled
+    monkeypatch.setattr(launch, "_tiled", lambda rows, w, *args, **kwargs: seen.append((rows.shape[1], w.shape[1],
+                        rows.stride(0), w.stride(0))) or real(rows, w, *args, **kwargs))  # fmt: skip
+    inputs = _inputs({"m": 37, "n": 45, "k": 100, **combination}, device)
+    x, w, x_scale, w_scale = inputs.args
+    out = launch.scaled_linear_fwd(x, w, x_scale, w_scale, inputs.kwargs["bias"], torch.float32, False, plan=SMALL)
+    assert seen == [(112, 112, 112, 112)]
+    torch.testing.assert_close(out.double(), _expected(inputs), rtol=1e-5, atol=1e-5)
+
+
 # ---------------------------------------------------------------- the persistent TMA kernel
 
 PERSISTENT_SMALL = GemmTiles(16, 16, 32, 4, 1, 2, persistent=True)  # 9 tiles for the interpreter's 4 programs
@@ -112,11 +127,10 @@ def test_large_products_of_codes_take_the_persistent_kernel_on_hopper():
 @pytest.mark.parametrize(
     "case",
     [
-        {"m": 37, "n": 48, "k": 72, "x": "int8", "w": "int8"},  # rows of 72 bytes: no descriptor can address them
         {"m": 37, "n": 44, "k": 64, "x": "e4m3", "w": "e4m3"},  # an output row of 44 x 2 bytes (bf16)
         {"m": 37, "n": 48, "k": 64, "w": "int8"},  # weight-only
     ],
-    ids=["unaligned-k", "unaligned-out", "weight-only"],
+    ids=["unaligned-out", "weight-only"],
 )
 def test_calls_the_persistent_kernel_cannot_take_run_tiled(case, monkeypatch):
     calls = _count_persistent(monkeypatch)
@@ -126,6 +140,16 @@ def test_calls_the_persistent_kernel_cannot_take_run_tiled(case, monkeypatch):
     assert calls == []
     expected = _expected(inputs)
     torch.testing.assert_close(out.double(), expected, rtol=2**-7, atol=2**-7 * expected.abs().max().item())
+
+
+def test_codes_of_72_bytes_a_row_reach_the_persistent_kernel_padded(monkeypatch):
+    """Rows of 72 bytes, which no tensor descriptor can address, are padded to 80 and take the persistent kernel."""
+    calls = _count_persistent(monkeypatch)
+    inputs = _inputs({"m": 37, "n": 48, "k": 72, "x": "int8", "w": "int8"})
+    x, w, x_scale, w_scale = inputs.args
+    out = launch.scaled_linear_fwd(x, w, x_scale, w_scale, None, torch.float32, False, plan=PERSISTENT_SMALL)
+    assert calls == [1]
+    torch.testing.assert_close(out.double(), _expected(inputs), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("persistent", [False, True], ids=["tiled", "persistent"])

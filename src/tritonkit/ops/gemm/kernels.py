@@ -26,6 +26,9 @@ Dynamic activations (X_SCALE "dynamic", dynamic_scaled_linear): x holds bf16/fp1
 w's format as it is read, one 1 x G group per K step (BLOCK_K = G): s_x(m, step) = amax over the step's finite
 |x[m, k]| / qmax and the codes round(x / s_x) (_core/jit/quantize.py, the codes quantize writes), then the step
 proceeds as with group scales. Neither the codes nor the scales go to memory.
+
+Codes whose K is not a multiple of 16 are first copied into rows padded with zeros (_pad_codes_kernel), which add
+nothing to any sum.
 """
 
 import triton
@@ -349,3 +352,16 @@ def _split_k_reduce_kernel(
     PER_STEP: tl.constexpr = W_SCALE == "group" or W_SCALE == "block"
     _store_output(acc, None, p_w_scale, p_bias, p_out, o_m, o_n, M, N, 0, stride_ws_n, stride_out_m, "none", W_SCALE,
                   G, not PER_STEP, HAS_BIAS)  # fmt: skip
+
+
+@triton.jit
+def _pad_codes_kernel(p_in, p_out, rows, k_in, k_out, stride_in, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+    """out[r, k] = in[r, k] for k < k_in, 0 for k_in <= k < k_out: one-byte codes (int8, or float8 viewed as int8)
+    copied into rows of k_out bytes (out contiguous); program (i, j) takes rows i BLOCK_R .. and columns j BLOCK_K
+    .. of out."""
+    o_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    o_k = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
+    r64 = o_r.to(tl.int64)[:, None]
+    m_r = (o_r < rows)[:, None]
+    b_codes = tl.load(p_in + r64 * stride_in + o_k[None, :], mask=m_r & (o_k < k_in)[None, :], other=0)
+    tl.store(p_out + r64 * k_out + o_k[None, :], b_codes, mask=m_r & (o_k < k_out)[None, :])
