@@ -46,6 +46,16 @@ def test_zero_regions_get_scale_one_and_no_nan(device, granularity):
             assert torch.all(scale.flatten()[0] == 1)
 
 
+@pytest.mark.parametrize("granularity", ["tensor", "row", "group", "block"])
+@pytest.mark.parametrize("shape", [(0, 64), (40, 0), (0, 0)], ids=["no-rows", "no-columns", "none"])
+def test_empty_inputs_get_scale_one(device, granularity, shape):
+    """Empty regions are regions of zeros: every scale there is 1 (a row of no values too), never left unwritten."""
+    xq, scale = tk.ops.quantize(torch.zeros(shape, device=device), torch.float8_e4m3fn, granularity=granularity,
+                                block_size=16)  # fmt: skip
+    assert xq.shape == shape
+    assert torch.equal(scale, torch.ones_like(scale))
+
+
 def test_the_granularity_is_read_from_the_scale_shape():
     assert granularity_of((7, 300), ()) == ("tensor", 0)
     assert granularity_of((7, 300), (7, 1)) == ("row", 0)

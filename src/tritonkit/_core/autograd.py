@@ -143,6 +143,12 @@ def _remember(ctx, save: Save, inputs: tuple, outputs: tuple, non_differentiable
     ctx.set_materialize_grads(False)
 
 
+def needed(grads: Sequence, needs: Sequence[bool]) -> tuple:
+    """A backward launcher's gradients with None where ``needs`` says the input needs none (the launcher returned an
+    empty tensor there)."""
+    return tuple(g if need else None for g, need in zip(grads, needs, strict=True))
+
+
 def _padded(ctx, grads: Sequence) -> tuple:
     """One gradient per input: the family's gradients of the leading inputs, then None."""
     grads = tuple(grads)

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from tritonkit._core.autograd import differentiable_op
+from tritonkit._core.autograd import differentiable_op, needed
 from tritonkit.ops.lora.launch import check_lora_args, lora_bwd, lora_bwd_fake, lora_fwd, lora_fwd_fake
 
 
@@ -24,7 +24,7 @@ def _gradients(ctx, grad_outputs, backward):
     x, weight, lora_a, lora_b, xa = ctx.saved_tensors
     needs = (*ctx.needs_input_grad[:4], ctx.needs_input_grad[4] and ctx.has_bias)
     grads = backward(dy, x, weight, lora_a, lora_b, xa, ctx.scale, *needs)
-    return tuple(g if need else None for g, need in zip(grads, needs, strict=True))
+    return needed(grads, needs)
 
 
 lora_op = differentiable_op(

@@ -99,8 +99,8 @@ def quantize_fwd(
         raise TypeError(f"quantize: plan must be a QuantPlan, got {type(plan).__name__}")
     codes = torch.empty(x.shape, dtype=dtype, device=x.device)
     scale = torch.empty(scale_shape(tuple(x.shape), granularity, block_size), dtype=torch.float32, device=x.device)
-    if x.numel() == 0:
-        return codes, scale
+    if x.numel() == 0:  # every region empty, so a region of zeros: scale 1 (rows of no values too)
+        return codes, scale.fill_(1.0) if scale.numel() else scale
     rows = _rows(x)
     code_rows = codes.view(rows.shape)
     n_rows, n_cols = rows.shape
