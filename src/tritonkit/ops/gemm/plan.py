@@ -2,7 +2,7 @@
 and by how many rows x has (a decode step's few rows take narrow tiles, or most of each tile would be padding); and
 the split-K GEMV of weight-only layers at a few rows, with the heuristic that picks its number of K splits.
 
-MEASURED holds the tiled kernel's many-rows tile on sm90 for x holding codes, STEP_SCALED its tile for codes with
+MEASURED holds the tiled kernel's tiles by rows on sm90 for x holding codes, STEP_SCALED its tile for codes with
 group or block scales, PERSISTENT the persistent TMA kernel's tile for large products of codes on sm90, and
 GEMV_MEASURED the one-row GEMV's plan on sm90; everything else takes FALLBACK and GEMV_FALLBACK, the documented
 fallback of an unknown GPU. The tiled fallback fits the 99 KB of shared memory of sm86/sm89 at three stages with
