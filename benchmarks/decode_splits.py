@@ -13,7 +13,7 @@ of 64-token pages, SDPA with enable_gqa over a contiguous bf16 cache of the same
   heuristic's.
 
     python benchmarks/decode_splits.py --out DIR [--budget-s 50] [--dry-run]
-        [--part heuristic|quantized|tiles|splits|appends]
+        [--part heuristic|quantized|tiles|splits|appends] [--formats int8 fp8 int4]
 
 ``--part quantized`` (``<date>-decode-quantized.json``): at B 8 S 32k and B 64 S 4k, paged bf16 with this GPU's
 plan, and int8, fp8 and int4 with theirs, int8 and fp8 also with their plan's direct_codes the other way (the codes
@@ -28,8 +28,9 @@ tokens, eight of 2048) into each format's paged cache with each of PROGRAM_TOKEN
 (launch.append_tokens), and the public op.
 
 ``--part splits`` (``<date>-decode-split-counts.json``): at SPLIT_SHAPES (B 1 to 16 at S 1k to 32k, B 64 S 4k,
-B 256 S 1k), SDPA, then paged bf16, int8 and fp8 with this GPU's plans at the heuristic's split count and at each of
-SPLIT_COUNTS; bf16 against SDPA, the 8-bit caches against bf16's heuristic run.
+B 256 S 1k), SDPA, then paged bf16 and the quantized formats (``--formats``, default int8 and fp8) with this GPU's
+plans at the heuristic's split count and at each of SPLIT_COUNTS; bf16 against SDPA, the quantized caches against
+bf16's heuristic run.
 
 Prints one line per run and writes ``<date>-decode-splits.json`` into DIR: per run the shape, cache, plan, key block,
 split count asked (0: the heuristic) and used, µs, GB/s of the spec's cost model (the keys and values in their
@@ -70,6 +71,7 @@ TILES = tuple((block_n, warps, stages) for block_n in (64, 128) for warps in (2,
 # SPLIT_COUNTS (none shorter than a key block), at these shapes: where splits are few blocks long.
 SPLIT_SHAPES = (*((b, s) for b in (1, 4, 8, 16) for s in (1024, 2048, 4096, 8192, 32768)), (64, 4096), (256, 1024))
 SPLIT_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128)
+SPLIT_FORMATS = ("int8", "fp8")  # --part splits' quantized formats unless --formats names others (bf16 always runs)
 APPEND_TOKENS = 8192  # a prompt's keys and values appended at once (kv_cache_append's bandwidth case)
 APPEND_SHAPES = ((1, 8192), (8, 2048))  # --part appends: (sequences, new tokens each)
 PROGRAM_TOKENS = (1, 2, 4)  # --part appends: the new tokens a kv_cache_append program writes (plan.APPEND_TOKENS)
@@ -363,17 +365,17 @@ def tiles(runner: Runner, shapes) -> None:
             del inputs
 
 
-def splits(runner: Runner, shapes) -> None:
-    """--part splits: SDPA, then paged bf16, int8 and fp8 with this GPU's plan at the heuristic's split count and at
-    every count of SPLIT_COUNTS that leaves each split at least a key block; bf16 against SDPA, the 8-bit caches
-    against bf16's heuristic run."""
+def splits(runner: Runner, shapes, formats=SPLIT_FORMATS) -> None:
+    """--part splits: SDPA, then paged bf16 and each quantized format of ``formats`` with this GPU's plan at the
+    heuristic's split count and at every count of SPLIT_COUNTS that leaves each split at least a key block; bf16
+    against SDPA, the quantized caches against bf16's heuristic run."""
     from tritonkit.ops.decoding.plan import decode_plan
 
     d = runner.heads["d"]
     for b, s in shapes:
         sdpa_ms = runner.sdpa(b, s, "splits")
         bf16_ms = None
-        for kv in ("plain", "int8", "fp8"):
+        for kv in ("plain", *(f for f in formats if f != "plain")):
             case, inputs = runner.inputs(b, s, kv)
             plan = decode_plan(runner.arch, d, kv)
             cache = "bf16" if kv == "plain" else kv
@@ -386,8 +388,8 @@ def splits(runner: Runner, shapes) -> None:
             del inputs
 
 
-def _warm(task: tuple[int, int, bool, str, tuple]) -> None:
-    index, workers, dry, part, tile_shapes = task
+def _warm(task: tuple[int, int, bool, str, tuple, tuple]) -> None:
+    index, workers, dry, part, tile_shapes, formats = task
     runner = Runner(dry, math.inf, 0, warm=(index, workers))
     if part == "quantized":
         quantized(runner, DRY["headline"] if dry else HEADLINE)
@@ -396,7 +398,7 @@ def _warm(task: tuple[int, int, bool, str, tuple]) -> None:
         tiles(runner, DRY["headline"] if dry else tile_shapes)
         return
     if part == "splits":
-        splits(runner, DRY["shapes"] if dry else SPLIT_SHAPES)
+        splits(runner, DRY["shapes"] if dry else SPLIT_SHAPES, formats)
         return
     if part == "appends":
         appends(runner, DRY["appends"] if dry else APPEND_SHAPES, PROGRAM_TOKENS)
@@ -416,10 +418,17 @@ def main(argv: list[str] | None = None) -> int:
                         default="all",
                         help="heuristic: this GPU's split heuristic against the fallback's, paged bf16; quantized: "
                              "the quantized caches' plans (direct_codes both ways) against paged bf16; tiles: key "
-                             "block, warps and stages of every format; splits: bf16, int8 and fp8 at each split "
+                             "block, warps and stages of every format; splits: bf16 and --formats at each split "
                              "count; appends: a prompt's append at each count of tokens a program")  # fmt: skip
     parser.add_argument("--shapes", type=_shapes, default=TILE_SHAPES,
                         help="--part tiles: B:S pairs, comma-separated (default: TILE_SHAPES)")  # fmt: skip
+    parser.add_argument(
+        "--formats",
+        nargs="+",
+        choices=("int8", "fp8", "int4"),
+        default=SPLIT_FORMATS,
+        help="--part splits: the quantized formats swept beside paged bf16 (default: int8 fp8)",
+    )
     parser.add_argument("--compile-workers", type=int, default=min(12, (os.cpu_count() or 2) - 2),
                         help="processes compiling the kernel variants first (0: compile as the runs come)")  # fmt: skip
     args = parser.parse_args(argv)
@@ -439,7 +448,8 @@ def main(argv: list[str] | None = None) -> int:
         # into Triton's on-disk cache, they cost the timing process a cache read each.
         workers = args.compile_workers
         with multiprocessing.get_context("spawn").Pool(workers) as pool:
-            tasks = [(index, workers, args.dry_run, args.part, args.shapes) for index in range(workers)]
+            tasks = [(index, workers, args.dry_run, args.part, args.shapes, tuple(args.formats))
+                     for index in range(workers)]  # fmt: skip
             pool.map(_warm, tasks)
         print(f"compiled in {time.perf_counter() - start:.0f} s by {workers} processes", flush=True)
     budget = math.inf if args.dry_run else args.budget_s - (time.perf_counter() - start)
@@ -451,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
         tiles(runner, DRY["headline"] if args.dry_run else args.shapes)
         return _write(args, runner, start, "decode-tiles")
     if args.part == "splits":
-        splits(runner, DRY["shapes"] if args.dry_run else SPLIT_SHAPES)
+        splits(runner, DRY["shapes"] if args.dry_run else SPLIT_SHAPES, tuple(args.formats))
         return _write(args, runner, start, "decode-split-counts")
     if args.part == "appends":
         appends(runner, DRY["appends"] if args.dry_run else APPEND_SHAPES, PROGRAM_TOKENS)
