@@ -19,47 +19,24 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gemm_table import GEMV_M, GEMV_NK  # the benchmarks folder is no package: its own path
 
-# name -> GemvPlan's (block_m, block_n, block_k, warps, stages, programs_per_sm[, words]); min_split_k stays the
-# fallback's; plans without words read the codes byte by byte.
-# One row multiplies in fp32 lanes (block_m 1; its K loop pipelined where stages > 1, asked of the loop, as Triton
-# pipelines unasked only the loads that feed tl.dot); more rows go through tl.dot on rows padded to 16, pipelined
-# through shared memory.
+# name -> GemvPlan's (block_m, block_n, block_k, warps, stages, programs_per_sm[, options]); min_split_k stays the
+# fallback's; options: GemvPlan's words (int8 codes read as int32 words; else byte by byte) and last_split_sums (the
+# tile's last split sums the partials; else a second launch). One row multiplies in fp32 lanes (block_m 1; its K
+# loop pipelined where stages > 1, asked of the loop); more rows go through tl.dot on rows padded to 16, pipelined
+# through shared memory. The candidates swept before (tiles, depths, programs a multiprocessor, words at 16 rows)
+# are in the committed results (2026-11-28/29-gemv-plans*.md); these are the plans now taken and their variants.
+SUMS = {"last_split_sums": True}
 CANDIDATES = {
-    "r1 32x256 w4 p4": (1, 32, 256, 4, 1, 4),
-    "r1 16x256 w4 p4": (1, 16, 256, 4, 1, 4),
-    "r1 16x512 w4 p8": (1, 16, 512, 4, 1, 8),
-    "r1 32x512 w4 p4": (1, 32, 512, 4, 1, 4),
-    "r1 32x256 w4 p8": (1, 32, 256, 4, 1, 8),
-    "r1 32x256 w2 p8": (1, 32, 256, 2, 1, 8),
-    "r1 64x256 w4 p4": (1, 64, 256, 4, 1, 4),
-    "r1 64x128 w4 p8": (1, 64, 128, 4, 1, 8),
-    # The K loop pipelined (asynchronous copies ahead, asked of the loop; stages 1 above do not pipeline).
-    "r1 16x512 w4 s2 p8": (1, 16, 512, 4, 2, 8),
-    "r1 16x512 w4 s3 p8": (1, 16, 512, 4, 3, 8),
-    "r1 32x256 w4 s3 p4": (1, 32, 256, 4, 3, 4),
-    # Around the pipelined 32 x 256 (sm90's one-row plan since 2026-11-29-gemv-plans.md): depth, programs, tiles.
-    "r1 32x256 w4 s4 p4": (1, 32, 256, 4, 4, 4),
-    "r1 32x256 w4 s3 p8": (1, 32, 256, 4, 3, 8),
-    "r1 32x256 w4 s3 p2": (1, 32, 256, 4, 3, 2),
-    "r1 32x256 w8 s3 p4": (1, 32, 256, 8, 3, 4),
-    "r1 16x256 w4 s3 p8": (1, 16, 256, 4, 3, 8),
-    "r1 64x256 w4 s3 p4": (1, 64, 256, 4, 3, 4),
-    "r1 32x512 w4 s3 p4": (1, 32, 512, 4, 3, 4),
-    "r1 32x128 w4 s4 p8": (1, 32, 128, 4, 4, 8),
-    # int8 codes read as int32 words of four (GemvPlan.words), around sm90's plan.
-    "r1 32x256 w4 s3 p2 words": (1, 32, 256, 4, 3, 2, True),
-    "r1 32x256 w4 s1 p4 words": (1, 32, 256, 4, 1, 4, True),
-    "r1 32x256 w4 s3 p4 words": (1, 32, 256, 4, 3, 4, True),
-    "r1 64x256 w4 s3 p2 words": (1, 64, 256, 4, 3, 2, True),
-    "r1 32x512 w4 s3 p2 words": (1, 32, 512, 4, 3, 2, True),
-    "r16 64x128 w4 s3 p4": (16, 64, 128, 4, 3, 4),
-    "r16 32x128 w4 s3 p4": (16, 32, 128, 4, 3, 4),
+    "r1 32x256 w4 s3 p2 words": (1, 32, 256, 4, 3, 2, {"words": True}),  # sm90's one-row plan
+    "r1 32x256 w4 s3 p2 words sums": (1, 32, 256, 4, 3, 2, {"words": True, **SUMS}),
+    "r1 32x256 w4 s3 p4 words sums": (1, 32, 256, 4, 3, 4, {"words": True, **SUMS}),
+    "r1 32x256 w4 s1 p4 words": (1, 32, 256, 4, 1, 4, {"words": True}),  # the fallback's one-row plan
+    "r1 32x256 w4 s1 p4 words sums": (1, 32, 256, 4, 1, 4, {"words": True, **SUMS}),
+    "r16 64x128 w4 s3 p4": (16, 64, 128, 4, 3, 4),  # the 2-16 row plan
+    "r16 64x128 w4 s3 p4 sums": (16, 64, 128, 4, 3, 4, SUMS),
     "r16 32x256 w4 s3 p4": (16, 32, 256, 4, 3, 4),
-    "r16 64x256 w4 s3 p4": (16, 64, 256, 4, 3, 4),
-    "r16 64x128 w4 s4 p8": (16, 64, 128, 4, 4, 8),
-    "r16 32x128 w4 s4 p8": (16, 32, 128, 4, 4, 8),
-    "r16 128x128 w4 s3 p4": (16, 128, 128, 4, 3, 4),
-    "r16 64x128 w8 s3 p4": (16, 64, 128, 8, 3, 4),
+    "r16 32x256 w4 s3 p4 sums": (16, 32, 256, 4, 3, 4, SUMS),
+    "r16 64x256 w4 s3 p4 sums": (16, 64, 256, 4, 3, 4, SUMS),
 }
 MIN_SPLIT_K = 512  # the fewest K values of a split (plan.GEMV_FALLBACK's)
 
@@ -72,8 +49,8 @@ def candidates_for(m: int) -> list[str]:
 def _plan(name: str):
     from tritonkit.ops.gemm.plan import GemvPlan
 
-    block_m, block_n, block_k, warps, stages, per_sm, *words = CANDIDATES[name]
-    return GemvPlan(block_m, block_n, block_k, warps, stages, per_sm, MIN_SPLIT_K, words=bool(words and words[0]))
+    block_m, block_n, block_k, warps, stages, per_sm, *options = CANDIDATES[name]
+    return GemvPlan(block_m, block_n, block_k, warps, stages, per_sm, MIN_SPLIT_K, **(options[0] if options else {}))
 
 
 def _forced(plan):

@@ -46,3 +46,13 @@ def test_cpu_tensors_without_the_interpreter_are_refused_by_name():
     assert len(lines) == 3, result.stdout + result.stderr
     for line, name in zip(lines, ("x", "a", "img"), strict=True):
         assert line.startswith(f"{name} is on cpu, but compiled Triton kernels need CUDA tensors"), line
+
+
+def test_variants_only_a_forced_plan_reaches_compile_for_hopper():
+    """Kernel variants no default plan takes yet (plans_for_hopper.py lists them) compile for sm_90 too."""
+    result = _run_without_interpreter(str(HERE / "plans_for_hopper.py"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert len(lines) == 3, result.stdout
+    assert sum("_gemv_int8_words_kernel" in line for line in lines) == 1, result.stdout
+    assert all("LAST_SPLIT_SUMS]" in line and "bytes of sm_90 code" in line for line in lines), result.stdout

@@ -247,6 +247,26 @@ def test_gemv_splits_match_the_reference(plan, m, weights):
 WORDS = dataclasses.replace(ONE_ROW, words=True)
 
 
+@pytest.mark.parametrize(("plan", "m"), [(ONE_ROW, 3), (DOT_ROWS, 20), (WORDS, 3), (WORDS, 1)],
+                         ids=["one-row-3", "dot-20", "words-3", "words-1"])  # fmt: skip
+@pytest.mark.parametrize("weights", WEIGHTS[:2] + WEIGHTS[3:], ids=["int8-row", "e4m3-tensor", "e5m2-block"])
+def test_last_split_sums_the_partials_as_the_reduction_does(monkeypatch, device, plan, m, weights):
+    """GemvPlan.last_split_sums: each tile's last split to finish sums the partials in split order and writes out,
+    no second launch; the same bits as the reduction kernel's, and the float64 reference."""
+    reductions = []
+    monkeypatch.setattr(launch, "_split_k_reduce_kernel", _Recording(launch._split_k_reduce_kernel, reductions))
+    inputs = _inputs({"m": m, "n": 37, "k": 100, **weights}, device)
+    x, w, x_scale, w_scale = inputs.args
+    bias = inputs.kwargs["bias"]
+    two_launches = launch.scaled_linear_fwd(x, w, x_scale, w_scale, bias, torch.float32, False, plan=plan)
+    assert len(reductions) == 1
+    one_launch = launch.scaled_linear_fwd(x, w, x_scale, w_scale, bias, torch.float32, False,
+                                          plan=dataclasses.replace(plan, last_split_sums=True))  # fmt: skip
+    assert len(reductions) == 1
+    assert torch.equal(one_launch, two_launches)
+    torch.testing.assert_close(one_launch.double(), _expected(inputs), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("m", [1, 3])
 @pytest.mark.parametrize(("k", "splits"), [(100, 3), (100, 1), (4104, 0)], ids=["k100-3", "k100-1", "k4104-plan"])
 @pytest.mark.parametrize("weights", [{"w_scale": "row", "bias": True}, {"w_scale": "tensor"}], ids=["row", "tensor"])

@@ -226,11 +226,35 @@ def _scaled_linear_persistent_kernel(
 
 
 @triton.jit
+def _split_partial(b_sum, p_partial, p_arrivals, p_w_scale, p_bias, p_out, o_m, o_n, M, N, n_splits, stride_ws_n,
+                   stride_out_m, W_SCALE: tl.constexpr, G: tl.constexpr, HAS_BIAS: tl.constexpr,
+                   LAST_SPLIT_SUMS: tl.constexpr):  # fmt: skip
+    """Store split program_id(1)'s partial P_s [M, N] of output tile program_id(0) to p_partial (S, M, N). With
+    LAST_SPLIT_SUMS the tile's splits count themselves in at p_arrivals[tile] (zero at launch), and the last to
+    arrive sums P_0 ... P_{S-1} in split order (the bits _split_k_reduce_kernel gives) and writes the output."""
+    m_mn = (o_m < M)[:, None] & (o_n < N)[None, :]
+    o_mn = o_m.to(tl.int64)[:, None] * N + o_n[None, :]
+    tl.store(p_partial + (tl.program_id(1) * M).to(tl.int64) * N + o_mn, b_sum, mask=m_mn)
+    if LAST_SPLIT_SUMS:
+        # The barrier puts every thread's stores before the release; the acquire puts the sum's loads after the
+        # other splits' stores (tritonkit._core.jit.row_sync's publish and wait, without the wait: none is needed).
+        tl.debug_barrier()
+        if tl.atomic_add(p_arrivals + tl.program_id(0), 1, sem="acq_rel") == n_splits - 1:
+            acc = tl.zeros_like(b_sum)
+            for i_split in range(n_splits):
+                acc += tl.load(p_partial + (i_split * M).to(tl.int64) * N + o_mn, mask=m_mn, other=0.0,
+                               cache_modifier=".cg")  # fmt: skip
+            PER_STEP: tl.constexpr = W_SCALE == "group" or W_SCALE == "block"
+            _store_output(acc, None, p_w_scale, p_bias, p_out, o_m, o_n, M, N, 0, stride_ws_n, stride_out_m, "none",
+                          W_SCALE, G, not PER_STEP, HAS_BIAS)  # fmt: skip
+
+
+@triton.jit
 def _gemv_split_k_kernel(
-    p_x, p_w, p_w_scale, p_bias, p_out, p_partial, M, N, K, k_per_split,
+    p_x, p_w, p_w_scale, p_bias, p_out, p_partial, p_arrivals, M, N, K, k_per_split, n_splits,
     stride_x_m, stride_w_n, stride_ws_n, stride_out_m,
     W_SCALE: tl.constexpr, G: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, STAGES: tl.constexpr,
+    LAST_SPLIT_SUMS: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, STAGES: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """Split program_id(1) of K, [k_s, k_s + k_per_split) cut at K, for the BLOCK_M rows x BLOCK_N outputs of block
@@ -238,8 +262,8 @@ def _gemv_split_k_kernel(
     BLOCK_K, so every step but the last of the last split is whole, and with BLOCK_K dividing G each step lies in one
     scale group. BLOCK_M = 1: fp32 lanes accumulate x[k] s_w(n, k) w[n, k] over [BLOCK_N, BLOCK_K] and sum along K
     once at the end; else tl.dot. STAGES: the K loop's software pipeline (asked of the loop: the compiler pipelines
-    a plain range's loads only where they feed a dot). SPLIT: store the fp32 partial P_s to p_partial (S, M, N);
-    else the output."""
+    a plain range's loads only where they feed a dot). SPLIT: store the fp32 partial P_s to p_partial (S, M, N)
+    (_split_partial; LAST_SPLIT_SUMS: the tile's last split also sums them); else the output."""
     n_blocks_n = tl.cdiv(N, BLOCK_N)
     i_m, i_n, i_split = tl.program_id(0) // n_blocks_n, tl.program_id(0) % n_blocks_n, tl.program_id(1)
     o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -273,8 +297,8 @@ def _gemv_split_k_kernel(
         p_w_tile += BLOCK_K
     b_sum = tl.sum(acc, axis=1)[None, :] if BLOCK_M == 1 else acc  # [M, N]
     if SPLIT:
-        p_part = p_partial + (i_split * M + o_m).to(tl.int64)[:, None] * N + o_n[None, :]
-        tl.store(p_part, b_sum, mask=m_m[:, None] & m_n[None, :])
+        _split_partial(b_sum, p_partial, p_arrivals, p_w_scale, p_bias, p_out, o_m, o_n, M, N, n_splits, stride_ws_n,
+                       stride_out_m, W_SCALE, G, HAS_BIAS, LAST_SPLIT_SUMS)  # fmt: skip
     else:
         _store_output(b_sum, None, p_w_scale, p_bias, p_out, o_m, o_n, M, N, 0, stride_ws_n, stride_out_m, "none",
                       W_SCALE, G, not PER_STEP, HAS_BIAS)  # fmt: skip
@@ -282,10 +306,10 @@ def _gemv_split_k_kernel(
 
 @triton.jit
 def _gemv_int8_words_kernel(
-    p_x, p_words, p_w_scale, p_bias, p_out, p_partial, M, N, k_words, words_per_split,
+    p_x, p_words, p_w_scale, p_bias, p_out, p_partial, p_arrivals, M, N, k_words, words_per_split, n_splits,
     stride_x_m, stride_w_n, stride_ws_n, stride_out_m,
-    W_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr, STAGES: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    W_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr, LAST_SPLIT_SUMS: tl.constexpr,
+    STAGES: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """The one-row GEMV (_gemv_split_k_kernel at BLOCK_M 1) for int8 codes with a tensor or row scale, the codes read
     as int32 words of four (k_words = K / 4, an argument so that its divisibility keeps the loads 16 bytes wide):
@@ -299,7 +323,7 @@ def _gemv_int8_words_kernel(
     in fp32 lanes, summed along K at the end, where the byte path takes the codes through bf16 to fp32 by permutes,
     masks, packed adds and a shift each (sm_90 code of the one-row tile: 4.6 instructions a value against 6.3). x's
     column j of each word is split from one load of its four values a word. STAGES: the K loop's software pipeline
-    (asked of the loop). SPLIT: store the fp32 partial sum to p_partial (S, M, N); else the output."""
+    (asked of the loop). SPLIT and LAST_SPLIT_SUMS as _gemv_split_k_kernel's."""
     WORDS: tl.constexpr = BLOCK_K // 4
     n_blocks_n = tl.cdiv(N, BLOCK_N)
     i_m, i_n, i_split = tl.program_id(0) // n_blocks_n, tl.program_id(0) % n_blocks_n, tl.program_id(1)
@@ -327,8 +351,8 @@ def _gemv_int8_words_kernel(
     b_sum = tl.sum(acc, axis=1)[None, :]  # [1, N]
     o_m = i_m + tl.arange(0, 1)
     if SPLIT:
-        p_part = p_partial + (i_split * M + o_m).to(tl.int64)[:, None] * N + o_n[None, :]
-        tl.store(p_part, b_sum, mask=(o_m < M)[:, None] & m_n[None, :])
+        _split_partial(b_sum, p_partial, p_arrivals, p_w_scale, p_bias, p_out, o_m, o_n, M, N, n_splits, stride_ws_n,
+                       stride_out_m, W_SCALE, 1, HAS_BIAS, LAST_SPLIT_SUMS)  # fmt: skip
     else:
         _store_output(b_sum, None, p_w_scale, p_bias, p_out, o_m, o_n, M, N, 0, stride_ws_n, stride_out_m, "none",
                       W_SCALE, 1, True, HAS_BIAS)  # fmt: skip

@@ -358,7 +358,8 @@ def _words_apply(w: torch.Tensor, w_granularity: str, plan: GemvPlan, block_k: i
 def _gemv(rows, w, w_scale, stride_ws, w_granularity, group, bias, out_rows, plan: GemvPlan, block_k: int,
           precision: str) -> None:  # fmt: skip
     """The split-K GEMV (kernels.py): K cut into splits of whole block_k steps (plan.splits_to_fill), then, with more
-    than one, the partials summed in split order."""
+    than one, the partials summed in split order: by a second launch, or with plan.last_split_sums by each output
+    tile's last split to finish (counted in at a zeroed int32 a tile)."""
     m, k = rows.shape
     n = w.shape[0]
     splits = splits_to_fill(n, k, m, sm_count(rows.device), plan)
@@ -366,21 +367,26 @@ def _gemv(rows, w, w_scale, stride_ws, w_granularity, group, bias, out_rows, pla
     splits = cdiv(k, k_per_split)
     partial = rows.new_empty((splits, m, n), dtype=torch.float32) if splits > 1 else None
     scales = {"W_SCALE": w_granularity, "G": group, "HAS_BIAS": bias is not None}
-    if _words_apply(w, w_granularity, plan, block_k):
-        _gemv_int8_words_kernel[(m * cdiv(n, plan.block_n), splits)](
-            rows, w.view(torch.int32), w_scale, bias, out_rows, partial, m, n, k // 4, k_per_split // 4,
-            rows.stride(0), w.stride(0) // 4, stride_ws, out_rows.stride(0),
-            W_SCALE=w_granularity, HAS_BIAS=bias is not None, SPLIT=splits > 1, STAGES=plan.stages,
-            BLOCK_N=plan.block_n, BLOCK_K=block_k, num_warps=plan.warps, num_stages=plan.stages,
+    words = _words_apply(w, w_granularity, plan, block_k)
+    tiles = (m if words else cdiv(m, plan.block_m)) * cdiv(n, plan.block_n)
+    last_split_sums = splits > 1 and plan.last_split_sums
+    arrivals = torch.zeros(tiles, dtype=torch.int32, device=rows.device) if last_split_sums else None
+    if words:
+        _gemv_int8_words_kernel[(tiles, splits)](
+            rows, w.view(torch.int32), w_scale, bias, out_rows, partial, arrivals, m, n, k // 4, k_per_split // 4,
+            splits, rows.stride(0), w.stride(0) // 4, stride_ws, out_rows.stride(0),
+            W_SCALE=w_granularity, HAS_BIAS=bias is not None, SPLIT=splits > 1, LAST_SPLIT_SUMS=last_split_sums,
+            STAGES=plan.stages, BLOCK_N=plan.block_n, BLOCK_K=block_k, num_warps=plan.warps, num_stages=plan.stages,
         )  # fmt: skip
     else:
-        _gemv_split_k_kernel[(cdiv(m, plan.block_m) * cdiv(n, plan.block_n), splits)](
-            rows, w, w_scale, bias, out_rows, partial, m, n, k, k_per_split,
+        _gemv_split_k_kernel[(tiles, splits)](
+            rows, w, w_scale, bias, out_rows, partial, arrivals, m, n, k, k_per_split, splits,
             rows.stride(0), w.stride(0), stride_ws, out_rows.stride(0),
-            **scales, SPLIT=splits > 1, DOT_PRECISION=precision, UPCAST=kernels_interpreted(), STAGES=plan.stages,
-            BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, BLOCK_K=block_k, num_warps=plan.warps, num_stages=plan.stages,
+            **scales, SPLIT=splits > 1, LAST_SPLIT_SUMS=last_split_sums, DOT_PRECISION=precision,
+            UPCAST=kernels_interpreted(), STAGES=plan.stages, BLOCK_M=plan.block_m, BLOCK_N=plan.block_n,
+            BLOCK_K=block_k, num_warps=plan.warps, num_stages=plan.stages,
         )  # fmt: skip
-    if splits > 1:
+    if splits > 1 and not last_split_sums:
         block_m = min(next_power_of_2(m), 16)
         block_n = REDUCE_OUTPUTS // block_m
         _split_k_reduce_kernel[(cdiv(m, block_m) * cdiv(n, block_n),)](

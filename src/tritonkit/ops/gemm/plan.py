@@ -118,6 +118,9 @@ class GemvPlan:
     # block_m 1 with int8 codes and a tensor or row scale (K a multiple of 4): the codes read as int32 words of four
     # and made floats by their bits (_gemv_int8_words_kernel); other calls take the byte loop.
     words: bool = False
+    # With K split: the last split to finish each output tile sums the partials (in split order, as the reduction
+    # kernel does) and writes the output, counted in by an atomic, instead of a second launch; not yet timed.
+    last_split_sums: bool = False
 
     def __post_init__(self):
         if self.block_m != 1 and (self.block_m < 16 or self.block_m & (self.block_m - 1)):
