@@ -5,10 +5,10 @@ gradient, at Llama 3 8B's MLP and attention shapes with 8192 tokens (bf16 master
     python benchmarks/float8_training.py --out DIR [--dry-run]
 
 Times are CUDA-graph GPU time (triton.testing.do_bench_cudagraph). Prints a line per run and writes
-``<date>-float8-training.json``: the shape, provider, ms, TFLOP/s of the three GEMMs (6 M N K), and the bf16 layer's
-time over this one. torchao's rows need its wheel (absent: skipped, said so). ``--dry-run`` runs tritonkit's
-providers once on a small shape under the CPU interpreter and checks y, dx and dW against the float64 layer within
-float8's error; no times.
+``<date>-float8-training.json`` and ``.md``: the shape, provider, ms, TFLOP/s of the three GEMMs (6 M N K), and the
+bf16 layer's time over this one. torchao's rows need its wheel (absent: skipped, said so). ``--dry-run`` runs
+tritonkit's providers once on a small shape under the CPU interpreter and checks y, dx and dW against the float64
+layer within float8's error; no times.
 """
 
 from __future__ import annotations
@@ -115,8 +115,21 @@ def main() -> int:
                   flush=True)  # fmt: skip
     record = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
               "timing": "CUDA graph", "seconds": time.perf_counter() - start, "rows": rows}  # fmt: skip
-    report.write_record(args.out, "float8-training", record)
+    path = report.write_record(args.out, "float8-training", record)
+    path.with_suffix(".md").write_text(summary(record))
     return 0
+
+
+def summary(record: dict) -> str:
+    """The record as a markdown table: per shape and provider, the step's time, TFLOP/s and the bf16 layer's time over
+    it."""
+    lines = [f"# A linear layer's training step in float8 ({record['device']}, {record['timing']} GPU time)", "",
+             "| tokens x K -> N | provider | us | TFLOP/s of the three GEMMs | bf16 layer's time / its time |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    for row in record["rows"]:
+        lines.append(f"| {row['tokens']} x {row['k']} -> {row['n']} | {row['provider']} | {row['ms'] * 1e3:.1f} | "
+                     f"{row['tflops']:.0f} | {row['bf16_over_this']:.2f}x |")  # fmt: skip
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

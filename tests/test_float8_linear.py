@@ -72,20 +72,70 @@ def test_the_layer_is_within_float8s_error_of_the_float64_layer(recipe, device):
         assert _relative(ours, reference) < 0.1, name
 
 
-def test_gradients_only_where_needed(device):
-    """A frozen weight gets no dW GEMM, no bias no db; x alone or W alone."""
+def test_gradients_only_where_needed(device, monkeypatch):
+    """A frozen weight gets no dW GEMM, a frozen input no dx GEMM: one GEMM forward, one backward."""
+    calls = []
+    real = tk.ops.scaled_linear
+    monkeypatch.setattr(tk.ops, "scaled_linear", lambda *args, **kwargs: calls.append(1) or real(*args, **kwargs))
     x, weight, _ = _layer(device, torch.float32, bias=False)
     weight.requires_grad_(False)
-    (dx,) = torch.autograd.grad(float8_linear(x, weight).sum(), (x,))
-    assert dx.shape == x.shape and torch.isfinite(dx).all()
-    x2 = x.detach()
+    y = float8_linear(x, weight)
+    (dx,) = torch.autograd.grad(y, (x,), torch.ones_like(y))
+    assert len(calls) == 2 and dx.shape == x.shape
+    expected = _dequantized(torch.ones_like(y).reshape(-1, 45), "rowwise") @ _dequantized(weight.t(), "rowwise").T
+    assert _relative(dx.reshape(-1, 100), expected) <= 1e-5
     weight.requires_grad_(True)
-    (dweight,) = torch.autograd.grad(float8_linear(x2, weight).sum(), (weight,))
-    assert dweight.shape == weight.shape and torch.isfinite(dweight).all()
+    y = float8_linear(x.detach(), weight)
+    (dweight,) = torch.autograd.grad(y, (weight,), torch.ones_like(y))
+    assert len(calls) == 4 and dweight.shape == weight.shape and torch.isfinite(dweight).all()
+
+
+@pytest.mark.parametrize("where", ["x", "weight", "dy"])
+@pytest.mark.parametrize("value", [float("inf"), float("nan")], ids=["inf", "nan"])
+def test_a_non_finite_operand_makes_its_gemms_nan(where, value, device):
+    """One inf or NaN in x, W or dy: every GEMM that reads it gives NaN throughout (not the finite values its
+    saturated codes would), the others stay finite; db keeps dy's sum."""
+    x, weight, bias = _layer(device, torch.bfloat16)
+    with torch.no_grad():
+        if where == "x":
+            x[0, 0, 0] = value
+        elif where == "weight":
+            weight[0, 0] = value
+    y = float8_linear(x, weight, bias)
+    dy = torch.randn_like(y)
+    if where == "dy":
+        dy[1, 2, 3] = value
+    dx, dweight, dbias = torch.autograd.grad(y, (x, weight, bias), dy)
+    expect_nan = {"y": where != "dy", "dx": where != "x", "dW": where != "weight"}
+    for name, out in (("y", y), ("dx", dx), ("dW", dweight)):
+        assert bool(out.isnan().all()) == expect_nan[name] and bool(torch.isfinite(out).all()) != expect_nan[name], name
+    assert torch.isfinite(dbias).all() == (where != "dy")
+
+
+def test_fp16_and_a_bias_of_another_dtype(device):
+    """fp16 x and W; an fp32 bias gets its gradient unrounded (the fp32 sum of dy), not rounded to W's dtype."""
+    x, weight, _ = _layer(device, torch.float16)
+    bias = torch.randn(45, device=device, dtype=torch.float32, requires_grad=True)
+    y = float8_linear(x, weight, bias)
+    assert y.dtype == torch.float16
+    dy = torch.randn_like(y)
+    (dbias,) = torch.autograd.grad(y, (bias,), dy)
+    assert dbias.dtype == torch.float32
+    torch.testing.assert_close(dbias, dy.float().reshape(-1, 45).sum(0), rtol=1e-6, atol=1e-5)
+
+
+def test_autocast_gives_the_autocast_dtype(device):
+    x, weight, bias = _layer(device, torch.float32)
+    with torch.autocast(device, dtype=torch.bfloat16):
+        y = float8_linear(x, weight, bias)
+    assert y.dtype == torch.bfloat16
+    dx, dweight = torch.autograd.grad(y, (x, weight), torch.ones_like(y))
+    assert dx.dtype == torch.float32 and dweight.dtype == torch.float32
 
 
 def test_no_tokens_and_no_features(device):
-    """No tokens: an empty output, dW and db of zeros; K = 0: y is the bias and dW empty."""
+    """No tokens: an empty output, dW and db of zeros; K = 0: y is the bias, dx and dW empty, db the tokens' count
+    of ones."""
     x, weight, bias = _layer(device, torch.float32, m=(0,))
     y = float8_linear(x, weight, bias)
     assert y.shape == (0, 45)
@@ -93,7 +143,11 @@ def test_no_tokens_and_no_features(device):
     assert dx.shape == (0, 100)
     assert torch.equal(dweight, torch.zeros_like(weight)) and torch.equal(dbias, torch.zeros_like(bias))
     x, weight, bias = _layer(device, torch.float32, k=0)
-    torch.testing.assert_close(float8_linear(x, weight, bias), bias.detach().expand(3, 13, 45), rtol=0, atol=0)
+    y = float8_linear(x, weight, bias)
+    torch.testing.assert_close(y, bias.detach().expand(3, 13, 45), rtol=0, atol=0)
+    dx, dweight, dbias = torch.autograd.grad(y, (x, weight, bias), torch.ones_like(y))
+    assert dx.shape == (3, 13, 0) and dweight.shape == (45, 0)
+    torch.testing.assert_close(dbias, torch.full_like(bias, 39.0), rtol=0, atol=0)
 
 
 def test_module_shares_the_linear_parameters_and_converts_models():
@@ -161,5 +215,10 @@ def test_benchmark_dry_run(capsys):
     """benchmarks/float8_training.py's CPU check: tritonkit's providers against the float64 layer."""
     from helpers import benchmark_script
 
-    assert benchmark_script("float8_training").dry_run() == 0
+    script = benchmark_script("float8_training")
+    assert script.dry_run() == 0
     assert capsys.readouterr().out.count(" ok") == 3
+    row = {"tokens": 8, "k": 4, "n": 2, "provider": "bf16 nn.Linear", "ms": 0.5, "tflops": 1.0, "bf16_over_this": 1.0}
+    rows = [row]
+    table = script.summary({"device": "GPU", "timing": "CUDA graph", "rows": rows})
+    assert "| 8 x 4 -> 2 | bf16 nn.Linear | 500.0 | 1 | 1.00x |" in table

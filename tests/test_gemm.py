@@ -12,6 +12,7 @@ import tritonkit as tk
 from helpers import assert_graph_replay_matches_eager
 from tritonkit import catalog, testing
 from tritonkit.ops.gemm import launch
+from tritonkit.ops.gemm import plan as plan_module
 from tritonkit.ops.gemm.plan import (
     GEMV_FALLBACK,
     PARTIAL_K_PER_ROW,
@@ -75,6 +76,21 @@ def test_codes_with_k_off_sixteen_reach_the_kernel_padded_with_zeros(combination
     torch.testing.assert_close(out.double(), _expected(inputs), rtol=1e-5, atol=1e-5)
 
 
+def test_codes_off_16_byte_boundaries_reach_the_kernel_aligned(monkeypatch, device):
+    """K 64, but x's rows a column slice of 65-byte rows (each starting off 16 bytes): copied to 64-byte rows; w as
+    it is (already aligned)."""
+    seen, real = [], launch._tiled
+    monkeypatch.setattr(launch, "_tiled", lambda rows, w, *args, **kwargs: seen.append((rows.stride(0),
+                        rows.data_ptr() % 16, w.data_ptr())) or real(rows, w, *args, **kwargs))  # fmt: skip
+    inputs = _inputs({"m": 37, "n": 45, "k": 64, **COMBINATIONS[0]}, device)
+    x, w, x_scale, w_scale = inputs.args
+    wide = torch.zeros(37, 65, dtype=x.dtype, device=device)
+    wide[:, 1:] = x
+    out = launch.scaled_linear_fwd(wide[:, 1:], w, x_scale, w_scale, None, torch.float32, False, plan=SMALL)
+    assert seen == [(64, 0, w.data_ptr())]
+    torch.testing.assert_close(out.double(), _expected(inputs), rtol=1e-5, atol=1e-5)
+
+
 # ---------------------------------------------------------------- the persistent TMA kernel
 
 PERSISTENT_SMALL = GemmTiles(16, 16, 32, 4, 1, 2, persistent=True)  # 9 tiles for the interpreter's 4 programs
@@ -122,6 +138,15 @@ def test_large_products_of_codes_take_the_persistent_kernel_on_hopper():
     assert not gemm_tiles("sm90", 8192, n=8192, weight_only=True).persistent
     assert not gemm_tiles("sm90", 8192, n=8192, per_step=True).persistent  # group and block scales: measured tiled
     assert not gemm_tiles("sm80", 8192, n=8192).persistent  # no TMA before Hopper: the fallback's tiled kernel
+
+
+def test_wide_outputs_of_65_to_128_rows_take_the_wide_tiles():
+    assert gemm_tiles("sm90", 128, n=14336) == plan_module.WIDE["sm90"]
+    assert gemm_tiles("sm90", 65, n=12288) == plan_module.WIDE["sm90"]
+    assert gemm_tiles("sm90", 128, n=7168).block_m == 64  # narrower outputs keep the narrow tiles
+    assert gemm_tiles("sm90", 64, n=14336).block_m == 64 and gemm_tiles("sm90", 129, n=14336).block_n == 64
+    assert gemm_tiles("sm90", 128, n=14336, weight_only=True) == plan_module.FALLBACK[-1][1]
+    assert gemm_tiles("sm80", 128, n=14336) == plan_module.FALLBACK[-1][1]
 
 
 @pytest.mark.parametrize(

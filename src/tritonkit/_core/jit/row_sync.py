@@ -1,5 +1,7 @@
-"""Rows split across programs, inside the kernels: a program publishes its slice's partial results and waits for
-the row's other programs (the host side, and when waiting is allowed: tritonkit._core.row_sync)."""
+"""Programs that count themselves in: rows split across programs, where a program publishes its slice's partial
+results and waits for the row's other programs (the host side, and when waiting is allowed:
+tritonkit._core.row_sync); and ``arrive``, for the last program of a group to finish what the others began (no
+program waits, so nothing about residency is assumed)."""
 
 import triton
 import triton.language as tl
@@ -13,6 +15,15 @@ def this_slice(n_cols, n_blocks, BLOCK_N: tl.constexpr):
     i_block = tl.program_id(0) % n_blocks
     o_n = i_block * BLOCK_N + tl.arange(0, BLOCK_N)
     return i_row, i_block, o_n, o_n < n_cols
+
+
+@triton.jit
+def arrive(p_count):
+    """Count this program in at ``p_count`` (an int32, zero at launch) and return the count before it: the barrier
+    puts every thread's stores before the release, and the acquire puts this program's later loads after the stores
+    of every program counted before it (so the program that reads count - 1 finds them all)."""
+    tl.debug_barrier()
+    return tl.atomic_add(p_count, 1, sem="acq_rel")
 
 
 @triton.jit

@@ -38,6 +38,7 @@ from tritonkit._core.jit.dots import dot_fp32
 from tritonkit._core.jit.gemm import grouped_tile
 from tritonkit._core.jit.int_codes import SIGNED_BYTE_BIAS, word_bytes_as_floats
 from tritonkit._core.jit.quantize import amax_scale, codes, finite_row_amax
+from tritonkit._core.jit.row_sync import arrive
 
 
 @triton.jit
@@ -226,27 +227,33 @@ def _scaled_linear_persistent_kernel(
 
 
 @triton.jit
+def _store_sum_of_partials(acc, p_partial, p_w_scale, p_bias, p_out, o_m, o_n, M, N, n_splits, stride_ws_n,
+                           stride_out_m, W_SCALE: tl.constexpr, G: tl.constexpr, HAS_BIAS: tl.constexpr):  # fmt: skip
+    """out[o_m, o_n] = (acc, zeros, + P_0 + ... + P_{S-1} of the partials (S, M, N), in split order) x the scales
+    that do not vary along K, plus bias. The partials are read past L1 (.cg): other programs wrote them."""
+    m_mn = (o_m < M)[:, None] & (o_n < N)[None, :]
+    for i_split in range(n_splits):
+        p_part = p_partial + (i_split * M + o_m).to(tl.int64)[:, None] * N + o_n[None, :]
+        acc += tl.load(p_part, mask=m_mn, other=0.0, cache_modifier=".cg")
+    PER_STEP: tl.constexpr = W_SCALE == "group" or W_SCALE == "block"
+    _store_output(acc, None, p_w_scale, p_bias, p_out, o_m, o_n, M, N, 0, stride_ws_n, stride_out_m, "none", W_SCALE,
+                  G, not PER_STEP, HAS_BIAS)  # fmt: skip
+
+
+@triton.jit
 def _split_partial(b_sum, p_partial, p_arrivals, p_w_scale, p_bias, p_out, o_m, o_n, M, N, n_splits, stride_ws_n,
                    stride_out_m, W_SCALE: tl.constexpr, G: tl.constexpr, HAS_BIAS: tl.constexpr,
                    LAST_SPLIT_SUMS: tl.constexpr):  # fmt: skip
     """Store split program_id(1)'s partial P_s [M, N] of output tile program_id(0) to p_partial (S, M, N). With
     LAST_SPLIT_SUMS the tile's splits count themselves in at p_arrivals[tile] (zero at launch), and the last to
     arrive sums P_0 ... P_{S-1} in split order (the bits _split_k_reduce_kernel gives) and writes the output."""
-    m_mn = (o_m < M)[:, None] & (o_n < N)[None, :]
-    o_mn = o_m.to(tl.int64)[:, None] * N + o_n[None, :]
-    tl.store(p_partial + (tl.program_id(1) * M).to(tl.int64) * N + o_mn, b_sum, mask=m_mn)
-    if LAST_SPLIT_SUMS:
-        # The barrier puts every thread's stores before the release; the acquire puts the sum's loads after the
-        # other splits' stores (tritonkit._core.jit.row_sync's publish and wait, without the wait: none is needed).
-        tl.debug_barrier()
-        if tl.atomic_add(p_arrivals + tl.program_id(0), 1, sem="acq_rel") == n_splits - 1:
-            acc = tl.zeros_like(b_sum)
-            for i_split in range(n_splits):
-                acc += tl.load(p_partial + (i_split * M).to(tl.int64) * N + o_mn, mask=m_mn, other=0.0,
-                               cache_modifier=".cg")  # fmt: skip
-            PER_STEP: tl.constexpr = W_SCALE == "group" or W_SCALE == "block"
-            _store_output(acc, None, p_w_scale, p_bias, p_out, o_m, o_n, M, N, 0, stride_ws_n, stride_out_m, "none",
-                          W_SCALE, G, not PER_STEP, HAS_BIAS)  # fmt: skip
+    p_part = p_partial + (tl.program_id(1) * M + o_m).to(tl.int64)[:, None] * N + o_n[None, :]
+    tl.store(p_part, b_sum, mask=(o_m < M)[:, None] & (o_n < N)[None, :])
+    if LAST_SPLIT_SUMS:  # noqa: SIM102 (a constexpr branch: nothing counts in without it)
+        # No program waits for another, so no residency is assumed: the last to arrive finds every partial stored.
+        if arrive(p_arrivals + tl.program_id(0)) == n_splits - 1:
+            _store_sum_of_partials(tl.zeros_like(b_sum), p_partial, p_w_scale, p_bias, p_out, o_m, o_n, M, N,
+                                   n_splits, stride_ws_n, stride_out_m, W_SCALE, G, HAS_BIAS)  # fmt: skip
 
 
 @triton.jit
@@ -368,14 +375,8 @@ def _split_k_reduce_kernel(
     n_blocks_n = tl.cdiv(N, BLOCK_N)
     o_m = (tl.program_id(0) // n_blocks_n) * BLOCK_M + tl.arange(0, BLOCK_M)
     o_n = (tl.program_id(0) % n_blocks_n) * BLOCK_N + tl.arange(0, BLOCK_N)
-    m_mn = (o_m < M)[:, None] & (o_n < N)[None, :]
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for i_split in range(n_splits):
-        p_part = p_partial + (i_split * M + o_m).to(tl.int64)[:, None] * N + o_n[None, :]
-        acc += tl.load(p_part, mask=m_mn, other=0.0)
-    PER_STEP: tl.constexpr = W_SCALE == "group" or W_SCALE == "block"
-    _store_output(acc, None, p_w_scale, p_bias, p_out, o_m, o_n, M, N, 0, stride_ws_n, stride_out_m, "none", W_SCALE,
-                  G, not PER_STEP, HAS_BIAS)  # fmt: skip
+    _store_sum_of_partials(tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), p_partial, p_w_scale, p_bias, p_out, o_m,
+                           o_n, M, N, n_splits, stride_ws_n, stride_out_m, W_SCALE, G, HAS_BIAS)  # fmt: skip
 
 
 @triton.jit

@@ -41,9 +41,9 @@ W_GRANULARITIES = ("tensor", "row", "group", "block")
 # dynamic_scaled_linear's groups are its K step: from the 8-bit codes' smallest to the tiles' largest step (a wider
 # one would not fit the tiled kernel's pipeline in sm86/sm89's shared memory).
 DYNAMIC_GROUPS = (32, 64, 128)
-# Codes' rows are padded with zeros to a multiple of this many K values when K is not one: rows that start off a
-# 16-byte boundary, and a K mask that changes inside a 16-value run, make every load of codes one byte wide (int8 at
-# 512 x 4096 x 4100 ran at 27.7 TOP/s on the H200, docs/kernels/gemm.md).
+# Codes' rows are copied into rows padded with zeros to a multiple of this many K values when K is not one or a row
+# starts off a 16-byte boundary: such rows, and a K mask that changes inside a 16-value run, make every load of codes
+# one byte wide (int8 at 512 x 4096 x 4100 ran at 27.7 TOP/s on the H200, docs/kernels/gemm.md).
 CODE_K_ALIGN = 16
 # The padding copy's tile: 8 rows of 512 bytes, 32 bytes a thread at 4 warps.
 PAD_BLOCK_ROWS, PAD_BLOCK_K = 8, 512
@@ -135,13 +135,15 @@ def _scale_rows(scale: torch.Tensor | None, granularity: str) -> tuple[torch.Ten
 
 
 def _zero_padded_k(codes: torch.Tensor, align: int) -> torch.Tensor:
-    """2-D codes (unit stride along K) with K padded with zeros to a multiple of ``align`` (zero bits are 0 in int8,
-    e4m3 and e5m2, so the products and every scale group's sum are unchanged: a group of G >= 32 values, G a power of
-    two, gains no new group since K and the padded K round up to the same number of groups). Copied by
-    _pad_codes_kernel: torch's pad took about 50 us for 18 MB of codes on the H200 (docs/kernels/gemm.md)."""
+    """2-D codes (unit stride along K) as rows of whole ``align``-byte units starting on ``align``-byte boundaries:
+    the codes themselves where they already are, else a copy with K padded with zeros to a multiple of ``align``
+    (zero bits are 0 in int8, e4m3 and e5m2, so the products and every scale group's sum are unchanged: a group of
+    G >= 32 values, G a power of two, gains no new group since K and the padded K round up to the same number of
+    groups). Copied by _pad_codes_kernel: torch's pad took about 50 us for 18 MB of codes on the H200
+    (docs/kernels/gemm.md)."""
     rows, k = codes.shape
     k_out = cdiv(k, align) * align
-    if k_out == k:
+    if k_out == k and (codes.stride(0) % align == 0 or rows <= 1) and codes.data_ptr() % align == 0:
         return codes
     out = torch.empty((rows, k_out), dtype=codes.dtype, device=codes.device)
     grid = (cdiv(rows, PAD_BLOCK_ROWS), cdiv(k_out, PAD_BLOCK_K))

@@ -2,12 +2,12 @@
 and by how many rows x has (a decode step's few rows take narrow tiles, or most of each tile would be padding); and
 the split-K GEMV of weight-only layers at a few rows, with the heuristic that picks its number of K splits.
 
-MEASURED holds the tiled kernel's tiles by rows on sm90 for x holding codes, STEP_SCALED its tile for codes with
-group or block scales, PERSISTENT the persistent TMA kernel's tile for large products of codes on sm90, and
-GEMV_MEASURED the one-row GEMV's plan on sm90; everything else takes FALLBACK and GEMV_FALLBACK, the documented
-fallback of an unknown GPU. The tiled fallback fits the 99 KB of shared memory of sm86/sm89 at three stages with
-one-byte operands (two 128 x 64 tiles: 16 KB a stage); the GEMV's tiles are small enough for any GPU (its one-row form
-buffers nothing in shared memory).
+MEASURED holds the tiled kernel's tiles by rows on sm90 for x holding codes (WIDE for wide outputs at 65-128 rows),
+STEP_SCALED its tile for codes with group or block scales, PERSISTENT the persistent TMA kernel's tile for large
+products of codes on sm90, and GEMV_MEASURED the one-row GEMV's plan on sm90; everything else takes FALLBACK and
+GEMV_FALLBACK, the documented fallback of an unknown GPU. The tiled fallback fits the 99 KB of shared memory of
+sm86/sm89 at three stages with one-byte operands (two 128 x 64 tiles: 16 KB a stage); the GEMV's tiles are small
+enough for any GPU (its one-row form buffers nothing in shared memory).
 """
 
 from __future__ import annotations
@@ -43,14 +43,8 @@ FALLBACK = (
 )
 # Timed with int8 and float8 codes in x; weight-only calls keep FALLBACK until they are timed too.
 MEASURED: dict[str, tuple] = {
-    # Many rows, H100 (benchmarks/fp8_tiles.py at 8192^3): a K step of 128 over 64: int8 1158 against 964 TOP/s,
-    # float8 row scales 637 against 486, 1 x 128 / 128 x 128 blocks 404 against 330 TFLOP/s; 128 x 256 tiles and 4
-    # warps were slower. 32 to 512 rows, H200 (benchmarks/code_tiles.py, row scales, N x K from 4096 x 4096 to
-    # 4096 x 14336, geomean of the peer's time over ours): 64 x 64 tiles with K steps of 256 up to 128 rows: float8
-    # 1.28x, 1.17x, 0.94x _scaled_mm at M 32, 64, 128, int8 1.00x, 1.05x, 1.11x bare torch._int_mm (the
-    # tiles before these runs: float8 0.89x, 0.82x, 0.61x); 128 x 64 four deep at 129-256 rows (float8 0.85x,
-    # int8 1.36x bare _int_mm; three deep 128 x 128 0.65x), 128 x 128 four deep at 257-512 (float8 0.77x against
-    # 0.72x three deep, where int8 loses a tenth: 1.83x against 2.02x _int_mm with its scaling).
+    # Many rows: a K step of 128 (benchmarks/fp8_tiles.py, H100, 8192^3); 17 to 512 rows: narrower or deeper tiles
+    # (benchmarks/code_tiles.py, H200, docs/kernels/gemm.md "Open gaps": the fastest of 13 tiles at M 32-512).
     "sm90": (
         FALLBACK[0],
         (128, GemmTiles(64, 64, 256, 4, 3, 8)),  # a K step past the 1 x 128 group is cut to it (the launcher)
@@ -59,6 +53,14 @@ MEASURED: dict[str, tuple] = {
         (1 << 62, GemmTiles(128, 128, 128, 8, 3, 8)),
     ),
 }
+
+
+# 65 to 128 rows of a wide output take WIDE's tiles where the arch has them: at M 128, N 14336 the 64 x 64 x 256
+# tiles of MEASURED gave 0.70x _scaled_mm and 1.08x bare _int_mm, 128 x 128 x 128 four deep 0.82-0.83x and 1.27x
+# (H200, benchmarks/code_tiles.py); at N 4096 and 7168 the narrow tiles stay the faster.
+WIDE_ROWS = range(65, 129)
+WIDE_MIN_N = 12288
+WIDE: dict[str, GemmTiles] = {"sm90": GemmTiles(128, 128, 128, 8, 4, 8)}
 
 
 # Products of codes at least this large in M and N take the persistent kernel where PERSISTENT has the arch: below,
@@ -79,24 +81,27 @@ PERSISTENT_CANDIDATES = (
 )
 
 
-# Codes with a scale that varies along K (1 x G groups, G x G blocks), more rows than MEASURED's narrow tiles take:
+# Codes with a scale that varies along K (1 x G groups, G x G blocks), from STEP_SCALED_MIN_ROWS rows:
 # each K step's sum is scaled as it joins the accumulator, and the tiled kernel with 128 x 128 x 128 tiles four
 # stages deep was the fastest of 11 tiles on the H200 at DeepSeek-V3's float8 shapes (benchmarks/fp8_persistent.py
 # --blocks --tiles, 2026-11-29-fp8-blocks.md): 570-694 TFLOP/s, 0.89-0.98x torchao's autotuned Triton kernel in the
 # same run, against 539-644 at three stages; the persistent kernel's 128 x 256 tiles 378-550, its 128 x 128 516-636.
 STEP_SCALED: dict[str, GemmTiles] = {"sm90": GemmTiles(128, 128, 128, 8, 4, 8)}
-STEP_SCALED_MIN_ROWS = 65  # fewer rows keep MEASURED's narrow tiles (most of a 128-row tile would be padding)
+STEP_SCALED_MIN_ROWS = 65  # fewer rows keep MEASURED's 64-row tiles (most of a 128-row tile would be padding)
 
 
 def gemm_tiles(arch: str, m: int, *, weight_only: bool = False, n: int = 0, per_step: bool = False) -> GemmTiles:
     """The tiles for ``m`` rows of x and ``n`` outputs (``weight_only``: x holds bf16/fp16/fp32 values, not codes;
     ``per_step``: codes with a scale that varies along K): STEP_SCALED's for such calls where ``arch`` has them, the
     persistent kernel's for other products of codes where ``arch`` has one and m and n are both at least
-    PERSISTENT_MIN_SIZE, else the tiled kernel's by rows."""
+    PERSISTENT_MIN_SIZE, WIDE's for WIDE_ROWS rows of at least WIDE_MIN_N outputs, else the tiled kernel's by
+    rows."""
     if per_step and not weight_only and m >= STEP_SCALED_MIN_ROWS and arch in STEP_SCALED:
         return STEP_SCALED[arch]
     if not weight_only and not per_step and min(m, n) >= PERSISTENT_MIN_SIZE and arch in PERSISTENT:
         return PERSISTENT[arch]
+    if not weight_only and m in WIDE_ROWS and n >= WIDE_MIN_N and arch in WIDE:
+        return WIDE[arch]
     table = FALLBACK if weight_only else MEASURED.get(arch, FALLBACK)
     return next((tiles for bound, tiles in table if m <= bound), table[-1][1])
 
