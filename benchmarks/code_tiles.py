@@ -21,25 +21,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 ROWS = (32, 64, 128, 256, 512)
 NK = ((4096, 4096), (14336, 4096), (4096, 14336), (7168, 7168))  # (N, K): Llama 8B's MLP and DeepSeek-V3's square
-# name -> GemmTiles' (block_m, block_n, block_k, warps, stages); K steps of 128 (the float8 step measured best at
-# 8192^3); float8 operands take 24-48 KB a stage.
-CANDIDATES = {
-    "128x128x128 w8 s3": (128, 128, 128, 8, 3),
-    "128x128x128 w8 s4": (128, 128, 128, 8, 4),
-    "128x64x128 w8 s4": (128, 64, 128, 8, 4),
-    "128x64x128 w4 s4": (128, 64, 128, 4, 4),
-    "64x128x128 w4 s4": (64, 128, 128, 4, 4),
-    "64x128x128 w8 s4": (64, 128, 128, 8, 4),
-    "64x256x128 w8 s3": (64, 256, 128, 8, 3),
-    "64x64x128 w4 s4": (64, 64, 128, 4, 4),
-    "32x128x128 w4 s4": (32, 128, 128, 4, 4),
+# GemmTiles' (block_m, block_n, block_k, warps, stages), each named "MxNxK wW sS"; K steps of 128 (the float8 step
+# measured best at 8192^3) unless said; float8 operands take 24-48 KB a stage.
+TILES = (
+    (128, 128, 128, 8, 3),
+    (128, 128, 128, 8, 4),
+    (128, 64, 128, 8, 4),
+    (128, 64, 128, 4, 4),
+    (64, 128, 128, 4, 4),
+    (64, 128, 128, 8, 4),
+    (64, 256, 128, 8, 3),
+    (64, 64, 128, 4, 4),
+    (32, 128, 128, 4, 4),
     # Narrower and deeper tiles for 32-64 rows, where 64 x 64 tiles give 64 programs at N 4096 for 132
     # multiprocessors.
-    "64x32x128 w4 s4": (64, 32, 128, 4, 4),
-    "32x64x128 w4 s4": (32, 64, 128, 4, 4),
-    "64x64x256 w4 s3": (64, 64, 256, 4, 3),
-    "32x64x256 w4 s3": (32, 64, 256, 4, 3),
-}
+    (64, 32, 128, 4, 4),
+    (32, 64, 128, 4, 4),
+    (64, 64, 256, 4, 3),
+    (32, 64, 256, 4, 3),
+)
+CANDIDATES = {f"{m}x{n}x{k} w{warps} s{stages}": (m, n, k, warps, stages) for m, n, k, warps, stages in TILES}
 GROUP = 8  # tile-rows walked together (the plan's)
 # codes -> (the spec's peer, its name, other providers); int8's peer is _int_mm alone (unscaled: the floor), its
 # scaled form beside it.

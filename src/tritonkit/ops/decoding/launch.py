@@ -331,7 +331,8 @@ def decode_attention_fwd(
         n_splits=num_splits, SPLIT=num_splits > 1, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         UPCAST=upcast_bf16_dots(q.dtype), DIRECT_CODES=plan.direct_codes and cache.format in ("int8", "fp8"),
         BLOCK_M=block_m, BLOCK_N=plan.block_n, BLOCK_D=block_d, GROUP=max(cache.group, 2),
-        LAST_SPLIT_REDUCES=last_split_reduces, BLOCK_S=next_power_of_2(num_splits), num_warps=plan.warps,
+        LAST_SPLIT_REDUCES=last_split_reduces, BLOCK_S=next_power_of_2(num_splits) if last_split_reduces else 1,
+        num_warps=plan.warps,
         num_stages=plan.stages_for(cache.capacity, num_splits),
     )  # fmt: skip
     if num_splits > 1 and not last_split_reduces:

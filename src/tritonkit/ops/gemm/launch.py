@@ -350,9 +350,9 @@ def dynamic_scaled_linear_fake(x, w, w_scale, bias, out_dtype, group_size, x_dty
 
 
 def _words_apply(w: torch.Tensor, w_granularity: str, plan: GemvPlan, block_k: int) -> bool:
-    """Whether the one-row GEMV reads w's int8 codes as int32 words (GemvPlan.words): one row a program, a tensor or
-    row scale (nothing varies along K), and rows of whole, 4-byte aligned words (the int32 view exists)."""
-    return (plan.words and plan.block_m == 1 and w.dtype == torch.int8 and w_granularity in ("tensor", "row")
+    """Whether the one-row GEMV reads w's int8 codes as int32 words (GemvPlan.words, which only one-row plans take): a
+    tensor or row scale (nothing varies along K), and rows of whole, 4-byte aligned words (the int32 view exists)."""
+    return (plan.words and w.dtype == torch.int8 and w_granularity in ("tensor", "row")
             and w.shape[1] % 4 == 0 and w.stride(0) % 4 == 0 and w.storage_offset() % 4 == 0 and block_k % 4 == 0
             and w.data_ptr() % 4 == 0)  # fmt: skip
 
@@ -370,7 +370,7 @@ def _gemv(rows, w, w_scale, stride_ws, w_granularity, group, bias, out_rows, pla
     partial = rows.new_empty((splits, m, n), dtype=torch.float32) if splits > 1 else None
     scales = {"W_SCALE": w_granularity, "G": group, "HAS_BIAS": bias is not None}
     words = _words_apply(w, w_granularity, plan, block_k)
-    tiles = (m if words else cdiv(m, plan.block_m)) * cdiv(n, plan.block_n)
+    tiles = cdiv(m, plan.block_m) * cdiv(n, plan.block_n)
     last_split_sums = splits > 1 and plan.last_split_sums
     arrivals = torch.zeros(tiles, dtype=torch.int32, device=rows.device) if last_split_sums else None
     if words:

@@ -100,7 +100,7 @@ def quantize_fwd(
     codes = torch.empty(x.shape, dtype=dtype, device=x.device)
     scale = torch.empty(scale_shape(tuple(x.shape), granularity, block_size), dtype=torch.float32, device=x.device)
     if x.numel() == 0:  # every region empty, so a region of zeros: scale 1 (rows of no values too)
-        return codes, scale.fill_(1.0) if scale.numel() else scale
+        return codes, scale.fill_(1.0)
     rows = _rows(x)
     code_rows = codes.view(rows.shape)
     n_rows, n_cols = rows.shape
