@@ -64,14 +64,18 @@ def _rows(case, dtype, device, gen):
     """x[r, c] = (code + k / 16) * 2**e_r: random codes in [-126, 126], 1 <= |k| <= 6 (far from a tie, so float32 and
     float16 arithmetic round as float64 does), a power of two per row, and one element per row at +-127 * 2**e_r (its
     absmax). All exact in float16. Case flags: zeros (row 0 all zeros), inf (+-inf at every 7th element but the
-    absmax's), spread (row r times 2**(4r - 4): rows of very different sizes)."""
+    absmax's), spread (one power of two drawn for every row, row r's times 2**(4r - 4): rows of very different
+    sizes)."""
     m, k = case["m"], case["k"]
 
     def ints(low, high, shape):
         return torch.randint(low, high, shape, generator=gen, device=device)
 
     sixteenths = ints(1, 7, (m, k)) * (ints(0, 2, (m, k)) * 2 - 1)
-    exponents = ints(-4, 5, (m, 1)).double() + (4 * torch.arange(m, device=device)[:, None] - 4) * case.get("spread", 0)
+    if case.get("spread"):  # one size drawn for all rows, so that row r's 2**(4r - 4) keeps them apart
+        exponents = ints(-4, 5, (1, 1)).double() + 4 * torch.arange(m, device=device)[:, None] - 4
+    else:
+        exponents = ints(-4, 5, (m, 1)).double()
     x = (ints(-126, 127, (m, k)) + sixteenths / 16) * 2.0**exponents
     top = ints(0, k, (m,))
     rows = torch.arange(m, device=device)
