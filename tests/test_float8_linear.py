@@ -9,8 +9,15 @@ import torch
 import tritonkit as tk
 from helpers import assert_compiled_matches_eager, replay_on_new_inputs
 from tritonkit.nn.float8 import RECIPES, Float8Linear, convert_to_float8_training, float8_linear
+from tritonkit.ops.gemm.spec import FLOAT8_SUM_ERROR
 
 E4M3 = torch.float8_e4m3fn
+
+
+def _fp32_bound(device) -> float:
+    """fp32 outputs: fp32 sums on the CPU; a GPU's tensor cores sum float8 products in a shortened format first
+    (the gemm spec's FLOAT8_SUM_ERROR; seen on an H200: 0.8-1.6e-4 of the largest value at K 100)."""
+    return 1e-5 if torch.device(device).type == "cpu" else FLOAT8_SUM_ERROR
 
 
 def _dequantized(t: torch.Tensor, recipe: str) -> torch.Tensor:
@@ -49,7 +56,7 @@ def test_each_gemm_is_the_product_of_its_codes(recipe, dtype, device):
         "db": dy_rows.double().sum(0),
     }
     ours = {"y": y.reshape(-1, y.shape[-1]), "dx": dx.reshape(-1, dx.shape[-1]), "dW": dweight, "db": dbias}
-    bound = 1e-5 if dtype == torch.float32 else 2**-7
+    bound = _fp32_bound(device) if dtype == torch.float32 else 2**-7
     for name, reference in expected.items():
         assert ours[name].dtype == dtype, name
         assert _relative(ours[name], reference) <= bound, (name, _relative(ours[name], reference))
@@ -83,7 +90,7 @@ def test_gradients_only_where_needed(device, monkeypatch):
     (dx,) = torch.autograd.grad(y, (x,), torch.ones_like(y))
     assert len(calls) == 2 and dx.shape == x.shape
     expected = _dequantized(torch.ones_like(y).reshape(-1, 45), "rowwise") @ _dequantized(weight.t(), "rowwise").T
-    assert _relative(dx.reshape(-1, 100), expected) <= 1e-5
+    assert _relative(dx.reshape(-1, 100), expected) <= _fp32_bound(device)
     weight.requires_grad_(True)
     y = float8_linear(x.detach(), weight)
     (dweight,) = torch.autograd.grad(y, (weight,), torch.ones_like(y))

@@ -58,7 +58,7 @@ FALLBACK = {16: _D64, 32: _D64, 64: _D64, 128: DecodePlan(64, 4, 2, 64), 256: De
 # - plain: 3 stages (0.80/0.84/0.98x SDPA against 0.77/0.70/0.89x at 2);
 # - int8 and fp8: key blocks of 64 (one page each) with 2 warps, 3 stages and 4 programs per multiprocessor: 1.00 to
 #   1.27x of paged bf16's plan, where blocks of 128 with 4 warps ran at 0.86 to 1.02x;
-# - int4 keeps FALLBACK's: 2 warps and 3 stages won only at B64.
+# - int4 keeps FALLBACK's tile (2 warps and 3 stages won only at B64), with plain's split heuristic below.
 # Their split heuristics from every split count at B 1 to 16 x S 1k to 32k, B64 S4k and B256 S1k (decode_splits.py
 # --part splits, 2026-11-28-decode-split-counts.json): the fastest count fills about 2 (plain) or 4 (8-bit) programs
 # per multiprocessor, with splits as short as one key block (B1 S1k: 16 splits of 64 keys); more programs than that
@@ -78,6 +78,11 @@ MEASURED: dict[str, dict[tuple[int, str], DecodePlan]] = {
         (128, "plain"): DecodePlan(64, 4, 3, 64, min_keys_per_split=64),
         (128, "int8"): _SM90_INT8,
         (128, "fp8"): _SM90_FP8,
+        # int4's kernel is bound by its unpacking, not by bytes: its fastest split counts follow plain's rule (about
+        # 2 programs per multiprocessor, splits down to one key block), not FALLBACK's 512-key splits
+        # (2026-11-29-decode-split-counts.json, B1 to B16 x S1k to S32k): B1 S1k 9.2 against 30.0 us, B4 S1k 15.3
+        # against 29.5, B1 S8k 23.7 against 30.4; level from B16 and at long caches.
+        (128, "int4"): DecodePlan(64, 4, 2, 64, min_keys_per_split=64),
     },
 }
 

@@ -124,7 +124,7 @@ class GemvPlan:
     # and made floats by their bits (_gemv_int8_words_kernel); other calls take the byte loop.
     words: bool = False
     # With K split: the last split to finish each output tile sums the partials (in split order, as the reduction
-    # kernel does) and writes the output, counted in by an atomic, instead of a second launch; not yet timed.
+    # kernel does) and writes the output, counted in by an atomic, instead of a second launch (sm90's plans).
     last_split_sums: bool = False
 
     def __post_init__(self):
@@ -157,8 +157,14 @@ GEMV_FALLBACK = (
 # 46% for the fallback's. 2 to 16 rows keep the fallback's: 55-57%, within 1-2 points of the best single plan, though
 # single shapes gain up to 1.25x with another (4 rows, N 28672 K 8192: 64 x 256 tiles).
 # Its codes read as int32 words (the fallback's reason): 72% (2026-11-29-gemv-plans-words.md, 28 one-row plans).
+# Both with the last split summing the partials (no reduction launch): one row 72% against 71%, 2 to 16 rows 64% and
+# 62% at 4 and 16 rows against 56% and 59% for the same tiles with the second launch, the best of 5 tiles at each
+# (2026-11-29-gemv-plans-sums.md).
 GEMV_MEASURED: dict[str, tuple] = {
-    "sm90": ((1, GemvPlan(1, 32, 256, 4, 3, 2, 512, words=True)), GEMV_FALLBACK[1]),
+    "sm90": (
+        (1, GemvPlan(1, 32, 256, 4, 3, 2, 512, words=True, last_split_sums=True)),
+        (16, GemvPlan(16, 64, 128, 4, 3, 4, 512, last_split_sums=True)),
+    ),
 }
 
 # Each split writes an fp32 partial (4 bytes per row of x and output) for the block_k-wide slices of w it reads (1
