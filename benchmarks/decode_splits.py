@@ -13,7 +13,7 @@ of 64-token pages, SDPA with enable_gqa over a contiguous bf16 cache of the same
   heuristic's.
 
     python benchmarks/decode_splits.py --out DIR [--budget-s 50] [--dry-run]
-        [--part heuristic|quantized|tiles|splits|appends|reduction] [--formats int8 fp8 int4]
+        [--part heuristic|quantized|tiles|splits|appends] [--formats int8 fp8 int4]
 
 ``--part quantized`` (``<date>-decode-quantized.json``): at B 8 S 32k and B 64 S 4k, paged bf16 with this GPU's
 plan, and int8, fp8 and int4 with theirs, int8 and fp8 also with their plan's direct_codes the other way (the codes
@@ -22,9 +22,6 @@ converted straight to bf16 or through fp32); each against bf16 (bf16_over_this).
 ``--part tiles`` (``<date>-decode-tiles.json``): at TILE_SHAPES (or ``--shapes B:S,...``), SDPA and each format's
 plan, then each format at every key block, warp count and stage count of TILES (2 warps also at twice the plan's
 programs per multiprocessor); paged bf16 against SDPA, the quantized caches against paged bf16's plan.
-
-``--part reduction`` (``<date>-decode-reduction.json``): at REDUCTION_SHAPES (short caches, small batches), SDPA,
-then paged bf16 and int8 with this GPU's plans and with plan.last_split_reduces on.
 
 ``--part appends`` (``<date>-decode-append-tokens.json``): kv_cache_append of prompts (APPEND_SHAPES: one of 8192
 tokens, eight of 2048) into each format's paged cache with each of PROGRAM_TOKENS tokens a program
@@ -74,8 +71,6 @@ TILES = tuple((block_n, warps, stages) for block_n in (64, 128) for warps in (2,
 # SPLIT_COUNTS (none shorter than a key block), at these shapes: where splits are few blocks long.
 SPLIT_SHAPES = (*((b, s) for b in (1, 4, 8, 16) for s in (1024, 2048, 4096, 8192, 32768)), (64, 4096), (256, 1024))
 SPLIT_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128)
-# --part reduction's shapes: short caches and small batches, where the reduction's second launch weighs most.
-REDUCTION_SHAPES = ((1, 1024), (1, 8192), (1, 32768), (8, 1024), (8, 4096), (64, 1024), (64, 4096))
 SPLIT_FORMATS = ("int8", "fp8")  # --part splits' quantized formats unless --formats names others (bf16 always runs)
 APPEND_TOKENS = 8192  # a prompt's keys and values appended at once (kv_cache_append's bandwidth case)
 APPEND_SHAPES = ((1, 8192), (8, 2048))  # --part appends: (sequences, new tokens each)
@@ -343,30 +338,6 @@ def quantized(runner: Runner, shapes) -> None:
             del inputs
 
 
-def reduction(runner: Runner, shapes) -> None:
-    """--part reduction: SDPA, then paged bf16 and int8 with this GPU's plan and with its last_split_reduces switched
-    on (the last split of each row block reduces the partials instead of a second launch); bf16 against SDPA, int8
-    against bf16's default run."""
-    from tritonkit.ops.decoding.plan import decode_plan
-
-    d = runner.heads["d"]
-    for b, s in shapes:
-        sdpa_ms = runner.sdpa(b, s, "reduction")
-        bf16_ms = None
-        for kv in ("plain", "int8"):
-            case, inputs = runner.inputs(b, s, kv)
-            default = decode_plan(runner.arch, d, kv)
-            baseline, baseline_ms = ("SDPA", sdpa_ms) if kv == "plain" else ("bf16", bf16_ms)
-            reducing = dataclasses.replace(default, last_split_reduces=True)
-            cache = "bf16" if kv == "plain" else kv
-            for name, plan in (("default", default), ("last split reduces", reducing)):
-                label = {"part": "reduction", "cache": cache, "plan": name}
-                ms = runner.ours(case, inputs, plan, 0, label, baseline_ms, baseline=baseline)
-                if kv == "plain" and name == "default":
-                    bf16_ms = ms
-            del inputs
-
-
 def tiles(runner: Runner, shapes) -> None:
     """--part tiles: SDPA and paged bf16's default plan, then every format at each of TILES (see there), paged bf16
     against SDPA, the quantized caches against paged bf16's default plan."""
@@ -432,9 +403,6 @@ def _warm(task: tuple[int, int, bool, str, tuple, tuple]) -> None:
     if part == "appends":
         appends(runner, DRY["appends"] if dry else APPEND_SHAPES, PROGRAM_TOKENS)
         return
-    if part == "reduction":
-        reduction(runner, DRY["shapes"] if dry else REDUCTION_SHAPES)
-        return
     headline(runner, DRY["headline"] if dry else HEADLINE)
     appends(runner, ((1, DRY["append"] if dry else APPEND_TOKENS),))
     sweep(runner, DRY["shapes"] if dry else SHAPES)
@@ -446,13 +414,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=50.0, help="stop timing after this many seconds")
     parser.add_argument("--rep-ms", type=int, default=4, help="do_bench_cudagraph's rep: ms of work per graph")
     parser.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU, each run once, no times")
-    parser.add_argument("--part", choices=("all", "heuristic", "quantized", "tiles", "splits", "appends", "reduction"),
+    parser.add_argument("--part", choices=("all", "heuristic", "quantized", "tiles", "splits", "appends"),
                         default="all",
                         help="heuristic: this GPU's split heuristic against the fallback's, paged bf16; quantized: "
                              "the quantized caches' plans (direct_codes both ways) against paged bf16; tiles: key "
                              "block, warps and stages of every format; splits: bf16 and --formats at each split "
-                             "count; appends: a prompt's append at each count of tokens a program; reduction: the "
-                             "plans with the last split reducing, bf16 and int8")  # fmt: skip
+                             "count; appends: a prompt's append at each count of tokens a program")  # fmt: skip
     parser.add_argument("--shapes", type=_shapes, default=TILE_SHAPES,
                         help="--part tiles: B:S pairs, comma-separated (default: TILE_SHAPES)")  # fmt: skip
     parser.add_argument(
@@ -499,9 +466,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.part == "appends":
         appends(runner, DRY["appends"] if args.dry_run else APPEND_SHAPES, PROGRAM_TOKENS)
         return _write(args, runner, start, "decode-append-tokens")
-    if args.part == "reduction":
-        reduction(runner, DRY["shapes"] if args.dry_run else REDUCTION_SHAPES)
-        return _write(args, runner, start, "decode-reduction")
     headline(runner, DRY["headline"] if args.dry_run else HEADLINE)
     appends(runner, ((1, DRY["append"] if args.dry_run else APPEND_TOKENS),))
     sweep(runner, DRY["shapes"] if args.dry_run else SHAPES)

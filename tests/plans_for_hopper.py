@@ -5,11 +5,8 @@ test_compiled_build.py without TRITON_INTERPRET; prints one line per compiled va
 - The W8A16 GEMV whose last split sums the partials (GemvPlan(last_split_sums=True)): the byte loop at one row and
   at 16 rows (tl.dot), and the one-row kernel reading int8 codes as words, in bf16; benchmarks/gemv_plans.py times
   them against the two-launch reduction.
-- Flash decoding whose last split reduces the partials (DecodePlan(last_split_reduces=True)), a paged bf16 cache
-  and an int8 one at d128.
 """
 
-import dataclasses
 import sys
 
 import torch
@@ -18,10 +15,7 @@ from triton.runtime.autotuner import Autotuner
 from triton.runtime.jit import JITFunction
 
 import compile_for_hopper as hopper
-from tritonkit import catalog
 from tritonkit._core import checks
-from tritonkit.ops.decoding import launch as decoding
-from tritonkit.ops.decoding.plan import decode_plan
 from tritonkit.ops.gemm import launch
 from tritonkit.ops.gemm.plan import GemvPlan
 
@@ -39,26 +33,16 @@ def main() -> int:
     checks.kernels_interpreted = lambda: True  # CPU tensors pass the device check; the launches are only recorded
     launch.kernels_interpreted = lambda: False  # the GPU's code paths (no fp32 upcast of the dots)
     launch.sm_count = lambda device: 132  # an H100's, so that the splits are those of the GPU
-    decoding.sm_count = lambda device: 132
     for plan, m, codes in FORCED:
         x, w = torch.ones(m, 4096, dtype=torch.bfloat16), torch.ones(64, 4096).to(codes)
         launch.scaled_linear_fwd(x, w, None, torch.ones(64, 1), None, torch.bfloat16, False, plan=plan)
-    spec = catalog.get("decode_attention")
-    for fmt in ("plain", "int8"):
-        case = spec.parse_case({"lens": (300, 100), "hq": 8, "hk": 2, "d": 128, "page_size": 64, "kv": fmt})
-        inputs = spec.make_inputs(case, torch.device("cpu"), torch.bfloat16, torch.Generator().manual_seed(0))
-        q, k_cache, v_cache, lengths = inputs.args
-        options = inputs.kwargs
-        plan = dataclasses.replace(decode_plan("sm90", 128, fmt), last_split_reduces=True)
-        decoding.decode_attention_fwd(q, k_cache, v_cache, lengths, options["block_table"], options.get("k_scales"),
-                                      options.get("v_scales"), 0.1, True, -1, 0.0, 4, plan=plan)  # fmt: skip
     for (name, *_), (kernel, signature, constexprs, options) in recorder.variants.items():
-        forced = next((flag for flag in ("LAST_SPLIT_SUMS", "LAST_SPLIT_REDUCES") if constexprs.get(flag)), None)
-        if forced is None:
-            continue  # the reduction kernels
+        if not constexprs.get("LAST_SPLIT_SUMS"):
+            continue  # the reduction kernel
         source = triton.compiler.ASTSource(fn=kernel, signature=signature, constexprs=constexprs)
         compiled = triton.compile(source, target=hopper.HOPPER, options=options)
-        print(f"{name} [BLOCK_N={constexprs['BLOCK_N']}, {forced}]: {len(compiled.asm['cubin'])} bytes of sm_90 code")
+        print(f"{name} [BLOCK_N={constexprs['BLOCK_N']}, LAST_SPLIT_SUMS]: {len(compiled.asm['cubin'])} bytes of "
+              f"sm_90 code")  # fmt: skip
     return 0
 
 

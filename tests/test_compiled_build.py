@@ -53,7 +53,6 @@ def test_variants_only_a_forced_plan_reaches_compile_for_hopper():
     result = _run_without_interpreter(str(HERE / "plans_for_hopper.py"))
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.splitlines()
-    assert len(lines) == 5, result.stdout
+    assert len(lines) == 3, result.stdout
     assert sum("_gemv_int8_words_kernel" in line for line in lines) == 1, result.stdout
-    assert sum("_decode_kernel" in line and "LAST_SPLIT_REDUCES]" in line for line in lines) == 2, result.stdout
-    assert all("bytes of sm_90 code" in line for line in lines), result.stdout
+    assert all("LAST_SPLIT_SUMS]" in line and "bytes of sm_90 code" in line for line in lines), result.stdout

@@ -160,20 +160,6 @@ def test_append_writes_what_quantize_kv_makes(device, fmt, page_size):
 # ---------------------------------------------------------------- attention
 
 
-class _Recording:
-    """A stand-in for one of launch's kernels: appends each launch's grid to ``log``, then launches the kernel."""
-
-    def __init__(self, kernel, log):
-        self.kernel, self.log = kernel, log
-
-    def __getitem__(self, grid):
-        def run(*args, **kwargs):
-            self.log.append(grid)
-            return self.kernel[grid](*args, **kwargs)
-
-        return run
-
-
 def _problem(device, lens=(70, 3, 0, 33), hq=4, hk=2, d=16, sq=2, page_size=16, dtype=torch.float32, fmt="plain"):
     case = {"lens": lens, "hq": hq, "hk": hk, "d": d, "sq": sq, "page_size": page_size, "kv": fmt}
     spec = catalog.get("decode_attention")
@@ -194,34 +180,6 @@ def test_every_split_count_matches_the_reference(splits):
     torch.testing.assert_close(out, expected.float(), atol=2e-6, rtol=1e-5)
     torch.testing.assert_close(lse, expected_lse.float(), atol=2e-6, rtol=1e-5)
     assert torch.all(out[2] == 0) and torch.all(lse[2] == -math.inf)  # the empty sequence
-
-
-@pytest.mark.parametrize("splits", [2, 3, 16])
-@pytest.mark.parametrize("fmt", ["plain", "int8"])
-def test_last_split_reduces_the_partials_itself(device, monkeypatch, splits, fmt):
-    """DecodePlan.last_split_reduces: each row block's last split to finish reduces the rows' partials, no second
-    launch; the reduction's values (the same arithmetic, _reduce_row) and the reference's. Splits with no keys, an
-    empty sequence, 16 rows of each key head in two row blocks."""
-    reductions = []
-    real = launch._decode_reduce_kernel
-    monkeypatch.setattr(launch, "_decode_reduce_kernel", _Recording(real, reductions))
-    inputs = _problem(device, hq=32, hk=2, sq=2, fmt=fmt)
-    q, k_cache, v_cache, lengths = inputs.args
-    options = inputs.kwargs
-    k_scales, v_scales = options.get("k_scales"), options.get("v_scales")
-    args = (q, k_cache, v_cache, lengths, options["block_table"], k_scales, v_scales, 1 / math.sqrt(q.shape[-1]),
-            True, -1, 0.0, splits)  # fmt: skip
-    two_launches = launch.decode_attention_fwd(*args, plan=SMALL)
-    one_launch = launch.decode_attention_fwd(*args, plan=dataclasses.replace(SMALL, last_split_reduces=True))
-    assert len(reductions) == 1
-    for ours, theirs in zip(one_launch, two_launches, strict=True):
-        torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=1e-6)
-    expected, expected_lse = REFERENCE(*(x.double() if x.is_floating_point() else x for x in inputs.args),
-                                       block_table=options["block_table"], k_scales=k_scales, v_scales=v_scales,
-                                       return_lse=True)  # fmt: skip
-    torch.testing.assert_close(one_launch[0].double(), expected, atol=2e-6, rtol=1e-5)
-    torch.testing.assert_close(one_launch[1].double(), expected_lse, atol=2e-6, rtol=1e-5)
-    assert torch.all(one_launch[0][2] == 0) and torch.all(one_launch[1][2] == -math.inf)  # the empty sequence
 
 
 # int8 and fp8 with the codes converted straight to the products' dtype; the other tests take the default plan.

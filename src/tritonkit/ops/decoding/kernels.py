@@ -37,7 +37,6 @@ from tritonkit._core.jit.dots import dot_fp32
 from tritonkit._core.jit.fastmath import LOG2_E, tanh_via_exp2
 from tritonkit._core.jit.int_codes import code_as_float
 from tritonkit._core.jit.rounding import round_to_float8, rounded_int32, to_dot_operand
-from tritonkit._core.jit.row_sync import arrive
 
 
 @triton.jit
@@ -349,7 +348,7 @@ def _attend_keys(
 
 @triton.jit
 def _decode_kernel(
-    p_q, p_k, p_v, p_k_scales, p_v_scales, p_seqlens, p_table, p_o, p_lse, p_part_o, p_part_lse, p_arrivals,
+    p_q, p_k, p_v, p_k_scales, p_v_scales, p_seqlens, p_table, p_o, p_lse, p_part_o, p_part_lse,
     n_queries, n_heads_q, n_heads_k, group, head_dim, window, capacity, n_pages, qk_scale, softcap_log2,
     stride_q_b, stride_q_s, stride_q_h,
     stride_k_page, stride_k_slot, stride_k_h, stride_v_page, stride_v_slot, stride_v_h,
@@ -359,14 +358,10 @@ def _decode_kernel(
     KV: tl.constexpr, PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, CAUSAL: tl.constexpr, SOFTCAP: tl.constexpr,
     n_splits, SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, DIRECT_CODES: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, GROUP: tl.constexpr,
-    LAST_SPLIT_REDUCES: tl.constexpr = False, BLOCK_S: tl.constexpr = 1,
 ):  # fmt: skip
     """One of n_splits splits of the keys for BLOCK_M rows of one (batch, key head): rows r = t * group + g are query
     t of query head h_k * group + g. Writes the partial (o_s, lse_s in base 2) to the workspace (SPLIT), or with one
-    split o and lse. LAST_SPLIT_REDUCES (with SPLIT): the splits of these rows count themselves in at
-    p_arrivals[row block, batch and key head] (zero at launch), and the last to arrive reduces the rows' partials
-    itself (_reduce_row, BLOCK_S splits at most), in place of _decode_reduce_kernel's launch. ``window`` is a bound
-    no position reaches when unbounded; qk_scale is scale * log2(e), or
+    split o and lse. ``window`` is a bound no position reaches when unbounded; qk_scale is scale * log2(e), or
     scale / c with a softcap c (softcap_log2 = c * log2(e))."""
     i_split = tl.program_id(0) % n_splits
     i_rows = tl.program_id(0) // n_splits
@@ -446,23 +441,17 @@ def _decode_kernel(
         part = ((b64 * n_queries + o_t) * n_heads_q + o_h) * n_splits + i_split  # [M]
         tl.store(p_part_o + part[:, None] * head_dim + o_d[None, :], b_o, mask=m_o)
         tl.store(p_part_lse + part, lse_log2, mask=m_r)
-        if LAST_SPLIT_REDUCES:  # noqa: SIM102 (a constexpr branch: nothing counts in without it)
-            # No program waits for another, so no residency is assumed: the last to arrive finds every partial.
-            if arrive(p_arrivals + i_rows * tl.num_programs(1) + tl.program_id(1)) == n_splits - 1:
-                for r in range(i_rows * BLOCK_M, tl.minimum(i_rows * BLOCK_M + BLOCK_M, n_rows)):
-                    i_row = (i_b * n_queries + r // group) * n_heads_q + i_hk * group + r % group
-                    _reduce_row(i_row, p_part_o, p_part_lse, p_o, p_lse, n_queries, n_heads_q, head_dim,
-                                stride_o_b, stride_o_s, stride_o_h, stride_lse_b, stride_lse_h, n_splits, BLOCK_S,
-                                BLOCK_D)  # fmt: skip
 
 
 @triton.jit
-def _reduce_row(i_row, p_part_o, p_part_lse, p_o, p_lse, n_queries, n_heads_q, head_dim, stride_o_b, stride_o_s,
-                stride_o_h, stride_lse_b, stride_lse_h, n_splits, BLOCK_S: tl.constexpr,
-                BLOCK_D: tl.constexpr):  # fmt: skip
-    """o and lse of the (batch, query, head) row i_row = (b * Sq + t) * Hq + h from its n_splits partials (at most
-    BLOCK_S): weights exp2(lse_s - max), summed over the splits. The partials are read past L1 (.cg): other programs
-    wrote them."""
+def _decode_reduce_kernel(
+    p_part_o, p_part_lse, p_o, p_lse, n_queries, n_heads_q, head_dim,
+    stride_o_b, stride_o_s, stride_o_h, stride_lse_b, stride_lse_h, n_splits,
+    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    """o and lse of one (batch, query, head) row from its n_splits partials (at most BLOCK_S): weights
+    exp2(lse_s - max), summed in split order. Each partial is read once: .cg, through L2 only, not kept in L1."""
+    i_row = tl.program_id(0)  # (b * Sq + t) * Hq + h
     i_h = i_row % n_heads_q
     i_t = (i_row // n_heads_q) % n_queries
     i_b = i_row // (n_heads_q * n_queries)
@@ -484,14 +473,3 @@ def _reduce_row(i_row, p_part_o, p_part_lse, p_o, p_lse, n_queries, n_heads_q, h
     p_o += b64 * stride_o_b + t64 * stride_o_s + h64 * stride_o_h
     tl.store(p_o + o_d, b_o.to(p_o.dtype.element_ty), mask=o_d < head_dim)
     tl.store(p_lse + b64 * stride_lse_b + h64 * stride_lse_h + t64, lse)
-
-
-@triton.jit
-def _decode_reduce_kernel(
-    p_part_o, p_part_lse, p_o, p_lse, n_queries, n_heads_q, head_dim,
-    stride_o_b, stride_o_s, stride_o_h, stride_lse_b, stride_lse_h, n_splits,
-    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
-):  # fmt: skip
-    """o and lse of row program_id(0) = (b * Sq + t) * Hq + h from its splits' partials (_reduce_row)."""
-    _reduce_row(tl.program_id(0), p_part_o, p_part_lse, p_o, p_lse, n_queries, n_heads_q, head_dim, stride_o_b,
-                stride_o_s, stride_o_h, stride_lse_b, stride_lse_h, n_splits, BLOCK_S, BLOCK_D)  # fmt: skip

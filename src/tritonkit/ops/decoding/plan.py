@@ -39,9 +39,6 @@ class DecodePlan:
     # of `stages` (0: no such rule): a pipeline deeper than the loop's few steps only delays its first product.
     short_split_blocks: int = 0
     short_split_stages: int = 0
-    # With the keys split: the last split of each block of rows to finish reduces the partials itself (an int32
-    # arrival count each, zeroed by the launcher) instead of the reduction's second launch; not yet timed.
-    last_split_reduces: bool = False
 
     def stages_for(self, max_keys: int, n_splits: int) -> int:
         """The key loop's pipeline depth for ``max_keys`` (the cache's capacity) cut into ``n_splits`` splits."""
