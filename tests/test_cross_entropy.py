@@ -11,10 +11,10 @@ import tritonkit as tk
 from helpers import assert_compiled_matches_eager, assert_graph_replay_matches_eager
 from tritonkit import catalog, debug, testing
 from tritonkit._core.device import arch as tk_arch
+from tritonkit._core.loss_chunks import MAX_CHUNK_LOGIT_BYTES, FusedChunkPlan, fused_chunk_plan
 from tritonkit.ops.loss import launch as loss_launch
 from tritonkit.ops.loss.launch import cross_entropy_bwd, cross_entropy_fwd, fused_linear_cross_entropy_fwd
 from tritonkit.ops.loss.op import fused_linear_cross_entropy_op
-from tritonkit.ops.loss.plan import MAX_CHUNK_LOGIT_BYTES, FusedChunkPlan, fused_chunk_plan
 from tritonkit.ops.loss.spec import _cross_entropy_reference
 from tritonkit.registry import KernelSpec
 
@@ -674,7 +674,7 @@ def _peak_extra_bytes(fn) -> int:
 def test_fused_peak_memory_is_the_gradients_and_one_chunk_of_logits(accum_dtype):
     """Beyond the gradients (d(hidden) saved by the forward and its scaled copy, d(weight)'s accumulator in
     accum_dtype and the returned bf16 copy), the fused op's peak is its chunk of logits: 4096 of 8192 tokens with an
-    fp32 accumulator, 2048 with a bf16 one (plan.fused_chunk_plan)."""
+    fp32 accumulator, 2048 with a bf16 one (loss_chunks.fused_chunk_plan)."""
     tokens, hidden_size, vocab = 8192, 256, 65536
     hidden = torch.randn(tokens, hidden_size, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     weight = torch.randn(vocab, hidden_size, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -700,7 +700,7 @@ def test_fused_peak_memory_is_the_gradients_and_one_chunk_of_logits(accum_dtype)
 @pytest.mark.gpu
 def test_fused_peak_memory_of_one_chunk_is_its_logits_and_the_gradients():
     """8192 tokens, H 4096 (a d(weight) fp32 accumulator and a chunk of 4096 tokens would peak at 3 times the
-    weight's bytes and 4096 tokens' logits beside them): one chunk of every token (plan.whole_batch_fits), whose
+    weight's bytes and 4096 tokens' logits beside them): one chunk of every token (loss_chunks.whole_batch_fits), whose
     peak beyond d(hidden), d(weight) (both bf16, scaled in place) is its logits, and whose backward allocates
     nothing of their size."""
     tokens, hidden_size, vocab = 8192, 4096, 16384
