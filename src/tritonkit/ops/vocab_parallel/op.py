@@ -185,8 +185,10 @@ def vocab_parallel_fused_linear_cross_entropy(
     ``target``: (...), the same on every rank (plain, or ``Replicate()`` DTensors). One float dtype for hidden,
     weight and bias. Options and result as :func:`fused_linear_cross_entropy` (a plain tensor, equal on every
     rank). Gradients: d(hidden) summed over the group (every rank gets the whole gradient), d(weight) and d(bias)
-    of this rank's slice (placed as the weight for a DTensor). Per chunk of tokens, two all-reduces of a few
-    floats per token; one all-reduce of d(hidden) at the end.
+    of this rank's slice (placed as the weight for a DTensor). Tokens go through in fused_linear_cross_entropy's
+    chunks, planned for the group's largest slice of the head (the same chunks on every rank; one chunk of every
+    token where the memory allows, up to 8192 tokens at H 4096 in bf16); per chunk, two all-reduces of a few floats
+    per token; one all-reduce of d(hidden) at the end.
 
     Example: ``loss = tk.ops.vocab_parallel_fused_linear_cross_entropy(h, lm_head.weight, labels)`` with the head
     under ``ColwiseParallel``.
