@@ -224,15 +224,19 @@ def test_one_chunk_of_every_token_writes_d_weight_in_the_weights_dtype(device):
     assert_one_chunk_sums_round_once(hidden, weight, bias, target, whole, chunked)
 
 
-def test_one_chunk_in_bf16_scales_in_place_and_refuses_a_second_backward(device):
+@pytest.mark.parametrize(
+    "op", [tk.ops.fused_linear_cross_entropy, tk.ops.vocab_parallel_fused_linear_cross_entropy], ids=["fused", "vp"]
+)
+def test_one_chunk_in_bf16_scales_in_place_and_refuses_a_second_backward(op, device):
     """The default fp32 accumulator, but one chunk of every token (one token: one chunk everywhere): d(weight) comes
     in bf16 and the backward scales it in place, so an upstream gradient of 3 gives 3 times the gradients of 1, and a
-    second backward through the call is refused rather than fed scaled values."""
+    second backward through the call is refused rather than fed scaled values. The vocabulary-parallel op (a group
+    of one here) the same way."""
     hidden = torch.randn(1, 16, device=device).bfloat16().requires_grad_()
     weight = torch.randn(29, 16, device=device).bfloat16().requires_grad_()
     target = torch.tensor([5], device=device)
-    once = torch.autograd.grad(tk.ops.fused_linear_cross_entropy(hidden, weight, target), (hidden, weight))
-    loss = tk.ops.fused_linear_cross_entropy(hidden, weight, target)
+    once = torch.autograd.grad(op(hidden, weight, target), (hidden, weight))
+    loss = op(hidden, weight, target)
     thrice = torch.autograd.grad(loss, (hidden, weight), torch.tensor(3.0, device=device), retain_graph=True)
     for a, b in zip(thrice, once, strict=True):
         torch.testing.assert_close(a.double(), 3 * b.double(), rtol=2**-7, atol=0)  # one bf16 ulp (see above)
