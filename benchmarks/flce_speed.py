@@ -40,10 +40,10 @@ import torch.nn.functional as F
 import triton.testing
 
 import tritonkit as tk
+from tritonkit._core.loss_chunks import FusedChunkPlan, chunk_plan
 from tritonkit._core.losses import head_grads, scale_in_place
 from tritonkit.bench import report
-from tritonkit.ops.loss.launch import chunk_plan, fused_linear_cross_entropy_fwd
-from tritonkit.ops.loss.plan import FusedChunkPlan
+from tritonkit.ops.loss.launch import fused_linear_cross_entropy_fwd
 
 SIZES = ((8192, 4096, 128256), (4096, 2048, 128256))  # (tokens, hidden, vocabulary)
 FORCED_ROWS = (1024, 2048, 4096, 8192)  # 8192: every token of the larger size in one chunk

@@ -20,6 +20,22 @@ def assert_compiled_matches_eager(block, inputs, device, grad_atol=1e-5):
         torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=grad_atol)
 
 
+def assert_one_chunk_sums_round_once(hidden, weight, bias, target, whole, chunked):
+    """A fused loss's d(weight) and d(bias) for reduction "sum": ``whole`` from one chunk of every token (one GEMM and
+    one sum, in the weight's bf16), ``chunked`` from several (fp32 sums). The one chunk's are each the fp32 sum
+    rounded once: as close to float64 as the chunked fp32 sums (whose error, the bf16 logits' and their gradient's
+    roundings, is most of it) plus a bf16 half-ulp."""
+    import torch.nn.functional as F
+
+    assert [g.dtype for g in whole] == [torch.bfloat16] * 2 and [g.dtype for g in chunked] == [torch.float32] * 2
+    leaves = [t.double().requires_grad_() for t in (weight, bias)]
+    logits = hidden.double() @ leaves[0].t() + leaves[1]
+    expected = torch.autograd.grad(F.cross_entropy(logits, target, reduction="sum"), leaves)
+    for ours, fp32, exact in zip(whole, chunked, expected, strict=True):
+        bound = 1.5 * (fp32.double() - exact).abs().max() + 2**-9 * exact.abs().max()
+        assert (ours.double() - exact).abs().max() <= bound
+
+
 def replay_on_new_inputs(step, inputs) -> list:
     """``step(*inputs)`` (returning tensors) captured in a CUDA graph, then replayed after the floating-point tensors
     of ``inputs`` are refilled in place with new values: the replay's outputs (GPU only)."""

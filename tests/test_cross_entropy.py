@@ -8,13 +8,13 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import tritonkit as tk
-from helpers import assert_compiled_matches_eager, assert_graph_replay_matches_eager
+from helpers import assert_compiled_matches_eager, assert_graph_replay_matches_eager, assert_one_chunk_sums_round_once
 from tritonkit import catalog, debug, testing
 from tritonkit._core.device import arch as tk_arch
+from tritonkit._core.loss_chunks import MAX_CHUNK_LOGIT_BYTES, FusedChunkPlan, fused_chunk_plan
 from tritonkit.ops.loss import launch as loss_launch
 from tritonkit.ops.loss.launch import cross_entropy_bwd, cross_entropy_fwd, fused_linear_cross_entropy_fwd
 from tritonkit.ops.loss.op import fused_linear_cross_entropy_op
-from tritonkit.ops.loss.plan import MAX_CHUNK_LOGIT_BYTES, FusedChunkPlan, fused_chunk_plan
 from tritonkit.ops.loss.spec import _cross_entropy_reference
 from tritonkit.registry import KernelSpec
 
@@ -212,9 +212,8 @@ def _fused_sum_grads(hidden, weight, bias, target, accum_dtype, plan):
 
 def test_one_chunk_of_every_token_writes_d_weight_in_the_weights_dtype(device):
     """A chunk that takes every token needs no accumulator: d(weight) and d(bias) come from one GEMM (and one sum) in
-    the weight's bf16, each the fp32 sum rounded once: as close to float64 as the chunked fp32 sums (whose error,
-    the bf16 logits' and their gradient's roundings, is most of it) plus a bf16 half-ulp; chunked, the same call
-    sums in the fp32 accumulator asked for."""
+    the weight's bf16, rounded once (assert_one_chunk_sums_round_once); chunked, the same call sums in the fp32
+    accumulator asked for."""
     tokens = 40
     hidden = torch.randn(tokens, 16, device=device).bfloat16()
     weight = (torch.randn(29, 16, device=device) / 2).bfloat16()
@@ -222,24 +221,22 @@ def test_one_chunk_of_every_token_writes_d_weight_in_the_weights_dtype(device):
     target = _targets(tokens, 29, device)
     _, *whole = _fused_sum_grads(hidden, weight, bias, target, torch.float32, FusedChunkPlan(rows=tokens))
     _, *chunked = _fused_sum_grads(hidden, weight, bias, target, torch.float32, FusedChunkPlan(rows=7))
-    assert [g.dtype for g in whole] == [torch.bfloat16] * 2 and [g.dtype for g in chunked] == [torch.float32] * 2
-    leaves = [t.double().requires_grad_() for t in (weight, bias)]
-    logits = hidden.double() @ leaves[0].t() + leaves[1]
-    expected = torch.autograd.grad(F.cross_entropy(logits, target, reduction="sum"), leaves)
-    for ours, fp32, exact in zip(whole, chunked, expected, strict=True):
-        bound = 1.5 * (fp32.double() - exact).abs().max() + 2**-9 * exact.abs().max()
-        assert (ours.double() - exact).abs().max() <= bound
+    assert_one_chunk_sums_round_once(hidden, weight, bias, target, whole, chunked)
 
 
-def test_one_chunk_in_bf16_scales_in_place_and_refuses_a_second_backward(device):
+@pytest.mark.parametrize(
+    "op", [tk.ops.fused_linear_cross_entropy, tk.ops.vocab_parallel_fused_linear_cross_entropy], ids=["fused", "vp"]
+)
+def test_one_chunk_in_bf16_scales_in_place_and_refuses_a_second_backward(op, device):
     """The default fp32 accumulator, but one chunk of every token (one token: one chunk everywhere): d(weight) comes
     in bf16 and the backward scales it in place, so an upstream gradient of 3 gives 3 times the gradients of 1, and a
-    second backward through the call is refused rather than fed scaled values."""
+    second backward through the call is refused rather than fed scaled values. The vocabulary-parallel op (a group
+    of one here) the same way."""
     hidden = torch.randn(1, 16, device=device).bfloat16().requires_grad_()
     weight = torch.randn(29, 16, device=device).bfloat16().requires_grad_()
     target = torch.tensor([5], device=device)
-    once = torch.autograd.grad(tk.ops.fused_linear_cross_entropy(hidden, weight, target), (hidden, weight))
-    loss = tk.ops.fused_linear_cross_entropy(hidden, weight, target)
+    once = torch.autograd.grad(op(hidden, weight, target), (hidden, weight))
+    loss = op(hidden, weight, target)
     thrice = torch.autograd.grad(loss, (hidden, weight), torch.tensor(3.0, device=device), retain_graph=True)
     for a, b in zip(thrice, once, strict=True):
         torch.testing.assert_close(a.double(), 3 * b.double(), rtol=2**-7, atol=0)  # one bf16 ulp (see above)
@@ -674,7 +671,7 @@ def _peak_extra_bytes(fn) -> int:
 def test_fused_peak_memory_is_the_gradients_and_one_chunk_of_logits(accum_dtype):
     """Beyond the gradients (d(hidden) saved by the forward and its scaled copy, d(weight)'s accumulator in
     accum_dtype and the returned bf16 copy), the fused op's peak is its chunk of logits: 4096 of 8192 tokens with an
-    fp32 accumulator, 2048 with a bf16 one (plan.fused_chunk_plan)."""
+    fp32 accumulator, 2048 with a bf16 one (loss_chunks.fused_chunk_plan)."""
     tokens, hidden_size, vocab = 8192, 256, 65536
     hidden = torch.randn(tokens, hidden_size, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     weight = torch.randn(vocab, hidden_size, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -700,7 +697,7 @@ def test_fused_peak_memory_is_the_gradients_and_one_chunk_of_logits(accum_dtype)
 @pytest.mark.gpu
 def test_fused_peak_memory_of_one_chunk_is_its_logits_and_the_gradients():
     """8192 tokens, H 4096 (a d(weight) fp32 accumulator and a chunk of 4096 tokens would peak at 3 times the
-    weight's bytes and 4096 tokens' logits beside them): one chunk of every token (plan.whole_batch_fits), whose
+    weight's bytes and 4096 tokens' logits beside them): one chunk of every token (loss_chunks.whole_batch_fits), whose
     peak beyond d(hidden), d(weight) (both bf16, scaled in place) is its logits, and whose backward allocates
     nothing of their size."""
     tokens, hidden_size, vocab = 8192, 4096, 16384

@@ -258,6 +258,11 @@ def resolve_group(name: str):
     return _resolve_process_group(name)
 
 
+def group_size(name: str) -> int:
+    """The size of the group :func:`group_name` named ``name`` (1 for "", a world of one)."""
+    return torch.distributed.get_world_size(resolve_group(name)) if name else 1
+
+
 def group_rank_and_size(group) -> tuple[int, int]:
     """This rank's index in ``group`` and the group's size ((0, 1) for a world of one)."""
     if not group_name(group):

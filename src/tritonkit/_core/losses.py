@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from tritonkit._core.autograd import inference_op
+from tritonkit._core.autograd import inference_op, tracing
 from tritonkit._core.checks import FLOAT_DTYPES, check_choice, check_device, check_tensor
 from tritonkit._core.cublas import addmm_into_fp32, addmm_rounded_, mm_into_fp32, mm_rounded_into
 from tritonkit._core.elementwise import FALLBACK_PLAN
@@ -184,6 +184,22 @@ def head_grads(grads, grad_loss, dtypes, needs, recomputed: bool) -> list:
     if recomputed:
         return [g.to(dtype) if need else None for g, dtype, need in zip(grads, dtypes, needs, strict=True)]
     return [scaled(g, grad_loss, dtype) if need else None for g, dtype, need in zip(grads, dtypes, needs, strict=True)]
+
+
+def saved_head_grads(grads, grad_loss, dtypes, needs, accum_dtype: torch.dtype) -> list:
+    """The fused ops' backward of "mean" and "sum": the forward's gradients (d(hidden), d(weight), d(bias)), saved for
+    an upstream gradient of 1, times the 0-d ``grad_loss``, each in its input's dtype, None where not needed.
+    Where d(weight) and d(bias) were summed in 16 bits (a 16-bit ``accum_dtype``, or one chunk's GEMM in the weight's
+    dtype) all three are in their inputs' dtypes already, and eager mode scales them in place
+    (:func:`scale_in_place`): a scaled copy would hold a second d(weight) at the backward's peak. Autograd then
+    refuses a second backward through the op (retain_graph=True): the saved gradients' version changed. Traced
+    (torch.compile plans the memory itself), and for fp32 sums, they are scaled into copies."""
+    sums = [g for g, need in zip(grads[1:], needs[1:], strict=True) if need]
+    in_place = (sums[0].dtype if sums else accum_dtype) != torch.float32 and not tracing(grads)
+    if in_place:
+        for grad in grads:
+            scale_in_place(grad, grad_loss)
+    return head_grads(grads, grad_loss, dtypes, needs, in_place)
 
 
 # One program's elements in scaled(): the elementwise fallback's block (docs/kernels/tutorial.md).

@@ -2,14 +2,15 @@
 
 ``cross_entropy`` reads the logits once in the forward (loss and the fp32 lse, saved) and once in the backward,
 which writes the gradient already multiplied by the upstream gradient: three passes over the logits in all. The
-fused linear cross-entropy never builds the (tokens, vocab) logits: tokens go through in chunks (plan.fused_chunk_plan,
-or ``plan=``); each chunk's logits come from one GEMM into a reused buffer, the kernel overwrites them with their
-gradient, and two more GEMMs turn that into the chunk's rows of d(hidden) and its share of d(weight), summed in fp32
-or, with ``accum_dtype`` the weight's 16-bit dtype, in that dtype (half the memory, a rounding a chunk). Where one chunk
-takes every token (the plan's rule: no more memory than the chunks'), d(weight) comes from one GEMM straight in the
-weight's dtype, rounded once as the fp32 sum's cast would be, and no accumulator exists. For mean and
-sum this all happens in the forward (the backward multiplies in a scalar); ``reduction="none"`` weights each row by its
-own upstream gradient before the d(weight) GEMM, so its backward recomputes the chunks.
+fused linear cross-entropy never builds the (tokens, vocab) logits: tokens go through in chunks (the rule it shares
+with the vocabulary-parallel op, _core/loss_chunks.plan_and_accum, or ``plan=``); each chunk's logits come from one
+GEMM into a reused buffer, the kernel overwrites them with their gradient, and two more GEMMs turn that into the
+chunk's rows of d(hidden) and its share of d(weight), summed in fp32 or, with ``accum_dtype`` the weight's 16-bit
+dtype, in that dtype (half the memory, a rounding a chunk). Where one chunk takes every token (the plan's rule: no
+more memory than the chunks'), d(weight) comes from one GEMM straight in the weight's dtype, rounded once as the
+fp32 sum's cast would be, and no accumulator exists. For mean and sum this all happens in the forward (the backward
+multiplies in a scalar); ``reduction="none"`` weights each row by its own upstream gradient before the d(weight)
+GEMM, so its backward recomputes the chunks.
 
 Nothing here synchronises with the host: the mean divides by max(1, count of non-ignored targets) computed on the
 device. A target outside [0, vocab) that is not ignore_index is never used as an address: its row's loss and
@@ -25,6 +26,7 @@ import torch
 
 from tritonkit._core.checks import FLOAT_DTYPES, check_tensor, overlaps_in_memory
 from tritonkit._core.device import arch
+from tritonkit._core.loss_chunks import FusedChunkPlan, plan_and_accum
 from tritonkit._core.losses import (
     add_chunk_grads,
     chunk_logits,
@@ -39,7 +41,7 @@ from tritonkit._core.losses import (
     valid_count,
 )
 from tritonkit.ops.loss.kernels import _cross_entropy_kernel
-from tritonkit.ops.loss.plan import CrossEntropyPlan, FusedChunkPlan, cross_entropy_plan, fused_chunk_plan
+from tritonkit.ops.loss.plan import CrossEntropyPlan, cross_entropy_plan
 
 
 def check_inplace_logits(logits: torch.Tensor) -> None:
@@ -127,30 +129,6 @@ def cross_entropy_bwd(grad_loss: torch.Tensor, logits: torch.Tensor, target: tor
     options = (ignore_index, label_smoothing, z_loss, softcap)
     _launch_rows(logits, target, lse, lse, scale, dx, options, False, True, plan)
     return dx
-
-
-def chunk_plan(hidden: torch.Tensor, weight: torch.Tensor, accum_dtype: torch.dtype,
-               need_weight: bool = False) -> FusedChunkPlan:  # fmt: skip
-    """The fused op's chunks for these operands on their device (plan.fused_chunk_plan; "cpu" for CPU tensors);
-    ``need_weight``: a d(weight) is made (which may let one chunk take every token)."""
-    device = hidden.device
-    key = arch(device) if device.type == "cuda" else "cpu"
-    sizes = (hidden.shape[0], weight.shape[0], hidden.element_size(), accum_dtype.itemsize, key)
-    hidden_size, weight_bytes = (weight.shape[1], weight.element_size()) if need_weight else (0, 0)
-    # Symbolic sizes (torch.compile's dynamic shapes, in the fakes) cannot key the plan's cache.
-    concrete = all(isinstance(size, int) for size in (*sizes[:2], hidden_size))
-    plan_for = fused_chunk_plan if concrete else fused_chunk_plan.__wrapped__
-    return plan_for(*sizes, hidden_size=hidden_size, weight_bytes=weight_bytes)
-
-
-def plan_and_accum(hidden: torch.Tensor, weight: torch.Tensor, accum_dtype: torch.dtype, need_weight: bool,
-                   plan: FusedChunkPlan | None) -> tuple[FusedChunkPlan, torch.dtype]:  # fmt: skip
-    """The chunks (``plan``, else chunk_plan's) and the dtype d(weight) and d(bias) are summed in: the weight's
-    own where one chunk takes every token (one GEMM sums in fp32 and rounds once, as the fp32 accumulator's cast
-    would), else ``accum_dtype``. The fakes call it too, so that compiled and eager calls agree. Without a
-    d(weight) (a frozen head, or the forward of "none") no accumulator needs hiding: fp32's rule, the larger chunks."""
-    plan = plan or chunk_plan(hidden, weight, accum_dtype if need_weight else torch.float32, need_weight)
-    return plan, (weight.dtype if plan.rows >= hidden.shape[0] else accum_dtype)
 
 
 def _fused_chunks(hidden, weight, bias, target, options, loss_rows, lse, scale, grads, plan, extras=None):

@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import torch
 
-from tritonkit._core.autograd import differentiable_op, tracing
+from tritonkit._core.autograd import differentiable_op
 from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor, debug_checks
 from tritonkit._core.distributed import refuse_dtensors
 from tritonkit._core.layout import as_rows
@@ -18,7 +18,7 @@ from tritonkit._core.losses import (
     check_target,
     head_grads,
     needs_grad,
-    scale_in_place,
+    saved_head_grads,
 )
 from tritonkit.ops.loss.launch import (
     check_extras,
@@ -114,16 +114,6 @@ cross_entropy_options_op, cross_entropy_options_inplace_op = _ce_ops(
 )  # fmt: skip
 
 
-def _scale_in_place(grads, grad_loss) -> None:
-    """The forward's gradients times the 0-d upstream gradient, in place (:func:`scale_in_place`). Summed in 16 bits
-    (a 16-bit accumulator, or one chunk's GEMM) they are in their inputs' dtypes already, and a scaled copy would
-    hold a second d(weight) at the backward's peak. Eager mode only (torch.compile plans the memory itself).
-    Autograd then refuses a second backward through the op (retain_graph=True): the saved gradients' version
-    changed."""
-    for grad in grads:
-        scale_in_place(grad, grad_loss)
-
-
 def _flce_parts(class_weights: bool) -> tuple:
     """save and gradients of the fused ops; the options' op takes class weights after the bias and its two return
     flags after the options."""
@@ -135,9 +125,6 @@ def _flce_parts(class_weights: bool) -> tuple:
         ctx.options, ctx.needs, ctx.accum_dtype = tuple(rest[:5]), tuple(rest[-4:-1]), rest[-1]
         ctx.dtypes = (hidden.dtype, weight.dtype, bias.dtype if bias is not None else None)
         ctx.recompute = ctx.options[-1] == "none"
-        # The dtype d(weight) and d(bias) came in: accum_dtype, or the weight's where one chunk took every token.
-        sums = [g for g, need in zip(outputs[3:5], ctx.needs[1:], strict=True) if need]
-        ctx.sums_dtype = sums[0].dtype if sums else ctx.accum_dtype
         if ctx.recompute:
             ctx.save_for_backward(hidden, weight, target, bias, *ce_weight, outputs[1])
         else:
@@ -148,16 +135,13 @@ def _flce_parts(class_weights: bool) -> tuple:
         grad_loss = grad_outputs[0]
         if grad_loss is None:  # only lse or the gradients were used downstream: nothing flows back
             return ()
-        in_place = False
         if ctx.recompute:
             *tensors, lse = ctx.saved_tensors
             grads = backward(grad_loss, *tensors, lse, *ctx.options[:-1], *ctx.needs, ctx.accum_dtype)
+            grads = head_grads(grads, grad_loss, ctx.dtypes, ctx.needs, True)
         else:
-            grads = ctx.saved_tensors
-            in_place = ctx.sums_dtype != torch.float32 and not tracing(grads)
-            if in_place:
-                _scale_in_place(grads, grad_loss)
-        grads = head_grads(grads, grad_loss, ctx.dtypes, ctx.needs, ctx.recompute or in_place)
+            # d(weight) and d(bias) in accum_dtype, or in the weight's where one chunk took every token
+            grads = saved_head_grads(ctx.saved_tensors, grad_loss, ctx.dtypes, ctx.needs, ctx.accum_dtype)
         grad_hidden, grad_weight, grad_bias = grads
         return grad_hidden, grad_weight, None, grad_bias
 

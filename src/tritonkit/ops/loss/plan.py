@@ -1,16 +1,11 @@
-"""Launch plans of the cross-entropy kernel and of the fused linear cross-entropy's chunks.
+"""Launch plans of the cross-entropy kernel.
 
 The row kernel steps over a row's vocabulary in blocks of at most MAX_BLOCK_N; no block or warp count was swept on a
 GPU yet (docs/kernels/loss.md), so every architecture takes the same plan: whole short rows in one step, 4 warps up to
 1024 elements, 8 beyond.
 
-The fused op's chunk (tokens per chunk) trades speed for transient memory. Each chunk's d(weight) GEMM reads and
-writes the whole (V, H) accumulator: 2 * a * V * H bytes (a its element size) against the GEMM's 2 * rows * V * H
-FLOP, so that traffic costs a * (FLOP rate / bandwidth) / rows of the GEMM's time, whatever V and H. On a GPU a chunk
-takes the fewest rows that keep it within ACCUMULATOR_SHARE, unless its logits (rows * V) would pass
-MAX_CHUNK_LOGIT_BYTES, the memory cap, which wins: see fused_chunk_plan. Where all the tokens' logits take no
-more memory than that accumulator and chunk (a d(weight) written once in the weight's dtype beside them), one chunk
-takes every token: no accumulator at all, and its three GEMMs are whole.
+The fused op's chunks (tokens per chunk) follow the rule it shares with the vocabulary-parallel op:
+_core/loss_chunks.py (FusedChunkPlan, fused_chunk_plan).
 """
 
 from __future__ import annotations
@@ -21,15 +16,6 @@ from dataclasses import dataclass
 from tritonkit._core.ints import next_power_of_2
 
 MAX_BLOCK_N = 4096  # vocabulary elements per loop step: 16 per thread at 8 warps
-CHUNK_ROW_MULTIPLE = 128  # fused chunks: GEMM-tile-friendly row counts once they are this large
-# The GPU's bf16 tensor-core FLOP rate over its memory bandwidth, as cuBLAS reaches them: the H100's ~670 TFLOP/s
-# over 3.35 TB/s is 200, the H200's ~700 over 4.8 TB/s 146; between the two. Unmeasured architectures take sm90's.
-FLOP_PER_BYTE = {"sm90": 170.0}
-ACCUMULATOR_SHARE = 1 / 6  # d(weight)'s accumulator traffic at most a sixth of its GEMM: ~5% of the three GEMMs
-MAX_CHUNK_LOGIT_BYTES = 1 << 30  # a chunk's logits: half the fp32 dW of a 128256 x 4096 head, ~1% of an H100
-# CPU tensors (the interpreter's tests) keep a tenth of the tokens a chunk: the CPU's GEMMs have no accumulator
-# traffic worth hiding, and several chunks a call are what exercises the chunk loop there.
-CPU_CHUNK_FRACTION = 10
 
 
 @dataclass(frozen=True)
@@ -44,53 +30,3 @@ def cross_entropy_plan(n_cols: int, arch: str) -> CrossEntropyPlan:
     """Whole short rows in one step, MAX_BLOCK_N-wide steps over long ones (the same on every architecture)."""
     block_n = min(next_power_of_2(n_cols), MAX_BLOCK_N)
     return CrossEntropyPlan(block_n=block_n, warps=4 if block_n <= 1024 else 8)
-
-
-@dataclass(frozen=True)
-class FusedChunkPlan:
-    rows: int  # tokens per chunk (the last chunk takes the remainder)
-
-    def __post_init__(self) -> None:
-        if isinstance(self.rows, bool) or not isinstance(self.rows, int) or self.rows < 1:
-            raise ValueError(f"FusedChunkPlan: rows must be an int >= 1, got {self.rows!r}")
-
-
-def _whole_tiles(rows: int) -> int:
-    """rows rounded down to a multiple of CHUNK_ROW_MULTIPLE once that large, at least 1."""
-    return max(1, rows - rows % CHUNK_ROW_MULTIPLE if rows >= CHUNK_ROW_MULTIPLE else rows)
-
-
-@functools.lru_cache(maxsize=256)
-def fused_chunk_plan(n_tokens: int, n_vocab: int, logit_bytes: int, accum_bytes: int, arch: str, *,
-                     hidden_size: int = 0, weight_bytes: int = 0) -> FusedChunkPlan:  # fmt: skip
-    """Tokens per chunk of the fused op, for logits of ``logit_bytes`` per element and a d(weight) accumulator of
-    ``accum_bytes`` (4 for fp32, 2 for the weight's 16-bit dtype); ``arch`` as :func:`tritonkit._core.device.arch`,
-    or "cpu" for CPU tensors. ``hidden_size`` and ``weight_bytes`` (the weight's element size) where a d(weight) is
-    made, 0 where none is.
-
-    On a GPU: the fewest rows whose d(weight) GEMM keeps the accumulator's read and write within ACCUMULATOR_SHARE
-    of its time, accum_bytes * FLOP_PER_BYTE / ACCUMULATOR_SHARE, rounded up to whole GEMM tiles (4096 rows for
-    fp32 on sm90, 2048 for bf16); but no more rows than keep the chunk's logits within MAX_CHUNK_LOGIT_BYTES
-    (4096 rows at V = 128256 in bf16, 2048 at V = 262144), nor more than the tokens. Every token in one chunk where
-    a d(weight) is made and the peak allows it (:func:`whole_batch_fits`). On the CPU a tenth of the tokens. At
-    least 1."""
-    if arch == "cpu":
-        return FusedChunkPlan(rows=_whole_tiles(min(n_tokens, max(1, n_tokens // CPU_CHUNK_FRACTION))))
-    hiding = accum_bytes * FLOP_PER_BYTE.get(arch, FLOP_PER_BYTE["sm90"]) / ACCUMULATOR_SHARE
-    hiding_rows = -(-int(hiding) // CHUNK_ROW_MULTIPLE) * CHUNK_ROW_MULTIPLE
-    rows = max(1, min(hiding_rows, _whole_tiles(MAX_CHUNK_LOGIT_BYTES // max(1, n_vocab * logit_bytes))))
-    if weight_bytes and whole_batch_fits(n_tokens, rows, hidden_size, logit_bytes, weight_bytes, accum_bytes):
-        return FusedChunkPlan(rows=max(1, n_tokens))
-    return FusedChunkPlan(rows=max(1, min(rows, n_tokens)))
-
-
-def whole_batch_fits(n_tokens: int, chunk_rows: int, hidden_size: int, logit_bytes: int, weight_bytes: int,
-                     accum_bytes: int) -> bool:  # fmt: skip
-    """Whether one chunk of every token peaks no higher than chunks of ``chunk_rows``, per class (vocabulary row):
-    all the logits and d(weight) in the weight's dtype (one GEMM rounds once, as an fp32 accumulator's final cast
-    does), against the accumulator and, the larger of the two, a chunk of logits or, where the accumulator is
-    wider than the weight, the cast copy the backward makes beside it. At V = 128256, H = 4096 in bf16 with an fp32
-    accumulator: up to 8192 tokens (2 GiB of logits against 2 GiB of fp32 d(weight) and 1 GiB of chunk)."""
-    whole = n_tokens * logit_bytes + hidden_size * weight_bytes
-    cast_copy = hidden_size * weight_bytes if accum_bytes != weight_bytes else 0
-    return whole <= hidden_size * accum_bytes + max(chunk_rows * logit_bytes, cast_copy)

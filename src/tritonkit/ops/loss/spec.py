@@ -9,8 +9,8 @@ import torch.nn.functional as F
 
 from tritonkit._core.checks import FLOAT_DTYPES
 from tritonkit._core.ints import cdiv
+from tritonkit._core.loss_chunks import fused_chunk_plan
 from tritonkit.ops.loss.op import cross_entropy, fused_linear_cross_entropy
-from tritonkit.ops.loss.plan import fused_chunk_plan
 from tritonkit.registry import TOLERANCES, Case, Inputs, KernelSpec, Tolerance, register
 
 

@@ -8,10 +8,12 @@ logits and the sums of logits, in one), and gets the loss and lse every rank agr
 writes the slice's d(loss)/d(logits) from the global lse alone.
 
 The fused form never builds the (tokens, vocab) logits, nor even the (tokens, vocab / ranks) slice: tokens go
-through in chunks (plan.chunk_rows), each chunk's slice of logits from one GEMM into a reused buffer, its statistics
+through in chunks (the single-GPU fused op's rule, _core/loss_chunks.py, for the group's largest slice: see
+:func:`fused_plan`; or ``plan=``), each chunk's slice of logits from one GEMM into a reused buffer, its statistics
 all-reduced, then overwritten with their gradient and projected by two more GEMMs into the chunk's share of
-d(hidden) and this rank's slice of d(weight) (fp32). d(hidden) is summed over the group once at the end: every rank
-gets the full gradient of the hidden states they share. For mean and sum this happens in the forward; the backward
+d(hidden) and this rank's slice of d(weight): summed over the chunks in fp32, or, where one chunk takes every token,
+from one GEMM in the weight's dtype. d(hidden) is summed over the group once at the end: every rank gets the full
+gradient of the hidden states they share. For mean and sum this happens in the forward; the backward
 of ``reduction="none"`` recomputes the chunks (from the saved lse: no statistics, no all-reduce but d(hidden)'s).
 
 Every rank of the group must call with the same tokens and targets (the chunks' all-reduces pair up in order). The
@@ -24,7 +26,9 @@ from __future__ import annotations
 import torch
 
 from tritonkit._core.device import arch
-from tritonkit._core.distributed import all_reduce
+from tritonkit._core.distributed import all_reduce, group_size
+from tritonkit._core.ints import cdiv
+from tritonkit._core.loss_chunks import FusedChunkPlan, plan_and_accum
 from tritonkit._core.losses import (
     add_chunk_grads,
     chunk_logits,
@@ -37,7 +41,7 @@ from tritonkit._core.losses import (
     reduced,
 )
 from tritonkit.ops.vocab_parallel.kernels import _vocab_slice_grad_kernel, _vocab_slice_stats_kernel
-from tritonkit.ops.vocab_parallel.plan import SlicePlan, chunk_rows, slice_plan
+from tritonkit.ops.vocab_parallel.plan import SlicePlan, slice_plan
 
 _STATS = 4  # per row and slice: max, sum of exps, target logit, sum of logits
 
@@ -114,14 +118,29 @@ def vocab_parallel_cross_entropy_bwd(
     return dx
 
 
-def _chunks(hidden, weight, bias, target, vocab_start, vocab_size, group, options, loss_rows, lse, scale, grads):
-    """The fused op's chunk loop (module docstring). With ``loss_rows`` each chunk's statistics are combined into
-    loss_rows and lse (the forward); without, lse is read (the backward of "none"). With ``scale`` the chunk's
-    gradient is written over its logits and projected into whichever of ``grads`` (d(hidden), d(weight),
-    d(bias)) are given; d(hidden) is then summed over the group."""
+def fused_plan(hidden: torch.Tensor, weight: torch.Tensor, vocab_size: int, group: str, need_weight: bool,
+               plan: FusedChunkPlan | None = None) -> tuple[FusedChunkPlan, torch.dtype]:  # fmt: skip
+    """The fused op's chunks (``plan``, else the single-GPU fused op's rule: _core/loss_chunks.plan_and_accum) and
+    the dtype this slice's d(weight) and d(bias) come in: fp32, summed over the chunks, or the weight's where one
+    chunk takes every token. ``need_weight``: a d(weight) is made.
+
+    Every rank of the group must run the same chunks, or the chunks' all-reduces would not pair up. The rule reads
+    the tokens, H, the dtypes and the device's arch, which the ranks share, and the classes: it plans for the
+    group's largest slice, ceil(vocab_size / ranks), not this rank's own, which DTensor's uneven split (torch.chunk's
+    rule) makes shorter on the last ranks. An even split's slices are all that large."""
+    largest_slice = cdiv(vocab_size, group_size(group))
+    return plan_and_accum(hidden, weight, torch.float32, need_weight, plan, n_classes=largest_slice)
+
+
+def _chunks(hidden, weight, bias, target, vocab_start, vocab_size, group, options, loss_rows, lse, scale, grads,
+            plan):  # fmt: skip
+    """The fused op's chunk loop (module docstring), in ``plan``'s chunks. With ``loss_rows`` each chunk's
+    statistics are combined into loss_rows and lse (the forward); without, lse is read (the backward of "none").
+    With ``scale`` the chunk's gradient is written over its logits and projected into whichever of ``grads``
+    (d(hidden), d(weight), d(bias)) are given; d(hidden) is then summed over the group."""
     grad_hidden = grads[0]
     n_tokens = hidden.shape[0]
-    rows_per_chunk = chunk_rows(n_tokens)
+    rows_per_chunk = plan.rows
     buffer = torch.empty((min(rows_per_chunk, n_tokens), weight.shape[0]), dtype=hidden.dtype, device=hidden.device)
     for start in range(0, n_tokens, rows_per_chunk):
         rows = slice(start, min(start + rows_per_chunk, n_tokens))
@@ -142,26 +161,31 @@ def _chunks(hidden, weight, bias, target, vocab_start, vocab_size, group, option
 def vocab_parallel_fused_linear_cross_entropy_fwd(
     hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None, vocab_start: int,
     vocab_size: int, group: str, ignore_index: int, label_smoothing: float, z_loss: float, softcap: float,
-    reduction: str, loss_dtype: torch.dtype, need_hidden: bool, need_weight: bool, need_bias: bool,
+    reduction: str, loss_dtype: torch.dtype, need_hidden: bool, need_weight: bool, need_bias: bool, *,
+    plan: FusedChunkPlan | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """hidden: (tokens, H), the same on every rank; weight: (n, H) this rank's rows of the head (classes
     [vocab_start, vocab_start + n)); bias: (n,) or None; target: (tokens,).
 
     Returns (loss, lse, grad_hidden, grad_weight, grad_bias), the loss in ``loss_dtype``: for "mean" and "sum" the
     gradients the need_* flags ask for, for an upstream gradient of 1 (d(hidden) summed over the group; d(weight),
-    d(bias) of this slice in fp32); absent ones, and all of them for "none", are empty tensors.
+    d(bias) of this slice in fused_plan's dtype); absent ones, and all of them for "none", are empty tensors.
+    ``plan``: the chunks (fused_plan's unless given; the same on every rank).
     """
     n_tokens = hidden.shape[0]
     loss_rows = torch.empty((n_tokens,), dtype=torch.float32, device=hidden.device)
     lse = torch.empty((n_tokens,), dtype=torch.float32, device=hidden.device)
     now = reduction != "none"
-    grads = grad_buffers(hidden, weight, bias, need_hidden and now, need_weight and now, need_bias and now)
+    plan, accum_dtype = fused_plan(hidden, weight, vocab_size, group, need_weight and now, plan)
+    grads = grad_buffers(hidden, weight, bias, need_hidden and now, need_weight and now, need_bias and now,
+                         accum_dtype)  # fmt: skip
     options = (ignore_index, label_smoothing, z_loss, softcap)
     count = mean_count(target, ignore_index, reduction)
     scale = None
     if any(g is not None for g in grads):
         scale = grad_scale(torch.ones((), dtype=torch.float32, device=hidden.device), reduction, count)
-    _chunks(hidden, weight, bias, target, vocab_start, vocab_size, group, options, loss_rows, lse, scale, grads)
+    _chunks(hidden, weight, bias, target, vocab_start, vocab_size, group, options, loss_rows, lse, scale, grads,
+            plan)  # fmt: skip
     loss = reduced(loss_rows, reduction, loss_dtype, count)
     return loss, lse, *(or_empty(g, lse) for g in grads)
 
@@ -169,14 +193,17 @@ def vocab_parallel_fused_linear_cross_entropy_fwd(
 def vocab_parallel_fused_linear_cross_entropy_bwd(
     grad_loss: torch.Tensor, hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
     bias: torch.Tensor | None, lse: torch.Tensor, vocab_start: int, vocab_size: int, group: str, ignore_index: int,
-    label_smoothing: float, z_loss: float, softcap: float, need_hidden: bool, need_weight: bool, need_bias: bool,
+    label_smoothing: float, z_loss: float, softcap: float, need_hidden: bool, need_weight: bool, need_bias: bool, *,
+    plan: FusedChunkPlan | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """The backward of reduction="none": the chunks recomputed, each row's gradient weighted by its ``grad_loss``.
-    Returns grad_hidden (summed over the group), grad_weight, grad_bias (fp32); absent ones empty."""
-    grads = grad_buffers(hidden, weight, bias, need_hidden, need_weight, need_bias)
+    Returns grad_hidden (summed over the group), grad_weight, grad_bias (in fused_plan's dtype); absent ones empty.
+    ``plan`` as the forward's."""
+    plan, accum_dtype = fused_plan(hidden, weight, vocab_size, group, need_weight, plan)
+    grads = grad_buffers(hidden, weight, bias, need_hidden, need_weight, need_bias, accum_dtype)
     options = (ignore_index, label_smoothing, z_loss, softcap)
     _chunks(hidden, weight, bias, target, vocab_start, vocab_size, group, options, None, lse, grad_loss.reshape(-1),
-            grads)  # fmt: skip
+            grads, plan)  # fmt: skip
     return tuple(or_empty(g, lse) for g in grads)
 
 
@@ -189,15 +216,19 @@ def vocab_parallel_cross_entropy_bwd_fake(grad_loss, logits, *rest):
     return torch.empty_like(logits)
 
 
-def vocab_parallel_fused_linear_cross_entropy_fwd_fake(hidden, weight, target, bias, *options_and_needs):
+def vocab_parallel_fused_linear_cross_entropy_fwd_fake(hidden, weight, target, bias, vocab_start, vocab_size, group,
+                                                       *options_and_needs):  # fmt: skip
     *_, reduction, loss_dtype, need_hidden, need_weight, need_bias = options_and_needs
     now = reduction != "none"
+    _, accum_dtype = fused_plan(hidden, weight, vocab_size, group, need_weight and now)
     return (
         *fake_loss_and_lse(hidden, reduction, loss_dtype),
-        *fake_grads(hidden, weight, bias, need_hidden and now, need_weight and now, need_bias and now),
+        *fake_grads(hidden, weight, bias, need_hidden and now, need_weight and now, need_bias and now, accum_dtype),
     )
 
 
-def vocab_parallel_fused_linear_cross_entropy_bwd_fake(grad_loss, hidden, weight, target, bias, *options_and_needs):
+def vocab_parallel_fused_linear_cross_entropy_bwd_fake(grad_loss, hidden, weight, target, bias, lse, vocab_start,
+                                                       vocab_size, group, *options_and_needs):  # fmt: skip
     *_, need_hidden, need_weight, need_bias = options_and_needs
-    return fake_grads(hidden, weight, bias, need_hidden, need_weight, need_bias)
+    _, accum_dtype = fused_plan(hidden, weight, vocab_size, group, need_weight)
+    return fake_grads(hidden, weight, bias, need_hidden, need_weight, need_bias, accum_dtype)
