@@ -192,6 +192,12 @@ def _compile_variant(index: int) -> str:
     return compile_one(f"{kernel.__module__}.{name} [{label}]", kernel, signature, constexprs, **options)
 
 
+# Library kernels that only a forced plan launches on sm90, with where they are compiled instead.
+FORCED_PLAN_ONLY = {
+    "_split_k_reduce_kernel": "plans_for_hopper.py (sm90's GEMV plans sum their splits in the GEMV's last split)",
+}
+
+
 def main() -> int:
     recorder = Recorder()
     JITFunction.run, Autotuner.run = _recording(recorder)
@@ -201,7 +207,7 @@ def main() -> int:
         with tritonkit.set_spin_waits(spin_waits):
             _launch_specs()
     library = {key[0] for key in recorder.variants}
-    missing = sorted(_library_kernels() - library)
+    missing = sorted(_library_kernels() - library - set(FORCED_PLAN_ONLY))
     if missing:
         print(f"no test case of any spec launches {', '.join(missing)}: give it one", file=sys.stderr)
         return 1

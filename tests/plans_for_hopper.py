@@ -1,10 +1,11 @@
-"""Compile for sm_90 the kernel variants that only a forced plan reaches (no default plan takes them yet, so
-compile_for_hopper.py, which records the registry's cases under the default plans, never sees them). Run by
-test_compiled_build.py without TRITON_INTERPRET; prints one line per compiled variant.
+"""Compile for sm_90 the kernel variants that only a forced plan reaches there (no sm90 plan takes them, so
+compile_for_hopper.py, which records the registry's cases under the default plans, never sees them; its
+FORCED_PLAN_ONLY names the kernels left to this script). Run by test_compiled_build.py without TRITON_INTERPRET;
+prints one line per compiled variant.
 
-- The W8A16 GEMV whose last split sums the partials (GemvPlan(last_split_sums=True)): the byte loop at one row and
-  at 16 rows (tl.dot), and the one-row kernel reading int8 codes as words, in bf16; benchmarks/gemv_plans.py times
-  them against the two-launch reduction.
+- The W8A16 GEMV's two-launch form (GemvPlan(last_split_sums=False): the fallback's on every other GPU): the byte
+  loop at one row and at 16 rows (tl.dot), the one-row kernel reading int8 codes as words, in bf16, and the split-K
+  reduction that sums their partials; benchmarks/gemv_plans.py times them against sm90's plans.
 """
 
 import sys
@@ -21,9 +22,9 @@ from tritonkit.ops.gemm.plan import GemvPlan
 
 # (plan, rows of x, w's dtype): 4096 K values, so that each plan splits K.
 FORCED = [
-    (GemvPlan(1, 32, 256, 4, 3, 2, 512, last_split_sums=True), 1, torch.float8_e4m3fn),
-    (GemvPlan(1, 32, 256, 4, 3, 2, 512, words=True, last_split_sums=True), 1, torch.int8),
-    (GemvPlan(16, 64, 128, 4, 3, 4, 512, last_split_sums=True), 16, torch.int8),
+    (GemvPlan(1, 32, 256, 4, 3, 2, 512), 1, torch.float8_e4m3fn),
+    (GemvPlan(1, 32, 256, 4, 3, 2, 512, words=True), 1, torch.int8),
+    (GemvPlan(16, 64, 128, 4, 3, 4, 512), 16, torch.int8),
 ]
 
 
@@ -37,12 +38,10 @@ def main() -> int:
         x, w = torch.ones(m, 4096, dtype=torch.bfloat16), torch.ones(64, 4096).to(codes)
         launch.scaled_linear_fwd(x, w, None, torch.ones(64, 1), None, torch.bfloat16, False, plan=plan)
     for (name, *_), (kernel, signature, constexprs, options) in recorder.variants.items():
-        if not constexprs.get("LAST_SPLIT_SUMS"):
-            continue  # the reduction kernel
         source = triton.compiler.ASTSource(fn=kernel, signature=signature, constexprs=constexprs)
         compiled = triton.compile(source, target=hopper.HOPPER, options=options)
-        print(f"{name} [BLOCK_N={constexprs['BLOCK_N']}, LAST_SPLIT_SUMS]: {len(compiled.asm['cubin'])} bytes of "
-              f"sm_90 code")  # fmt: skip
+        form = " [two launches]" if "LAST_SPLIT_SUMS" in constexprs else ""  # the GEMV's; the reduction has none
+        print(f"{name}{form}: {len(compiled.asm['cubin'])} bytes of sm_90 code")
     return 0
 
 

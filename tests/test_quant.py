@@ -67,11 +67,18 @@ def test_the_granularity_is_read_from_the_scale_shape():
     assert granularity_of((7, 300), (7, 7)) is None  # 300 / 7 is no power of two's count
 
 
-@pytest.mark.parametrize("granularity", ["row", "group", "block"])
-def test_strided_input(device, granularity):
-    x = torch.randn(96, 200, device=device).t()  # (200, 96), columns 200 apart
-    xq, scale = tk.ops.quantize(x, torch.float8_e4m3fn, granularity=granularity, block_size=32)
-    codes, expected = REFERENCE(x.double(), torch.float8_e4m3fn, granularity=granularity, block_size=32)
+@pytest.mark.parametrize("granularity", ["tensor", "row", "group", "block"])
+@pytest.mark.parametrize("dtype", [torch.int8, torch.float8_e4m3fn], ids=["int8", "e4m3"])
+@pytest.mark.parametrize("x_dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_strided_input(device, granularity, dtype, x_dtype):
+    """A transposed operand (columns 200 apart), read where it lies (all but block scales: columns_plan's 64 x 64
+    tiles, rows of 96 read twice in chunks, groups of 32 once), gives the reference's codes and scales."""
+    generator = torch.Generator(device).manual_seed(0)
+    x = torch.randn(96, 200, device=device, generator=generator).to(x_dtype).t()  # (200, 96)
+    x = x * torch.logspace(-3, 3, 200, device=device).to(x_dtype)[:, None]  # rows of many sizes
+    assert x.stride() == (1, 200)
+    xq, scale = tk.ops.quantize(x, dtype, granularity=granularity, block_size=32)
+    codes, expected = REFERENCE(x.double(), dtype, granularity=granularity, block_size=32)
     assert torch.equal(scale, expected) and torch.equal(xq.float(), codes.float())
 
 

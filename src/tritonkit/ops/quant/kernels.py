@@ -13,7 +13,9 @@ a tensor, so the codes follow the definition exactly. HARDWARE_ROUNDING: float8 
 instruction (sm_89 and newer) instead of in fp32 arithmetic first (_core/jit/quantize.py); the same codes.
 
 A region that fits one tile (ONE_PASS) is read once: its amax and its codes come from the same registers. A wider one
-is read twice, chunk by chunk (the second read mostly from L2).
+is read twice, chunk by chunk (the second read mostly from L2). The tensor's amax and the row and group kernels also
+read x whose columns are strided (COLUMN_STRIDED: a transposed operand, read where it lies instead of copied first);
+the codes are written row-major either way.
 """
 
 import triton
@@ -25,21 +27,33 @@ from tritonkit._core.jit.rounding import round_half_even
 
 
 @triton.jit
-def _amax_kernel(p_x, p_amax, n_rows, n_cols, stride_x_r, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+def _column_offsets(o_c, stride_c, COLUMN_STRIDED: tl.constexpr):
+    """Element offsets of columns o_c: o_c itself for unit-stride rows, else o_c * stride_c in int64 (a transposed
+    operand's column stride is its row count, whose products pass int32 in large tensors)."""
+    if COLUMN_STRIDED:
+        return o_c.to(tl.int64) * stride_c
+    else:
+        return o_c
+
+
+@triton.jit
+def _amax_kernel(p_x, p_amax, n_rows, n_cols, stride_x_r, stride_x_c, COLUMN_STRIDED: tl.constexpr,
+                 BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):  # fmt: skip
     """The tensor's amax (finite values), each program's block folded in with an atomic maximum (order-free, so
     deterministic); p_amax starts at 0."""
     o_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     o_c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     m_x = (o_r < n_rows)[:, None] & (o_c < n_cols)[None, :]
-    b_x = tl.load(p_x + o_r.to(tl.int64)[:, None] * stride_x_r + o_c[None, :], mask=m_x, other=0.0).to(tl.float32)
+    o_x = o_r.to(tl.int64)[:, None] * stride_x_r + _column_offsets(o_c, stride_x_c, COLUMN_STRIDED)[None, :]
+    b_x = tl.load(p_x + o_x, mask=m_x, other=0.0).to(tl.float32)
     tl.atomic_max(p_amax, tl.max(finite_row_amax(b_x), axis=0))
 
 
 @triton.jit
 def _quantize_groups_kernel(
-    p_x, p_q, p_scale, p_amax, n_rows, n_cols, group, stride_x_r, stride_q_r, stride_s_r,
+    p_x, p_q, p_scale, p_amax, n_rows, n_cols, group, stride_x_r, stride_x_c, stride_q_r, stride_s_r,
     KIND: tl.constexpr, TENSOR: tl.constexpr, HARDWARE_ROUNDING: tl.constexpr, ONE_PASS: tl.constexpr,
-    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
+    COLUMN_STRIDED: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
 ):  # fmt: skip
     """BLOCK_R rows x the columns of group i_g = program_id(1), [i_g * group, (i_g + 1) * group) (row granularity: one
     group of all the columns). ONE_PASS (group <= BLOCK_C): the tile is read once; else the group is read twice, chunk
@@ -56,7 +70,8 @@ def _quantize_groups_kernel(
     p_q_rows = p_q + r64[:, None] * stride_q_r
     if ONE_PASS and not TENSOR:
         m_x = m_r[:, None] & (c_lo + o_c < c_hi)[None, :]
-        b_x = tl.load(p_x_rows + (c_lo + o_c)[None, :], mask=m_x, other=0.0).to(tl.float32)  # [R, C]
+        o_x = _column_offsets(c_lo + o_c, stride_x_c, COLUMN_STRIDED)
+        b_x = tl.load(p_x_rows + o_x[None, :], mask=m_x, other=0.0).to(tl.float32)  # [R, C]
         scale = amax_scale(finite_row_amax(b_x), KIND)
         tl.store(p_scale + r64 * stride_s_r + i_g, scale, mask=m_r)
         tl.store(p_q_rows + (c_lo + o_c)[None, :], codes(b_x, scale[:, None], KIND, HARDWARE_ROUNDING), mask=m_x)
@@ -69,13 +84,15 @@ def _quantize_groups_kernel(
             amax = tl.zeros([BLOCK_R], tl.float32)
             for c in range(c_lo, c_hi, BLOCK_C):
                 m_x = m_r[:, None] & (c + o_c < c_hi)[None, :]
-                b_x = tl.load(p_x_rows + (c + o_c)[None, :], mask=m_x, other=0.0)  # [R, C]
+                o_x = _column_offsets(c + o_c, stride_x_c, COLUMN_STRIDED)
+                b_x = tl.load(p_x_rows + o_x[None, :], mask=m_x, other=0.0)  # [R, C]
                 amax = tl.maximum(amax, finite_row_amax(b_x.to(tl.float32)))
             scale = amax_scale(amax, KIND)
             tl.store(p_scale + r64 * stride_s_r + i_g, scale, mask=m_r)
         for c in range(c_lo, c_hi, BLOCK_C):
             m_x = m_r[:, None] & (c + o_c < c_hi)[None, :]
-            b_x = tl.load(p_x_rows + (c + o_c)[None, :], mask=m_x, other=0.0).to(tl.float32)
+            o_x = _column_offsets(c + o_c, stride_x_c, COLUMN_STRIDED)
+            b_x = tl.load(p_x_rows + o_x[None, :], mask=m_x, other=0.0).to(tl.float32)
             tl.store(p_q_rows + (c + o_c)[None, :], codes(b_x, scale[:, None], KIND, HARDWARE_ROUNDING), mask=m_x)
 
 

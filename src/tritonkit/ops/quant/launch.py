@@ -35,6 +35,7 @@ from tritonkit.ops.quant.plan import (
     FourBitDequantizePlan,
     QuantPlan,
     blocks_plan,
+    columns_plan,
     elementwise_plan,
     groups_plan,
 )
@@ -78,10 +79,18 @@ def scale_shape(shape: tuple, granularity: str, block_size: int) -> tuple:
     return cdiv(shape[0], block_size), cdiv(shape[1], block_size)
 
 
-def _rows(x: torch.Tensor) -> torch.Tensor:
-    """x as (M, K) with unit stride along K (a copy when it has none)."""
+def _rows(x: torch.Tensor, *, columns_in_place: bool = False) -> torch.Tensor:
+    """x as (M, K) with unit stride along K (a copy when it has none); with ``columns_in_place`` also unit stride
+    along M (a transposed operand: the kernels read it where it lies)."""
     rows = x.reshape(-1, x.shape[-1]) if x.dim() else x.reshape(1, 1)
-    return rows if rows.stride(1) == 1 or rows.shape[1] <= 1 else rows.contiguous()
+    if rows.stride(1) == 1 or rows.shape[1] <= 1 or (columns_in_place and _column_strided(rows)):
+        return rows
+    return rows.contiguous()
+
+
+def _column_strided(rows: torch.Tensor) -> bool:
+    """rows (M, K) lies down its columns (unit stride along M, none along K): a transposed view."""
+    return rows.stride(1) != 1 and rows.shape[1] > 1 and (rows.stride(0) == 1 or rows.shape[0] <= 1)
 
 
 def _hardware_rounding(plan: QuantPlan) -> bool:
@@ -101,7 +110,8 @@ def quantize_fwd(
     scale = torch.empty(scale_shape(tuple(x.shape), granularity, block_size), dtype=torch.float32, device=x.device)
     if x.numel() == 0:  # every region empty, so a region of zeros: scale 1 (rows of no values too)
         return codes, scale.fill_(1.0)
-    rows = _rows(x)
+    rows = _rows(x, columns_in_place=granularity != "block")
+    strided = _column_strided(rows)
     code_rows = codes.view(rows.shape)
     n_rows, n_cols = rows.shape
     kind = FORMATS[dtype]
@@ -114,21 +124,23 @@ def quantize_fwd(
         )  # fmt: skip
         return codes, scale
     group = block_size if granularity == "group" else n_cols
-    tiles = plan or groups_plan(arch(x.device), group)
+    device_arch = arch(x.device)
+    tiles = plan or (columns_plan(device_arch) if strided else groups_plan(device_arch, group))
     amax = scale  # a stand-in pointer unless the tensor's amax is needed
     if granularity == "tensor":
         amax = torch.zeros(1, dtype=torch.float32, device=x.device)
-        whole = elementwise_plan(arch(x.device), n_cols)
+        whole = columns_plan(device_arch) if strided else elementwise_plan(device_arch, n_cols)
         _amax_kernel[(cdiv(n_rows, whole.block_r), cdiv(n_cols, whole.block_c))](
-            rows, amax, n_rows, n_cols, rows.stride(0), BLOCK_R=whole.block_r, BLOCK_C=whole.block_c,
-            num_warps=whole.warps,
+            rows, amax, n_rows, n_cols, rows.stride(0), rows.stride(1), COLUMN_STRIDED=strided,
+            BLOCK_R=whole.block_r, BLOCK_C=whole.block_c, num_warps=whole.warps,
         )  # fmt: skip
     scale_rows = scale.view(n_rows, -1) if granularity != "tensor" else scale
     _quantize_groups_kernel[(cdiv(n_rows, tiles.block_r), cdiv(n_cols, group))](
-        rows, code_rows, scale_rows, amax, n_rows, n_cols, group, rows.stride(0), code_rows.stride(0),
+        rows, code_rows, scale_rows, amax, n_rows, n_cols, group, rows.stride(0), rows.stride(1), code_rows.stride(0),
         scale_rows.stride(0) if granularity != "tensor" else 0,
         KIND=kind, TENSOR=granularity == "tensor", HARDWARE_ROUNDING=_hardware_rounding(tiles),
-        ONE_PASS=group <= tiles.block_c, BLOCK_R=tiles.block_r, BLOCK_C=tiles.block_c, num_warps=tiles.warps,
+        ONE_PASS=group <= tiles.block_c, COLUMN_STRIDED=strided, BLOCK_R=tiles.block_r, BLOCK_C=tiles.block_c,
+        num_warps=tiles.warps,
     )  # fmt: skip
     return codes, scale
 

@@ -57,6 +57,17 @@ def groups_plan(arch: str, group: int) -> QuantPlan:
     return QuantPlan(max(1, TILE_ELEMENTS // block_c), block_c, 4, converts_to_float8_rounding(arch))
 
 
+# Column-strided x (rows contiguous down its columns, as a transposed operand lies): 16 x 128 tiles at 4 warps, the
+# fastest of 7 tiles (16 to 128 rows, 32 to 128 columns) at all six H200 cases, 1.1-2.3x faster than copying first
+# (2026-11-29-quantize-columns-tiles.md; docs/kernels/quant.md); the same on every architecture until measured there.
+COLUMNS_TILE = (16, 128)
+
+
+def columns_plan(arch: str) -> QuantPlan:
+    """Tiles for x whose columns are strided and rows contiguous (a transposed view), read where it lies."""
+    return QuantPlan(*COLUMNS_TILE, 4, converts_to_float8_rounding(arch))
+
+
 def blocks_plan(arch: str, block: int) -> QuantPlan:
     """Row chunks of a block x block block, block columns wide: the whole block up to TILE_ELEMENTS (read once),
     else as many rows as fill TILE_ELEMENTS (read twice); on sm90 the whole block up to ONE_READ_BLOCK_ELEMENTS."""
