@@ -45,10 +45,12 @@ _TYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", 
 
 
 class Recorder:
-    """Stands in for kernel launches: each launch's kernel, argument types and constexprs, once each."""
+    """Stands in for kernel launches: each launch's kernel, argument types and constexprs, once each, with the
+    divisibility Triton would specialise them on (``attrs``, by the variant's key): a GPU compiles that code."""
 
     def __init__(self):
         self.variants = {}
+        self.attrs = {}
 
     def record(self, kernel: JITFunction, args, kwargs) -> None:
         options = {key: kwargs.pop(key) for key in ("num_warps", "num_stages") if key in kwargs}
@@ -63,8 +65,29 @@ class Recorder:
                 signature[param.name] = "constexpr"
             else:
                 signature[param.name] = _type(value)
-        key = (kernel.__name__, tuple(signature.items()), tuple(constexprs.items()), tuple(sorted(options.items())))
+        attrs = _divisibility(kernel, args, kwargs)
+        key = (kernel.__name__, tuple(signature.items()), tuple(constexprs.items()), tuple(sorted(options.items())),
+               tuple(attrs))  # fmt: skip
         self.variants.setdefault(key, (kernel, signature, constexprs, options))
+        self.attrs.setdefault(key, attrs)
+
+
+def _divisibility(kernel: JITFunction, args, kwargs) -> dict:
+    """Triton's specialisation of a launch's arguments, as its launcher makes it: tensors whose address and ints whose
+    value are multiples of 16 are compiled as such (vector loads and stores follow from it), unless the kernel asks
+    not to for that argument."""
+    attrs = {}
+    for i, param in enumerate(kernel.params):
+        value = kwargs[param.name] if param.name in kwargs else (args[i] if i < len(args) else None)
+        if param.is_constexpr or value is None or isinstance(value, bool):
+            continue
+        if isinstance(value, torch.Tensor):
+            aligned = value.data_ptr() % 16 == 0 and not param.do_not_specialize_on_alignment
+        else:
+            aligned = isinstance(value, int) and value % 16 == 0 and not param.do_not_specialize
+        if aligned:
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    return attrs
 
 
 def _type(value) -> str:
@@ -177,8 +200,8 @@ def covering_variants(variants: dict) -> dict:
     return chosen
 
 
-def compile_one(name, fn, signature, constexprs, **options) -> str:
-    source = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs)
+def compile_one(name, fn, signature, constexprs, attrs=None, **options) -> str:
+    source = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
     compiled = triton.compile(source, target=HOPPER, options=options or None)
     return f"{name}: {len(compiled.asm['cubin'])} bytes of sm_90 code"
 
@@ -187,9 +210,9 @@ _VARIANTS: list = []  # the recorded variants, read by the forked workers
 
 
 def _compile_variant(index: int) -> str:
-    name, kernel, signature, constexprs, options = _VARIANTS[index]
+    name, kernel, signature, constexprs, options, attrs = _VARIANTS[index]
     label = ", ".join(f"{k}={v}" for k, v in constexprs.items())
-    return compile_one(f"{kernel.__module__}.{name} [{label}]", kernel, signature, constexprs, **options)
+    return compile_one(f"{kernel.__module__}.{name} [{label}]", kernel, signature, constexprs, attrs, **options)
 
 
 # Library kernels that only a forced plan launches on sm90, with where they are compiled instead.
@@ -216,7 +239,7 @@ def main() -> int:
                       {"p_x": "*fp32", "p_out": "*fp32", "n_rows": "i32", "n_cols": "i32", "stride_row": "i32",
                        "BLOCK_R": "constexpr", "BLOCK_C": "constexpr"}, {"BLOCK_R": 16, "BLOCK_C": 32}))  # fmt: skip
     covering = covering_variants(recorder.variants)
-    _VARIANTS.extend((name, *variant) for (name, *_), variant in covering.items())
+    _VARIANTS.extend((key[0], *variant, recorder.attrs[key]) for key, variant in covering.items())
     # Compiling is CPU-bound and independent per variant: forked workers (which inherit the recorded variants) on
     # every core; the lines come back in the recorded order, and the first failure fails the run.
     with multiprocessing.get_context("fork").Pool(min(os.cpu_count() or 1, 8)) as pool:

@@ -37,8 +37,10 @@ def main() -> int:
     for plan, m, codes in FORCED:
         x, w = torch.ones(m, 4096, dtype=torch.bfloat16), torch.ones(64, 4096).to(codes)
         launch.scaled_linear_fwd(x, w, None, torch.ones(64, 1), None, torch.bfloat16, False, plan=plan)
-    for (name, *_), (kernel, signature, constexprs, options) in recorder.variants.items():
-        source = triton.compiler.ASTSource(fn=kernel, signature=signature, constexprs=constexprs)
+    for key, (kernel, signature, constexprs, options) in recorder.variants.items():
+        name = key[0]
+        source = triton.compiler.ASTSource(fn=kernel, signature=signature, constexprs=constexprs,
+                                           attrs=recorder.attrs[key])  # fmt: skip
         compiled = triton.compile(source, target=hopper.HOPPER, options=options)
         form = " [two launches]" if "LAST_SPLIT_SUMS" in constexprs else ""  # the GEMV's; the reduction has none
         print(f"{name}{form}: {len(compiled.asm['cubin'])} bytes of sm_90 code")

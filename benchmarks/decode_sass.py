@@ -1,0 +1,115 @@
+"""Flash decoding's sm_90 machine code, without a GPU: the decode kernel compiled for Hopper (as a GPU launch would
+specialise it: tests/compile_for_hopper.py's Recorder) for each cache format, at d128, GQA 32:8, pages of 64, four
+splits, this Hopper plan; prints each key loop's SASS by opcode, its instructions per K or V value read (per thread:
+the loop's count times the threads of a program over the block's 2 x BLOCK_N x 128 values), and the kinds of its
+loads and stores.
+
+    python benchmarks/decode_sass.py [int4 int8 fp8 plain]
+
+A proxy for a format's cost per value where timing needs a GPU: on the H200 plain caches stream at the copy
+bandwidth, 8-bit ones at up to 1.4x paged bf16's speed, int4 at half of it (docs/kernels/decoding.md).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+FORMATS = ("int4", "int8", "fp8", "plain")
+B, S, HQ, HK, D, PAGE, SPLITS = 1, 4096, 32, 8, 128, 64, 4
+
+
+def _launch(fmt: str) -> None:
+    import torch
+
+    import tritonkit as tk
+    from tritonkit.ops.decoding import launch
+
+    q = torch.randn(B, 1, HQ, D, dtype=torch.bfloat16)
+    x = torch.randn(S // PAGE, PAGE, HK, D, dtype=torch.bfloat16)
+    table = torch.arange(S // PAGE, dtype=torch.int32)[None]
+    k, scales = (x, None) if fmt == "plain" else tk.ops.quantize_kv(x, fmt)
+    seqlens = torch.full((B,), S, dtype=torch.int32)
+    launch.decode_attention_fwd(q, k, k, seqlens, table, scales, scales, D**-0.5, True, -1, 0.0, SPLITS)
+
+
+def _loops(sass: str) -> list[tuple[int, int, collections.Counter]]:
+    """(start, end, opcode counts) of each backward branch's body in nvdisasm's listing."""
+    label_at, instructions, pending = {}, [], []
+    for line in sass.splitlines():
+        label = re.match(r"^(\.L_x_\d+):", line.strip())
+        if label:
+            pending.append(label.group(1))
+            continue
+        instruction = re.match(r"^\s+/\*([0-9a-f]+)\*/\s+(.*)$", line)
+        if instruction:
+            address = int(instruction.group(1), 16)
+            label_at.update((name, address) for name in pending)
+            pending = []
+            instructions.append((address, instruction.group(2)))
+    found = []
+    for address, text in instructions:
+        target = re.search(r"BRA\s+(?:`\()?(\.L_x_\d+)", text)
+        if target and label_at.get(target.group(1), address) < address:
+            start = label_at[target.group(1)]
+            body = [text for at, text in instructions if start <= at <= address]
+            opcodes = [re.match(r"(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", text) for text in body]
+            found.append((start, address, collections.Counter(m.group(1) for m in opcodes if m)))
+    return found
+
+
+def main(argv=None) -> int:
+    os.environ.pop("TRITON_INTERPRET", None)  # compile, not interpret
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    import triton
+    from triton.runtime.autotuner import Autotuner
+    from triton.runtime.jit import JITFunction
+
+    import compile_for_hopper as hopper
+    from tritonkit._core import checks
+    from tritonkit.ops.decoding import launch
+
+    formats = (argv if argv is not None else sys.argv[1:]) or FORMATS
+    nvdisasm = Path(triton.__file__).parent / "backends/nvidia/bin/nvdisasm"
+    checks.kernels_interpreted = lambda: True  # CPU tensors pass the device check; the launches are only recorded
+    launch.arch, launch.sm_count = (lambda device: "sm90"), (lambda device: 132)
+    launch.upcast_bf16_dots = lambda dtype: False  # the GPU's code paths
+    for fmt in formats:
+        recorder = hopper.Recorder()
+        JITFunction.run, Autotuner.run = hopper._recording(recorder)
+        _launch(fmt)
+        for key, (kernel, signature, constexprs, options) in recorder.variants.items():
+            if key[0] != "_decode_kernel":
+                continue
+            source = triton.compiler.ASTSource(fn=kernel, signature=signature, constexprs=constexprs,
+                                               attrs=recorder.attrs[key])  # fmt: skip
+            compiled = triton.compile(source, target=hopper.HOPPER, options=options or None)
+            with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
+                cubin.write(compiled.asm["cubin"])
+                cubin.flush()
+                sass = subprocess.run([nvdisasm, "-c", cubin.name], capture_output=True, text=True).stdout
+            threads = 32 * options.get("num_warps", 4)
+            values = 2 * constexprs["BLOCK_N"] * D
+            print(f"{fmt}: {options.get('num_warps')} warps, {options.get('num_stages')} stages, BLOCK_N "
+                  f"{constexprs['BLOCK_N']}, {compiled.metadata.shared} B of shared memory")  # fmt: skip
+            for start, end, opcodes in _loops(sass):
+                count = sum(opcodes.values())
+                if count < 100:
+                    continue
+                memory = {op: n for op, n in opcodes.items() if op.startswith(("LDG", "LDS", "STS", "LDGSTS"))}
+                print(f"  loop {start:#x}-{end:#x}: {count} instructions, {count * threads / values:.2f} a value")
+                base = collections.Counter()
+                for op, n in opcodes.items():
+                    base[op.split(".")[0]] += n
+                print(f"    {dict(base.most_common(16))}")
+                print(f"    memory: {memory}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
