@@ -4,9 +4,9 @@ lies, against copying it first and against a row-major operand of the same size:
 
     python benchmarks/quantize_columns.py
 
-Prints, per case, µs and GB/s (the bf16 read, the codes written) of each path and of each candidate tile of
-``quant.plan.columns_plan`` forced through ``plan=``, and whether the in-place codes and scales equal the copy's.
-Needs a GPU.
+Prints, per case, µs and GB/s (the bf16 read, the codes written) of each path and of each candidate tile of the
+transposed codes' kernel (``quant.plan.transposed_plan``: the stored tensor read along its rows, its codes transposed
+in registers) forced through ``plan=``, and whether the codes and scales equal the copy's. Needs a GPU.
 """
 
 from __future__ import annotations

@@ -70,13 +70,16 @@ def test_the_granularity_is_read_from_the_scale_shape():
 @pytest.mark.parametrize("granularity", ["tensor", "row", "group", "block"])
 @pytest.mark.parametrize("dtype", [torch.int8, torch.float8_e4m3fn], ids=["int8", "e4m3"])
 @pytest.mark.parametrize("x_dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_strided_input(device, granularity, dtype, x_dtype):
-    """A transposed operand (columns 200 apart), read where it lies (all but block scales: columns_plan's 64 x 64
-    tiles, rows of 96 read twice in chunks, groups of 32 once), gives the reference's codes and scales."""
+@pytest.mark.parametrize("stored", [(96, 200), (600, 70)], ids=["wide", "tall"])
+def test_strided_input(device, granularity, dtype, x_dtype, stored):
+    """A transposed operand (the transpose of a row-major tensor of shape ``stored``) gives the reference's codes and
+    scales: row and tensor scales from the stored tensor read along its rows (its column amax over 256 rows a
+    program, so the tall one's three programs a column combine; its codes in 64 x 64 tiles transposed in registers,
+    partial ones at the edges), groups read where they lie (columns_plan), blocks from a copy."""
     generator = torch.Generator(device).manual_seed(0)
-    x = torch.randn(96, 200, device=device, generator=generator).to(x_dtype).t()  # (200, 96)
-    x = x * torch.logspace(-3, 3, 200, device=device).to(x_dtype)[:, None]  # rows of many sizes
-    assert x.stride() == (1, 200)
+    x = torch.randn(*stored, device=device, generator=generator).to(x_dtype).t()
+    x = x * torch.logspace(-3, 3, stored[1], device=device).to(x_dtype)[:, None]  # rows of many sizes
+    assert x.stride() == (1, stored[1])
     xq, scale = tk.ops.quantize(x, dtype, granularity=granularity, block_size=32)
     codes, expected = REFERENCE(x.double(), dtype, granularity=granularity, block_size=32)
     assert torch.equal(scale, expected) and torch.equal(xq.float(), codes.float())

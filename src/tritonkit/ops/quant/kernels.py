@@ -15,14 +15,16 @@ instruction (sm_89 and newer) instead of in fp32 arithmetic first (_core/jit/qua
 A region that fits one tile (ONE_PASS) is read once: its amax and its codes come from the same registers. A wider one
 is read twice, chunk by chunk (the second read mostly from L2). The tensor's amax and the row and group kernels also
 read x whose columns are strided (COLUMN_STRIDED: a transposed operand, read where it lies instead of copied first);
-the codes are written row-major either way.
+the codes are written row-major either way. For row and tensor scales of a transposed operand, _column_amax_kernel
+and _quantize_columns_kernel read the tensor it transposes along that tensor's own rows instead, and transpose the
+codes in registers before they are written.
 """
 
 import triton
 import triton.language as tl
 
 from tritonkit._core.jit.nf4 import nf4_absmax
-from tritonkit._core.jit.quantize import amax_scale, codes, finite_row_amax
+from tritonkit._core.jit.quantize import amax_scale, codes, finite_abs, finite_row_amax
 from tritonkit._core.jit.rounding import round_half_even
 
 
@@ -47,6 +49,53 @@ def _amax_kernel(p_x, p_amax, n_rows, n_cols, stride_x_r, stride_x_c, COLUMN_STR
     o_x = o_r.to(tl.int64)[:, None] * stride_x_r + _column_offsets(o_c, stride_x_c, COLUMN_STRIDED)[None, :]
     b_x = tl.load(p_x + o_x, mask=m_x, other=0.0).to(tl.float32)
     tl.atomic_max(p_amax, tl.max(finite_row_amax(b_x), axis=0))
+
+
+@triton.jit
+def _column_amax_kernel(p_x, p_amax, n_rows, n_cols, rows_per_program, stride_x_r, BLOCK_R: tl.constexpr,
+                        BLOCK_C: tl.constexpr):  # fmt: skip
+    """max |x| over each column of a row-major x (M, N) among its finite values: rows_per_program rows of BLOCK_C
+    columns a program, BLOCK_R at a time, folded into p_amax[column] (zeros at launch) with one atomic maximum a
+    column (order-free, so deterministic). The row amax of x's transpose, read along x's rows."""
+    o_c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    m_c = o_c < n_cols
+    r_lo = tl.program_id(0) * rows_per_program
+    r_hi = tl.minimum(r_lo + rows_per_program, n_rows)
+    amax = tl.zeros([BLOCK_C], tl.float32)
+    for r in range(r_lo, r_hi, BLOCK_R):
+        o_r = r + tl.arange(0, BLOCK_R)
+        m_x = (o_r < r_hi)[:, None] & m_c[None, :]
+        b_x = tl.load(p_x + o_r.to(tl.int64)[:, None] * stride_x_r + o_c[None, :], mask=m_x, other=0.0)
+        amax = tl.maximum(amax, tl.max(finite_abs(b_x.to(tl.float32)), axis=0))
+    tl.atomic_max(p_amax + o_c, amax, mask=m_c)
+
+
+@triton.jit
+def _quantize_columns_kernel(
+    p_x, p_q, p_scale, p_amax, n_rows, n_cols, stride_x_r, stride_q_r, stride_s_r,
+    KIND: tl.constexpr, TENSOR: tl.constexpr, HARDWARE_ROUNDING: tl.constexpr, BLOCK_R: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):  # fmt: skip
+    """The codes of x^T for a row-major x (M, N): row c of the codes (N, M) is column c of x at its column's scale,
+    from p_amax[c] (_column_amax_kernel), or at the tensor's (TENSOR: p_amax[0]). A BLOCK_R x BLOCK_C tile of x is
+    read along x's rows, and its codes are transposed in registers and written along the codes' rows. The first
+    row of programs stores its columns' scales (TENSOR: program (0, 0) the one)."""
+    o_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    o_c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    m_r, m_c = o_r < n_rows, o_c < n_cols
+    m_x = m_r[:, None] & m_c[None, :]
+    b_x = tl.load(p_x + o_r.to(tl.int64)[:, None] * stride_x_r + o_c[None, :], mask=m_x, other=0.0).to(tl.float32)
+    if TENSOR:
+        scale = amax_scale(tl.load(p_amax) + tl.zeros([BLOCK_C], tl.float32), KIND)
+        if (tl.program_id(0) == 0) & (tl.program_id(1) == 0):
+            tl.store(p_scale, tl.max(scale, axis=0))
+    else:
+        scale = amax_scale(tl.load(p_amax + o_c, mask=m_c, other=0.0), KIND)
+        if tl.program_id(0) == 0:
+            tl.store(p_scale + o_c.to(tl.int64) * stride_s_r, scale, mask=m_c)
+    b_q = codes(b_x, scale[None, :], KIND, HARDWARE_ROUNDING)  # [R, C]
+    p_q_tile = p_q + o_c.to(tl.int64)[:, None] * stride_q_r + o_r[None, :]  # [C, R]
+    tl.store(p_q_tile, tl.trans(b_q), mask=m_c[:, None] & m_r[None, :])
 
 
 @triton.jit

@@ -22,15 +22,19 @@ from tritonkit._core.ints import cdiv, next_power_of_2
 from tritonkit._core.scales import FORMATS, MIN_BLOCK, granularity_of
 from tritonkit.ops.quant.kernels import (
     _amax_kernel,
+    _column_amax_kernel,
     _dequantize_kernel,
     _int4_dequantize_kernel,
     _int4_quantize_kernel,
     _nf4_dequantize_kernel,
     _nf4_quantize_kernel,
     _quantize_blocks_kernel,
+    _quantize_columns_kernel,
     _quantize_groups_kernel,
 )
 from tritonkit.ops.quant.plan import (
+    COLUMN_AMAX_ROWS,
+    COLUMN_AMAX_TILE,
     FOURBIT_DEQUANTIZE,
     FourBitDequantizePlan,
     QuantPlan,
@@ -38,6 +42,7 @@ from tritonkit.ops.quant.plan import (
     columns_plan,
     elementwise_plan,
     groups_plan,
+    transposed_plan,
 )
 
 GRANULARITIES = ("tensor", "row", "group", "block")
@@ -115,6 +120,9 @@ def quantize_fwd(
     code_rows = codes.view(rows.shape)
     n_rows, n_cols = rows.shape
     kind = FORMATS[dtype]
+    if strided and granularity in ("row", "tensor"):
+        _quantize_transposed(rows.t(), code_rows, scale, granularity, kind, plan)
+        return codes, scale
     if granularity == "block":
         tiles = plan or blocks_plan(arch(x.device), block_size)
         _quantize_blocks_kernel[(scale.shape[0], scale.shape[1])](
@@ -143,6 +151,35 @@ def quantize_fwd(
         num_warps=tiles.warps,
     )  # fmt: skip
     return codes, scale
+
+
+def _quantize_transposed(x, code_rows, scale, granularity, kind, plan) -> None:
+    """The codes (code_rows, (N, M)) and scales of x^T for a row-major x (M, N), x read along its own rows: its
+    column amax (row scales of x^T) or its amax (a tensor scale), then _quantize_columns_kernel's transposed tiles
+    (``plan``, else plan.transposed_plan)."""
+    n_rows, n_cols = x.shape
+    device_arch = arch(x.device)
+    if granularity == "tensor":
+        amax = torch.zeros(1, dtype=torch.float32, device=x.device)
+        whole = elementwise_plan(device_arch, n_cols)
+        _amax_kernel[(cdiv(n_rows, whole.block_r), cdiv(n_cols, whole.block_c))](
+            x, amax, n_rows, n_cols, x.stride(0), 1, COLUMN_STRIDED=False, BLOCK_R=whole.block_r,
+            BLOCK_C=whole.block_c, num_warps=whole.warps,
+        )  # fmt: skip
+    else:
+        amax = torch.zeros(n_cols, dtype=torch.float32, device=x.device)
+        block_r, block_c = COLUMN_AMAX_TILE
+        _column_amax_kernel[(cdiv(n_rows, COLUMN_AMAX_ROWS), cdiv(n_cols, block_c))](
+            x, amax, n_rows, n_cols, COLUMN_AMAX_ROWS, x.stride(0), BLOCK_R=block_r, BLOCK_C=block_c, num_warps=4,
+        )  # fmt: skip
+    tiles = plan or transposed_plan(device_arch)
+    scale_rows = scale.view(n_cols, 1) if granularity == "row" else scale
+    _quantize_columns_kernel[(cdiv(n_rows, tiles.block_r), cdiv(n_cols, tiles.block_c))](
+        x, code_rows, scale_rows, amax, n_rows, n_cols, x.stride(0), code_rows.stride(0),
+        scale_rows.stride(0) if granularity == "row" else 0,
+        KIND=kind, TENSOR=granularity == "tensor", HARDWARE_ROUNDING=_hardware_rounding(tiles), BLOCK_R=tiles.block_r,
+        BLOCK_C=tiles.block_c, num_warps=tiles.warps,
+    )  # fmt: skip
 
 
 def quantize_fake(x, dtype, granularity, block_size):

@@ -57,10 +57,24 @@ def groups_plan(arch: str, group: int) -> QuantPlan:
     return QuantPlan(max(1, TILE_ELEMENTS // block_c), block_c, 4, converts_to_float8_rounding(arch))
 
 
-# Column-strided x (rows contiguous down its columns, as a transposed operand lies): 16 x 128 tiles at 4 warps, the
-# fastest of 7 tiles (16 to 128 rows, 32 to 128 columns) at all six H200 cases, 1.1-2.3x faster than copying first
-# (2026-11-29-quantize-columns-tiles.md; docs/kernels/quant.md); the same on every architecture until measured there.
+# Column-strided x (rows contiguous down its columns, as a transposed operand lies) read where it lies, which group
+# scales still do: 16 x 128 tiles at 4 warps, the fastest of 7 tiles (16 to 128 rows, 32 to 128 columns) at all six
+# H200 cases of row and tensor scales read so, 1.1-2.3x faster than copying first (2026-11-29-quantize-columns-
+# tiles.md; docs/kernels/quant.md); the same on every architecture until measured there.
 COLUMNS_TILE = (16, 128)
+
+
+# A transposed operand's row or tensor scales, from the tensor it transposes read along its own rows: its column
+# amax over 256 rows of 128 columns a program, 32 rows a step (one atomic maximum a column every 256 rows), then its
+# codes from 64 x 64 tiles transposed in registers (_quantize_columns_kernel's plan, TRANSPOSED_PLAN); not yet timed.
+COLUMN_AMAX_TILE = (32, 128)
+COLUMN_AMAX_ROWS = 256
+TRANSPOSED_TILE = (64, 64)
+
+
+def transposed_plan(arch: str) -> QuantPlan:
+    """Tiles of _quantize_columns_kernel (codes of a row-major tensor's transpose)."""
+    return QuantPlan(*TRANSPOSED_TILE, 4, converts_to_float8_rounding(arch))
 
 
 def columns_plan(arch: str) -> QuantPlan:

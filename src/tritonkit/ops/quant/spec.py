@@ -38,10 +38,16 @@ class QuantCase(Case):
     granularity: str = "row"
     block_size: int = 128
     zeros: bool = False  # the first row (or the whole x, when 1-D) is zeros: scale 1, no NaN
+    # x is the transpose of a row-major tensor (2-D; unit stride down its columns), as a backward pass quantizes
+    # dy^T and x^T along the tokens: read where it lies, not copied
+    transposed: bool = False
 
 
 def _x(case, device, dtype, generator):
-    x = torch.randn(case.shape, device=device, generator=generator, dtype=torch.float32)
+    if case.transposed:
+        x = torch.randn(case.shape[::-1], device=device, generator=generator, dtype=torch.float32).t()
+    else:
+        x = torch.randn(case.shape, device=device, generator=generator, dtype=torch.float32)
     # Magnitudes from 1e-3 to 1e2 across the last dimension: float8's subnormals and its top binades both occur.
     if x.dim() and x.shape[-1] > 1:
         x = x * torch.logspace(-3, 2, x.shape[-1], device=device)
@@ -79,6 +85,10 @@ _TESTS = (
     {"shape": (1, 8300), "fmt": "int8", "granularity": "row"},  # a row past 8192 columns: read twice, in chunks
     {"shape": (0, 16), "fmt": "int8"},
     {"shape": (), "fmt": "e4m3", "granularity": "tensor"},
+    # transposed operands: row scales over 600 stored rows (three column-amax programs), a tensor scale, groups
+    {"shape": (70, 600), "fmt": "e4m3", "granularity": "row", "transposed": True},
+    {"shape": (50, 40), "fmt": "int8", "granularity": "tensor", "transposed": True, "zeros": True},
+    {"shape": (20, 300), "fmt": "int8", "granularity": "group", "transposed": True},
 )
 _GPU = (
     {"shape": (8192, 7168), "fmt": "e4m3", "granularity": "group"},
@@ -87,6 +97,7 @@ _GPU = (
     {"shape": (16, 14336), "fmt": "int8", "granularity": "tensor"},
     {"shape": (3000, 5000), "fmt": "e5m2", "granularity": "row", "zeros": True},
     {"shape": (1000, 1000), "fmt": "int8", "granularity": "block", "block_size": 64},
+    {"shape": (14336, 8192), "fmt": "e4m3", "granularity": "row", "transposed": True},  # dy^T of a Llama MLP
 )
 # Activations of 4096 to 65536 tokens x 4096 (per row, per 1 x 128 group) and 8192 x 8192 weights (per block).
 _BENCH = (
@@ -94,6 +105,8 @@ _BENCH = (
       for fmt, granularity in (("e4m3", "row"), ("e4m3", "group"), ("int8", "row"), ("e4m3", "tensor"))
       for m in (4096, 16384, 65536)),
     *({"shape": (n, 8192), "fmt": "e4m3", "granularity": "block"} for n in (2048, 8192, 28672)),
+    *({"shape": (14336, 8192), "fmt": "e4m3", "granularity": granularity, "transposed": True}
+      for granularity in ("row", "tensor")),  # float8 training's dy^T
 )  # fmt: skip
 
 register(KernelSpec(
