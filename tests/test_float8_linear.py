@@ -97,25 +97,35 @@ def test_gradients_only_where_needed(device, monkeypatch):
     assert len(calls) == 4 and dweight.shape == weight.shape and torch.isfinite(dweight).all()
 
 
+@pytest.mark.parametrize("recipe", list(RECIPES))
 @pytest.mark.parametrize("where", ["x", "weight", "dy"])
 @pytest.mark.parametrize("value", [float("inf"), float("nan")], ids=["inf", "nan"])
-def test_a_non_finite_operand_makes_its_gemms_nan(where, value, device):
-    """One inf or NaN in x, W or dy: every GEMM that reads it gives NaN throughout (not the finite values its
-    saturated codes would), the others stay finite; db keeps dy's sum."""
+def test_a_non_finite_operand_makes_what_reads_it_nan(where, value, recipe, device):
+    """One inf or NaN in x, W or dy (its code NaN, not the saturated 448): exactly the outputs of each GEMM that
+    read it are NaN (the rows or columns the bf16 layer's would make non-finite), the rest finite; db keeps dy's
+    sum."""
     x, weight, bias = _layer(device, torch.bfloat16)
     with torch.no_grad():
         if where == "x":
             x[0, 0, 0] = value
         elif where == "weight":
             weight[0, 0] = value
-    y = float8_linear(x, weight, bias)
+    y = float8_linear(x, weight, bias, recipe=recipe)
     dy = torch.randn_like(y)
     if where == "dy":
-        dy[1, 2, 3] = value
+        dy[1, 2, 3] = value  # token 1 * 13 + 2 = 15, output feature 3
     dx, dweight, dbias = torch.autograd.grad(y, (x, weight, bias), dy)
-    expect_nan = {"y": where != "dy", "dx": where != "x", "dW": where != "weight"}
-    for name, out in (("y", y), ("dx", dx), ("dW", dweight)):
-        assert bool(out.isnan().all()) == expect_nan[name] and bool(torch.isfinite(out).all()) != expect_nan[name], name
+    outs = {"y": y.reshape(-1, 45), "dx": dx.reshape(-1, 100), "dW": dweight}
+    expected = {name: torch.zeros(out.shape, dtype=torch.bool, device=device) for name, out in outs.items()}
+    if where == "x":  # y's token 0, dW's input feature 0
+        expected["y"][0, :], expected["dW"][:, 0] = True, True
+    elif where == "weight":  # y's output feature 0, dx's input feature 0
+        expected["y"][:, 0], expected["dx"][:, 0] = True, True
+    else:  # dx's token 15, dW's output feature 3
+        expected["dx"][15, :], expected["dW"][3, :] = True, True
+    for name, out in outs.items():
+        assert torch.equal(out.isnan(), expected[name]), name
+        assert torch.isfinite(out[~expected[name]]).all(), name
     assert torch.isfinite(dbias).all() == (where != "dy")
 
 

@@ -707,3 +707,19 @@ def test_code_tiles_sweep_runs_every_candidate_dry(tmp_path, capsys):
     summary = script.summary_of("e4m3")({"results": rows})
     assert "| 128 | tritonkit | 0.50x | 1 |" in summary
     assert f"| 128 | {n} | {k} | 64x64x128 w4 s4 | 2.00x | 0.50x |" in summary
+
+
+def test_a_nan_code_makes_its_products_nan(device):
+    """An e4m3 NaN code (0x7F) in x or w makes the outputs that read it NaN and no other, on a GPU (the tensor cores)
+    and under the interpreter alike (its conversion would decode the code as 480: dot_fp32 reads the bits)."""
+    generator = torch.Generator(device).manual_seed(0)
+    x = torch.randn(20, 96, device=device, generator=generator)
+    w = torch.randn(30, 96, device=device, generator=generator)
+    x_q, x_scale = tk.ops.quantize(x, torch.float8_e4m3fn)
+    w_q, w_scale = tk.ops.quantize(w, torch.float8_e4m3fn)
+    nan_code = torch.tensor(0x7F, dtype=torch.uint8, device=device).view(torch.float8_e4m3fn)
+    x_q[4, 10], w_q[7, 50] = nan_code, nan_code
+    out = tk.ops.scaled_linear(x_q, w_q, x_scale, w_scale, out_dtype=torch.float32)
+    expected = torch.zeros(20, 30, dtype=torch.bool, device=device)
+    expected[4, :], expected[:, 7] = True, True
+    assert torch.equal(out.isnan(), expected)

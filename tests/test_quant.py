@@ -85,6 +85,28 @@ def test_strided_input(device, granularity, dtype, x_dtype, stored):
     assert torch.equal(scale, expected) and torch.equal(xq.float(), codes.float())
 
 
+@pytest.mark.parametrize("granularity", ["tensor", "row", "group"])
+@pytest.mark.parametrize("transposed", [False, True], ids=["rows", "transposed"])
+def test_inf_to_nan_gives_infinities_the_nan_code(device, granularity, transposed):
+    """The launcher's inf_to_nan (float8 training's GEMM operands): +-inf and NaN get the NaN code, every other value
+    the public op's code and the scales its scales (from the finite values); int8 (no NaN code) and block scales are
+    refused."""
+    generator = torch.Generator(device).manual_seed(0)
+    x = torch.randn(70, 300, device=device, generator=generator)
+    x = x.t().contiguous().t() if transposed else x  # the transposed operand's kernels too
+    x[3, 5], x[7, 200], x[11, 13] = math.inf, -math.inf, math.nan
+    codes, scale = quant_launch.quantize_fwd(x, torch.float8_e4m3fn, granularity, 128, inf_to_nan=True)
+    saturated, expected_scale = tk.ops.quantize(x, torch.float8_e4m3fn, granularity=granularity)
+    special = ~torch.isfinite(x)
+    assert torch.equal(scale, expected_scale)
+    assert torch.isnan(codes.float()).equal(special)
+    assert torch.equal(codes.view(torch.uint8)[~special], saturated.view(torch.uint8)[~special])
+    with pytest.raises(ValueError, match="inf_to_nan"):
+        quant_launch.quantize_fwd(x, torch.int8, granularity, 128, inf_to_nan=True)
+    with pytest.raises(ValueError, match="inf_to_nan"):
+        quant_launch.quantize_fwd(x, torch.float8_e4m3fn, "block", 128, inf_to_nan=True)
+
+
 def _grid_values(dtype: torch.dtype) -> torch.Tensor:
     """Values at a scale of 1 that probe the rounding: every int8 tie (k + 1/2) or every float8 value and the
     midpoint of each pair of neighbours (ties, subnormals among them), with the fp32 values one ulp either side of

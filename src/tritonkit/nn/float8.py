@@ -13,9 +13,10 @@ applies both scales and the bias in its epilogue):
 operand along the contraction: per token for x and dy in the first two GEMMs, per output feature for W, per input
 feature for x^T and per output feature for dy^T in dW's). Scales are amax / 448 over finite values (tk.ops.quantize).
 The backward re-quantizes what it needs from the saved x and W (the memory of a bf16 linear layer), as torchao does.
-Quantization takes the amax over finite values and saturates inf to 448, which would hide an overflow; so each
-operand's finiteness is read once (torch.aminmax, one pass) and a GEMM whose operand held inf or NaN adds a NaN bias:
-its output is NaN throughout, as the bf16 layer's would be non-finite, and a loss scaler skips the step.
+Quantization takes the amax over finite values and would saturate inf to 448, hiding an overflow; here an operand's
+inf gets the NaN code instead (the quant launcher's inf_to_nan), as NaN keeps its own: every output of a GEMM that
+reads one is NaN (the rows or columns of y, dx and dW that the bf16 layer's would make non-finite), so the loss and
+the gradients show it and a loss scaler skips the step. No pass of its own reads the operands for that.
 
 Each GEMM's result is exact for its codes up to fp32 sums; what float8 costs is the quantization of the operands
 (about 2^-4 of each value's magnitude for e4m3), measured against the float64 layer in tests/test_float8_linear.py.
@@ -29,78 +30,50 @@ import torch
 
 from tritonkit import ops
 from tritonkit._core.autograd import differentiable_op, needed
+from tritonkit.ops.quant.launch import quantize_fwd
 
 RECIPES = {"tensorwise": "tensor", "rowwise": "row"}  # torchao's recipe -> tk.ops.quantize's granularity
 CODES = torch.float8_e4m3fn  # torchao's recipes take e4m3 for every operand
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-
-
-def _finite(t: torch.Tensor) -> torch.Tensor:
-    """Whether every value of t is finite, as a 0-d bool tensor (one read of t, no host synchronisation)."""
-    if t.numel() == 0:
-        return torch.ones((), dtype=torch.bool, device=t.device)
-    low, high = torch.aminmax(t)
-    return (low > float("-inf")) & (high < float("inf"))  # NaN compares False
-
-
-def _nan_unless(finite: torch.Tensor, n: int, device: torch.device) -> torch.Tensor:
-    """(n,) fp32 zeros, or NaN where ``finite`` is False: added as a bias, it turns a GEMM's output to NaN when an
-    operand held inf or NaN, which quantization alone would hide (amax over finite values, inf saturated to 448)."""
-    return torch.zeros(n, dtype=torch.float32, device=device).masked_fill_(~finite, float("nan"))
+BLOCK_SIZE_UNUSED = 128  # quantize's block size, which tensor and row scales do not read
 
 
 def _product(a: torch.Tensor, b: torch.Tensor, granularity: str, out_dtype: torch.dtype,
-             bias: torch.Tensor) -> torch.Tensor:  # fmt: skip
-    """a b^T + bias for 2-D a (R, C) and b (S, C), each quantized to e4m3 along C, in out_dtype."""
-    a_codes, a_scale = ops.quantize(a, CODES, granularity=granularity)
-    b_codes, b_scale = ops.quantize(b, CODES, granularity=granularity)
+             bias: torch.Tensor | None) -> torch.Tensor:  # fmt: skip
+    """a b^T + bias for 2-D a (R, C) and b (S, C), each quantized to e4m3 along C (inf and NaN to the NaN code), in
+    out_dtype."""
+    a_codes, a_scale = quantize_fwd(a, CODES, granularity, BLOCK_SIZE_UNUSED, inf_to_nan=True)
+    b_codes, b_scale = quantize_fwd(b, CODES, granularity, BLOCK_SIZE_UNUSED, inf_to_nan=True)
     return ops.scaled_linear(a_codes, b_codes, a_scale, b_scale, bias=bias, out_dtype=out_dtype)
 
 
 def float8_linear_fwd(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                      recipe: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
-    """(y, rows finite, W finite): y (M, N) = rows (M, K) W^T + bias in rows' dtype, both operands quantized along
-    K; NaN throughout when rows or W holds a non-finite value. The two 0-d flags are kept for the backward."""
-    rows, weight = rows.detach(), weight.detach()
-    finite_rows, finite_weight = _finite(rows), _finite(weight)
-    bias_or_nan = _nan_unless(finite_rows & finite_weight, weight.shape[0], rows.device)
-    if bias is not None:
-        bias_or_nan += bias.detach()
-    return _product(rows, weight, RECIPES[recipe], rows.dtype, bias_or_nan), finite_rows, finite_weight
+                      recipe: str) -> torch.Tensor:  # fmt: skip
+    """y (M, N) = rows (M, K) W^T + bias in rows' dtype, both operands quantized along K (module docstring)."""
+    bias = bias.detach() if bias is not None else None
+    return _product(rows.detach(), weight.detach(), RECIPES[recipe], rows.dtype, bias)
 
 
 def float8_linear_fwd_fake(rows, weight, bias, recipe):
-    flag = rows.new_empty((), dtype=torch.bool)
-    return rows.new_empty((rows.shape[0], weight.shape[0])), flag, flag.clone()
+    return rows.new_empty((rows.shape[0], weight.shape[0]))
 
 
 def float8_linear_bwd(
-    dy: torch.Tensor,
-    rows: torch.Tensor,
-    weight: torch.Tensor,
-    finite_rows: torch.Tensor,
-    finite_weight: torch.Tensor,
-    recipe: str,
-    needs_dx: bool,
-    needs_dweight: bool,
+    dy: torch.Tensor, rows: torch.Tensor, weight: torch.Tensor, recipe: str, needs_dx: bool, needs_dweight: bool,
     needs_dbias: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dx, dW, db), an empty tensor for each gradient not needed (module docstring); dx and dW NaN throughout when
-    an operand of theirs held a non-finite value. db is the fp32 sum (autograd casts it to the bias's dtype)."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    """(dx, dW, db), an empty tensor for each gradient not needed (module docstring). db is the fp32 sum (autograd
+    casts it to the bias's dtype)."""
     granularity = RECIPES[recipe]
     dy, rows, weight = dy.detach(), rows.detach(), weight.detach()
-    finite_dy = _finite(dy) if needs_dx or needs_dweight else None
     empty = dy.new_empty(0)
-    k = rows.shape[1]
-    dx = (_product(dy, weight.t(), granularity, rows.dtype, _nan_unless(finite_dy & finite_weight, k, dy.device))
-          if needs_dx else empty)  # fmt: skip
-    dweight = (_product(dy.t(), rows.t(), granularity, weight.dtype, _nan_unless(finite_dy & finite_rows, k, dy.device))
-               if needs_dweight else empty)  # fmt: skip
+    dx = _product(dy, weight.t(), granularity, rows.dtype, None) if needs_dx else empty
+    dweight = _product(dy.t(), rows.t(), granularity, weight.dtype, None) if needs_dweight else empty
     dbias = dy.sum(0, dtype=torch.float32) if needs_dbias else empty
     return dx, dweight, dbias
 
 
-def float8_linear_bwd_fake(dy, rows, weight, finite_rows, finite_weight, recipe, needs_dx, needs_dweight, needs_dbias):
+def float8_linear_bwd_fake(dy, rows, weight, recipe, needs_dx, needs_dweight, needs_dbias):
     empty = dy.new_empty(0)
     return (rows.new_empty(rows.shape) if needs_dx else empty,
             weight.new_empty(weight.shape) if needs_dweight else empty,
@@ -109,7 +82,7 @@ def float8_linear_bwd_fake(dy, rows, weight, finite_rows, finite_weight, recipe,
 
 def _save(ctx, inputs, outputs):
     rows, weight, bias, recipe = inputs
-    ctx.save_for_backward(rows, weight, outputs[1], outputs[2])
+    ctx.save_for_backward(rows, weight)
     ctx.recipe, ctx.has_bias = recipe, bias is not None
 
 
@@ -118,9 +91,9 @@ def _gradients(ctx, grad_outputs, backward):
     dy = grad_outputs[0]
     if dy is None:
         return ()
-    rows, weight, finite_rows, finite_weight = ctx.saved_tensors
+    rows, weight = ctx.saved_tensors
     needs = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2] and ctx.has_bias)
-    grads = backward(dy, rows, weight, finite_rows, finite_weight, ctx.recipe, *needs)
+    grads = backward(dy, rows, weight, ctx.recipe, *needs)
     return needed(grads, needs)
 
 
@@ -132,7 +105,6 @@ float8_linear_op = differentiable_op(
     backward_fake=float8_linear_bwd_fake,
     save=_save,
     gradients=_gradients,
-    non_differentiable=(1, 2),  # the operands' finiteness flags
 )
 
 
@@ -162,8 +134,8 @@ def float8_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     x: (..., K) in bf16, fp16 or fp32; weight: (N, K), the master weight (any of those dtypes; its gradient comes
     in its dtype); bias: (N,) or None. ``recipe``: ``"rowwise"`` or ``"tensorwise"`` (torchao's). Returns
     (..., N) in x's dtype, or under torch.autocast in the autocast dtype (x is cast to it first, as torchao does).
-    An inf or NaN in an operand makes that GEMM's output NaN (not the finite values quantization would give), so
-    a loss scaler sees the overflow. Differentiable in x, weight and bias.
+    An inf or NaN in an operand makes the outputs of each GEMM that reads it NaN (not the finite values saturated
+    codes would give), so a loss scaler sees the overflow. Differentiable in x, weight and bias.
 
     Example: ``y = tk.nn.float8.float8_linear(x, layer.weight, layer.bias, recipe="tensorwise")``.
     """
@@ -171,7 +143,7 @@ def float8_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     if torch.is_autocast_enabled(x.device.type):  # as nn.Linear under autocast: the output in the autocast dtype
         x = x.to(torch.get_autocast_dtype(x.device.type))
     rows = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])  # not -1: K may be 0
-    return float8_linear_op(rows, weight, bias, recipe)[0].view(*x.shape[:-1], weight.shape[0])
+    return float8_linear_op(rows, weight, bias, recipe).view(*x.shape[:-1], weight.shape[0])
 
 
 class Float8Linear(torch.nn.Linear):

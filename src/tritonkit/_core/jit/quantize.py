@@ -92,13 +92,16 @@ def quotient(b_x, b_scale):
 
 
 @triton.jit
-def codes(b_x, b_scale, KIND: tl.constexpr, HARDWARE_ROUNDING: tl.constexpr):
+def codes(b_x, b_scale, KIND: tl.constexpr, HARDWARE_ROUNDING: tl.constexpr, INF_IS_NAN: tl.constexpr = False):
     """The codes of b_x (fp32) at b_scale (broadcast to it): see the module docstring. HARDWARE_ROUNDING: float8
     values rounded by the conversion (a GPU of sm_89 or newer), else in fp32 arithmetic first. int8 codes are the
-    rounded quotient's low bits (rounded_int32), not a float-to-int conversion."""
+    rounded quotient's low bits (rounded_int32), not a float-to-int conversion. INF_IS_NAN (float8 only): +-inf
+    becomes NaN instead of +-qmax, so that a product of the codes shows the overflow (float8 training's GEMMs)."""
     top = qmax(KIND)
     b_y = tl.minimum(tl.maximum(quotient(b_x, b_scale), -top), top)
     nan = b_x != b_x
+    if INF_IS_NAN:
+        nan = nan | (tl.abs(b_x) == float("inf"))
     if KIND == "int8":
         b_q = tl.where(nan, 0, rounded_int32(b_y)).to(tl.int8)
     else:

@@ -73,8 +73,8 @@ def _column_amax_kernel(p_x, p_amax, n_rows, n_cols, rows_per_program, stride_x_
 @triton.jit
 def _quantize_columns_kernel(
     p_x, p_q, p_scale, p_amax, n_rows, n_cols, stride_x_r, stride_q_r, stride_s_r,
-    KIND: tl.constexpr, TENSOR: tl.constexpr, HARDWARE_ROUNDING: tl.constexpr, BLOCK_R: tl.constexpr,
-    BLOCK_C: tl.constexpr,
+    KIND: tl.constexpr, TENSOR: tl.constexpr, HARDWARE_ROUNDING: tl.constexpr, INF_IS_NAN: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
 ):  # fmt: skip
     """The codes of x^T for a row-major x (M, N): row c of the codes (N, M) is column c of x at its column's scale,
     from p_amax[c] (_column_amax_kernel), or at the tensor's (TENSOR: p_amax[0]). A BLOCK_R x BLOCK_C tile of x is
@@ -93,7 +93,7 @@ def _quantize_columns_kernel(
         scale = amax_scale(tl.load(p_amax + o_c, mask=m_c, other=0.0), KIND)
         if tl.program_id(0) == 0:
             tl.store(p_scale + o_c.to(tl.int64) * stride_s_r, scale, mask=m_c)
-    b_q = codes(b_x, scale[None, :], KIND, HARDWARE_ROUNDING)  # [R, C]
+    b_q = codes(b_x, scale[None, :], KIND, HARDWARE_ROUNDING, INF_IS_NAN)  # [R, C]
     p_q_tile = p_q + o_c.to(tl.int64)[:, None] * stride_q_r + o_r[None, :]  # [C, R]
     tl.store(p_q_tile, tl.trans(b_q), mask=m_c[:, None] & m_r[None, :])
 
@@ -102,12 +102,12 @@ def _quantize_columns_kernel(
 def _quantize_groups_kernel(
     p_x, p_q, p_scale, p_amax, n_rows, n_cols, group, stride_x_r, stride_x_c, stride_q_r, stride_s_r,
     KIND: tl.constexpr, TENSOR: tl.constexpr, HARDWARE_ROUNDING: tl.constexpr, ONE_PASS: tl.constexpr,
-    COLUMN_STRIDED: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
+    COLUMN_STRIDED: tl.constexpr, INF_IS_NAN: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
 ):  # fmt: skip
     """BLOCK_R rows x the columns of group i_g = program_id(1), [i_g * group, (i_g + 1) * group) (row granularity: one
     group of all the columns). ONE_PASS (group <= BLOCK_C): the tile is read once; else the group is read twice, chunk
     by chunk: once for its amax, once to write the codes. TENSOR: the scale comes from the tensor's amax (p_amax),
-    stored by program (0, 0), and one read suffices."""
+    stored by program (0, 0), and one read suffices. INF_IS_NAN: float8 codes of +-inf are NaN (_core/jit/quantize)."""
     i_g = tl.program_id(1)
     o_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     r64 = o_r.to(tl.int64)
@@ -123,7 +123,8 @@ def _quantize_groups_kernel(
         b_x = tl.load(p_x_rows + o_x[None, :], mask=m_x, other=0.0).to(tl.float32)  # [R, C]
         scale = amax_scale(finite_row_amax(b_x), KIND)
         tl.store(p_scale + r64 * stride_s_r + i_g, scale, mask=m_r)
-        tl.store(p_q_rows + (c_lo + o_c)[None, :], codes(b_x, scale[:, None], KIND, HARDWARE_ROUNDING), mask=m_x)
+        b_q = codes(b_x, scale[:, None], KIND, HARDWARE_ROUNDING, INF_IS_NAN)
+        tl.store(p_q_rows + (c_lo + o_c)[None, :], b_q, mask=m_x)
     else:
         if TENSOR:
             scale = amax_scale(tl.load(p_amax), KIND) + tl.zeros([BLOCK_R], tl.float32)
@@ -142,7 +143,8 @@ def _quantize_groups_kernel(
             m_x = m_r[:, None] & (c + o_c < c_hi)[None, :]
             o_x = _column_offsets(c + o_c, stride_x_c, COLUMN_STRIDED)
             b_x = tl.load(p_x_rows + o_x[None, :], mask=m_x, other=0.0).to(tl.float32)
-            tl.store(p_q_rows + (c + o_c)[None, :], codes(b_x, scale[:, None], KIND, HARDWARE_ROUNDING), mask=m_x)
+            b_q = codes(b_x, scale[:, None], KIND, HARDWARE_ROUNDING, INF_IS_NAN)
+            tl.store(p_q_rows + (c + o_c)[None, :], b_q, mask=m_x)
 
 
 @triton.jit

@@ -104,13 +104,18 @@ def _hardware_rounding(plan: QuantPlan) -> bool:
 
 
 def quantize_fwd(
-    x: torch.Tensor, dtype: torch.dtype, granularity: str, block_size: int, *, plan: QuantPlan | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
+    x: torch.Tensor, dtype: torch.dtype, granularity: str, block_size: int, *, plan: QuantPlan | None = None,
+    inf_to_nan: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """(codes in x's shape and ``dtype``, fp32 scales) of validated arguments (kernels.py's definition). ``plan``:
     QuantPlan tiles (block_r rows of a block per chunk for block scales), or None: plan.groups_plan or
-    plan.blocks_plan."""
+    plan.blocks_plan. ``inf_to_nan`` (float8, tensor, row or group scales; not the public op's): +-inf gets the NaN
+    code instead of +-qmax, so that a product of the codes shows the overflow, as float8 training needs."""
     if plan is not None and not isinstance(plan, QuantPlan):
         raise TypeError(f"quantize: plan must be a QuantPlan, got {type(plan).__name__}")
+    if inf_to_nan and (FORMATS[dtype] == "int8" or granularity == "block"):
+        raise ValueError(f"quantize: inf_to_nan takes float8 codes with tensor, row or group scales, got {dtype} "
+                         f"with {granularity!r} scales")  # fmt: skip
     codes = torch.empty(x.shape, dtype=dtype, device=x.device)
     scale = torch.empty(scale_shape(tuple(x.shape), granularity, block_size), dtype=torch.float32, device=x.device)
     if x.numel() == 0:  # every region empty, so a region of zeros: scale 1 (rows of no values too)
@@ -121,7 +126,7 @@ def quantize_fwd(
     n_rows, n_cols = rows.shape
     kind = FORMATS[dtype]
     if strided and granularity in ("row", "tensor"):
-        _quantize_transposed(rows.t(), code_rows, scale, granularity, kind, plan)
+        _quantize_transposed(rows.t(), code_rows, scale, granularity, kind, plan, inf_to_nan)
         return codes, scale
     if granularity == "block":
         tiles = plan or blocks_plan(arch(x.device), block_size)
@@ -147,13 +152,13 @@ def quantize_fwd(
         rows, code_rows, scale_rows, amax, n_rows, n_cols, group, rows.stride(0), rows.stride(1), code_rows.stride(0),
         scale_rows.stride(0) if granularity != "tensor" else 0,
         KIND=kind, TENSOR=granularity == "tensor", HARDWARE_ROUNDING=_hardware_rounding(tiles),
-        ONE_PASS=group <= tiles.block_c, COLUMN_STRIDED=strided, BLOCK_R=tiles.block_r, BLOCK_C=tiles.block_c,
-        num_warps=tiles.warps,
+        ONE_PASS=group <= tiles.block_c, COLUMN_STRIDED=strided, INF_IS_NAN=inf_to_nan, BLOCK_R=tiles.block_r,
+        BLOCK_C=tiles.block_c, num_warps=tiles.warps,
     )  # fmt: skip
     return codes, scale
 
 
-def _quantize_transposed(x, code_rows, scale, granularity, kind, plan) -> None:
+def _quantize_transposed(x, code_rows, scale, granularity, kind, plan, inf_to_nan) -> None:
     """The codes (code_rows, (N, M)) and scales of x^T for a row-major x (M, N), x read along its own rows: its
     column amax (row scales of x^T) or its amax (a tensor scale), then _quantize_columns_kernel's transposed tiles
     (``plan``, else plan.transposed_plan)."""
@@ -177,8 +182,8 @@ def _quantize_transposed(x, code_rows, scale, granularity, kind, plan) -> None:
     _quantize_columns_kernel[(cdiv(n_rows, tiles.block_r), cdiv(n_cols, tiles.block_c))](
         x, code_rows, scale_rows, amax, n_rows, n_cols, x.stride(0), code_rows.stride(0),
         scale_rows.stride(0) if granularity == "row" else 0,
-        KIND=kind, TENSOR=granularity == "tensor", HARDWARE_ROUNDING=_hardware_rounding(tiles), BLOCK_R=tiles.block_r,
-        BLOCK_C=tiles.block_c, num_warps=tiles.warps,
+        KIND=kind, TENSOR=granularity == "tensor", HARDWARE_ROUNDING=_hardware_rounding(tiles), INF_IS_NAN=inf_to_nan,
+        BLOCK_R=tiles.block_r, BLOCK_C=tiles.block_c, num_warps=tiles.warps,
     )  # fmt: skip
 
 
