@@ -85,6 +85,25 @@ def test_strided_input(device, granularity, dtype, x_dtype, stored):
     assert torch.equal(scale, expected) and torch.equal(xq.float(), codes.float())
 
 
+LAYOUTS = {  # (stored shape, view of the stored tensor)
+    "columns-expanded": ((50, 1), lambda t: t.expand(50, 70)),  # stride (1, 0): read down its columns
+    "rows-expanded": ((1, 70), lambda t: t.expand(50, 70)),  # stride (0, 1)
+    "one-strided-row": ((70, 1), lambda t: t.t()),
+    "one-strided-column": ((1, 50), lambda t: t.t()),
+    "sliced": ((80, 200), lambda t: t[::2, ::3]),  # neither stride 1: copied
+}
+
+
+@pytest.mark.parametrize("granularity", ["tensor", "row", "group"])
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_expanded_and_sliced_inputs(device, layout, granularity):
+    stored, view = LAYOUTS[layout]
+    x = view(torch.randn(stored, device=device, generator=torch.Generator(device).manual_seed(0)))
+    xq, scale = tk.ops.quantize(x, torch.float8_e4m3fn, granularity=granularity, block_size=32)
+    codes, expected = REFERENCE(x.double(), torch.float8_e4m3fn, granularity=granularity, block_size=32)
+    assert torch.equal(scale, expected) and torch.equal(xq.float(), codes.float())
+
+
 @pytest.mark.parametrize("granularity", ["tensor", "row", "group"])
 @pytest.mark.parametrize("transposed", [False, True], ids=["rows", "transposed"])
 def test_inf_to_nan_gives_infinities_the_nan_code(device, granularity, transposed):
