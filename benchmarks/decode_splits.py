@@ -13,7 +13,7 @@ of 64-token pages, SDPA with enable_gqa over a contiguous bf16 cache of the same
   heuristic's.
 
     python benchmarks/decode_splits.py --out DIR [--budget-s 50] [--dry-run]
-        [--part heuristic|quantized|tiles|splits|appends] [--formats int8 fp8 int4]
+        [--part heuristic|quantized|tiles|splits|appends|pdl] [--formats int8 fp8 int4]
 
 ``--part quantized`` (``<date>-decode-quantized.json``): at B 8 S 32k and B 64 S 4k, paged bf16 with this GPU's
 plan, and int8, fp8 and int4 with theirs, int8 and fp8 also with their plan's direct_codes the other way (the codes
@@ -22,6 +22,9 @@ converted straight to bf16 or through fp32); each against bf16 (bf16_over_this).
 ``--part tiles`` (``<date>-decode-tiles.json``): at TILE_SHAPES (or ``--shapes B:S,...``), SDPA and each format's
 plan, then each format at every key block, warp count and stage count of TILES (2 warps also at twice the plan's
 programs per multiprocessor); paged bf16 against SDPA, the quantized caches against paged bf16's plan.
+
+``--part pdl`` (``<date>-decode-pdl.json``): at PDL_SHAPES (short caches, where the launches weigh), SDPA, then paged
+bf16 and int8 with this GPU's plans and with their launches programmatic (DecodePlan.pdl).
 
 ``--part appends`` (``<date>-decode-append-tokens.json``): kv_cache_append of prompts (APPEND_SHAPES: one of 8192
 tokens, eight of 2048) into each format's paged cache with each of PROGRAM_TOKENS tokens a program
@@ -73,6 +76,8 @@ SPLIT_SHAPES = (*((b, s) for b in (1, 4, 8, 16) for s in (1024, 2048, 4096, 8192
 SPLIT_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128)
 SPLIT_FORMATS = ("int8", "fp8")  # --part splits' quantized formats unless --formats names others (bf16 always runs)
 APPEND_TOKENS = 8192  # a prompt's keys and values appended at once (kv_cache_append's bandwidth case)
+# --part pdl: short caches, where the split kernel's and the reduction's launches are a large share of the time
+PDL_SHAPES = ((1, 1024), (1, 8192), (1, 32768), (8, 1024), (8, 4096), (64, 1024))
 APPEND_SHAPES = ((1, 8192), (8, 2048))  # --part appends: (sequences, new tokens each)
 PROGRAM_TOKENS = (1, 2, 4)  # --part appends: the new tokens a kv_cache_append program writes (plan.APPEND_TOKENS)
 # The CPU check: two small shapes, heads of two int4 groups of 32 (the default group).
@@ -338,6 +343,28 @@ def quantized(runner: Runner, shapes) -> None:
             del inputs
 
 
+def pdl(runner: Runner, shapes) -> None:
+    """--part pdl: SDPA, then paged bf16 and int8 with this GPU's plans and with DecodePlan.pdl on (the decode kernel
+    and the reduction launched as programmatic dependents), bf16 against SDPA, int8 against bf16's plan."""
+    from tritonkit.ops.decoding.plan import decode_plan
+
+    d = runner.heads["d"]
+    for b, s in shapes:
+        sdpa_ms = runner.sdpa(b, s, "pdl")
+        bf16_ms = None
+        for kv in ("plain", "int8"):
+            case, inputs = runner.inputs(b, s, kv)
+            default = decode_plan(runner.arch, d, kv)
+            cache = "bf16" if kv == "plain" else kv
+            baseline, baseline_ms = ("SDPA", sdpa_ms) if kv == "plain" else ("bf16", bf16_ms)
+            for name, plan in (("default", default), ("pdl", dataclasses.replace(default, pdl=True))):
+                ms = runner.ours(case, inputs, plan, 0, {"part": "pdl", "cache": cache, "plan": name}, baseline_ms,
+                                 baseline=baseline)  # fmt: skip
+                if kv == "plain" and name == "default":
+                    bf16_ms = ms
+            del inputs
+
+
 def tiles(runner: Runner, shapes) -> None:
     """--part tiles: SDPA and paged bf16's default plan, then every format at each of TILES (see there), paged bf16
     against SDPA, the quantized caches against paged bf16's default plan."""
@@ -403,6 +430,9 @@ def _warm(task: tuple[int, int, bool, str, tuple, tuple]) -> None:
     if part == "appends":
         appends(runner, DRY["appends"] if dry else APPEND_SHAPES, PROGRAM_TOKENS)
         return
+    if part == "pdl":
+        pdl(runner, DRY["headline"] if dry else PDL_SHAPES)
+        return
     headline(runner, DRY["headline"] if dry else HEADLINE)
     appends(runner, ((1, DRY["append"] if dry else APPEND_TOKENS),))
     sweep(runner, DRY["shapes"] if dry else SHAPES)
@@ -414,12 +444,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=50.0, help="stop timing after this many seconds")
     parser.add_argument("--rep-ms", type=int, default=4, help="do_bench_cudagraph's rep: ms of work per graph")
     parser.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU, each run once, no times")
-    parser.add_argument("--part", choices=("all", "heuristic", "quantized", "tiles", "splits", "appends"),
+    parser.add_argument("--part", choices=("all", "heuristic", "quantized", "tiles", "splits", "appends", "pdl"),
                         default="all",
                         help="heuristic: this GPU's split heuristic against the fallback's, paged bf16; quantized: "
                              "the quantized caches' plans (direct_codes both ways) against paged bf16; tiles: key "
                              "block, warps and stages of every format; splits: bf16 and --formats at each split "
-                             "count; appends: a prompt's append at each count of tokens a program")  # fmt: skip
+                             "count; appends: a prompt's append at each count of tokens a program; pdl: the plans "
+                             "with their launches programmatic, at short caches")  # fmt: skip
     parser.add_argument("--shapes", type=_shapes, default=TILE_SHAPES,
                         help="--part tiles: B:S pairs, comma-separated (default: TILE_SHAPES)")  # fmt: skip
     parser.add_argument(
@@ -466,6 +497,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.part == "appends":
         appends(runner, DRY["appends"] if args.dry_run else APPEND_SHAPES, PROGRAM_TOKENS)
         return _write(args, runner, start, "decode-append-tokens")
+    if args.part == "pdl":
+        pdl(runner, DRY["headline"] if args.dry_run else PDL_SHAPES)
+        return _write(args, runner, start, "decode-pdl")
     headline(runner, DRY["headline"] if args.dry_run else HEADLINE)
     appends(runner, ((1, DRY["append"] if args.dry_run else APPEND_TOKENS),))
     sweep(runner, DRY["shapes"] if args.dry_run else SHAPES)

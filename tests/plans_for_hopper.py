@@ -6,8 +6,11 @@ prints one line per compiled variant.
 - The W8A16 GEMV's two-launch form (GemvPlan(last_split_sums=False): the fallback's on every other GPU): the byte
   loop at one row and at 16 rows (tl.dot), the one-row kernel reading int8 codes as words, in bf16, and the split-K
   reduction that sums their partials; benchmarks/gemv_plans.py times them against sm90's plans.
+- Flash decoding launched as programmatic dependents (DecodePlan(pdl=True)): the split kernel and the reduction
+  with their griddepcontrol waits, a paged bf16 cache split four ways.
 """
 
+import dataclasses
 import sys
 
 import torch
@@ -17,6 +20,8 @@ from triton.runtime.jit import JITFunction
 
 import compile_for_hopper as hopper
 from tritonkit._core import checks
+from tritonkit.ops.decoding import launch as decoding
+from tritonkit.ops.decoding.plan import decode_plan
 from tritonkit.ops.gemm import launch
 from tritonkit.ops.gemm.plan import GemvPlan
 
@@ -37,12 +42,20 @@ def main() -> int:
     for plan, m, codes in FORCED:
         x, w = torch.ones(m, 4096, dtype=torch.bfloat16), torch.ones(64, 4096).to(codes)
         launch.scaled_linear_fwd(x, w, None, torch.ones(64, 1), None, torch.bfloat16, False, plan=plan)
+    decoding.kernels_interpreted = lambda: False  # launches as on the GPU: the plan's pdl is kept
+    decoding.upcast_bf16_dots = lambda dtype: False
+    cache = torch.ones(64, 64, 8, 128, dtype=torch.bfloat16)  # 64 pages of 64 keys, 8 key heads, d128
+    table, lengths = torch.arange(64, dtype=torch.int32)[None], torch.full((1,), 4096, dtype=torch.int32)
+    q = torch.ones(1, 1, 32, 128, dtype=torch.bfloat16)
+    plan = dataclasses.replace(decode_plan("sm90", 128), pdl=True)
+    decoding.decode_attention_fwd(q, cache, cache, lengths, table, None, None, 0.125, True, -1, 0.0, 4, plan=plan)
     for key, (kernel, signature, constexprs, options) in recorder.variants.items():
         name = key[0]
         source = triton.compiler.ASTSource(fn=kernel, signature=signature, constexprs=constexprs,
                                            attrs=recorder.attrs[key])  # fmt: skip
         compiled = triton.compile(source, target=hopper.HOPPER, options=options)
         form = " [two launches]" if "LAST_SPLIT_SUMS" in constexprs else ""  # the GEMV's; the reduction has none
+        form += " [PDL]" if constexprs.get("PDL") else ""
         print(f"{name}{form}: {len(compiled.asm['cubin'])} bytes of sm_90 code")
     return 0
 

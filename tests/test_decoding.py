@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import tritonkit as tk
+from helpers import assert_graph_replay_matches_eager
 from tritonkit import catalog, testing
 from tritonkit.ops.decoding import launch
 from tritonkit.ops.decoding.plan import DecodePlan, choose_splits
@@ -209,6 +210,26 @@ def test_quantized_plan_variants_match_the_reference(device, fmt, variant, dtype
     # The products of exact codes give scores, and so the lse, to fp32's rounding in every dtype.
     torch.testing.assert_close(lse.double(), expected_lse, atol=1e-5, rtol=1e-5)
     assert torch.all(out[2] == 0) and torch.all(lse[2] == -math.inf)  # the empty sequence
+
+
+@pytest.mark.parametrize("fmt", ["plain", "int8", "int4"])
+def test_programmatic_dependent_launches_change_nothing(device, fmt):
+    """DecodePlan.pdl: on a GPU the decode kernel and the reduction launch as programmatic dependents, each waiting
+    for its predecessor inside the kernel; their outputs are the plain launches' bit for bit, and a CUDA graph
+    captures them. (Under the interpreter there are no launches to overlap: the flag is off there.)"""
+    inputs = _problem(device, lens=(70, 3, 0, 33), hq=8, hk=2, d=64, dtype=torch.bfloat16, fmt=fmt)
+    q, k_cache, v_cache, lengths = inputs.args
+    options = inputs.kwargs
+    rest = (options["block_table"], options.get("k_scales"), options.get("v_scales"), 0.125, True, -1, 0.0, 3)
+
+    def decode(q, plan):
+        return launch.decode_attention_fwd(q, k_cache, v_cache, lengths, *rest, plan=plan)
+
+    out, lse = decode(q, SMALL)
+    out_pdl, lse_pdl = decode(q, dataclasses.replace(SMALL, pdl=True))
+    assert torch.equal(out_pdl, out) and torch.equal(lse_pdl, lse)
+    if device == "cuda":
+        assert_graph_replay_matches_eager(lambda q: decode(q, dataclasses.replace(SMALL, pdl=True)), (q,))
 
 
 @pytest.mark.parametrize("page_size", [1, 16])

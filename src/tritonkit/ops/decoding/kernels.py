@@ -32,6 +32,7 @@ capacity, counts as no key (read nowhere, written nowhere).
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from tritonkit._core.jit.dots import dot_fp32
 from tritonkit._core.jit.fastmath import LOG2_E, tanh_via_exp2
@@ -386,11 +387,16 @@ def _decode_kernel(
     KV: tl.constexpr, PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, CAUSAL: tl.constexpr, SOFTCAP: tl.constexpr,
     n_splits, SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, DIRECT_CODES: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, GROUP: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
     """One of n_splits splits of the keys for BLOCK_M rows of one (batch, key head): rows r = t * group + g are query
     t of query head h_k * group + g. Writes the partial (o_s, lse_s in base 2) to the workspace (SPLIT), or with one
     split o and lse. ``window`` is a bound no position reaches when unbounded; qk_scale is scale * log2(e), or
-    scale / c with a softcap c (softcap_log2 = c * log2(e))."""
+    scale / c with a softcap c (softcap_log2 = c * log2(e)). PDL (launched as a programmatic dependent, sm_90 and
+    newer): the program may start while the previous kernel drains and waits for it before reading anything; its
+    keys read, it lets the reduction launch."""
+    if PDL:
+        gdc_wait()  # q, the cache and the lengths may be the previous kernel's writes
     i_split = tl.program_id(0) % n_splits
     i_rows = tl.program_id(0) // n_splits
     i_b, i_hk = tl.program_id(1) // n_heads_k, tl.program_id(1) % n_heads_k
@@ -453,6 +459,8 @@ def _decode_kernel(
                 KV, PAGED, PAGE_SIZE, CAUSAL, SOFTCAP, DOT_PRECISION, UPCAST, DIRECT_CODES, BLOCK_N, BLOCK_D, GROUP,
                 MASKED=run != 1)  # fmt: skip
 
+    if PDL:
+        gdc_launch_dependents()  # the reduction's programs may launch; they wait for this kernel's partials
     seen = l_i > 0.0
     l_safe = tl.where(seen, l_i, 1.0)
     b_o = acc / l_safe[:, None]
@@ -475,10 +483,13 @@ def _decode_kernel(
 def _decode_reduce_kernel(
     p_part_o, p_part_lse, p_o, p_lse, n_queries, n_heads_q, head_dim,
     stride_o_b, stride_o_s, stride_o_h, stride_lse_b, stride_lse_h, n_splits,
-    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, PDL: tl.constexpr = False,
 ):  # fmt: skip
     """o and lse of one (batch, query, head) row from its n_splits partials (at most BLOCK_S): weights
-    exp2(lse_s - max), summed in split order. Each partial is read once: .cg, through L2 only, not kept in L1."""
+    exp2(lse_s - max), summed in split order. Each partial is read once: .cg, through L2 only, not kept in L1.
+    PDL: launched as a programmatic dependent of the split kernel, it waits for the partials first."""
+    if PDL:
+        gdc_wait()
     i_row = tl.program_id(0)  # (b * Sq + t) * Hq + h
     i_h = i_row % n_heads_q
     i_t = (i_row // n_heads_q) % n_queries

@@ -25,7 +25,7 @@ from tritonkit.ops.decoding.kernels import (
     _kv_append_kernel,
     _quantize_kv_kernel,
 )
-from tritonkit.ops.decoding.plan import APPEND_TOKENS, MAX_SPLITS, DecodePlan, choose_splits, decode_plan
+from tritonkit.ops.decoding.plan import APPEND_TOKENS, MAX_SPLITS, PDL_ARCH, DecodePlan, choose_splits, decode_plan
 
 # Storage dtype of each quantized format, and of its scales.
 FORMATS = {"int8": torch.int8, "fp8": torch.float8_e4m3fn, "int4": torch.uint8}
@@ -300,7 +300,11 @@ def decode_attention_fwd(
     cache = describe_cache(k_cache, block_table, k_scales, q.dtype, head_dim)
     q, cache_seqlens = _unit_stride(q), _unit_stride(cache_seqlens)
     block_d = _block_d(head_dim)
-    plan = plan or decode_plan(arch(q.device), block_d, cache.format)
+    device_arch = arch(q.device)
+    plan = plan or decode_plan(device_arch, block_d, cache.format)
+    pdl = plan.pdl and not kernels_interpreted()  # the interpreter has no launches to overlap
+    if pdl and int(device_arch.removeprefix("sm")) < PDL_ARCH:
+        raise ValueError(f"decode_attention: DecodePlan.pdl needs sm_{PDL_ARCH} or newer, got {device_arch}")
     group = n_heads_q // cache.n_heads
     rows = group * n_queries
     block_m = max(16, min(next_power_of_2(rows), plan.max_rows))
@@ -327,14 +331,14 @@ def decode_attention_fwd(
         KV=cache.format, PAGED=cache.paged, PAGE_SIZE=cache.page_size, CAUSAL=causal, SOFTCAP=softcap != 0.0,
         n_splits=num_splits, SPLIT=num_splits > 1, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         UPCAST=upcast_bf16_dots(q.dtype), DIRECT_CODES=plan.direct_codes and cache.format in ("int8", "fp8"),
-        BLOCK_M=block_m, BLOCK_N=plan.block_n, BLOCK_D=block_d, GROUP=max(cache.group, 2), num_warps=plan.warps,
-        num_stages=plan.stages_for(cache.capacity, num_splits),
+        BLOCK_M=block_m, BLOCK_N=plan.block_n, BLOCK_D=block_d, GROUP=max(cache.group, 2), PDL=pdl,
+        num_warps=plan.warps, num_stages=plan.stages_for(cache.capacity, num_splits), launch_pdl=pdl,
     )  # fmt: skip
     if num_splits > 1:
         _decode_reduce_kernel[(n_batch * n_queries * n_heads_q,)](
             part_o, part_lse, out, lse, n_queries, n_heads_q, head_dim,
             out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1), num_splits,
-            BLOCK_S=next_power_of_2(num_splits), BLOCK_D=block_d, num_warps=4,
+            BLOCK_S=next_power_of_2(num_splits), BLOCK_D=block_d, PDL=pdl, num_warps=4, launch_pdl=pdl,
         )  # fmt: skip
     return out, lse
 

@@ -39,6 +39,10 @@ class DecodePlan:
     # of `stages` (0: no such rule): a pipeline deeper than the loop's few steps only delays its first product.
     short_split_blocks: int = 0
     short_split_stages: int = 0
+    # Programmatic dependent launch (sm_90 and newer): the decode kernel and the reduction each launched so that it
+    # starts while its predecessor drains, waiting for it in the kernel (griddepcontrol), to take the launches' gaps
+    # off short caches; not yet timed, so no plan takes it.
+    pdl: bool = False
 
     def stages_for(self, max_keys: int, n_splits: int) -> int:
         """The key loop's pipeline depth for ``max_keys`` (the cache's capacity) cut into ``n_splits`` splits."""
@@ -84,6 +88,7 @@ MEASURED: dict[str, dict[tuple[int, str], DecodePlan]] = {
 }
 
 MAX_SPLITS = 128  # the reduction reads every split's partial in one tile
+PDL_ARCH = 90  # griddepcontrol, which DecodePlan.pdl's launches wait with, is sm_90's and newer
 # New tokens a kv_cache_append program writes (every key head of each): a program of one token spent about 37 sm_90
 # instructions a value, most of them its own index and page arithmetic; four share it. On the H200 a prompt's append
 # (8 x 2048 tokens) at 1 / 2 / 4 tokens a program: int8 32.2 / 29.4 / 27.9 us, int4 38.8 / 37.2 / 34.9, bf16 level
