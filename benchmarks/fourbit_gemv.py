@@ -5,7 +5,7 @@ against the 16-row dot tile and the peers. One GPU, CUDA-graph GPU time (triton.
 - "dot 16-row": the 16 x 64 dot tile with split-K (linear4_tiles' plan, NF4's default from 2 rows).
 - "default": the public op with its default plan (plan.GEMV_FALLBACK: by format and rows, the GEMV or the dot tile).
 - "gemv-P NxK wW sS pP": the GEMV with block_n N, block_k K, W warps, S splits of K (auto: choose_splits') and P
-  stages, products P: "dot" on the tensor cores (two configurations at every row count) or "fma" on the CUDA cores
+  stages, products P: "dot" on the tensor cores (four configurations at every row count) or "fma" on the CUDA cores
   (eight at one row, two at 4 rows, one at 16; each row count compiles its own kernels; INT4 codes that can be read
   as words take _int4_gemv_words_kernel).
 - Peers: cuBLAS bf16 F.linear on the dequantized weight, and bitsandbytes' matmul_4bit on the same NF4 codes where
@@ -38,11 +38,13 @@ from tritonkit.ops.fourbit.plan import gemv4_tiles, linear4_tiles
 
 SHAPES = ((14336, 4096), (4096, 14336))  # (N, K): an MLP's up and down projections
 ROWS = (1, 4, 16)
-# (block_n, block_k, warps, splits, products, stages), 0 splits: choose_splits'. The tensor cores' two at every row
+# (block_n, block_k, warps, splits, products, stages), 0 splits: choose_splits'. The tensor cores' four at every row
 # count; on the CUDA cores every one at one row, the first two at 4 rows, one at 16 (each row count compiles kernels of
 # its own, slower the more rows). Split counts share a compile (two grids). Stages: the pipeline depth the compiler
 # gets (2026-11-29-fourbit-gemv-words-prefetch.md ran a kernel that prefetched a step from 2 on).
-DOT_SWEEP = ((32, 256, 2, 0, "dot", 3), (64, 256, 4, 0, "dot", 3))  # mma.sync; wgmma (its smallest M, 64)
+# mma.sync; wgmma (its smallest M, 64); narrower tiles, so that more programs stream the weight
+DOT_SWEEP = ((32, 256, 2, 0, "dot", 3), (64, 256, 4, 0, "dot", 3), (16, 256, 2, 0, "dot", 3),
+             (16, 512, 4, 0, "dot", 3))  # fmt: skip
 FMA_SWEEP = ((32, 256, 4, 0, "fma", 3), (128, 128, 4, 0, "fma", 3), (64, 256, 4, 0, "fma", 3),
              (64, 128, 2, 0, "fma", 3), (32, 128, 1, 0, "fma", 3), (128, 256, 8, 0, "fma", 3),
              (16, 512, 4, 1, "fma", 3), (128, 128, 4, 16, "fma", 3))  # fmt: skip
