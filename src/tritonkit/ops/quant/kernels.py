@@ -13,11 +13,10 @@ a tensor, so the codes follow the definition exactly. HARDWARE_ROUNDING: float8 
 instruction (sm_89 and newer) instead of in fp32 arithmetic first (_core/jit/quantize.py); the same codes.
 
 A region that fits one tile (ONE_PASS) is read once: its amax and its codes come from the same registers. A wider one
-is read twice, chunk by chunk (the second read mostly from L2). The tensor's amax and the row and group kernels also
-read x whose columns are strided (COLUMN_STRIDED: a transposed operand, read where it lies instead of copied first);
-the codes are written row-major either way. For row and tensor scales of a transposed operand, _column_amax_kernel
-and _quantize_columns_kernel read the tensor it transposes along that tensor's own rows instead, and transpose the
-codes in registers before they are written.
+is read twice, chunk by chunk (the second read mostly from L2). A transposed operand is not copied first: for row
+and tensor scales, _column_amax_kernel (or _amax_kernel) and _quantize_columns_kernel read the tensor it transposes
+along that tensor's own rows and transpose the codes in registers before they are written; for group scales the
+group kernel reads it where it lies (COLUMN_STRIDED: its columns strided), the codes written row-major.
 """
 
 import triton
@@ -39,15 +38,13 @@ def _column_offsets(o_c, stride_c, COLUMN_STRIDED: tl.constexpr):
 
 
 @triton.jit
-def _amax_kernel(p_x, p_amax, n_rows, n_cols, stride_x_r, stride_x_c, COLUMN_STRIDED: tl.constexpr,
-                 BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):  # fmt: skip
+def _amax_kernel(p_x, p_amax, n_rows, n_cols, stride_x_r, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
     """The tensor's amax (finite values), each program's block folded in with an atomic maximum (order-free, so
-    deterministic); p_amax starts at 0."""
+    deterministic); p_amax starts at 0. A transposed operand's is taken from the tensor it transposes."""
     o_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     o_c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     m_x = (o_r < n_rows)[:, None] & (o_c < n_cols)[None, :]
-    o_x = o_r.to(tl.int64)[:, None] * stride_x_r + _column_offsets(o_c, stride_x_c, COLUMN_STRIDED)[None, :]
-    b_x = tl.load(p_x + o_x, mask=m_x, other=0.0).to(tl.float32)
+    b_x = tl.load(p_x + o_r.to(tl.int64)[:, None] * stride_x_r + o_c[None, :], mask=m_x, other=0.0).to(tl.float32)
     tl.atomic_max(p_amax, tl.max(finite_row_amax(b_x), axis=0))
 
 

@@ -142,10 +142,10 @@ def quantize_fwd(
     amax = scale  # a stand-in pointer unless the tensor's amax is needed
     if granularity == "tensor":
         amax = torch.zeros(1, dtype=torch.float32, device=x.device)
-        whole = columns_plan(device_arch) if strided else elementwise_plan(device_arch, n_cols)
+        whole = elementwise_plan(device_arch, n_cols)
         _amax_kernel[(cdiv(n_rows, whole.block_r), cdiv(n_cols, whole.block_c))](
-            rows, amax, n_rows, n_cols, rows.stride(0), rows.stride(1), COLUMN_STRIDED=strided,
-            BLOCK_R=whole.block_r, BLOCK_C=whole.block_c, num_warps=whole.warps,
+            rows, amax, n_rows, n_cols, rows.stride(0), BLOCK_R=whole.block_r, BLOCK_C=whole.block_c,
+            num_warps=whole.warps,
         )  # fmt: skip
     scale_rows = scale.view(n_rows, -1) if granularity != "tensor" else scale
     _quantize_groups_kernel[(cdiv(n_rows, tiles.block_r), cdiv(n_cols, group))](
@@ -168,8 +168,7 @@ def _quantize_transposed(x, code_rows, scale, granularity, kind, plan, inf_to_na
         amax = torch.zeros(1, dtype=torch.float32, device=x.device)
         whole = elementwise_plan(device_arch, n_cols)
         _amax_kernel[(cdiv(n_rows, whole.block_r), cdiv(n_cols, whole.block_c))](
-            x, amax, n_rows, n_cols, x.stride(0), 1, COLUMN_STRIDED=False, BLOCK_R=whole.block_r,
-            BLOCK_C=whole.block_c, num_warps=whole.warps,
+            x, amax, n_rows, n_cols, x.stride(0), BLOCK_R=whole.block_r, BLOCK_C=whole.block_c, num_warps=whole.warps,
         )  # fmt: skip
     else:
         amax = torch.zeros(n_cols, dtype=torch.float32, device=x.device)

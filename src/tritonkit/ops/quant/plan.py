@@ -66,7 +66,7 @@ COLUMNS_TILE = (16, 128)
 
 # A transposed operand's row or tensor scales, from the tensor it transposes read along its own rows: its column
 # amax over 256 rows of 128 columns a program, 32 rows a step (one atomic maximum a column every 256 rows), then its
-# codes from 64 x 64 tiles transposed in registers (_quantize_columns_kernel's plan, TRANSPOSED_PLAN); not yet timed.
+# codes from 64 x 64 tiles transposed in registers (TRANSPOSED_TILE: _quantize_columns_kernel's plan); not yet timed.
 COLUMN_AMAX_TILE = (32, 128)
 COLUMN_AMAX_ROWS = 256
 TRANSPOSED_TILE = (64, 64)
