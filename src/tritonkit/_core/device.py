@@ -43,13 +43,18 @@ def arch(device: torch.device) -> str:
     return _cuda_arch(_cuda_index(device))
 
 
+def arch_number(arch_name: str) -> int:
+    """The number of an architecture as :func:`arch` names it: 90 for "sm90", 89 for "sm89"."""
+    return int(arch_name.removeprefix("sm"))
+
+
 FLOAT8_CONVERSION_ARCH = 89  # sm_89 (Ada) and newer convert fp32 to float8 in one rounding instruction
 
 
 def converts_to_float8_rounding(arch_name: str) -> bool:
     """Whether GPUs of ``arch_name`` ("sm90") round fp32 to float8 in their conversion instruction (cvt.rn.satfinite,
     to nearest, ties to even), so that kernels need not round to the float8 grid in fp32 arithmetic first."""
-    return int(arch_name.removeprefix("sm")) >= FLOAT8_CONVERSION_ARCH
+    return arch_number(arch_name) >= FLOAT8_CONVERSION_ARCH
 
 
 def sm_count(device: torch.device) -> int:

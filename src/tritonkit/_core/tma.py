@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import torch
 
+from tritonkit._core.device import arch_number
+
 TMA_ALIGNMENT = 16  # bytes: a tensor descriptor's row strides and base address must be multiples of it
 
 
 def has_tma(arch: str) -> bool:
     """Whether GPUs of ``arch`` ("sm90") have the tensor memory accelerator: Hopper (sm90) and newer."""
-    return int(arch.removeprefix("sm")) >= 90
+    return arch_number(arch) >= 90
 
 
 def tma_readable(t: torch.Tensor) -> bool:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor, debug_checks
-from tritonkit._core.device import arch, converts_to_float8_rounding, sm_count
+from tritonkit._core.device import arch, arch_number, converts_to_float8_rounding, sm_count
 from tritonkit._core.env import kernels_interpreted, upcast_bf16_dots
 from tritonkit._core.ints import cdiv, next_power_of_2
 from tritonkit.ops.decoding.kernels import (
@@ -303,7 +303,7 @@ def decode_attention_fwd(
     device_arch = arch(q.device)
     plan = plan or decode_plan(device_arch, block_d, cache.format)
     pdl = plan.pdl and not kernels_interpreted()  # the interpreter has no launches to overlap
-    if pdl and int(device_arch.removeprefix("sm")) < PDL_ARCH:
+    if pdl and arch_number(device_arch) < PDL_ARCH:
         raise ValueError(f"decode_attention: DecodePlan.pdl needs sm_{PDL_ARCH} or newer, got {device_arch}")
     group = n_heads_q // cache.n_heads
     rows = group * n_queries
