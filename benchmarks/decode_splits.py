@@ -23,8 +23,9 @@ converted straight to bf16 or through fp32); each against bf16 (bf16_over_this).
 plan, then each format at every key block, warp count and stage count of TILES (2 warps also at twice the plan's
 programs per multiprocessor); paged bf16 against SDPA, the quantized caches against paged bf16's plan.
 
-``--part pdl`` (``<date>-decode-pdl.json``): at PDL_SHAPES (short caches, where the launches weigh), SDPA, then paged
-bf16 and int8 with this GPU's plans and with their launches programmatic (DecodePlan.pdl).
+``--part pdl`` (``<date>-decode-pdl.json``): at PDL_SHAPES (short caches, where the launches weigh, and one long one),
+SDPA, then paged bf16 and each quantized format with this GPU's plans, their launches plain and programmatic
+(DecodePlan.pdl).
 
 ``--part appends`` (``<date>-decode-append-tokens.json``): kv_cache_append of prompts (APPEND_SHAPES: one of 8192
 tokens, eight of 2048) into each format's paged cache with each of PROGRAM_TOKENS tokens a program
@@ -77,7 +78,7 @@ SPLIT_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128)
 SPLIT_FORMATS = ("int8", "fp8")  # --part splits' quantized formats unless --formats names others (bf16 always runs)
 APPEND_TOKENS = 8192  # a prompt's keys and values appended at once (kv_cache_append's bandwidth case)
 # --part pdl: short caches, where the split kernel's and the reduction's launches are a large share of the time
-PDL_SHAPES = ((1, 1024), (1, 8192), (1, 32768), (8, 1024), (8, 4096), (64, 1024))
+PDL_SHAPES = ((1, 1024), (1, 8192), (1, 32768), (8, 1024), (8, 4096), (64, 1024), (8, 32768))
 APPEND_SHAPES = ((1, 8192), (8, 2048))  # --part appends: (sequences, new tokens each)
 PROGRAM_TOKENS = (1, 2, 4)  # --part appends: the new tokens a kv_cache_append program writes (plan.APPEND_TOKENS)
 # The CPU check: two small shapes, heads of two int4 groups of 32 (the default group).
@@ -344,23 +345,25 @@ def quantized(runner: Runner, shapes) -> None:
 
 
 def pdl(runner: Runner, shapes) -> None:
-    """--part pdl: SDPA, then paged bf16 and int8 with this GPU's plans and with DecodePlan.pdl on (the decode kernel
-    and the reduction launched as programmatic dependents), bf16 against SDPA, int8 against bf16's plan."""
+    """--part pdl: SDPA, then paged bf16 and each quantized format with this GPU's plans, with DecodePlan.pdl off and
+    on (the decode kernel and the reduction launched as programmatic dependents), bf16 against SDPA, the quantized
+    caches against bf16's launches without it."""
     from tritonkit.ops.decoding.plan import decode_plan
 
     d = runner.heads["d"]
     for b, s in shapes:
         sdpa_ms = runner.sdpa(b, s, "pdl")
         bf16_ms = None
-        for kv in ("plain", "int8"):
+        for kv in ("plain", "int8", "fp8", "int4"):
             case, inputs = runner.inputs(b, s, kv)
             default = decode_plan(runner.arch, d, kv)
             cache = "bf16" if kv == "plain" else kv
             baseline, baseline_ms = ("SDPA", sdpa_ms) if kv == "plain" else ("bf16", bf16_ms)
-            for name, plan in (("default", default), ("pdl", dataclasses.replace(default, pdl=True))):
+            for name, on in (("two launches", False), ("pdl", True)):
+                plan = dataclasses.replace(default, pdl=on)
                 ms = runner.ours(case, inputs, plan, 0, {"part": "pdl", "cache": cache, "plan": name}, baseline_ms,
                                  baseline=baseline)  # fmt: skip
-                if kv == "plain" and name == "default":
+                if kv == "plain" and not on:
                     bf16_ms = ms
             del inputs
 

@@ -6,11 +6,11 @@ prints one line per compiled variant.
 - The W8A16 GEMV's two-launch form (GemvPlan(last_split_sums=False): the fallback's on every other GPU): the byte
   loop at one row and at 16 rows (tl.dot), the one-row kernel reading int8 codes as words, in bf16, and the split-K
   reduction that sums their partials; benchmarks/gemv_plans.py times them against sm90's plans.
-- Flash decoding launched as programmatic dependents (DecodePlan(pdl=True)): the split kernel and the reduction
-  with their griddepcontrol waits, a paged bf16 cache split four ways.
+- Flash decoding launched as programmatic dependents (DecodePlan.pdl, which sm90's plans take on the GPU but the
+  interpreter, under which compile_for_hopper.py records, launches without): the split kernel and the reduction with
+  their griddepcontrol waits, a paged bf16 cache split four ways.
 """
 
-import dataclasses
 import sys
 
 import torch
@@ -47,7 +47,8 @@ def main() -> int:
     cache = torch.ones(64, 64, 8, 128, dtype=torch.bfloat16)  # 64 pages of 64 keys, 8 key heads, d128
     table, lengths = torch.arange(64, dtype=torch.int32)[None], torch.full((1,), 4096, dtype=torch.int32)
     q = torch.ones(1, 1, 32, 128, dtype=torch.bfloat16)
-    plan = dataclasses.replace(decode_plan("sm90", 128), pdl=True)
+    plan = decode_plan("sm90", 128)
+    assert plan.pdl, "sm90's paged bf16 plan launches as programmatic dependents"
     decoding.decode_attention_fwd(q, cache, cache, lengths, table, None, None, 0.125, True, -1, 0.0, 4, plan=plan)
     for key, (kernel, signature, constexprs, options) in recorder.variants.items():
         name = key[0]

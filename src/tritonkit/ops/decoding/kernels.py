@@ -136,12 +136,11 @@ def _quantize_rows(p_x, off_x, p_data, off_data, p_scales, off_scales, m_r, head
 
 
 @triton.jit
-def _int4_halves(p_data, off_data, p_scales, off_scales, m_r, head_dim, stride_s_g, stride_s_z,
+def _int4_values(p_data, off_data, p_scales, off_scales, m_r, head_dim, stride_s_g, stride_s_z,
                  BLOCK_D: tl.constexpr, GROUP: tl.constexpr):  # fmt: skip
-    """fp32 values of int4 rows (int64 offsets off_data and off_scales [R]; m_r: which rows) as two [R, BLOCK_D / 2]
-    tiles: the values 2i (the bytes' low nibbles) and 2i + 1 (their high nibbles), i = 0 .. BLOCK_D / 2 - 1. The
-    packed bytes are read as [R, D / G, G / 2], times their group's scale plus its zero ([R, D / G] each, read once a
-    group). Padding columns form whole groups (G divides D), which read 0."""
+    """fp32 values [R, BLOCK_D] of int4 rows (int64 offsets off_data and off_scales [R]; m_r: which rows): the
+    packed bytes read as [R, D / G, G / 2], each byte's low nibble first, times their group's scale plus its zero
+    ([R, D / G] each, read once a group). Padding columns form whole groups (G divides D), which read 0."""
     N_GROUPS: tl.constexpr = BLOCK_D // GROUP
     HALF: tl.constexpr = GROUP // 2
     rows: tl.constexpr = m_r.shape[0]
@@ -150,21 +149,12 @@ def _int4_halves(p_data, off_data, p_scales, off_scales, m_r, head_dim, stride_s
     m_g = m_r[:, None] & (o_g[None, :] < head_dim // GROUP)  # [R, D / G]
     p_bytes = p_data + off_data[:, None, None] + (o_g[:, None] * HALF + o_b[None, :])[None, :, :]
     b_byte = tl.load(p_bytes, mask=m_g[:, :, None], other=0).to(tl.int32)  # [R, D / G, G / 2]
+    b_code = tl.reshape(tl.join(code_as_float(b_byte & 15), code_as_float(b_byte >> 4)),
+                        (rows, N_GROUPS, GROUP))  # fmt: skip
     p_s = p_scales + off_scales[:, None] + o_g[None, :] * stride_s_g
-    b_scale = tl.load(p_s, mask=m_g, other=0.0).to(tl.float32)[:, :, None]
-    b_zero = tl.load(p_s + stride_s_z, mask=m_g, other=0.0).to(tl.float32)[:, :, None]
-    even = code_as_float(b_byte & 15) * b_scale + b_zero
-    odd = code_as_float(b_byte >> 4) * b_scale + b_zero
-    return tl.reshape(even, (rows, BLOCK_D // 2)), tl.reshape(odd, (rows, BLOCK_D // 2))
-
-
-@triton.jit
-def _int4_values(p_data, off_data, p_scales, off_scales, m_r, head_dim, stride_s_g, stride_s_z,
-                 BLOCK_D: tl.constexpr, GROUP: tl.constexpr):  # fmt: skip
-    """fp32 values [R, BLOCK_D] of int4 rows (_int4_halves' two tiles interleaved: d = 2i + j)."""
-    even, odd = _int4_halves(p_data, off_data, p_scales, off_scales, m_r, head_dim, stride_s_g, stride_s_z, BLOCK_D,
-                             GROUP)  # fmt: skip
-    return tl.reshape(tl.join(even, odd), (m_r.shape[0], BLOCK_D))
+    b_scale = tl.load(p_s, mask=m_g, other=0.0).to(tl.float32)
+    b_zero = tl.load(p_s + stride_s_z, mask=m_g, other=0.0).to(tl.float32)
+    return tl.reshape(b_code * b_scale[:, :, None] + b_zero[:, :, None], (rows, BLOCK_D))
 
 
 @triton.jit
@@ -236,10 +226,13 @@ def _kv_append_kernel(
 
 
 @triton.jit
-def _load_keys(p_data, off_data, p_scales, off_scales, m_x, m_n, o_d, mma_dtype: tl.constexpr, KV: tl.constexpr,
+def _load_keys(p_data, off_data, p_scales, off_scales, m_x, m_n, head_dim, o_d, stride_s_g, stride_s_z,
+               mma_dtype: tl.constexpr, KV: tl.constexpr, BLOCK_D: tl.constexpr, GROUP: tl.constexpr,
                UPCAST: tl.constexpr, DIRECT_CODES: tl.constexpr):  # fmt: skip
-    """A [N, D] tile of cache rows of a plain, int8 or fp8 cache as the products read it (mma_dtype) and the rows'
-    scales [N] (1 for plain). Masked rows read 0 (a value row of NaN would poison the products even with weight 0).
+    """A [N, D] tile of cache rows as the products read it (mma_dtype) and the rows' scales [N] (1 where the format
+    has none, or folds them into the values: plain, int4). Masked rows read 0 (a value row of NaN would poison the
+    products even with weight 0). UPCAST: int4's values rounded to bf16 by their bits (and kept in fp32), because the
+    interpreter's conversion truncates (a CPU test saw scores 0.02 off); the other formats' values are exact in bf16.
     DIRECT_CODES: int8 and fp8 codes converted to mma_dtype in one step (exact: |c| <= 127 in int8, and e4m3's four
     significant bits and exponents fit bf16 and fp16), not through fp32; under the interpreter (UPCAST) bf16 takes
     the fp32 step, its conversion from int8 gives NaN there. int8 and fp8 masked rows are filled with 0 by the load
@@ -247,7 +240,12 @@ def _load_keys(p_data, off_data, p_scales, off_scales, m_x, m_n, o_d, mma_dtype:
     after the read of the tile in the layout of the product's operand (no round trip of the converted tile through
     shared memory)."""
     offsets = off_data[:, None] + o_d[None, :]
-    if KV == "plain":
+    if KV == "int4":  # values not exact in bf16: the one format whose rounding to the operand matters
+        b_x = _int4_values(p_data, off_data, p_scales, off_scales, m_n, head_dim, stride_s_g, stride_s_z, BLOCK_D,
+                           GROUP)  # fmt: skip
+        b_x = to_dot_operand(b_x, mma_dtype, UPCAST)
+        b_scale = tl.full(m_n.shape, 1.0, tl.float32)
+    elif KV == "plain":
         b_x = tl.load(p_data + offsets, mask=m_x, other=0.0)
         b_scale = tl.full(m_n.shape, 1.0, tl.float32)
     else:
@@ -257,20 +255,7 @@ def _load_keys(p_data, off_data, p_scales, off_scales, m_x, m_n, o_d, mma_dtype:
         code_dtype: tl.constexpr = mma_dtype if DIRECT_CODES and not UPCAST else tl.float32
         b_x = _zero_filled_codes(p_data, offsets, m_x).to(code_dtype)
         b_scale = tl.load(p_scales + off_scales, mask=m_n, other=0.0)
-    return b_x.to(mma_dtype), b_scale
-
-
-@triton.jit
-def _int4_operands(p_data, off_data, p_scales, off_scales, m_n, head_dim, stride_s_g, stride_s_z,
-                   mma_dtype: tl.constexpr, BLOCK_D: tl.constexpr, GROUP: tl.constexpr,
-                   UPCAST: tl.constexpr):  # fmt: skip
-    """An int4 [N, D] tile as two [N, D / 2] product operands, its values 2i and 2i + 1 (_int4_halves), scales and
-    zeros folded in. Each half is the bytes' own layout, so no tile is interleaved: the products take the head dim
-    in that order (q split alike, the two halves of P V joined once, at [M, D / 2]). UPCAST: rounded to bf16 by their
-    bits (and kept in fp32), because the interpreter's conversion truncates (a CPU test saw scores 0.02 off)."""
-    even, odd = _int4_halves(p_data, off_data, p_scales, off_scales, m_n, head_dim, stride_s_g, stride_s_z, BLOCK_D,
-                             GROUP)  # fmt: skip
-    return to_dot_operand(even, mma_dtype, UPCAST), to_dot_operand(odd, mma_dtype, UPCAST)
+    return (b_x if KV == "int4" else b_x.to(mma_dtype)), b_scale
 
 
 @triton.jit
@@ -339,19 +324,11 @@ def _attend_keys(
         off_vs = page * stride_vs_page + slot64 * stride_vs_slot + hk64 * stride_vs_h
     m_x = m_n[:, None] & m_d[None, :]
     mma_dtype: tl.constexpr = b_q.dtype
-    if KV == "int4":  # the head dim in two halves, values 2i and 2i + 1 (_int4_operands)
-        k_even, k_odd = _int4_operands(p_k, off_k, p_k_scales, off_ks, m_n, head_dim, stride_ks_g, stride_ks_z,
-                                       mma_dtype, BLOCK_D, GROUP, UPCAST)  # fmt: skip
-        v_even, v_odd = _int4_operands(p_v, off_v, p_v_scales, off_vs, m_n, head_dim, stride_vs_g, stride_vs_z,
-                                       mma_dtype, BLOCK_D, GROUP, UPCAST)  # fmt: skip
-        q_even, q_odd = tl.split(tl.reshape(b_q, (b_q.shape[0], BLOCK_D // 2, 2)))  # loop-invariant: hoisted
-        b_s = dot_fp32(q_even, tl.trans(k_even), DOT_PRECISION, UPCAST)
-        b_s = dot_fp32(q_odd, tl.trans(k_odd), DOT_PRECISION, UPCAST, acc=b_s) * qk_scale  # [M, N]
-        v_scale = tl.full(m_n.shape, 1.0, tl.float32)
-    else:
-        b_k, k_scale = _load_keys(p_k, off_k, p_k_scales, off_ks, m_x, m_n, o_d, mma_dtype, KV, UPCAST, DIRECT_CODES)
-        b_v, v_scale = _load_keys(p_v, off_v, p_v_scales, off_vs, m_x, m_n, o_d, mma_dtype, KV, UPCAST, DIRECT_CODES)
-        b_s = dot_fp32(b_q, tl.trans(b_k), DOT_PRECISION, UPCAST) * (qk_scale * k_scale)[None, :]  # [M, N]
+    b_k, k_scale = _load_keys(p_k, off_k, p_k_scales, off_ks, m_x, m_n, head_dim, o_d, stride_ks_g, stride_ks_z,
+                              mma_dtype, KV, BLOCK_D, GROUP, UPCAST, DIRECT_CODES)  # fmt: skip
+    b_v, v_scale = _load_keys(p_v, off_v, p_v_scales, off_vs, m_x, m_n, head_dim, o_d, stride_vs_g, stride_vs_z,
+                              mma_dtype, KV, BLOCK_D, GROUP, UPCAST, DIRECT_CODES)  # fmt: skip
+    b_s = dot_fp32(b_q, tl.trans(b_k), DOT_PRECISION, UPCAST) * (qk_scale * k_scale)[None, :]  # [M, N]
     if SOFTCAP:
         b_s = tanh_via_exp2(b_s) * softcap_log2
     visible = m_n[None, :]
@@ -366,12 +343,7 @@ def _attend_keys(
     alpha = tl.exp2(m_i - m_safe)
     l_i = l_i * alpha + tl.sum(b_p, axis=1)
     b_pv = to_dot_operand(b_p * v_scale[None, :], mma_dtype, UPCAST)
-    if KV == "int4":  # P V's columns 2i and 2i + 1 from the two halves, joined once at [M, D / 2]
-        pv_even = dot_fp32(b_pv, v_even, DOT_PRECISION, UPCAST)
-        pv_odd = dot_fp32(b_pv, v_odd, DOT_PRECISION, UPCAST)
-        acc = acc * alpha[:, None] + tl.reshape(tl.join(pv_even, pv_odd), (b_pv.shape[0], BLOCK_D))
-    else:
-        acc = acc * alpha[:, None] + dot_fp32(b_pv, b_v, DOT_PRECISION, UPCAST)
+    acc = acc * alpha[:, None] + dot_fp32(b_pv, b_v, DOT_PRECISION, UPCAST)
     return acc, m_new, l_i
 
 
