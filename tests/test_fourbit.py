@@ -474,6 +474,18 @@ def test_captures_in_a_cuda_graph():
 
 
 @pytest.mark.gpu
+def test_quantizers_capture_in_a_cuda_graph():
+    """The weights' quantizers too (NF4 with its double quantization, whose 8-bit code once came from the host on
+    every call, and INT4): no host synchronisation, the replay's codes and states those of an eager call."""
+
+    def step(w):
+        packed, state = tk.ops.nf4_quantize(w, double_quant=True)
+        return [packed, *state.tensors().values(), *tk.ops.int4_quantize(w)]
+
+    assert_graph_replay_matches_eager(step, [_weight(512, 1024, "cuda")])
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("k", [100, 4096], ids=["blocks-across-rows", "blocks-within-rows"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_every_nf4_decode_gives_the_same_weight_and_products(k, dtype):

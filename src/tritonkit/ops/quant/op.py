@@ -7,7 +7,7 @@ import torch
 
 from tritonkit._core.autograd import inference_op
 from tritonkit._core.checks import FLOAT_DTYPES, check_device
-from tritonkit._core.fourbit import NESTED_BLOCK, NF4State, check_nf4_state, dynamic_code
+from tritonkit._core.fourbit import NESTED_BLOCK, NF4State, check_nf4_state, nf4_tables
 from tritonkit._core.ints import cdiv
 from tritonkit.ops.quant.launch import (
     check_dequantize,
@@ -81,7 +81,8 @@ def _nested(absmax: torch.Tensor) -> dict:
     scales = padded.view(blocks, NESTED_BLOCK).abs().amax(-1)
     inverse = torch.ones_like(scales) / scales.clamp(min=1e-38)
     scaled = (padded.view(blocks, NESTED_BLOCK) * inverse[:, None]).clamp(-1, 1).reshape(-1)[: centered.numel()]
-    code = dynamic_code().to(absmax.device)
+    # The device's copy, made once (nf4_tables): a copy from the host here would sync and break CUDA-graph capture.
+    code = nf4_tables(absmax.device)[2].clone()
     codes = torch.bucketize(scaled, (code[:-1] + code[1:]) / 2).to(torch.uint8)
     return {"absmax_codes": codes, "absmax_scales": scales, "offset": offset, "nested_code": code}
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from tritonkit._core.checks import FLOAT_DTYPES
-from tritonkit._core.fourbit import NESTED_BLOCK, NF4_CODE, dynamic_code, int4_weight, nf4_weight
+from tritonkit._core.fourbit import NESTED_BLOCK, int4_weight, nf4_tables, nf4_weight
 from tritonkit._core.ints import cdiv
 from tritonkit._core.scales import expand_scale, granularity_of, quantize_reference
 from tritonkit.ops.quant.launch import scale_shape
@@ -226,13 +226,14 @@ def _scaled_blocks(flat: torch.Tensor, blocksize: int) -> tuple[torch.Tensor, to
 def _nf4_quantize_reference(w, *, blocksize=64, double_quant=False):
     """bitsandbytes' NF4 format from its definition, in fp32 (every input dtype is exact in it)."""
     scaled, absmax = _scaled_blocks(w.reshape(-1).float(), blocksize)
-    codes = _nearest(torch.nn.functional.pad(scaled, (0, scaled.numel() % 2)), torch.tensor(NF4_CODE, device=w.device))
+    nf4_code, _, nested_code = nf4_tables(w.device)  # on the device once, so that a CUDA graph can capture this
+    codes = _nearest(torch.nn.functional.pad(scaled, (0, scaled.numel() % 2)), nf4_code)
     packed = (codes[0::2] << 4) | codes[1::2]
     if not double_quant:
         return packed, absmax
     offset = absmax.mean()
     centered, scales = _scaled_blocks(absmax - offset, NESTED_BLOCK)
-    return packed, _nearest(centered, dynamic_code().to(w.device)), scales, offset
+    return packed, _nearest(centered, nested_code), scales, offset
 
 
 def _nf4_bytes(case, dtype) -> int:
