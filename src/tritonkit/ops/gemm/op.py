@@ -79,6 +79,10 @@ def dynamic_scaled_linear(
     w_q (N, K) with w_scale per tensor, row, 1 x group_size group or group_size x group_size block; group_size 32,
     64 or 128. Returns (..., N) in ``out_dtype`` (default: x's dtype). Forward only (inference).
 
+    Slower than those two launches today: 0.18 to 0.43 times their speed at M 16 to 8192 (H200, N = K = 7168, e4m3,
+    benchmarks/dynamic_linear.py), as the in-loop quantization holds up the tensor cores every K step; prefer
+    ``quantize`` then ``scaled_linear`` (as ``tk.nn.QuantizedLinear`` does) where speed matters.
+
     Example: ``wq, w_scale = tk.ops.quantize(w, torch.float8_e4m3fn, granularity="block")`` once, then
     ``y = tk.ops.dynamic_scaled_linear(x, wq, w_scale)`` per call.
     """
