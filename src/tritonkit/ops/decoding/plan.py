@@ -70,8 +70,8 @@ FALLBACK = {16: _D64, 32: _D64, 64: _D64, 128: DecodePlan(64, 4, 2, 64), 256: De
 # B1 S8k, B8 S1k) 1.23-1.25x faster, 4 blocks (B4 S4k, B1 S16k) 1.19-1.21x, 8 blocks level to 1.05x (B8 S4k,
 # B1 S32k); 16 blocks and more 3-9% slower (B8 S8k, B64 S4k, B8 S32k).
 SHORT_SPLIT_BLOCKS = 8
-# Every sm90 plan launches as programmatic dependents (pdl): 0.2-0.9 us off each call in paged bf16 and int8 at B1
-# S1k to B64 S1k (H200, 2026-11-29-decode-pdl.json; B1 S1k bf16 8.9 -> 8.0 us, B8 S1k 14.9 -> 14.0), nowhere slower.
+# Every sm90 plan launches as programmatic dependents (pdl): 0.1-0.9 us off each call of every format at B1 S1k to
+# B64 S1k (H200, 2026-11-29-decode-pdl.json; paged bf16 B1 S1k 8.5 -> 7.7 us, B8 S1k 14.4 -> 13.5), level at B8 S32k.
 _SM90_INT8 = DecodePlan(64, 2, 3, 64, direct_codes=True, programs_per_sm=4, min_keys_per_split=64, min_splits=2,
                         short_split_blocks=SHORT_SPLIT_BLOCKS, short_split_stages=2, pdl=True)  # fmt: skip
 _SM90_FP8 = DecodePlan(64, 2, 3, 64, programs_per_sm=4, min_keys_per_split=64, min_splits=2,
