@@ -283,7 +283,8 @@ def _shift_window(q, k, v, *, window=(-1, -1), **kw):
 @pytest.mark.parametrize(
     ("label", "fn", "case"),
     [
-        ("scale off by 4%", lambda q, k, v, **kw: tk.ops.attention(q, k, v, scale=1.04 / math.sqrt(q.shape[-1]), **kw),
+        # 10%: in bf16 a 4% scale passed the checker at about 1 seed in 150 (CI, 2026-11-29); 10% at none of 500
+        ("scale off by 10%", lambda q, k, v, **kw: tk.ops.attention(q, k, v, scale=1.10 / math.sqrt(q.shape[-1]), **kw),
          {"b": 1, "hq": 2, "hk": 1, "sq": 17, "sk": 17, "d": 16}),
         ("the last key dropped", _drop_last_key, {"b": 1, "hq": 2, "hk": 1, "sq": 17, "sk": 40, "d": 16}),
         ("causal aligned top-left", lambda q, k, v, causal=False, **kw: tk.ops.attention(
