@@ -184,19 +184,34 @@ def _quantize_blocks_kernel(
 
 @triton.jit
 def _dequantize_kernel(
-    p_q, p_scale, p_out, n_rows, n_cols, rows_per_scale, cols_per_scale, stride_q_r, stride_s_r, stride_out_r,
-    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
+    p_q, p_scale, p_out, n_rows, n_cols, stride_q_r, stride_s_r, stride_out_r,
+    GRANULARITY: tl.constexpr, SIZE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
 ):  # fmt: skip
-    """x' = q * scale for a BLOCK_R x BLOCK_C tile; element (r, c) reads scale (r // rows_per_scale,
-    c // cols_per_scale) (a tensor scale: strides of 0)."""
+    """x' = q * scale for a BLOCK_R x BLOCK_C tile, the scale by GRANULARITY: "tensor" one scale, "row" scale[r],
+    "group" scale[r, c // SIZE], "block" scale[r // SIZE, c // SIZE]. SIZE (a power of two) and the granularity are
+    constants, so a group's index is a shift, and a tile holding whole groups (SIZE <= BLOCK_C) loads each group's
+    scale once and spreads it over the group in registers instead of loading it for every value."""
     o_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     o_c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     r64 = o_r.to(tl.int64)
-    m_x = (o_r < n_rows)[:, None] & (o_c < n_cols)[None, :]
+    m_r = o_r < n_rows
+    m_x = m_r[:, None] & (o_c < n_cols)[None, :]
     b_q = tl.load(p_q + r64[:, None] * stride_q_r + o_c[None, :], mask=m_x).to(tl.float32)  # [R, C]
-    p_s = p_scale + (r64 // rows_per_scale)[:, None] * stride_s_r + (o_c // cols_per_scale)[None, :]
-    b_scale = tl.load(p_s, mask=m_x, other=0.0)
-    tl.store(p_out + r64[:, None] * stride_out_r + o_c[None, :], (b_q * b_scale).to(p_out.dtype.element_ty), mask=m_x)
+    if GRANULARITY == "tensor":
+        b_x = b_q * tl.load(p_scale)
+    elif GRANULARITY == "row":
+        b_x = b_q * tl.load(p_scale + r64 * stride_s_r, mask=m_r, other=0.0)[:, None]
+    else:
+        p_s_rows = p_scale + (r64 if GRANULARITY == "group" else r64 // SIZE) * stride_s_r  # [R]
+        if SIZE <= BLOCK_C:  # whole groups: one scale load a group
+            GROUPS: tl.constexpr = BLOCK_C // SIZE
+            o_g = tl.program_id(1) * GROUPS + tl.arange(0, GROUPS)
+            b_s = tl.load(p_s_rows[:, None] + o_g[None, :], mask=m_r[:, None] & (o_g * SIZE < n_cols)[None, :],
+                          other=0.0)  # fmt: skip
+            b_x = tl.reshape(tl.reshape(b_q, (BLOCK_R, GROUPS, SIZE)) * b_s[:, :, None], (BLOCK_R, BLOCK_C))
+        else:  # the tile lies inside one group along the columns
+            b_x = b_q * tl.load(p_s_rows + (tl.program_id(1) * BLOCK_C) // SIZE, mask=m_r, other=0.0)[:, None]
+    tl.store(p_out + r64[:, None] * stride_out_r + o_c[None, :], b_x.to(p_out.dtype.element_ty), mask=m_x)
 
 
 @triton.jit

@@ -219,12 +219,11 @@ def dequantize_fwd(
     n_rows, n_cols = rows.shape
     scale_rows = scale.reshape(1, 1) if granularity == "tensor" else scale.reshape(-1, scale.shape[-1])
     scale_rows = scale_rows if scale_rows.stride(-1) == 1 else scale_rows.contiguous()
-    rows_per_scale = {"tensor": n_rows, "row": 1, "group": 1, "block": size}[granularity]
-    cols_per_scale = {"tensor": n_cols, "row": n_cols, "group": size, "block": size}[granularity]
     tiles = plan or elementwise_plan(arch(codes.device), n_cols)
     _dequantize_kernel[(cdiv(n_rows, tiles.block_r), cdiv(n_cols, tiles.block_c))](
-        rows, scale_rows, out_rows, n_rows, n_cols, rows_per_scale, cols_per_scale, rows.stride(0),
-        scale_rows.stride(0), out_rows.stride(0), BLOCK_R=tiles.block_r, BLOCK_C=tiles.block_c, num_warps=tiles.warps,
+        rows, scale_rows, out_rows, n_rows, n_cols, rows.stride(0), scale_rows.stride(0), out_rows.stride(0),
+        GRANULARITY=granularity, SIZE=size if granularity in ("group", "block") else 1, BLOCK_R=tiles.block_r,
+        BLOCK_C=tiles.block_c, num_warps=tiles.warps,
     )  # fmt: skip
     return out
 
