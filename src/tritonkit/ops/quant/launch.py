@@ -128,8 +128,9 @@ def quantize_fwd(
     if strided and granularity in ("row", "tensor"):
         _quantize_transposed(rows.t(), code_rows, scale, granularity, kind, plan, inf_to_nan)
         return codes, scale
+    device_arch = arch(x.device)
     if granularity == "block":
-        tiles = plan or blocks_plan(arch(x.device), block_size)
+        tiles = plan or blocks_plan(device_arch, block_size)
         _quantize_blocks_kernel[(scale.shape[0], scale.shape[1])](
             rows, code_rows, scale, n_rows, n_cols, rows.stride(0), code_rows.stride(0), scale.stride(0),
             KIND=kind, HARDWARE_ROUNDING=_hardware_rounding(tiles), BLOCK=block_size, CHUNK_R=tiles.block_r,
@@ -137,16 +138,8 @@ def quantize_fwd(
         )  # fmt: skip
         return codes, scale
     group = block_size if granularity == "group" else n_cols
-    device_arch = arch(x.device)
     tiles = plan or (columns_plan(device_arch) if strided else groups_plan(device_arch, group))
-    amax = scale  # a stand-in pointer unless the tensor's amax is needed
-    if granularity == "tensor":
-        amax = torch.zeros(1, dtype=torch.float32, device=x.device)
-        whole = elementwise_plan(device_arch, n_cols)
-        _amax_kernel[(cdiv(n_rows, whole.block_r), cdiv(n_cols, whole.block_c))](
-            rows, amax, n_rows, n_cols, rows.stride(0), BLOCK_R=whole.block_r, BLOCK_C=whole.block_c,
-            num_warps=whole.warps,
-        )  # fmt: skip
+    amax = _tensor_amax(rows, device_arch) if granularity == "tensor" else scale  # else a stand-in pointer
     scale_rows = scale.view(n_rows, -1) if granularity != "tensor" else scale
     _quantize_groups_kernel[(cdiv(n_rows, tiles.block_r), cdiv(n_cols, group))](
         rows, code_rows, scale_rows, amax, n_rows, n_cols, group, rows.stride(0), rows.stride(1), code_rows.stride(0),
@@ -158,6 +151,18 @@ def quantize_fwd(
     return codes, scale
 
 
+def _tensor_amax(rows: torch.Tensor, device_arch: str) -> torch.Tensor:
+    """(1,) fp32: the largest finite |value| of rows (M, K, unit stride along K), for a tensor scale."""
+    n_rows, n_cols = rows.shape
+    amax = torch.zeros(1, dtype=torch.float32, device=rows.device)
+    whole = elementwise_plan(device_arch, n_cols)
+    _amax_kernel[(cdiv(n_rows, whole.block_r), cdiv(n_cols, whole.block_c))](
+        rows, amax, n_rows, n_cols, rows.stride(0), BLOCK_R=whole.block_r, BLOCK_C=whole.block_c,
+        num_warps=whole.warps,
+    )  # fmt: skip
+    return amax
+
+
 def _quantize_transposed(x, code_rows, scale, granularity, kind, plan, inf_to_nan) -> None:
     """The codes (code_rows, (N, M)) and scales of x^T for a row-major x (M, N), x read along its own rows: its
     column amax (row scales of x^T) or its amax (a tensor scale), then _quantize_columns_kernel's transposed tiles
@@ -165,11 +170,7 @@ def _quantize_transposed(x, code_rows, scale, granularity, kind, plan, inf_to_na
     n_rows, n_cols = x.shape
     device_arch = arch(x.device)
     if granularity == "tensor":
-        amax = torch.zeros(1, dtype=torch.float32, device=x.device)
-        whole = elementwise_plan(device_arch, n_cols)
-        _amax_kernel[(cdiv(n_rows, whole.block_r), cdiv(n_cols, whole.block_c))](
-            x, amax, n_rows, n_cols, x.stride(0), BLOCK_R=whole.block_r, BLOCK_C=whole.block_c, num_warps=whole.warps,
-        )  # fmt: skip
+        amax = _tensor_amax(x, device_arch)
     else:
         amax = torch.zeros(n_cols, dtype=torch.float32, device=x.device)
         block_r, block_c = COLUMN_AMAX_TILE
