@@ -554,6 +554,65 @@ def test_captures_in_a_cuda_graph():
     assert_graph_replay_matches_eager(step, [x_scale, activations, activations[:1].clone()])
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("plan", [dataclasses.replace(ONE_ROW, words=True), DOT_ROWS], ids=["words", "dot"])
+def test_split_gemv_counters_are_kept_per_stream_and_left_at_zero(plan):
+    """With last_split_sums each tile's last split sets its arrival counter back to zero: the calls on a stream reuse
+    its counters (grown for more tiles), a capture on a stream that has them takes them, one on a stream that has
+    too few zeroes its own in the graph; each result is the reference's and every kept counter reads zero after."""
+    plan = dataclasses.replace(plan, last_split_sums=True)
+    launch._ARRIVALS.clear()
+
+    def call(n, seed):
+        case = SPEC.parse_case({"m": 3, "n": n, "k": 100, "w": "int8", "w_scale": "row", "bias": True})
+        inputs = SPEC.make_inputs(case, torch.device("cuda"), torch.float32, torch.Generator("cuda").manual_seed(seed))
+        x, w, x_scale, w_scale = inputs.args
+        return inputs, lambda: launch.scaled_linear_fwd(x, w, x_scale, w_scale, inputs.kwargs["bias"], torch.float32,
+                                                        False, plan=plan)  # fmt: skip
+
+    def assert_counters_zero():
+        torch.cuda.synchronize()
+        assert launch._ARRIVALS and all(not counters.any() for counters in launch._ARRIVALS.values())
+
+    for n, seed in [(37, 1), (37, 2), (200, 3), (37, 4)]:  # 200: more tiles than kept, the counters grow
+        inputs, run = call(n, seed)
+        torch.testing.assert_close(run().double(), _expected(inputs), rtol=1e-5, atol=1e-5)
+        assert_counters_zero()
+    for warm in (False, True):  # a capture stream without counters kept, then one with them
+        launch._ARRIVALS.clear()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        inputs, run = call(200, 5)
+        with torch.cuda.stream(stream):
+            if warm:
+                run()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=stream):
+                out = run()
+        assert bool(launch._ARRIVALS) == warm  # a capture keeps none of its own
+        for _ in range(3):
+            out.fill_(float("nan"))
+            graph.replay()
+            torch.cuda.synchronize()
+            torch.testing.assert_close(out.double(), _expected(inputs), rtol=1e-5, atol=1e-5)
+        if warm:
+            assert_counters_zero()
+
+
+@pytest.mark.gpu
+def test_weight_only_layer_runs_under_compiled_cuda_graphs():
+    """torch.compile's CUDA graphs (mode reduce-overhead) record and replay the split GEMV, whose arrival counters are
+    kept per stream: every replay on new tokens gives the eager layer's output."""
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(4096, 1024, device="cuda", dtype=torch.bfloat16)
+    layer = tk.nn.QuantizedLinear.from_linear(linear, torch.int8, activations="weight_only")
+    compiled = torch.compile(layer, mode="reduce-overhead", fullgraph=True)
+    with torch.no_grad():
+        for _ in range(5):
+            x = torch.randn(1, 1, 4096, device="cuda", dtype=torch.bfloat16)
+            torch.testing.assert_close(compiled(x).clone(), layer(x), rtol=0, atol=0)
+
+
 # ---------------------------------------------------------------- QuantizedLinear
 
 

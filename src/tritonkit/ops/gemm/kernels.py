@@ -246,7 +246,8 @@ def _split_partial(b_sum, p_partial, p_arrivals, p_w_scale, p_bias, p_out, o_m, 
                    LAST_SPLIT_SUMS: tl.constexpr):  # fmt: skip
     """Store split program_id(1)'s partial P_s [M, N] of output tile program_id(0) to p_partial (S, M, N). With
     LAST_SPLIT_SUMS the tile's splits count themselves in at p_arrivals[tile] (zero at launch), and the last to
-    arrive sums P_0 ... P_{S-1} in split order (the bits _split_k_reduce_kernel gives) and writes the output."""
+    arrive sums P_0 ... P_{S-1} in split order (the bits _split_k_reduce_kernel gives), writes the output and sets
+    the count back to zero: the launcher's counters serve the stream's next call without a zeroing launch."""
     p_part = p_partial + (tl.program_id(1) * M + o_m).to(tl.int64)[:, None] * N + o_n[None, :]
     tl.store(p_part, b_sum, mask=(o_m < M)[:, None] & (o_n < N)[None, :])
     if LAST_SPLIT_SUMS:  # noqa: SIM102 (a constexpr branch: nothing counts in without it)
@@ -254,6 +255,7 @@ def _split_partial(b_sum, p_partial, p_arrivals, p_w_scale, p_bias, p_out, o_m, 
         if arrive(p_arrivals + tl.program_id(0)) == n_splits - 1:
             _store_sum_of_partials(tl.zeros_like(b_sum), p_partial, p_w_scale, p_bias, p_out, o_m, o_n, M, N,
                                    n_splits, stride_ws_n, stride_out_m, W_SCALE, G, HAS_BIAS)  # fmt: skip
+            tl.store(p_arrivals + tl.program_id(0), 0)  # every split has counted in: none reads it again
 
 
 @triton.jit
