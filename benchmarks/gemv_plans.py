@@ -62,12 +62,12 @@ def _forced(plan):
 def _zeroed():
     """The plan the GPU takes with the kept arrival counters dropped before each call: every call zeroes new ones
     (a launch of its own, inside a captured graph too), as before they were kept."""
-    from tritonkit.ops.gemm import launch
+    from tritonkit._core import row_sync
 
     gemv = _forced(None)
 
     def zeroed(*args, **kwargs):
-        launch._ARRIVALS.clear()
+        row_sync._KEPT.clear()
         return gemv(*args, **kwargs)
 
     return zeroed

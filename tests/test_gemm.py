@@ -11,6 +11,7 @@ import torch
 import tritonkit as tk
 from helpers import assert_graph_replay_matches_eager
 from tritonkit import catalog, testing
+from tritonkit._core import row_sync
 from tritonkit.ops.gemm import launch
 from tritonkit.ops.gemm import plan as plan_module
 from tritonkit.ops.gemm.plan import (
@@ -561,7 +562,7 @@ def test_split_gemv_counters_are_kept_per_stream_and_left_at_zero(plan):
     its counters (grown for more tiles), a capture on a stream that has them takes them, one on a stream that has
     too few zeroes its own in the graph; each result is the reference's and every kept counter reads zero after."""
     plan = dataclasses.replace(plan, last_split_sums=True)
-    launch._ARRIVALS.clear()
+    row_sync._KEPT.clear()
 
     def call(n, seed):
         case = SPEC.parse_case({"m": 3, "n": n, "k": 100, "w": "int8", "w_scale": "row", "bias": True})
@@ -572,14 +573,14 @@ def test_split_gemv_counters_are_kept_per_stream_and_left_at_zero(plan):
 
     def assert_counters_zero():
         torch.cuda.synchronize()
-        assert launch._ARRIVALS and all(not counters.any() for counters in launch._ARRIVALS.values())
+        assert row_sync._KEPT and all(not counters.any() for counters in row_sync._KEPT.values())
 
     for n, seed in [(37, 1), (37, 2), (200, 3), (37, 4)]:  # 200: more tiles than kept, the counters grow
         inputs, run = call(n, seed)
         torch.testing.assert_close(run().double(), _expected(inputs), rtol=1e-5, atol=1e-5)
         assert_counters_zero()
     for warm in (False, True):  # a capture stream without counters kept, then one with them
-        launch._ARRIVALS.clear()
+        row_sync._KEPT.clear()
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         inputs, run = call(200, 5)
@@ -589,7 +590,7 @@ def test_split_gemv_counters_are_kept_per_stream_and_left_at_zero(plan):
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, stream=stream):
                 out = run()
-        assert bool(launch._ARRIVALS) == warm  # a capture keeps none of its own
+        assert bool(row_sync._KEPT) == warm  # a capture keeps none of its own
         for _ in range(3):
             out.fill_(float("nan"))
             graph.replay()

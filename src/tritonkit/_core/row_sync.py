@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 
 import torch
 
@@ -85,3 +86,47 @@ def row_counters(workspace: torch.Tensor, n_rows: int) -> torch.Tensor:
     counters = workspace[workspace.numel() - n_rows :].view(torch.int32)
     counters.zero_()
     return counters
+
+
+# Arrival counters that the kernels leave at zero (the last program of each group to arrive, jit.row_sync.arrive,
+# sets its count back), kept per device and stream as PyTorch keeps cuBLAS's workspaces: a call reuses them instead
+# of zeroing new ones, a launch of its own. Work on two streams never shares them; a graph that captured a stream's
+# counters shares them with that stream's later calls, so it replays on that stream.
+_KEPT: dict[tuple[int, int], torch.Tensor] = {}
+
+
+def _zeros_outside_pools(size: int, device: torch.device) -> torch.Tensor:
+    """size zeroed int32 on ``device``, allocated and zeroed on a thread of its own and waited for: the calling
+    thread's allocations may be routed to a CUDA graph's pool (torch.compile's CUDA graphs warm up so), which must not
+    hold memory its graph does not track. Once a stream, and when a call needs more counters."""
+    made = []
+
+    def allocate():
+        with torch.cuda.device(device):
+            made.append(torch.zeros(size, dtype=torch.int32, device=device))
+            torch.cuda.current_stream(device).synchronize()
+
+    worker = threading.Thread(target=allocate)
+    worker.start()
+    worker.join()
+    return made[0]
+
+
+def kept_counters(count: int, device: torch.device) -> torch.Tensor:
+    """``count`` zeroed int32 counters for a kernel launched on the current stream that leaves them at zero: the
+    stream's kept ones, grown where too few. A capture that finds too few zeroes its own inside the graph (each replay
+    zeroes them again) and keeps none: memory of a graph's pool holds no zeros outside its replays. Off the GPU (the
+    interpreter) new zeros each call."""
+    if device.type != "cuda":
+        return torch.zeros(count, dtype=torch.int32, device=device)
+    stream = torch.cuda.current_stream(device)
+    key = (stream.device.index, stream.cuda_stream)
+    counters = _KEPT.get(key)
+    if counters is not None and counters.numel() >= count:
+        return counters[:count]
+    if torch.cuda.is_current_stream_capturing():
+        return torch.zeros(count, dtype=torch.int32, device=device)
+    counters = _zeros_outside_pools(max(count, 2 * counters.numel() if counters is not None else 0), device)
+    counters.record_stream(stream)  # freed when outgrown: after the stream's launches that read them
+    _KEPT[key] = counters
+    return counters[:count]

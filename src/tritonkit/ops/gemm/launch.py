@@ -6,14 +6,13 @@ group (..., ceil(K / G)); w tensor (), row (N, 1), group (N, ceil(K / G)), block
 
 from __future__ import annotations
 
-import threading
-
 import torch
 
 from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor, debug_checks
 from tritonkit._core.device import arch, sm_count
 from tritonkit._core.env import kernels_interpreted
 from tritonkit._core.ints import cdiv, next_power_of_2
+from tritonkit._core.row_sync import kept_counters
 from tritonkit._core.scales import FORMATS, granularity_of
 from tritonkit._core.tma import descriptor, has_tma, tma_readable
 from tritonkit.ops.gemm.kernels import (
@@ -49,49 +48,6 @@ DYNAMIC_GROUPS = (32, 64, 128)
 CODE_K_ALIGN = 16
 # The padding copy's tile: 8 rows of 512 bytes, 32 bytes a thread at 4 warps.
 PAD_BLOCK_ROWS, PAD_BLOCK_K = 8, 512
-
-
-# The split GEMV's arrival counters (one int32 an output tile, zero between calls: the last split of a tile resets
-# its own), kept per device and stream as PyTorch keeps cuBLAS's workspaces: a call reuses them instead of zeroing new
-# ones, a launch of its own before the GEMV's (docs/kernels/gemm.md). Work on two streams never shares them; a graph
-# that captured a stream's counters shares them with that stream's later calls, so it replays on that stream.
-_ARRIVALS: dict[tuple[int, int], torch.Tensor] = {}
-
-
-def _zeros_outside_pools(size: int, device: torch.device) -> torch.Tensor:
-    """size zeroed int32 on ``device``, allocated and zeroed on a thread of its own and waited for: the calling
-    thread's allocations may be routed to a CUDA graph's pool (torch.compile's CUDA graphs warm up so), which must not
-    hold memory its graph does not track. Once a stream, and when a call needs more tiles."""
-    made = []
-
-    def allocate():
-        with torch.cuda.device(device):
-            made.append(torch.zeros(size, dtype=torch.int32, device=device))
-            torch.cuda.current_stream(device).synchronize()
-
-    worker = threading.Thread(target=allocate)
-    worker.start()
-    worker.join()
-    return made[0]
-
-
-def _arrival_counters(tiles: int, device: torch.device) -> torch.Tensor:
-    """tiles zeroed int32 counters for a GEMV launched on the current stream: the stream's kept ones, grown where too
-    few. A capture that finds too few zeroes its own inside the graph (each replay zeroes them again) and keeps none:
-    memory of a graph's pool holds no zeros outside its replays."""
-    if device.type != "cuda":  # the interpreter: no launch to save
-        return torch.zeros(tiles, dtype=torch.int32, device=device)
-    stream = torch.cuda.current_stream(device)
-    key = (stream.device.index, stream.cuda_stream)
-    counters = _ARRIVALS.get(key)
-    if counters is not None and counters.numel() >= tiles:
-        return counters[:tiles]
-    if torch.cuda.is_current_stream_capturing():
-        return torch.zeros(tiles, dtype=torch.int32, device=device)
-    counters = _zeros_outside_pools(max(tiles, 2 * counters.numel() if counters is not None else 0), device)
-    counters.record_stream(stream)  # freed when outgrown: after the stream's launches that read them
-    _ARRIVALS[key] = counters
-    return counters[:tiles]
 
 
 def _names(dtypes) -> str:
@@ -417,7 +373,7 @@ def _gemv(rows, w, w_scale, stride_ws, w_granularity, group, bias, out_rows, pla
     words = _words_apply(w, w_granularity, plan, block_k)
     tiles = cdiv(m, plan.block_m) * cdiv(n, plan.block_n)
     last_split_sums = splits > 1 and plan.last_split_sums
-    arrivals = _arrival_counters(tiles, rows.device) if last_split_sums else None
+    arrivals = kept_counters(tiles, rows.device) if last_split_sums else None
     if words:
         _gemv_int8_words_kernel[(tiles, splits)](
             rows, w.view(torch.int32), w_scale, bias, out_rows, partial, arrivals, m, n, k // 4, k_per_split // 4,
