@@ -13,7 +13,7 @@ of 64-token pages, SDPA with enable_gqa over a contiguous bf16 cache of the same
   heuristic's.
 
     python benchmarks/decode_splits.py --out DIR [--budget-s 50] [--dry-run]
-        [--part heuristic|quantized|tiles|splits|appends|pdl|reduce] [--formats int8 fp8 int4]
+        [--part heuristic|quantized|tiles|splits|appends|pdl] [--formats int8 fp8 int4]
 
 ``--part quantized`` (``<date>-decode-quantized.json``): at B 8 S 32k and B 64 S 4k, paged bf16 with this GPU's
 plan, and int8, fp8 and int4 with theirs, int8 and fp8 also with their plan's direct_codes the other way (the codes
@@ -25,8 +25,7 @@ programs per multiprocessor); paged bf16 against SDPA, the quantized caches agai
 
 ``--part pdl`` (``<date>-decode-pdl.json``): at PDL_SHAPES (short caches, where the launches weigh, and one long one),
 SDPA, then paged bf16 and each quantized format with this GPU's plans, their launches plain and programmatic
-(DecodePlan.pdl). ``--part reduce`` (``<date>-decode-reduce.json``): the same with DecodePlan.last_split_reduces off
-and on (the last split of each block of rows reduces them; no reduction launch).
+(DecodePlan.pdl).
 
 ``--part appends`` (``<date>-decode-append-tokens.json``): kv_cache_append of prompts (APPEND_SHAPES: one of 8192
 tokens, eight of 2048) into each format's paged cache with each of PROGRAM_TOKENS tokens a program
@@ -345,31 +344,24 @@ def quantized(runner: Runner, shapes) -> None:
             del inputs
 
 
-# --part pdl and --part reduce: the DecodePlan flag each turns off and on, and the runs' names either way.
-FLAG_PARTS = {"pdl": ("pdl", "two launches", "pdl"),
-              "reduce": ("last_split_reduces", "reduction launched", "last split reduces")}  # fmt: skip
-
-
-def flag_pairs(runner: Runner, shapes, part: str) -> None:
-    """--part pdl / reduce: SDPA, then paged bf16 and each quantized format with this GPU's plans, with the part's
-    DecodePlan flag (FLAG_PARTS) off and on (pdl: the decode kernel and the reduction launched as programmatic
-    dependents; reduce: the last split of each block of rows reduces, no reduction launch), bf16 against SDPA, the
-    quantized caches against bf16's plan with the flag off."""
+def pdl(runner: Runner, shapes) -> None:
+    """--part pdl: SDPA, then paged bf16 and each quantized format with this GPU's plans, with DecodePlan.pdl off and
+    on (the decode kernel and the reduction launched as programmatic dependents), bf16 against SDPA, the quantized
+    caches against bf16's launches without it."""
     from tritonkit.ops.decoding.plan import decode_plan
 
-    field, off_name, on_name = FLAG_PARTS[part]
     d = runner.heads["d"]
     for b, s in shapes:
-        sdpa_ms = runner.sdpa(b, s, part)
+        sdpa_ms = runner.sdpa(b, s, "pdl")
         bf16_ms = None
         for kv in ("plain", "int8", "fp8", "int4"):
             case, inputs = runner.inputs(b, s, kv)
             default = decode_plan(runner.arch, d, kv)
             cache = "bf16" if kv == "plain" else kv
             baseline, baseline_ms = ("SDPA", sdpa_ms) if kv == "plain" else ("bf16", bf16_ms)
-            for name, on in ((off_name, False), (on_name, True)):
-                plan = dataclasses.replace(default, **{field: on})
-                ms = runner.ours(case, inputs, plan, 0, {"part": part, "cache": cache, "plan": name}, baseline_ms,
+            for name, on in (("two launches", False), ("pdl", True)):
+                plan = dataclasses.replace(default, pdl=on)
+                ms = runner.ours(case, inputs, plan, 0, {"part": "pdl", "cache": cache, "plan": name}, baseline_ms,
                                  baseline=baseline)  # fmt: skip
                 if kv == "plain" and not on:
                     bf16_ms = ms
@@ -441,8 +433,8 @@ def _warm(task: tuple[int, int, bool, str, tuple, tuple]) -> None:
     if part == "appends":
         appends(runner, DRY["appends"] if dry else APPEND_SHAPES, PROGRAM_TOKENS)
         return
-    if part in FLAG_PARTS:
-        flag_pairs(runner, DRY["headline"] if dry else PDL_SHAPES, part)
+    if part == "pdl":
+        pdl(runner, DRY["headline"] if dry else PDL_SHAPES)
         return
     headline(runner, DRY["headline"] if dry else HEADLINE)
     appends(runner, ((1, DRY["append"] if dry else APPEND_TOKENS),))
@@ -455,15 +447,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=50.0, help="stop timing after this many seconds")
     parser.add_argument("--rep-ms", type=int, default=4, help="do_bench_cudagraph's rep: ms of work per graph")
     parser.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU, each run once, no times")
-    parser.add_argument("--part", choices=("all", "heuristic", "quantized", "tiles", "splits", "appends", "pdl",
-                                           "reduce"),
+    parser.add_argument("--part", choices=("all", "heuristic", "quantized", "tiles", "splits", "appends", "pdl"),
                         default="all",
                         help="heuristic: this GPU's split heuristic against the fallback's, paged bf16; quantized: "
                              "the quantized caches' plans (direct_codes both ways) against paged bf16; tiles: key "
                              "block, warps and stages of every format; splits: bf16 and --formats at each split "
                              "count; appends: a prompt's append at each count of tokens a program; pdl: the plans "
-                             "with their launches programmatic, at short caches; reduce: the plans with the last "
-                             "split reducing, at the same caches")  # fmt: skip
+                             "with their launches programmatic, at short caches")  # fmt: skip
     parser.add_argument("--shapes", type=_shapes, default=TILE_SHAPES,
                         help="--part tiles: B:S pairs, comma-separated (default: TILE_SHAPES)")  # fmt: skip
     parser.add_argument(
@@ -510,9 +500,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.part == "appends":
         appends(runner, DRY["appends"] if args.dry_run else APPEND_SHAPES, PROGRAM_TOKENS)
         return _write(args, runner, start, "decode-append-tokens")
-    if args.part in FLAG_PARTS:
-        flag_pairs(runner, DRY["headline"] if args.dry_run else PDL_SHAPES, args.part)
-        return _write(args, runner, start, f"decode-{args.part}")
+    if args.part == "pdl":
+        pdl(runner, DRY["headline"] if args.dry_run else PDL_SHAPES)
+        return _write(args, runner, start, "decode-pdl")
     headline(runner, DRY["headline"] if args.dry_run else HEADLINE)
     appends(runner, ((1, DRY["append"] if args.dry_run else APPEND_TOKENS),))
     sweep(runner, DRY["shapes"] if args.dry_run else SHAPES)

@@ -232,38 +232,6 @@ def test_programmatic_dependent_launches_change_nothing(device, fmt):
         assert_graph_replay_matches_eager(lambda q: decode(q, dataclasses.replace(SMALL, pdl=True)), (q,))
 
 
-@pytest.mark.parametrize("fmt", ["plain", "int8", "int4"])
-@pytest.mark.parametrize("splits", [2, 3, 7])
-def test_the_last_split_reduces_as_the_reduction_does(device, fmt, splits):
-    """DecodePlan.last_split_reduces: the last split of each block of rows to finish reduces their partials, no
-    second launch; the reduction's result (the same order of sums, up to fp32 rounding) and the reference's, with
-    splits left empty (the length-3 and length-0 sequences) and two row blocks a key head (16 rows of 32 query heads
-    and 2 new tokens). On a GPU the kept counters serve a second call and a captured graph's replays."""
-    inputs = _problem(device, lens=(70, 3, 0, 33), hq=32, hk=2, d=64, sq=2, fmt=fmt)
-    q, k_cache, v_cache, lengths = inputs.args
-    options = inputs.kwargs
-    rest = (options["block_table"], options.get("k_scales"), options.get("v_scales"), 0.125, True, -1, 0.0, splits)
-    one_launch = dataclasses.replace(SMALL, last_split_reduces=True)
-
-    def decode(q, plan):
-        return launch.decode_attention_fwd(q, k_cache, v_cache, lengths, *rest, plan=plan)
-
-    out, lse = decode(q, one_launch)
-    out_two, lse_two = decode(q, SMALL)
-    torch.testing.assert_close(out, out_two, atol=1e-6, rtol=1e-6)
-    torch.testing.assert_close(lse, lse_two, atol=1e-6, rtol=1e-6)
-    expected, expected_lse = REFERENCE(*(x.double() if x.is_floating_point() else x for x in inputs.args),
-                                       block_table=options["block_table"], k_scales=options.get("k_scales"),
-                                       v_scales=options.get("v_scales"), scale=0.125, return_lse=True)  # fmt: skip
-    torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(lse.double(), expected_lse, atol=1e-5, rtol=1e-5)
-    assert torch.all(out[2] == 0) and torch.all(lse[2] == -math.inf)  # the empty sequence
-    if device == "cuda":
-        again = decode(q, one_launch)
-        assert torch.equal(again[0], out) and torch.equal(again[1], lse)
-        assert_graph_replay_matches_eager(lambda q: decode(q, one_launch), (q,))
-
-
 @pytest.mark.parametrize("page_size", [1, 16])
 @pytest.mark.parametrize("fmt", ["plain", "int8", "int4"])
 def test_pages_smaller_than_a_key_block_match_the_reference(device, fmt, page_size):

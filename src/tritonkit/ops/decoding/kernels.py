@@ -12,9 +12,7 @@ Split-KV: the keys a program's rows see are cut into S equal splits (whole key b
 block of rows) program walks its split with the online softmax in base 2 and writes its partial (o_s, lse_s) for the
 rows of all the query heads of its key head (so each key and value is read once per key head, not per query head).
 The reduction, in split order (deterministic): lse = log sum_s exp(lse_s), o = sum_s exp(lse_s - lse) o_s, where a
-split that saw no key has lse_s = -inf and weight 0. With S = 1 the split kernel writes o and lse itself; with
-LAST_SPLIT_REDUCES the last split of a block of rows to finish reduces them (counted in at a kept counter), in the
-same order, instead of a second launch.
+split that saw no key has lse_s = -inf and weight 0. With S = 1 the split kernel writes o and lse itself.
 
 Cache formats: one row is one token of one key head, D values; each format x ~ x' as follows.
 - "plain": x in q's dtype.
@@ -40,7 +38,6 @@ from tritonkit._core.jit.dots import dot_fp32
 from tritonkit._core.jit.fastmath import LOG2_E, tanh_via_exp2
 from tritonkit._core.jit.int_codes import code_as_float
 from tritonkit._core.jit.rounding import round_to_float8, rounded_int32, to_dot_operand
-from tritonkit._core.jit.row_sync import arrive
 
 
 @triton.jit
@@ -352,7 +349,7 @@ def _attend_keys(
 
 @triton.jit
 def _decode_kernel(
-    p_q, p_k, p_v, p_k_scales, p_v_scales, p_seqlens, p_table, p_o, p_lse, p_part_o, p_part_lse, p_arrivals,
+    p_q, p_k, p_v, p_k_scales, p_v_scales, p_seqlens, p_table, p_o, p_lse, p_part_o, p_part_lse,
     n_queries, n_heads_q, n_heads_k, group, head_dim, window, capacity, n_pages, qk_scale, softcap_log2,
     stride_q_b, stride_q_s, stride_q_h,
     stride_k_page, stride_k_slot, stride_k_h, stride_v_page, stride_v_slot, stride_v_h,
@@ -362,16 +359,14 @@ def _decode_kernel(
     KV: tl.constexpr, PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, CAUSAL: tl.constexpr, SOFTCAP: tl.constexpr,
     n_splits, SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, DIRECT_CODES: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, GROUP: tl.constexpr,
-    PDL: tl.constexpr = False, LAST_SPLIT_REDUCES: tl.constexpr = False,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
     """One of n_splits splits of the keys for BLOCK_M rows of one (batch, key head): rows r = t * group + g are query
     t of query head h_k * group + g. Writes the partial (o_s, lse_s in base 2) to the workspace (SPLIT), or with one
-    split o and lse. LAST_SPLIT_REDUCES (with SPLIT): the splits of a block of rows count themselves in at
-    p_arrivals[block] (zero at launch), and the last to arrive reduces the block's partials (_reduce_rows) and sets
-    the count back to zero (the launcher keeps the counters for the stream's next call). ``window`` is a bound no
-    position reaches when unbounded; qk_scale is scale * log2(e), or scale / c with a softcap c (softcap_log2 = c *
-    log2(e)). PDL (launched as a programmatic dependent, sm_90 and newer): the program may start while the previous
-    kernel drains and waits for it before reading anything; its keys read, it lets the reduction launch."""
+    split o and lse. ``window`` is a bound no position reaches when unbounded; qk_scale is scale * log2(e), or
+    scale / c with a softcap c (softcap_log2 = c * log2(e)). PDL (launched as a programmatic dependent, sm_90 and
+    newer): the program may start while the previous kernel drains and waits for it before reading anything; its
+    keys read, it lets the reduction launch."""
     if PDL:
         gdc_wait()  # q, the cache and the lengths may be the previous kernel's writes
     i_split = tl.program_id(0) % n_splits
@@ -454,44 +449,6 @@ def _decode_kernel(
         part = ((b64 * n_queries + o_t) * n_heads_q + o_h) * n_splits + i_split  # [M]
         tl.store(p_part_o + part[:, None] * head_dim + o_d[None, :], b_o, mask=m_o)
         tl.store(p_part_lse + part, lse_log2, mask=m_r)
-        if LAST_SPLIT_REDUCES:
-            # No program waits for another: the last to arrive finds every partial of its rows stored.
-            i_block = tl.program_id(1) * (tl.num_programs(0) // n_splits) + i_rows
-            if arrive(p_arrivals + i_block) == n_splits - 1:
-                p_o_rows = (p_o + b64 * stride_o_b + o_t.to(tl.int64)[:, None] * stride_o_s
-                            + o_h.to(tl.int64)[:, None] * stride_o_h)  # fmt: skip
-                _reduce_rows(p_part_o, p_part_lse, part - i_split, p_o_rows, p_lse + b64 * stride_lse_b
-                             + o_h.to(tl.int64) * stride_lse_h + o_t, m_r, o_d, m_d, head_dim, n_splits, BLOCK_M,
-                             BLOCK_D)  # fmt: skip
-                tl.store(p_arrivals + i_block, 0)  # every split has counted in: none reads it again
-
-
-@triton.jit
-def _reduce_rows(p_part_o, p_part_lse, part_first, p_o_rows, p_lse_rows, m_r, o_d, m_d, head_dim, n_splits,
-                 BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):  # fmt: skip
-    """o and lse of BLOCK_M rows from their n_splits partials (rows part_first .. + n_splits of the workspace), as
-    _decode_reduce_kernel: weights exp2(lse_s - max), summed in split order, a split at a time. Read past L1 (.cg):
-    other programs wrote them."""
-    peak = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    for i_split in range(n_splits):
-        lse_s = tl.load(p_part_lse + part_first + i_split, mask=m_r, other=float("-inf"), cache_modifier=".cg")
-        peak = tl.maximum(peak, lse_s)
-    peak_safe = tl.where(peak == float("-inf"), 0.0, peak)
-    total = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    m_o = m_r[:, None] & m_d[None, :]
-    for i_split in range(n_splits):
-        lse_s = tl.load(p_part_lse + part_first + i_split, mask=m_r, other=float("-inf"), cache_modifier=".cg")
-        weight = tl.exp2(lse_s - peak_safe)
-        b_o = tl.load(p_part_o + (part_first + i_split)[:, None] * head_dim + o_d[None, :], mask=m_o, other=0.0,
-                      cache_modifier=".cg")  # fmt: skip
-        acc += b_o * weight[:, None]
-        total += weight
-    seen = total > 0.0
-    b_o = acc / tl.where(seen, total, 1.0)[:, None]
-    lse = tl.where(seen, (peak_safe + tl.log2(tl.where(seen, total, 1.0))) / LOG2_E, float("-inf"))
-    tl.store(p_o_rows + o_d[None, :], b_o.to(p_o_rows.dtype.element_ty), mask=m_o)
-    tl.store(p_lse_rows, lse, mask=m_r)
 
 
 @triton.jit

@@ -18,7 +18,6 @@ from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor, deb
 from tritonkit._core.device import arch, arch_number, converts_to_float8_rounding, sm_count
 from tritonkit._core.env import kernels_interpreted, upcast_bf16_dots
 from tritonkit._core.ints import cdiv, next_power_of_2
-from tritonkit._core.row_sync import kept_counters
 from tritonkit.ops.decoding.kernels import (
     _decode_kernel,
     _decode_reduce_kernel,
@@ -317,15 +316,13 @@ def decode_attention_fwd(
         part_o = torch.empty((n_batch, n_queries, n_heads_q, num_splits, head_dim), dtype=torch.float32,
                              device=q.device)  # fmt: skip
         part_lse = torch.empty(part_o.shape[:4], dtype=torch.float32, device=q.device)
-    last_split_reduces = num_splits > 1 and plan.last_split_reduces
-    arrivals = kept_counters(row_blocks * n_batch * cache.n_heads, q.device) if last_split_reduces else None
     table, stride_table = _table_args(block_table, k_cache)
     if softcap:
         qk_scale, softcap_log2 = scale / softcap, softcap * LOG2_E
     else:
         qk_scale, softcap_log2 = scale * LOG2_E, 0.0
     _decode_kernel[(num_splits * row_blocks, n_batch * cache.n_heads)](
-        q, k_cache, v_cache, k_scales, v_scales, cache_seqlens, table, out, lse, part_o, part_lse, arrivals,
+        q, k_cache, v_cache, k_scales, v_scales, cache_seqlens, table, out, lse, part_o, part_lse,
         n_queries, n_heads_q, cache.n_heads, group, head_dim, UNBOUNDED if window < 0 else window, cache.capacity,
         cache.n_pages, qk_scale, softcap_log2,
         q.stride(0), q.stride(1), q.stride(2), *_cache_strides(k_cache), *_cache_strides(v_cache),
@@ -335,10 +332,9 @@ def decode_attention_fwd(
         n_splits=num_splits, SPLIT=num_splits > 1, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         UPCAST=upcast_bf16_dots(q.dtype), DIRECT_CODES=plan.direct_codes and cache.format in ("int8", "fp8"),
         BLOCK_M=block_m, BLOCK_N=plan.block_n, BLOCK_D=block_d, GROUP=max(cache.group, 2), PDL=pdl,
-        LAST_SPLIT_REDUCES=last_split_reduces, num_warps=plan.warps,
-        num_stages=plan.stages_for(cache.capacity, num_splits), launch_pdl=pdl,
+        num_warps=plan.warps, num_stages=plan.stages_for(cache.capacity, num_splits), launch_pdl=pdl,
     )  # fmt: skip
-    if num_splits > 1 and not last_split_reduces:
+    if num_splits > 1:
         _decode_reduce_kernel[(n_batch * n_queries * n_heads_q,)](
             part_o, part_lse, out, lse, n_queries, n_heads_q, head_dim,
             out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1), num_splits,

@@ -43,9 +43,6 @@ class DecodePlan:
     # starts while its predecessor drains, waiting for it in the kernel (griddepcontrol), to take the launches' gaps
     # off short caches. Off in FALLBACK, which must run below sm_90 too.
     pdl: bool = False
-    # With the keys split: the last split of each block of rows to finish reduces their partials (counted in at a
-    # kept counter, _core.row_sync.kept_counters), instead of the reduction's launch.
-    last_split_reduces: bool = False
 
     def stages_for(self, max_keys: int, n_splits: int) -> int:
         """The key loop's pipeline depth for ``max_keys`` (the cache's capacity) cut into ``n_splits`` splits."""
