@@ -24,15 +24,15 @@ from gemm_table import GEMV_M, GEMV_NK  # the benchmarks folder is no package: i
 # tile's last split sums the partials; else a second launch). One row multiplies in fp32 lanes (block_m 1; its K
 # loop pipelined where stages > 1, asked of the loop); more rows go through tl.dot on rows padded to 16, pipelined
 # through shared memory. The candidates swept before (tiles, depths, programs a multiprocessor, splits, words at 16
-# rows) are in the committed results (2026-11-28/29-gemv-plans*.md; the arrival counters kept per stream against a
-# zeroing launch a call: -kept-counters.md). Now: the partials summed four splits a load (launch.SPLITS_A_LOAD, the
-# plan) against one split a load ("one split a load"), and the plans with the reduction's launch.
+# rows) are in the committed results (2026-11-28/29-gemv-plans*.md). Now: the plans' arrival counters kept per stream
+# (reset by each tile's last split) against the zeroing launch every call took ("zeroed counters", which clears the
+# kept ones before each call), and the plans with the reduction's launch instead of the counters.
 SUMS = {"last_split_sums": True}
 CANDIDATES = {
     "r1 32x256 w4 s3 p2 words": (1, 32, 256, 4, 3, 2, {"words": True}),  # sm90's one-row plan, reduction launched
     "r16 64x128 w4 s3 p4": (16, 64, 128, 4, 3, 4),  # sm90's 2-16 row plan, reduction launched
 }
-ONE_A_LOAD = "one split a load"
+ZEROED = "tritonkit zeroed counters"
 MIN_SPLIT_K = 512  # the fewest K values of a split (plan.GEMV_FALLBACK's)
 
 
@@ -59,27 +59,24 @@ def _forced(plan):
     return gemv
 
 
-def _one_split_a_load():
-    """The plan the GPU takes with its partials summed one split a load (launch.SPLITS_A_LOAD 1: one round trip to L2
-    a split), as before they were read four a load."""
-    from tritonkit.ops.gemm import launch
+def _zeroed():
+    """The plan the GPU takes with the kept arrival counters dropped before each call: every call zeroes new ones
+    (a launch of its own, inside a captured graph too), as before they were kept."""
+    from tritonkit._core import row_sync
 
     gemv = _forced(None)
 
-    def one_a_load(*args, **kwargs):
-        kept, launch.SPLITS_A_LOAD = launch.SPLITS_A_LOAD, 1
-        try:
-            return gemv(*args, **kwargs)
-        finally:
-            launch.SPLITS_A_LOAD = kept
+    def zeroed(*args, **kwargs):
+        row_sync._KEPT.clear()
+        return gemv(*args, **kwargs)
 
-    return one_a_load
+    return zeroed
 
 
 def _providers(spec, case) -> list:
     from tritonkit.bench.providers import Provider, select_providers
 
-    return [*select_providers(spec, ("tritonkit", "cublas")), Provider(ONE_A_LOAD, _one_split_a_load()),
+    return [*select_providers(spec, ("tritonkit", "cublas")), Provider(ZEROED, _zeroed()),
             *(Provider(name, _forced(_plan(name))) for name in candidates_for(case.m))]  # fmt: skip
 
 

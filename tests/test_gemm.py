@@ -276,11 +276,9 @@ WORDS = dataclasses.replace(ONE_ROW, words=True)
 @pytest.mark.parametrize(("plan", "m"), [(ONE_ROW, 3), (DOT_ROWS, 20), (WORDS, 3), (WORDS, 1)],
                          ids=["one-row-3", "dot-20", "words-3", "words-1"])  # fmt: skip
 @pytest.mark.parametrize("weights", WEIGHTS[:2] + WEIGHTS[3:], ids=["int8-row", "e4m3-tensor", "e5m2-block"])
-@pytest.mark.parametrize("splits_a_load", [1, 2, 4])  # 3 splits: one a load, two loads (the second half masked), one
-def test_last_split_sums_the_partials_as_the_reduction_does(monkeypatch, device, plan, m, weights, splits_a_load):
-    """GemvPlan.last_split_sums: each tile's last split to finish sums the partials (launch.SPLITS_A_LOAD a load)
-    and writes out, no second launch; the same bits as the reduction kernel's, and the float64 reference."""
-    monkeypatch.setattr(launch, "SPLITS_A_LOAD", splits_a_load)
+def test_last_split_sums_the_partials_as_the_reduction_does(monkeypatch, device, plan, m, weights):
+    """GemvPlan.last_split_sums: each tile's last split to finish sums the partials in split order and writes out,
+    no second launch; the same bits as the reduction kernel's, and the float64 reference."""
     reductions = []
     monkeypatch.setattr(launch, "_split_k_reduce_kernel", _Recording(launch._split_k_reduce_kernel, reductions))
     inputs = _inputs({"m": m, "n": 37, "k": 100, **weights}, device)

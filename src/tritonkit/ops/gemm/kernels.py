@@ -228,21 +228,13 @@ def _scaled_linear_persistent_kernel(
 
 @triton.jit
 def _store_sum_of_partials(acc, p_partial, p_w_scale, p_bias, p_out, o_m, o_n, M, N, n_splits, stride_ws_n,
-                           stride_out_m, W_SCALE: tl.constexpr, G: tl.constexpr, HAS_BIAS: tl.constexpr,
-                           SPLITS_A_LOAD: tl.constexpr):  # fmt: skip
-    """out[o_m, o_n] = (acc, zeros, + P_0 + ... + P_{S-1} of the partials (S, M, N)) x the scales that do not vary
-    along K, plus bias. The partials are read SPLITS_A_LOAD splits at a time, each group in one load (one round trip
-    to L2 a group, not a split) summed in a fixed tree, the groups in split order: deterministic, and the same bits
-    in every kernel that sums through here. Read past L1 (.cg): other programs wrote them."""
+                           stride_out_m, W_SCALE: tl.constexpr, G: tl.constexpr, HAS_BIAS: tl.constexpr):  # fmt: skip
+    """out[o_m, o_n] = (acc, zeros, + P_0 + ... + P_{S-1} of the partials (S, M, N), in split order) x the scales
+    that do not vary along K, plus bias. The partials are read past L1 (.cg): other programs wrote them."""
     m_mn = (o_m < M)[:, None] & (o_n < N)[None, :]
-    o_s = tl.arange(0, SPLITS_A_LOAD)
-    p_parts = p_partial + ((o_s[:, None] * M + o_m[None, :]).to(tl.int64)[:, :, None] * N + o_n[None, None, :])
-    for first in range(0, n_splits, SPLITS_A_LOAD):
-        m_parts = ((first + o_s) < n_splits)[:, None, None] & m_mn[None, :, :]
-        b_parts = tl.load(
-            p_parts + (first * M).to(tl.int64) * N, mask=m_parts, other=0.0, cache_modifier=".cg"
-        )  # [S, M, N]
-        acc += tl.sum(b_parts, axis=0)
+    for i_split in range(n_splits):
+        p_part = p_partial + (i_split * M + o_m).to(tl.int64)[:, None] * N + o_n[None, :]
+        acc += tl.load(p_part, mask=m_mn, other=0.0, cache_modifier=".cg")
     PER_STEP: tl.constexpr = W_SCALE == "group" or W_SCALE == "block"
     _store_output(acc, None, p_w_scale, p_bias, p_out, o_m, o_n, M, N, 0, stride_ws_n, stride_out_m, "none", W_SCALE,
                   G, not PER_STEP, HAS_BIAS)  # fmt: skip
@@ -251,20 +243,18 @@ def _store_sum_of_partials(acc, p_partial, p_w_scale, p_bias, p_out, o_m, o_n, M
 @triton.jit
 def _split_partial(b_sum, p_partial, p_arrivals, p_w_scale, p_bias, p_out, o_m, o_n, M, N, n_splits, stride_ws_n,
                    stride_out_m, W_SCALE: tl.constexpr, G: tl.constexpr, HAS_BIAS: tl.constexpr,
-                   LAST_SPLIT_SUMS: tl.constexpr, SPLITS_A_LOAD: tl.constexpr):  # fmt: skip
+                   LAST_SPLIT_SUMS: tl.constexpr):  # fmt: skip
     """Store split program_id(1)'s partial P_s [M, N] of output tile program_id(0) to p_partial (S, M, N). With
     LAST_SPLIT_SUMS the tile's splits count themselves in at p_arrivals[tile] (zero at launch), and the last to
-    arrive sums P_0 ... P_{S-1} (_store_sum_of_partials: the bits _split_k_reduce_kernel gives), writes the output
-    and sets the count back to zero: the launcher's counters serve the stream's next call without a zeroing
-    launch."""
+    arrive sums P_0 ... P_{S-1} in split order (the bits _split_k_reduce_kernel gives), writes the output and sets
+    the count back to zero: the launcher's counters serve the stream's next call without a zeroing launch."""
     p_part = p_partial + (tl.program_id(1) * M + o_m).to(tl.int64)[:, None] * N + o_n[None, :]
     tl.store(p_part, b_sum, mask=(o_m < M)[:, None] & (o_n < N)[None, :])
     if LAST_SPLIT_SUMS:  # noqa: SIM102 (a constexpr branch: nothing counts in without it)
         # No program waits for another, so no residency is assumed: the last to arrive finds every partial stored.
         if arrive(p_arrivals + tl.program_id(0)) == n_splits - 1:
             _store_sum_of_partials(tl.zeros_like(b_sum), p_partial, p_w_scale, p_bias, p_out, o_m, o_n, M, N,
-                                   n_splits, stride_ws_n, stride_out_m, W_SCALE, G, HAS_BIAS,
-                                   SPLITS_A_LOAD)  # fmt: skip
+                                   n_splits, stride_ws_n, stride_out_m, W_SCALE, G, HAS_BIAS)  # fmt: skip
             tl.store(p_arrivals + tl.program_id(0), 0)  # every split has counted in: none reads it again
 
 
@@ -274,7 +264,7 @@ def _gemv_split_k_kernel(
     stride_x_m, stride_w_n, stride_ws_n, stride_out_m,
     W_SCALE: tl.constexpr, G: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr,
     LAST_SPLIT_SUMS: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, STAGES: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLITS_A_LOAD: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """Split program_id(1) of K, [k_s, k_s + k_per_split) cut at K, for the BLOCK_M rows x BLOCK_N outputs of block
     program_id(0) (column blocks first) of a weight-only product (module docstring). k_per_split is a multiple of
@@ -317,7 +307,7 @@ def _gemv_split_k_kernel(
     b_sum = tl.sum(acc, axis=1)[None, :] if BLOCK_M == 1 else acc  # [M, N]
     if SPLIT:
         _split_partial(b_sum, p_partial, p_arrivals, p_w_scale, p_bias, p_out, o_m, o_n, M, N, n_splits, stride_ws_n,
-                       stride_out_m, W_SCALE, G, HAS_BIAS, LAST_SPLIT_SUMS, SPLITS_A_LOAD)  # fmt: skip
+                       stride_out_m, W_SCALE, G, HAS_BIAS, LAST_SPLIT_SUMS)  # fmt: skip
     else:
         _store_output(b_sum, None, p_w_scale, p_bias, p_out, o_m, o_n, M, N, 0, stride_ws_n, stride_out_m, "none",
                       W_SCALE, G, not PER_STEP, HAS_BIAS)  # fmt: skip
@@ -328,7 +318,7 @@ def _gemv_int8_words_kernel(
     p_x, p_words, p_w_scale, p_bias, p_out, p_partial, p_arrivals, M, N, k_words, words_per_split, n_splits,
     stride_x_m, stride_w_n, stride_ws_n, stride_out_m,
     W_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr, LAST_SPLIT_SUMS: tl.constexpr,
-    STAGES: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLITS_A_LOAD: tl.constexpr,
+    STAGES: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """The one-row GEMV (_gemv_split_k_kernel at BLOCK_M 1) for int8 codes with a tensor or row scale, the codes read
     as int32 words of four (k_words = K / 4, an argument so that its divisibility keeps the loads 16 bytes wide):
@@ -371,7 +361,7 @@ def _gemv_int8_words_kernel(
     o_m = i_m + tl.arange(0, 1)
     if SPLIT:
         _split_partial(b_sum, p_partial, p_arrivals, p_w_scale, p_bias, p_out, o_m, o_n, M, N, n_splits, stride_ws_n,
-                       stride_out_m, W_SCALE, 1, HAS_BIAS, LAST_SPLIT_SUMS, SPLITS_A_LOAD)  # fmt: skip
+                       stride_out_m, W_SCALE, 1, HAS_BIAS, LAST_SPLIT_SUMS)  # fmt: skip
     else:
         _store_output(b_sum, None, p_w_scale, p_bias, p_out, o_m, o_n, M, N, 0, stride_ws_n, stride_out_m, "none",
                       W_SCALE, 1, True, HAS_BIAS)  # fmt: skip
@@ -381,16 +371,14 @@ def _gemv_int8_words_kernel(
 def _split_k_reduce_kernel(
     p_partial, p_w_scale, p_bias, p_out, M, N, n_splits, stride_ws_n, stride_out_m,
     W_SCALE: tl.constexpr, G: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    SPLITS_A_LOAD: tl.constexpr,
 ):  # fmt: skip
-    """out = (sum of the partials P_0 ... P_{S-1} (S, M, N), as _store_sum_of_partials sums them) x the scales that
-    do not vary along K, plus bias: BLOCK_M x BLOCK_N outputs a program (column blocks first)."""
+    """out = (sum of the partials P_0 ... P_{S-1} (S, M, N), in split order) x the scales that do not vary along K,
+    plus bias: BLOCK_M x BLOCK_N outputs a program (column blocks first)."""
     n_blocks_n = tl.cdiv(N, BLOCK_N)
     o_m = (tl.program_id(0) // n_blocks_n) * BLOCK_M + tl.arange(0, BLOCK_M)
     o_n = (tl.program_id(0) % n_blocks_n) * BLOCK_N + tl.arange(0, BLOCK_N)
     _store_sum_of_partials(tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), p_partial, p_w_scale, p_bias, p_out, o_m,
-                           o_n, M, N, n_splits, stride_ws_n, stride_out_m, W_SCALE, G, HAS_BIAS,
-                           SPLITS_A_LOAD)  # fmt: skip
+                           o_n, M, N, n_splits, stride_ws_n, stride_out_m, W_SCALE, G, HAS_BIAS)  # fmt: skip
 
 
 @triton.jit

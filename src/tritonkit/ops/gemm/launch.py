@@ -33,10 +33,6 @@ from tritonkit.ops.gemm.plan import (
     splits_to_fill,
 )
 
-# The split GEMV's partials summed this many splits a load (kernels._store_sum_of_partials): a tile's sum waits for
-# one round trip to L2 a group instead of one a split (decoding's reduction, read a split at a time in one program,
-# ran 1.8x slower for it: docs/kernels/decoding.md); 4 keeps the load of 16 rows x 64 outputs at 32 fp32 a thread.
-SPLITS_A_LOAD = 4
 CODE_KINDS = {torch.int8: "int8", torch.float8_e4m3fn: "fp8", torch.float8_e5m2: "fp8"}
 X_GRANULARITIES = ("tensor", "row", "group")
 # The tensor cores' smallest K step for 8-bit operands (16 for 16-bit ones): 8-bit codes need groups of >= 32 values.
@@ -383,8 +379,7 @@ def _gemv(rows, w, w_scale, stride_ws, w_granularity, group, bias, out_rows, pla
             rows, w.view(torch.int32), w_scale, bias, out_rows, partial, arrivals, m, n, k // 4, k_per_split // 4,
             splits, rows.stride(0), w.stride(0) // 4, stride_ws, out_rows.stride(0),
             W_SCALE=w_granularity, HAS_BIAS=bias is not None, SPLIT=splits > 1, LAST_SPLIT_SUMS=last_split_sums,
-            STAGES=plan.stages, BLOCK_N=plan.block_n, BLOCK_K=block_k, SPLITS_A_LOAD=SPLITS_A_LOAD,
-            num_warps=plan.warps, num_stages=plan.stages,
+            STAGES=plan.stages, BLOCK_N=plan.block_n, BLOCK_K=block_k, num_warps=plan.warps, num_stages=plan.stages,
         )  # fmt: skip
     else:
         _gemv_split_k_kernel[(tiles, splits)](
@@ -392,14 +387,14 @@ def _gemv(rows, w, w_scale, stride_ws, w_granularity, group, bias, out_rows, pla
             rows.stride(0), w.stride(0), stride_ws, out_rows.stride(0),
             **scales, SPLIT=splits > 1, LAST_SPLIT_SUMS=last_split_sums, DOT_PRECISION=precision,
             UPCAST=kernels_interpreted(), STAGES=plan.stages, BLOCK_M=plan.block_m, BLOCK_N=plan.block_n,
-            BLOCK_K=block_k, SPLITS_A_LOAD=SPLITS_A_LOAD, num_warps=plan.warps, num_stages=plan.stages,
+            BLOCK_K=block_k, num_warps=plan.warps, num_stages=plan.stages,
         )  # fmt: skip
     if splits > 1 and not last_split_sums:
         block_m = min(next_power_of_2(m), 16)
         block_n = REDUCE_OUTPUTS // block_m
         _split_k_reduce_kernel[(cdiv(m, block_m) * cdiv(n, block_n),)](
             partial, w_scale, bias, out_rows, m, n, splits, stride_ws, out_rows.stride(0),
-            **scales, BLOCK_M=block_m, BLOCK_N=block_n, SPLITS_A_LOAD=SPLITS_A_LOAD, num_warps=REDUCE_WARPS,
+            **scales, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=REDUCE_WARPS,
         )  # fmt: skip
 
 
