@@ -92,3 +92,18 @@ def benchmark_script(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+class RecordingKernel:
+    """A stand-in for one of a launcher module's kernels (looked up there at each launch): appends ``note(grid,
+    kwargs)`` of each launch to ``log`` (the grid unless told), then launches the kernel."""
+
+    def __init__(self, kernel, log, note=lambda grid, kwargs: grid):
+        self.kernel, self.log, self.note = kernel, log, note
+
+    def __getitem__(self, grid):
+        def run(*args, **kwargs):
+            self.log.append(self.note(grid, kwargs))
+            return self.kernel[grid](*args, **kwargs)
+
+        return run

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import tritonkit as tk
-from helpers import assert_graph_replay_matches_eager
+from helpers import RecordingKernel, assert_graph_replay_matches_eager
 from tritonkit import catalog, testing
 from tritonkit._core import row_sync
 from tritonkit.ops.gemm import launch
@@ -230,21 +230,6 @@ def test_persistent_candidates_match_the_reference(plan, codes, monkeypatch):
     assert report.ok, report
 
 
-class _Recording:
-    """A stand-in for one of launch's kernels (looked up there at each launch): appends ``note(grid, kwargs)`` of
-    each launch to ``log`` (the grid unless told), then launches the kernel."""
-
-    def __init__(self, kernel, log, note=lambda grid, kwargs: grid):
-        self.kernel, self.log, self.note = kernel, log, note
-
-    def __getitem__(self, grid):
-        def run(*args, **kwargs):
-            self.log.append(self.note(grid, kwargs))
-            return self.kernel[grid](*args, **kwargs)
-
-        return run
-
-
 # ---------------------------------------------------------------- the split-K GEMV (weight-only, a few rows)
 
 ONE_ROW = GemvPlan(1, 16, 32, 4, 1, 4, 512, splits=3)  # 3 splits of whole 32-wide steps, the last one short
@@ -280,7 +265,7 @@ def test_last_split_sums_the_partials_as_the_reduction_does(monkeypatch, device,
     """GemvPlan.last_split_sums: each tile's last split to finish sums the partials in split order and writes out,
     no second launch; the same bits as the reduction kernel's, and the float64 reference."""
     reductions = []
-    monkeypatch.setattr(launch, "_split_k_reduce_kernel", _Recording(launch._split_k_reduce_kernel, reductions))
+    monkeypatch.setattr(launch, "_split_k_reduce_kernel", RecordingKernel(launch._split_k_reduce_kernel, reductions))
     inputs = _inputs({"m": m, "n": 37, "k": 100, **weights}, device)
     x, w, x_scale, w_scale = inputs.args
     bias = inputs.kwargs["bias"]
@@ -303,7 +288,7 @@ def test_gemv_int8_words_match_the_reference(monkeypatch, device, m, k, splits, 
     plan = dataclasses.replace(WORDS, splits=splits)
     launched = []
     kernel = launch._gemv_int8_words_kernel
-    monkeypatch.setattr(launch, "_gemv_int8_words_kernel", _Recording(kernel, launched))
+    monkeypatch.setattr(launch, "_gemv_int8_words_kernel", RecordingKernel(kernel, launched))
     case = {"m": m, "n": 37, "k": k, "w": "int8", **weights}
     inputs = _inputs(case, device)
     x, w, x_scale, w_scale = inputs.args
@@ -316,7 +301,7 @@ def test_gemv_int8_words_match_the_reference(monkeypatch, device, m, k, splits, 
 @pytest.mark.parametrize("case", ["k-not-a-multiple-of-4", "group-scales", "float8", "unaligned-rows"])
 def test_gemv_int8_words_leave_what_they_cannot_read_to_the_byte_loop(monkeypatch, device, case):
     launched = []
-    monkeypatch.setattr(launch, "_gemv_int8_words_kernel", _Recording(launch._gemv_int8_words_kernel, launched))
+    monkeypatch.setattr(launch, "_gemv_int8_words_kernel", RecordingKernel(launch._gemv_int8_words_kernel, launched))
     weights = {"k-not-a-multiple-of-4": {"k": 101, "w": "int8", "w_scale": "row"},
                "group-scales": {"k": 100, "w": "int8", "w_scale": "group", "block": 32},
                "float8": {"k": 100, "w": "e4m3", "w_scale": "row"},
@@ -347,7 +332,7 @@ def test_gemv_reads_strided_rows_and_a_batch_of_single_tokens(plan):
 def test_gemv_int8_words_take_bf16_rows(monkeypatch, device):
     """bf16 x (the W8A16 layer's activations) through the words kernel, each row in fp32 lanes; sums in fp32."""
     launched = []
-    monkeypatch.setattr(launch, "_gemv_int8_words_kernel", _Recording(launch._gemv_int8_words_kernel, launched))
+    monkeypatch.setattr(launch, "_gemv_int8_words_kernel", RecordingKernel(launch._gemv_int8_words_kernel, launched))
     case = {"m": 5, "n": 37, "k": 200, "w": "int8", "w_scale": "row", "bias": True}
     inputs = _inputs(case, device, torch.bfloat16)
     x, w, x_scale, w_scale = inputs.args
@@ -667,7 +652,7 @@ def _record_fast_accumulation(monkeypatch) -> list:
     """FP8_FAST_ACC of each launch of the tiled and persistent kernels, in order."""
     flags = []
     for name in ("_scaled_linear_kernel", "_scaled_linear_persistent_kernel"):
-        recording = _Recording(getattr(launch, name), flags, lambda grid, kwargs: kwargs["FP8_FAST_ACC"])
+        recording = RecordingKernel(getattr(launch, name), flags, lambda grid, kwargs: kwargs["FP8_FAST_ACC"])
         monkeypatch.setattr(launch, name, recording)
     return flags
 

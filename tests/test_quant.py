@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import tritonkit as tk
-from helpers import assert_graph_replay_matches_eager
+from helpers import RecordingKernel, assert_graph_replay_matches_eager
 from tritonkit import catalog, testing
 from tritonkit._core.scales import granularity_of
 from tritonkit.ops.quant import launch as quant_launch
@@ -300,18 +300,27 @@ def test_captures_in_a_cuda_graph():
 @pytest.mark.parametrize(("granularity", "block_size"), [("tensor", 128), ("row", 128), ("group", 32), ("group", 128),
                                                      ("block", 32), ("block", 64)])  # fmt: skip
 @pytest.mark.parametrize("block_c", [16, 64, 256], ids=["tile-inside-a-group", "groups-of-a-tile", "wide-tile"])
-def test_dequantize_every_granularity_at_every_tile_width(device, granularity, block_size, block_c):
+@pytest.mark.parametrize("stored", ["rows", "columns"])
+def test_dequantize_every_granularity_at_every_tile_width(monkeypatch, device, granularity, block_size, block_c,
+                                                          stored):  # fmt: skip
     """Each granularity's scale reaches every value, whether a tile lies inside one group (its scale one load a
     row), holds whole groups (one load a group, spread in registers) or runs past the last, ragged group: the
-    scales expanded to the codes' shape, times the codes, exactly."""
+    scales expanded to the codes' shape, times the codes, exactly; codes stored down their columns (a transposed
+    view) are read where they lie, not copied."""
     from tritonkit._core.scales import expand_scale
 
     x = torch.randn(37, 200, device=device)
     xq, scale = tk.ops.quantize(x, torch.int8, granularity=granularity, block_size=block_size)
+    if stored == "columns":
+        xq = xq.t().contiguous().t()
     found = granularity_of(tuple(xq.shape), tuple(scale.shape))
     expected = xq.float() * expand_scale(scale, tuple(xq.shape), *found)
+    launched = []
+    monkeypatch.setattr(quant_launch, "_dequantize_kernel", RecordingKernel(
+        quant_launch._dequantize_kernel, launched, lambda grid, kwargs: kwargs["COLUMN_STRIDED"]))  # fmt: skip
     out = quant_launch.dequantize_fwd(xq, scale, torch.float32, plan=QuantPlan(4, block_c, 4))
     torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    assert launched == [stored == "columns"]
 
 
 # ---------------------------------------------------------------- NF4

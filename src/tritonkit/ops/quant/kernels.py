@@ -184,19 +184,27 @@ def _quantize_blocks_kernel(
 
 @triton.jit
 def _dequantize_kernel(
-    p_q, p_scale, p_out, n_rows, n_cols, stride_q_r, stride_s_r, stride_out_r,
-    GRANULARITY: tl.constexpr, SIZE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
+    p_q, p_scale, p_out, n_rows, n_cols, stride_q_r, stride_q_c, stride_s_r, stride_out_r,
+    GRANULARITY: tl.constexpr, SIZE: tl.constexpr, COLUMN_STRIDED: tl.constexpr, BLOCK_R: tl.constexpr,
+    BLOCK_C: tl.constexpr,
 ):  # fmt: skip
     """x' = q * scale for a BLOCK_R x BLOCK_C tile, the scale by GRANULARITY: "tensor" one scale, "row" scale[r],
     "group" scale[r, c // SIZE], "block" scale[r // SIZE, c // SIZE]. SIZE (a power of two) and the granularity are
     constants, so a group's index is a shift, and a tile holding whole groups (SIZE <= BLOCK_C) loads each group's
-    scale once and spreads it over the group in registers instead of loading it for every value."""
+    scale once and spreads it over the group in registers instead of loading it for every value. COLUMN_STRIDED:
+    the codes lie down their columns (unit stride along the rows, stride_q_c along the columns: a transposed
+    view), read as a [C, R] tile along where they lie and transposed in registers; else along the rows (stride 1)."""
     o_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     o_c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     r64 = o_r.to(tl.int64)
     m_r = o_r < n_rows
-    m_x = m_r[:, None] & (o_c < n_cols)[None, :]
-    b_q = tl.load(p_q + r64[:, None] * stride_q_r + o_c[None, :], mask=m_x).to(tl.float32)  # [R, C]
+    m_c = o_c < n_cols
+    m_x = m_r[:, None] & m_c[None, :]
+    if COLUMN_STRIDED:
+        p_q_tile = p_q + o_c.to(tl.int64)[:, None] * stride_q_c + o_r[None, :]  # [C, R]
+        b_q = tl.trans(tl.load(p_q_tile, mask=m_c[:, None] & m_r[None, :])).to(tl.float32)  # [R, C]
+    else:
+        b_q = tl.load(p_q + r64[:, None] * stride_q_r + o_c[None, :], mask=m_x).to(tl.float32)  # [R, C]
     if GRANULARITY == "tensor":
         b_x = b_q * tl.load(p_scale)
     elif GRANULARITY == "row":

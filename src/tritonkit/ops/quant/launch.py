@@ -215,16 +215,18 @@ def dequantize_fwd(
     if out.numel() == 0:
         return out
     granularity, size = granularity_of(tuple(codes.shape), tuple(scale.shape))
-    rows = _rows(codes)
+    rows = _rows(codes, columns_in_place=True)  # a transposed view's codes are read where they lie
+    column_strided = _column_strided(rows)
     out_rows = out.view(rows.shape)
     n_rows, n_cols = rows.shape
     scale_rows = scale.reshape(1, 1) if granularity == "tensor" else scale.reshape(-1, scale.shape[-1])
     scale_rows = scale_rows if scale_rows.stride(-1) == 1 else scale_rows.contiguous()
-    tiles = plan or elementwise_plan(arch(codes.device), n_cols)
+    device_arch = arch(codes.device)
+    tiles = plan or (transposed_plan(device_arch) if column_strided else elementwise_plan(device_arch, n_cols))
     _dequantize_kernel[(cdiv(n_rows, tiles.block_r), cdiv(n_cols, tiles.block_c))](
-        rows, scale_rows, out_rows, n_rows, n_cols, rows.stride(0), scale_rows.stride(0), out_rows.stride(0),
-        GRANULARITY=granularity, SIZE=size if granularity in ("group", "block") else 1, BLOCK_R=tiles.block_r,
-        BLOCK_C=tiles.block_c, num_warps=tiles.warps,
+        rows, scale_rows, out_rows, n_rows, n_cols, rows.stride(0), rows.stride(1), scale_rows.stride(0),
+        out_rows.stride(0), GRANULARITY=granularity, SIZE=size if granularity in ("group", "block") else 1,
+        COLUMN_STRIDED=column_strided, BLOCK_R=tiles.block_r, BLOCK_C=tiles.block_c, num_warps=tiles.warps,
     )  # fmt: skip
     return out
 

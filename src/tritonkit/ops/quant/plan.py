@@ -75,7 +75,8 @@ TRANSPOSED_TILE = (64, 64)
 
 
 def transposed_plan(arch: str) -> QuantPlan:
-    """Tiles of _quantize_columns_kernel (codes of a row-major tensor's transpose)."""
+    """Tiles of _quantize_columns_kernel (codes of a row-major tensor's transpose), and of _dequantize_kernel for
+    codes that lie down their columns (a transposed view; the same transpose in registers), untimed there."""
     return QuantPlan(*TRANSPOSED_TILE, 4, converts_to_float8_rounding(arch))
 
 
