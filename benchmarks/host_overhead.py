@@ -6,8 +6,15 @@ bottleneck). Run on a CUDA machine: `PYTHONPATH=src python3 benchmarks/host_over
 `--steps` looks at whole RMSNorm fwd+bwd steps instead, for tritonkit, liger-kernel (when installed)
 and torch.compile: wall time per step, the host's time to issue one (if that nears the wall time,
 something in the step waits for the GPU) and the CUDA runtime calls that block the host.
+
+`--decode` takes an eager decode_attention call apart (B1 S1k, paged bf16, GQA 32:8, d128, the GPU's plan): the
+public op, its validation alone, its launcher with the plan's programmatic launches and without, with one split
+(no reduction launch) and with the heuristic's; then a W8A16 QuantizedLinear at one token, SDPA and a bf16 Linear.
+Host time of one call, each after a synchronisation (min and median of 400), twice.
 """
 
+import dataclasses
+import statistics
 import sys
 import time
 
@@ -233,5 +240,64 @@ def steps():
                 print(f"{'':38}kernels: {kernels}")
 
 
+def _host_us(fn, calls=400) -> str:
+    for _ in range(50):
+        fn()
+    times = []
+    for _ in range(calls):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e6)
+    return f"min {min(times):7.1f}  median {statistics.median(times):7.1f} us"
+
+
+# check_decode's arguments after the cache: no scales, the default scale, causal, no window or softcap, the
+# heuristic's splits, value checks as the environment says.
+CHECK_DEFAULTS = (None, None, None, True, -1, 0.0, 0, None)
+
+
+def decode():
+    import torch.nn.functional as F
+
+    from tritonkit import catalog
+    from tritonkit.ops.decoding import launch as decoding
+    from tritonkit.ops.decoding.plan import decode_plan
+
+    spec = catalog.get("decode_attention")
+    case = spec.parse_case({"b": 1, "s": 1024, "hq": 32, "hk": 8, "d": 128, "page_size": 64})
+    inputs = spec.make_inputs(case, torch.device("cuda"), torch.bfloat16, torch.Generator("cuda").manual_seed(1))
+    q, k, v, lengths = inputs.args
+    table = inputs.kwargs["block_table"]
+    plan = decode_plan(arch(q.device), 128, "plain")
+    plain = dataclasses.replace(plan, pdl=False)
+
+    def launcher(plan, splits):
+        return lambda: decoding.decode_attention_fwd(q, k, v, lengths, table, None, None, 0.088, True, -1, 0.0,
+                                                     splits, plan=plan)  # fmt: skip
+
+    linear = torch.nn.Linear(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    layer = tk.nn.QuantizedLinear.from_linear(linear, torch.int8, activations="weight_only")
+    x = torch.randn(1, 1, 4096, device="cuda", dtype=torch.bfloat16)
+    sdpa_q = torch.randn(1, 32, 1, 128, device="cuda", dtype=torch.bfloat16)
+    sdpa_kv = torch.randn(1, 8, 1024, 128, device="cuda", dtype=torch.bfloat16)
+    rows = {
+        "op (public)": lambda: tk.ops.decode_attention(q, k, v, lengths, block_table=table),
+        "validation only": lambda: decoding.check_decode(*(q, k, v, lengths, table), *CHECK_DEFAULTS),
+        "launcher, plan (pdl)": launcher(plan, 0),
+        "launcher, plain launches": launcher(plain, 0),
+        "launcher, pdl, 1 split": launcher(plan, 1),
+        "launcher, plain, 1 split": launcher(plain, 1),
+        "QuantizedLinear W8A16 one row": lambda: layer(x),
+        "SDPA, GQA": lambda: F.scaled_dot_product_attention(sdpa_q, sdpa_kv, sdpa_kv, enable_gqa=True),
+        "bf16 Linear one row": lambda: linear(x),
+    }
+    with torch.no_grad():
+        for _ in range(2):
+            for name, fn in rows.items():
+                print(f"{name:32} {_host_us(fn)}", flush=True)
+            print()
+
+
 if __name__ == "__main__":
-    steps() if "--steps" in sys.argv else main()
+    steps() if "--steps" in sys.argv else decode() if "--decode" in sys.argv else main()

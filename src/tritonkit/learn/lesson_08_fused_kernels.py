@@ -286,8 +286,9 @@ def _loss_part(device, dtype, generator) -> dict:
 
     # The fp32 d(weight) every method allocates is V H 4 bytes, and each of the lesson's chunks adds a V H product in
     # x's dtype into it: a hidden size well below the tokens keeps both small beside the logits, so that what is
-    # measured is the logits (at H 1024 on a GPU, they and one chunk outgrew half the logits).
-    tokens, hidden_size, vocab = (128, 16, 1000) if device == "cpu" else (8192, 512, 128256)
+    # measured is the logits (at H 1024 on a GPU, they and one chunk outgrew half the logits). 16384 tokens on a GPU:
+    # tk.ops.fused_linear_cross_entropy's chunks hold up to 1 GiB of logits (4096 tokens here), half of 8192 tokens'.
+    tokens, hidden_size, vocab = (128, 16, 1000) if device == "cpu" else (16384, 512, 128256)
     chunk = tokens // 8
     hidden = (torch.randn(tokens, hidden_size, device=device, generator=generator) / 4).to(dtype)
     weight = (torch.randn(vocab, hidden_size, device=device, generator=generator) / 4).to(dtype)
