@@ -44,23 +44,13 @@ def _fp8_from_definition(x):
     return codes, amax / torch.full_like(amax, 448)
 
 
-def _fp16_rounded(x, direction):
-    """x (fp32) rounded to fp16 toward -inf (direction -1) or +inf (+1)."""
-    nearest = x.half()
-    passed = nearest.float() > x if direction < 0 else nearest.float() < x
-    return torch.where(passed, torch.nextafter(nearest, torch.full_like(nearest, direction * math.inf)), nearest)
-
-
 def _int4_from_definition(x, group):
     groups = x.float().unflatten(-1, (-1, group))
     low, high = groups.amin(-1), groups.amax(-1)
-    zero16 = _fp16_rounded(low, -1)
-    scale16 = _fp16_rounded((high - zero16.float()) / torch.full_like(low, 15), +1)
+    scale16, zero16 = ((high - low) / torch.full_like(low, 15)).half(), low.half()
     scale, zero = scale16.float()[..., None], zero16.float()[..., None]
     inverse = _inverse(scale, 1.0)
-    codes = torch.round((groups - zero) * inverse)
-    assert codes.min() >= 0 and codes.max() <= 15  # the rounding directions leave no code to clamp
-    codes = codes.to(torch.uint8).flatten(-2)
+    codes = torch.round((groups - zero) * inverse).clamp(0, 15).to(torch.uint8).flatten(-2)
     packed = codes[..., 0::2] | (codes[..., 1::2] << 4)
     return packed, torch.stack((scale16, zero16), dim=-1)
 
@@ -94,22 +84,6 @@ def test_int4_matches_its_definition(device, group):
     codes = torch.stack((data & 15, data >> 4), -1).int()
     expected = torch.stack((packed & 15, packed >> 4), -1).int()
     assert (codes - expected).abs().max() <= 1 and (codes != expected).float().mean() < 1e-3
-
-
-def test_int4_zero_rounds_down_and_scale_up_at_the_edges(device):
-    """Groups whose minimum is an fp16 value itself, lies just above or below one, is -0, a tiny negative or positive
-    subnormal, and whose range is exact in fp16 or not: the scales and zeros are the definition's, zero <= every
-    value and 15 scale + zero >= the maximum, so every code is in [0, 15] without clamping."""
-    tiny = 2.0**-26  # below half fp16's smallest subnormal (2^-24)
-    edges = [(-1.0, 2.0), (-1.0 - 2.0**-20, 2.0), (-1.0 + 2.0**-20, 2.0), (-0.0, 1.0), (-tiny, 1.0), (tiny, 1.0),
-             (0.1, 0.1 + 2.0**-18), (-3.0, -3.0), (1000.0, 1000.0 + 1.0 / 3), (-65504.0, 65504.0 / 2)]  # fmt: skip
-    x = torch.tensor([[lo, hi] + [lo + (hi - lo) * i / 6 for i in range(1, 6)] + [hi] for lo, hi in edges])
-    data, scales = tk.ops.quantize_kv(x.to(device), "int4", group_size=8)
-    packed, expected_scales = _int4_from_definition(x, 8)
-    assert torch.equal(scales.cpu(), expected_scales)
-    assert torch.equal(data.cpu(), packed)
-    scale, zero = expected_scales.float().unbind(-1)
-    assert torch.all(zero[:, 0] <= x.amin(-1)) and torch.all(15 * scale[:, 0] + zero[:, 0] >= x.amax(-1))
 
 
 @pytest.mark.parametrize(("fmt", "bound"), [("int8", 0.5 / 127), ("fp8", 2.0**-4), ("int4", 0.5 / 15)])

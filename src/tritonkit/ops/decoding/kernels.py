@@ -19,10 +19,9 @@ Cache formats: one row is one token of one key head, D values; each format x ~ x
 - "int8": a code c in [-127, 127] and one fp32 scale per row: x' = c * scale, scale = max|x| / 127,
   c = round(x / scale) (ties to even).
 - "fp8": a float8_e4m3fn code and one fp32 scale per row: x' = c * scale, scale = max|x| / 448, c = e4m3(x / scale).
-- "int4": groups of G consecutive values along D, each with an fp16 (scale, zero): zero = the group's minimum
-  rounded down to fp16, scale = (max - zero) / 15 (fp32) rounded up to fp16, c = round((x - zero) / scale) in
-  [0, 15] (x - zero >= 0 and max - zero <= 15 scale, so no code needs clamping), x' = c scale + zero; two codes per
-  byte, value 2i in the low nibble and 2i + 1 in the high one.
+- "int4": groups of G consecutive values along D, each with an fp16 (scale, zero): zero = the group's minimum,
+  scale = (max - min) / 15 (both rounded to fp16 first), c = round((x - zero) / scale) in [0, 15], x' = c scale +
+  zero; two codes per byte, value 2i in the low nibble and 2i + 1 in the high one.
 The int8 and fp8 row scales multiply the score columns (keys) and the probabilities (values), so the products read
 the codes themselves, exact in 16-bit floats; int4 is dequantized element by element.
 
@@ -79,18 +78,6 @@ def _row_codes(b_x, KV: tl.constexpr, HARDWARE_ROUNDING: tl.constexpr):
 
 
 @triton.jit
-def _fp16_step(h, UP: tl.constexpr):
-    """The fp16 value next to h toward +inf (UP) or -inf, by its bits: away from zero the magnitude's bits plus one,
-    toward zero minus one; from a zero (either sign) the smallest subnormal of the direction's sign."""
-    bits = h.to(tl.uint16, bitcast=True).to(tl.int32)
-    negative = bits >= 0x8000
-    away = negative != UP  # a step that grows the magnitude
-    is_zero = (bits & 0x7FFF) == 0
-    stepped = tl.where(is_zero, 0x0001 if UP else 0x8001, tl.where(away, bits + 1, bits - 1))
-    return stepped.to(tl.uint16).to(tl.float16, bitcast=True)
-
-
-@triton.jit
 def _int4_codes(b_even, b_odd, BLOCK_D: tl.constexpr, GROUP: tl.constexpr):
     """int4 codes of rows given as their even and odd values ([R, BLOCK_D / 2] each, fp32): the packed bytes
     [R, BLOCK_D / 2] and the fp16 scales and zeros [R, BLOCK_D / GROUP]. Padding columns form whole groups of their
@@ -102,18 +89,13 @@ def _int4_codes(b_even, b_odd, BLOCK_D: tl.constexpr, GROUP: tl.constexpr):
     b_odd3 = tl.reshape(b_odd, (rows, N_GROUPS, HALF))
     lo = tl.minimum(tl.min(b_even3, axis=2), tl.min(b_odd3, axis=2))  # [R, G]
     hi = tl.maximum(tl.max(b_even3, axis=2), tl.max(b_odd3, axis=2))
-    # zero: lo rounded down to fp16; scale: (hi - zero) / 15 rounded up to fp16 (module docstring). Then every
-    # (x - zero) / scale lies in [0, 15 (1 + 2^-22)], so the codes need no clamp to [0, 15].
+    scale16 = tl.math.div_rn(hi - lo, 15.0).to(tl.float16)
     zero16 = lo.to(tl.float16)
-    zero16 = tl.where(zero16.to(tl.float32) > lo, _fp16_step(zero16, False), zero16)
-    zero = zero16.to(tl.float32)
-    step = tl.math.div_rn(hi - zero, 15.0)
-    scale16 = step.to(tl.float16)
-    scale16 = tl.where(scale16.to(tl.float32) < step, _fp16_step(scale16, True), scale16)
-    scale = scale16.to(tl.float32)
+    scale, zero = scale16.to(tl.float32), zero16.to(tl.float32)
     inv = tl.where(scale > 0.0, tl.math.div_rn(1.0, tl.where(scale > 0.0, scale, 1.0)), 0.0)[:, :, None]  # constant: 0
-    c_even = rounded_int32((b_even3 - zero[:, :, None]) * inv)  # rounded to integers by their bits
-    c_odd = rounded_int32((b_odd3 - zero[:, :, None]) * inv)
+    # Clamped, then rounded to integers by their bits (the same codes as rounding first: the bounds are integers).
+    c_even = rounded_int32(tl.minimum(tl.maximum((b_even3 - zero[:, :, None]) * inv, 0.0), 15.0))
+    c_odd = rounded_int32(tl.minimum(tl.maximum((b_odd3 - zero[:, :, None]) * inv, 0.0), 15.0))
     packed = c_even | (c_odd << 4)
     return tl.reshape(packed, (rows, BLOCK_D // 2)).to(tl.uint8), scale16, zero16
 
