@@ -20,8 +20,9 @@ plan, and int8, fp8 and int4 with theirs, int8 and fp8 also with their plan's di
 converted straight to bf16 or through fp32); each against bf16 (bf16_over_this).
 
 ``--part tiles`` (``<date>-decode-tiles.json``): at TILE_SHAPES (or ``--shapes B:S,...``), SDPA and each format's
-plan, then each format at every key block, warp count and stage count of TILES (2 warps also at twice the plan's
-programs per multiprocessor); paged bf16 against SDPA, the quantized caches against paged bf16's plan.
+plan, then each format at every key block, warp count and stage count of tile_grid (the depths of ``--stages``; 2
+warps also at twice the plan's programs per multiprocessor); paged bf16 against SDPA, the quantized caches against
+paged bf16's plan.
 
 ``--part pdl`` (``<date>-decode-pdl.json``): at PDL_SHAPES (short caches, where the launches weigh, and one long one),
 SDPA, then paged bf16 and each quantized format with this GPU's plans, their launches plain and programmatic
@@ -70,7 +71,14 @@ VARIANTS = {"int8": {"direct_codes": True}, "fp8": {"direct_codes": True}, "int4
 # --part tiles: each format's plan at key blocks 64 and 128, 2 and 4 warps, 2 and 3 stages (2 warps also at twice the
 # plan's programs per multiprocessor: half the warps per program), at these shapes.
 TILE_SHAPES = ((1, 32768), (8, 32768), (64, 4096))
-TILES = tuple((block_n, warps, stages) for block_n in (64, 128) for warps in (2, 4) for stages in (2, 3))
+TILE_STAGES = (2, 3)  # --part tiles' pipeline depths unless --stages names others (1: the key loop unpipelined)
+
+
+def tile_grid(stages=TILE_STAGES) -> tuple:
+    """--part tiles' (key block, warps, stages) candidates."""
+    return tuple((block_n, warps, depth) for block_n in (64, 128) for warps in (2, 4) for depth in stages)
+
+
 # --part splits: paged bf16, int8 and fp8 with their plans at the heuristic's split count and at each of
 # SPLIT_COUNTS (none shorter than a key block), at these shapes: where splits are few blocks long.
 SPLIT_SHAPES = (*((b, s) for b in (1, 4, 8, 16) for s in (1024, 2048, 4096, 8192, 32768)), (64, 4096), (256, 1024))
@@ -368,9 +376,9 @@ def pdl(runner: Runner, shapes) -> None:
             del inputs
 
 
-def tiles(runner: Runner, shapes) -> None:
-    """--part tiles: SDPA and paged bf16's default plan, then every format at each of TILES (see there), paged bf16
-    against SDPA, the quantized caches against paged bf16's default plan."""
+def tiles(runner: Runner, shapes, stages=TILE_STAGES) -> None:
+    """--part tiles: SDPA and paged bf16's default plan, then every format at each tile of tile_grid(stages), paged
+    bf16 against SDPA, the quantized caches against paged bf16's default plan."""
     from tritonkit.ops.decoding.plan import decode_plan
 
     d = runner.heads["d"]
@@ -386,11 +394,11 @@ def tiles(runner: Runner, shapes) -> None:
                              baseline_ms, baseline=baseline)  # fmt: skip
             if kv == "plain":
                 bf16_ms = ms
-            for block_n, warps, stages in TILES:
+            for block_n, warps, depth in tile_grid(stages):
                 for per_sm in (default.programs_per_sm, 2 * default.programs_per_sm)[: 2 if warps == 2 else 1]:
-                    plan = dataclasses.replace(default, block_n=block_n, warps=warps, stages=stages,
+                    plan = dataclasses.replace(default, block_n=block_n, warps=warps, stages=depth,
                                                programs_per_sm=per_sm, short_split_blocks=0)  # fmt: skip
-                    label = {"part": "tiles", "cache": cache, "plan": f"{warps}w {stages}s", "programs_per_sm": per_sm}
+                    label = {"part": "tiles", "cache": cache, "plan": f"{warps}w {depth}s", "programs_per_sm": per_sm}
                     runner.ours(case, inputs, plan, 0, label, baseline_ms, baseline=baseline)
             del inputs
 
@@ -418,14 +426,14 @@ def splits(runner: Runner, shapes, formats=SPLIT_FORMATS) -> None:
             del inputs
 
 
-def _warm(task: tuple[int, int, bool, str, tuple, tuple]) -> None:
-    index, workers, dry, part, tile_shapes, formats = task
+def _warm(task: tuple[int, int, bool, str, tuple, tuple, tuple]) -> None:
+    index, workers, dry, part, tile_shapes, formats, stages = task
     runner = Runner(dry, math.inf, 0, warm=(index, workers))
     if part == "quantized":
         quantized(runner, DRY["headline"] if dry else HEADLINE)
         return
     if part == "tiles":
-        tiles(runner, DRY["headline"] if dry else tile_shapes)
+        tiles(runner, DRY["headline"] if dry else tile_shapes, stages)
         return
     if part == "splits":
         splits(runner, DRY["shapes"] if dry else SPLIT_SHAPES, formats)
@@ -454,6 +462,8 @@ def main(argv: list[str] | None = None) -> int:
                              "block, warps and stages of every format; splits: bf16 and --formats at each split "
                              "count; appends: a prompt's append at each count of tokens a program; pdl: the plans "
                              "with their launches programmatic, at short caches")  # fmt: skip
+    parser.add_argument("--stages", type=int, nargs="+", default=list(TILE_STAGES),
+                        help="--part tiles: the key loop's pipeline depths tried (default: 2 3)")  # fmt: skip
     parser.add_argument("--shapes", type=_shapes, default=TILE_SHAPES,
                         help="--part tiles: B:S pairs, comma-separated (default: TILE_SHAPES)")  # fmt: skip
     parser.add_argument(
@@ -482,7 +492,7 @@ def main(argv: list[str] | None = None) -> int:
         # into Triton's on-disk cache, they cost the timing process a cache read each.
         workers = args.compile_workers
         with multiprocessing.get_context("spawn").Pool(workers) as pool:
-            tasks = [(index, workers, args.dry_run, args.part, args.shapes, tuple(args.formats))
+            tasks = [(index, workers, args.dry_run, args.part, args.shapes, tuple(args.formats), tuple(args.stages))
                      for index in range(workers)]  # fmt: skip
             pool.map(_warm, tasks)
         print(f"compiled in {time.perf_counter() - start:.0f} s by {workers} processes", flush=True)
@@ -492,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
         quantized(runner, DRY["headline"] if args.dry_run else HEADLINE)
         return _write(args, runner, start, "decode-quantized")
     if args.part == "tiles":
-        tiles(runner, DRY["headline"] if args.dry_run else args.shapes)
+        tiles(runner, DRY["headline"] if args.dry_run else args.shapes, tuple(args.stages))
         return _write(args, runner, start, "decode-tiles")
     if args.part == "splits":
         splits(runner, DRY["shapes"] if args.dry_run else SPLIT_SHAPES, tuple(args.formats))
