@@ -20,17 +20,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gemm_table import GEMV_M, GEMV_NK  # the benchmarks folder is no package: its own path
 
 # name -> GemvPlan's (block_m, block_n, block_k, warps, stages, programs_per_sm[, options]); min_split_k stays the
-# fallback's; options: GemvPlan's words (int8 codes read as int32 words; else byte by byte) and last_split_sums (the
-# tile's last split sums the partials; else a second launch). One row multiplies in fp32 lanes (block_m 1; its K
-# loop pipelined where stages > 1, asked of the loop); more rows go through tl.dot on rows padded to 16, pipelined
-# through shared memory. The candidates swept before (tiles, depths, programs a multiprocessor, splits, words at 16
-# rows) are in the committed results (2026-11-28/29-gemv-plans*.md). Now: the plans' arrival counters kept per stream
-# (reset by each tile's last split) against the zeroing launch every call took ("zeroed counters", which clears the
-# kept ones before each call), and the plans with the reduction's launch instead of the counters.
+# fallback's; options: GemvPlan's words (int8 codes read as int32 words; else byte by byte), last_split_sums (the
+# tile's last split sums the partials; else a second launch) and splits (forced; else splits_to_fill). One row
+# multiplies in fp32 lanes (block_m 1; its K loop pipelined where stages > 1, asked of the loop); more rows go through
+# tl.dot on rows padded to 16, pipelined through shared memory. The candidates swept before (tiles, depths, programs
+# a multiprocessor, more splits, words at 16 rows, the kept counters against a zeroing launch: "zeroed counters",
+# which clears the kept ones before each call) are in the committed results (2026-11-28/29-gemv-plans*.md). Now: K
+# unsplit (no partials, no last split's sum after the others) with deep pipelines, for N 4096, where 128 tiles of 32
+# columns fill one wave and the split's reduction and the launch are the larger share of ~9 us.
 SUMS = {"last_split_sums": True}
+WORDS_SUMS = {"words": True, **SUMS}
 CANDIDATES = {
-    "r1 32x256 w4 s3 p2 words": (1, 32, 256, 4, 3, 2, {"words": True}),  # sm90's one-row plan, reduction launched
-    "r16 64x128 w4 s3 p4": (16, 64, 128, 4, 3, 4),  # sm90's 2-16 row plan, reduction launched
+    "r1 32x256 w4 s3 k1 words": (1, 32, 256, 4, 3, 2, {"words": True, "splits": 1}),
+    "r1 32x512 w4 s3 k1 words": (1, 32, 512, 4, 3, 2, {"words": True, "splits": 1}),
+    "r1 32x512 w4 s4 k1 words": (1, 32, 512, 4, 4, 2, {"words": True, "splits": 1}),
+    "r1 16x512 w4 s4 k1 words": (1, 16, 512, 4, 4, 2, {"words": True, "splits": 1}),  # 256 tiles at N 4096
+    "r1 32x256 w4 s4 p2 words sums": (1, 32, 256, 4, 4, 2, WORDS_SUMS),  # the plan, one stage deeper
+    "r16 64x128 w4 s3 k1": (16, 64, 128, 4, 3, 4, {"splits": 1}),
+    "r16 32x128 w4 s4 k1": (16, 32, 128, 4, 4, 4, {"splits": 1}),
 }
 ZEROED = "tritonkit zeroed counters"
 MIN_SPLIT_K = 512  # the fewest K values of a split (plan.GEMV_FALLBACK's)
