@@ -24,10 +24,11 @@ from gemm_table import GEMV_M, GEMV_NK  # the benchmarks folder is no package: i
 # tile's last split sums the partials; else a second launch) and splits (forced; else splits_to_fill). One row
 # multiplies in fp32 lanes (block_m 1; its K loop pipelined where stages > 1, asked of the loop); more rows go through
 # tl.dot on rows padded to 16, pipelined through shared memory. The candidates swept before (tiles, depths, programs
-# a multiprocessor, more splits, words at 16 rows, the kept counters against a zeroing launch: "zeroed counters",
-# which clears the kept ones before each call) are in the committed results (2026-11-28/29-gemv-plans*.md). Now: K
-# unsplit (no partials, no last split's sum after the others) with deep pipelines, for N 4096, where 128 tiles of 32
-# columns fill one wave and the split's reduction and the launch are the larger share of ~9 us.
+# a multiprocessor, more splits, words at 16 rows, and the kept counters against a zeroing launch: commit 23d1ccc's
+# "tritonkit zeroed counters", which cleared the kept ones before each call) are in the committed results
+# (2026-11-28/29-gemv-plans*.md). Now: K unsplit (no partials, no last split's sum after the others) with deep
+# pipelines, for N 4096, where 128 tiles of 32 columns fill one wave and the split's reduction and the launch are the
+# larger share of ~9 us.
 SUMS = {"last_split_sums": True}
 WORDS_SUMS = {"words": True, **SUMS}
 CANDIDATES = {
@@ -39,7 +40,6 @@ CANDIDATES = {
     "r16 64x128 w4 s3 k1": (16, 64, 128, 4, 3, 4, {"splits": 1}),
     "r16 32x128 w4 s4 k1": (16, 32, 128, 4, 4, 4, {"splits": 1}),
 }
-ZEROED = "tritonkit zeroed counters"
 MIN_SPLIT_K = 512  # the fewest K values of a split (plan.GEMV_FALLBACK's)
 
 
@@ -66,24 +66,10 @@ def _forced(plan):
     return gemv
 
 
-def _zeroed():
-    """The plan the GPU takes with the kept arrival counters dropped before each call: every call zeroes new ones
-    (a launch of its own, inside a captured graph too), as before they were kept."""
-    from tritonkit._core import row_sync
-
-    gemv = _forced(None)
-
-    def zeroed(*args, **kwargs):
-        row_sync._KEPT.clear()
-        return gemv(*args, **kwargs)
-
-    return zeroed
-
-
 def _providers(spec, case) -> list:
     from tritonkit.bench.providers import Provider, select_providers
 
-    return [*select_providers(spec, ("tritonkit", "cublas")), Provider(ZEROED, _zeroed()),
+    return [*select_providers(spec, ("tritonkit", "cublas")),
             *(Provider(name, _forced(_plan(name))) for name in candidates_for(case.m))]  # fmt: skip
 
 

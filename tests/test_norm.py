@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import tritonkit as tk
-from helpers import assert_compiled_matches_eager, assert_graph_replay_matches_eager
+from helpers import RecordingKernel, assert_compiled_matches_eager, assert_graph_replay_matches_eager
 from tritonkit import catalog, testing
 from tritonkit._core.device import arch, sm_count
 from tritonkit._core.ints import cdiv
@@ -42,28 +42,15 @@ def _inputs(device, dtype=torch.float32, rows=6, n=32):
     return x, residual, weight, bias
 
 
-class _LaunchSpy:
-    """Stands in for one of norm.launch's kernels (looked up there at each launch): records the kernel's name, grid
-    and keyword arguments, then launches the kernel."""
-
-    def __init__(self, kernel, name, log):
-        self.kernel, self.name, self.log = kernel, name, log
-
-    def __getitem__(self, grid):
-        launch_kernel = self.kernel[grid]
-
-        def record_and_launch(*args, **kwargs):
-            self.log.append((self.name, grid, kwargs))
-            return launch_kernel(*args, **kwargs)
-
-        return record_and_launch
-
-
 def _spy_on_kernels(monkeypatch, *names):
     """The list each launch of the kernels ``names`` (in norm.launch) is recorded in: (name, grid, kwargs)."""
     log = []
     for name in names:
-        monkeypatch.setattr(launch, name, _LaunchSpy(getattr(launch, name), name, log))
+
+        def note(grid, kwargs, name=name):
+            return name, grid, kwargs
+
+        monkeypatch.setattr(launch, name, RecordingKernel(getattr(launch, name), log, note))
     return log
 
 
