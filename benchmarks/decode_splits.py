@@ -397,7 +397,7 @@ def tiles(runner: Runner, shapes, stages=TILE_STAGES) -> None:
             for block_n, warps, depth in tile_grid(stages):
                 for per_sm in (default.programs_per_sm, 2 * default.programs_per_sm)[: 2 if warps == 2 else 1]:
                     plan = dataclasses.replace(default, block_n=block_n, warps=warps, stages=depth,
-                                               programs_per_sm=per_sm, short_split_blocks=0)  # fmt: skip
+                                               programs_per_sm=per_sm, short_split_stages=())  # fmt: skip
                     label = {"part": "tiles", "cache": cache, "plan": f"{warps}w {depth}s", "programs_per_sm": per_sm}
                     runner.ours(case, inputs, plan, 0, label, baseline_ms, baseline=baseline)
             del inputs

@@ -558,8 +558,9 @@ def test_a_decode_step_captures_in_a_cuda_graph(fmt):
 
 
 def test_short_splits_take_their_own_pipeline_depth():
-    """A plan's short-split rule: splits of at most short_split_blocks key blocks run short_split_stages deep
-    (a 1024-key cache in 16, 8, 6 and 1 splits: splits of 1, 2, 3 and 16 blocks of 64)."""
-    plan = DecodePlan(64, 2, 3, 64, short_split_blocks=2, short_split_stages=2)
-    assert [plan.stages_for(1024, splits) for splits in (16, 8, 6, 1)] == [2, 2, 3, 3]
+    """A plan's short-split rule: a split of at most the first pair's key blocks runs that pair's stages deep, else
+    the next pair's, else the plan's own (a 1024-key cache in 16, 8, 6, 4 and 1 splits: splits of 1, 2, 3, 4 and 16
+    blocks of 64)."""
+    plan = DecodePlan(64, 2, 3, 64, short_split_stages=((2, 1), (3, 2)))
+    assert [plan.stages_for(1024, splits) for splits in (16, 8, 6, 4, 1)] == [1, 1, 2, 3, 3]
     assert DecodePlan(64, 4, 3, 64).stages_for(1024, 16) == 3

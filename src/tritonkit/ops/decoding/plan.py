@@ -6,9 +6,10 @@ flight to keep every multiprocessor's loads streaming, and no more splits than t
 that the reduction reads back).
 
 Plans are looked up by padded head dim and cache format. MEASURED holds what a sweep settled on the H200
-(benchmarks/decode_splits.py, docs/kernels/decoding.md): at d128, three stages and splits down to one key block, and
-for 8-bit caches 2 warps, 4 programs per multiprocessor and at least two splits, two stages for splits of a few
-key blocks, int8 with its codes converted straight to bf16. Every other head dim and format, and any GPU never
+(benchmarks/decode_splits.py, docs/kernels/decoding.md): at d128, three stages and splits down to one key block, the
+key loop unpipelined where a split is at most 2 key blocks; for 8-bit caches 2 warps, 4 programs per multiprocessor
+and at least two splits, two stages for splits of 5 to 8 key blocks, int8 with its codes converted straight to bf16;
+for int4 2 warps at 4 programs per multiprocessor. Every other head dim and format, and any GPU never
 measured, take FALLBACK: key blocks of 64 (32 at d256) with two stages, which fit the 99 KB of shared memory of
 sm86/sm89 at every head dim and format.
 """
@@ -35,10 +36,10 @@ class DecodePlan:
     programs_per_sm: int = 2  # two programs per multiprocessor keep loads in flight while the other computes
     min_keys_per_split: int = 512  # a shorter split costs more in its partial's write and read-back than it gains
     min_splits: int = 1
-    # Splits of at most short_split_blocks key blocks (of the cache's capacity) run short_split_stages deep instead
-    # of `stages` (0: no such rule): a pipeline deeper than the loop's few steps only delays its first product.
-    short_split_blocks: int = 0
-    short_split_stages: int = 0
+    # (most key blocks a split, stages) pairs, shortest first: splits of at most that many key blocks (of the
+    # cache's capacity) run that many stages deep instead of `stages` (empty: no such rule). A pipeline deeper than
+    # the loop's few steps only delays its first product.
+    short_split_stages: tuple[tuple[int, int], ...] = ()
     # Programmatic dependent launch (sm_90 and newer): the decode kernel and the reduction each launched so that it
     # starts while its predecessor drains, waiting for it in the kernel (griddepcontrol), to take the launches' gaps
     # off short caches. Off in FALLBACK, which must run below sm_90 too.
@@ -47,7 +48,11 @@ class DecodePlan:
     def stages_for(self, max_keys: int, n_splits: int) -> int:
         """The key loop's pipeline depth for ``max_keys`` (the cache's capacity) cut into ``n_splits`` splits."""
         split_blocks = cdiv(cdiv(max_keys, max(n_splits, 1)), self.block_n)
-        return self.short_split_stages if 0 < split_blocks <= self.short_split_blocks else self.stages
+        if split_blocks > 0:
+            for most_blocks, stages in self.short_split_stages:
+                if split_blocks <= most_blocks:
+                    return stages
+        return self.stages
 
 
 # Padded head dim -> plan (the narrower widths share d64's).
@@ -59,33 +64,45 @@ FALLBACK = {16: _D64, 32: _D64, 64: _D64, 128: DecodePlan(64, 4, 2, 64), 256: De
 # - plain: 3 stages (0.80/0.84/0.98x SDPA against 0.77/0.70/0.89x at 2);
 # - int8 and fp8: key blocks of 64 (one page each) with 2 warps, 3 stages and 4 programs per multiprocessor: 1.00 to
 #   1.27x of paged bf16's plan, where blocks of 128 with 4 warps ran at 0.86 to 1.02x;
-# - int4 keeps FALLBACK's tile (2 warps and 3 stages won only at B64), with plain's split heuristic below.
+# - int4: below.
 # Their split heuristics from every split count at B 1 to 16 x S 1k to 32k, B64 S4k and B256 S1k (decode_splits.py
 # --part splits, 2026-11-28-decode-split-counts.json): the fastest count fills about 2 (plain) or 4 (8-bit) programs
 # per multiprocessor, with splits as short as one key block (B1 S1k: 16 splits of 64 keys); more programs than that
 # start a second wave (8-bit at B16 S4k: 89 us at 5 splits, 58 at 4); 8-bit caches run fastest with 2 splits even
 # where the batch alone fills the GPU (B64 S4k: 194 against 235 us).
-# int8 and fp8 at d128 on sm90, two stages against three by the length of a split in key blocks of 64 (H200,
-# 2026-11-29-decode-tiles-short.json and -split-lengths.json, 2026-11-28-decode-tiles.json): 1 to 2 blocks (B1 S1k,
-# B1 S8k, B8 S1k) 1.23-1.25x faster, 4 blocks (B4 S4k, B1 S16k) 1.19-1.21x, 8 blocks level to 1.05x (B8 S4k,
-# B1 S32k); 16 blocks and more 3-9% slower (B8 S8k, B64 S4k, B8 S32k).
-SHORT_SPLIT_BLOCKS = 8
+# Short splits run shallower (DecodePlan.short_split_stages), by the length of a split in key blocks of 64. The tile
+# sweep (H200, decode_splits.py --part tiles --stages 1 2 3, 2026-11-29-decode-tiles-stages-short.json and
+# -stages-long.json, CUDA-graph GPU time, one input set) found the key loop unpipelined (1 stage) fastest in every
+# format up to 4 blocks (paged bf16 B1 S1k 8.2 -> 6.0 us, B8 S1k 13.6 -> 12.6, B1 S8k 14.6 -> 13.4) and 10-40% slower
+# from 8 (B8 S4k, B1 S32k). The decode table, its inputs rotated past L2 (2026-11-29-decode-table-short-4-blocks.md,
+# one stage up to 4 blocks, against 2026-11-29-decode-table-pdl.md), kept the gain where a split is 1 or 2 blocks
+# (paged bf16 B1 S1k 8.7 -> 6.8 us, 0.87 -> 1.11x SDPA; int8 B1 S1k 10.3 -> 8.4, B1 S8k 17.3 -> 15.8, B8 S1k 16.1 ->
+# 15.0) and lost it at 4 (paged bf16 B1 S8k 17.5 -> 17.6, B8 S1k 17.0 -> 16.9; contiguous B1 S8k 16.4 -> 17.2): one
+# stage up to 2 blocks. 8-bit caches take two stages up to 8 blocks (2026-11-29-decode-tiles-short.json: 1.19-1.25x
+# faster than three at 1 to 4 blocks, level at 8); plain three (within 5% of two there).
+_SHORT_PLAIN = ((2, 1),)
+_SHORT_8BIT = ((2, 1), (8, 2))
 # Every sm90 plan launches as programmatic dependents (pdl): 0.1-0.9 us off each call of every format at B1 S1k to
 # B64 S1k (H200, 2026-11-29-decode-pdl.json; paged bf16 B1 S1k 8.5 -> 7.7 us, B8 S1k 14.4 -> 13.5), level at B8 S32k.
 _SM90_INT8 = DecodePlan(64, 2, 3, 64, direct_codes=True, programs_per_sm=4, min_keys_per_split=64, min_splits=2,
-                        short_split_blocks=SHORT_SPLIT_BLOCKS, short_split_stages=2, pdl=True)  # fmt: skip
+                        short_split_stages=_SHORT_8BIT, pdl=True)  # fmt: skip
 _SM90_FP8 = DecodePlan(64, 2, 3, 64, programs_per_sm=4, min_keys_per_split=64, min_splits=2,
-                       short_split_blocks=SHORT_SPLIT_BLOCKS, short_split_stages=2, pdl=True)  # fmt: skip
+                       short_split_stages=_SHORT_8BIT, pdl=True)  # fmt: skip
+# int4's kernel is bound by its unpacking, not by bytes: its fastest split counts follow the token count, as
+# plain's do, with splits down to one key block, not FALLBACK's 512-key splits (2026-11-29-decode-split-counts
+# .json, B1 to B16 x S1k to S32k: B1 S1k 9.2 against 30.0 us, B8 S1k 23.8 against 30.3). 2 warps at 4 programs
+# a multiprocessor and 2 stages, against FALLBACK's 4 warps at 2 (2026-11-29-decode-tiles-stages-long.json):
+# B8 S32k 557 -> 413 us, B64 S4k 560 -> 414, B1 S131k 283 -> 214, B1 S32k 79 -> 64; one stage up to 2
+# blocks (B8 S1k 22.2 -> 19.8, B1 S8k 23.0 -> 20.3); B1 S1k 8.9 -> 10.0 us (the decode table),
+# the one shape where 4 warps win.
+_SM90_INT4 = DecodePlan(64, 2, 2, 64, programs_per_sm=4, min_keys_per_split=64, short_split_stages=_SHORT_PLAIN,
+                        pdl=True)  # fmt: skip
 MEASURED: dict[str, dict[tuple[int, str], DecodePlan]] = {
     "sm90": {
-        (128, "plain"): DecodePlan(64, 4, 3, 64, min_keys_per_split=64, pdl=True),
+        (128, "plain"): DecodePlan(64, 4, 3, 64, min_keys_per_split=64, short_split_stages=_SHORT_PLAIN, pdl=True),
         (128, "int8"): _SM90_INT8,
         (128, "fp8"): _SM90_FP8,
-        # int4's kernel is bound by its unpacking, not by bytes: its fastest split counts follow plain's rule (about
-        # 2 programs per multiprocessor, splits down to one key block), not FALLBACK's 512-key splits
-        # (2026-11-29-decode-split-counts.json, B1 to B16 x S1k to S32k): B1 S1k 9.2 against 30.0 us, B4 S1k 15.3
-        # against 29.5, B1 S8k 23.7 against 30.4; level from B16 and at long caches.
-        (128, "int4"): DecodePlan(64, 4, 2, 64, min_keys_per_split=64, pdl=True),
+        (128, "int4"): _SM90_INT4,
     },
 }
 
