@@ -26,19 +26,19 @@ from gemm_table import GEMV_M, GEMV_NK  # the benchmarks folder is no package: i
 # tl.dot on rows padded to 16, pipelined through shared memory. The candidates swept before (tiles, depths, programs
 # a multiprocessor, more splits, words at 16 rows, and the kept counters against a zeroing launch: commit 23d1ccc's
 # "tritonkit zeroed counters", which cleared the kept ones before each call) are in the committed results
-# (2026-11-28/29-gemv-plans*.md). Now: K unsplit (no partials, no last split's sum after the others) with deep
-# pipelines, for N 4096, where 128 tiles of 32 columns fill one wave and the split's reduction and the launch are the
-# larger share of ~9 us.
+# (2026-11-28/29/30-gemv-plans*.md; K unsplit with deep pipelines at one row: 2026-11-29-gemv-plans-unsplit.md, whose
+# 16 x 512 tile sm90 now takes at N 4096: plan.GEMV_NARROW). Now: the tl.dot plan's tile, depth and programs a
+# multiprocessor at 4 and 16 rows, each summing in the last split as sm90's plan does.
 SUMS = {"last_split_sums": True}
 WORDS_SUMS = {"words": True, **SUMS}
 CANDIDATES = {
-    "r1 32x256 w4 s3 k1 words": (1, 32, 256, 4, 3, 2, {"words": True, "splits": 1}),
-    "r1 32x512 w4 s3 k1 words": (1, 32, 512, 4, 3, 2, {"words": True, "splits": 1}),
-    "r1 32x512 w4 s4 k1 words": (1, 32, 512, 4, 4, 2, {"words": True, "splits": 1}),
-    "r1 16x512 w4 s4 k1 words": (1, 16, 512, 4, 4, 2, {"words": True, "splits": 1}),  # 256 tiles at N 4096
-    "r1 32x256 w4 s4 p2 words sums": (1, 32, 256, 4, 4, 2, WORDS_SUMS),  # the plan, one stage deeper
-    "r16 64x128 w4 s3 k1": (16, 64, 128, 4, 3, 4, {"splits": 1}),
-    "r16 32x128 w4 s4 k1": (16, 32, 128, 4, 4, 4, {"splits": 1}),
+    "r1 32x256 w4 s4 p2 words sums": (1, 32, 256, 4, 4, 2, WORDS_SUMS),  # the split plan, one stage deeper
+    "r16 32x128 w4 s3 sums": (16, 32, 128, 4, 3, 4, SUMS),
+    "r16 64x256 w4 s3 sums": (16, 64, 256, 4, 3, 4, SUMS),
+    "r16 64x128 w4 s4 sums": (16, 64, 128, 4, 4, 4, SUMS),
+    "r16 64x128 w4 s3 p2 sums": (16, 64, 128, 4, 3, 2, SUMS),
+    "r16 128x128 w8 s3 sums": (16, 128, 128, 8, 3, 4, SUMS),
+    "r16 16x256 w4 s3 sums": (16, 16, 256, 4, 3, 4, SUMS),  # twice the tiles of 32 columns at N 4096
 }
 MIN_SPLIT_K = 512  # the fewest K values of a split (plan.GEMV_FALLBACK's)
 

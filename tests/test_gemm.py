@@ -16,11 +16,14 @@ from tritonkit.ops.gemm import launch
 from tritonkit.ops.gemm import plan as plan_module
 from tritonkit.ops.gemm.plan import (
     GEMV_FALLBACK,
+    GEMV_MEASURED,
+    GEMV_NARROW,
     PARTIAL_K_PER_ROW,
     PERSISTENT_CANDIDATES,
     GemmTiles,
     GemvPlan,
     gemm_tiles,
+    gemv_plan,
     splits_to_fill,
 )
 from tritonkit.ops.gemm.spec import FLOAT8_FAST_SUM_ERROR, FLOAT8_SUM_ERROR
@@ -353,6 +356,17 @@ def test_weight_only_calls_of_few_rows_take_the_gemv():
     assert isinstance(launch.choose_plan(True, 16, 64, cpu), GemvPlan)
     assert isinstance(launch.choose_plan(True, 17, 64, cpu), GemmTiles)
     assert isinstance(launch.choose_plan(False, 1, 64, cpu), GemmTiles)  # codes x (W8A8): the tiled kernel
+
+
+def test_one_row_outputs_that_fill_the_gpu_unsplit_take_the_narrow_plan():
+    """gemv_plan: one row whose 16-column tiles give each of 132 multiprocessors one to two programs (N 2112 to
+    4224) takes sm90's unsplit narrow plan; fewer or more tiles, more rows and other GPUs do not."""
+    narrow, ((_, one_row), (_, few_rows)) = GEMV_NARROW["sm90"], GEMV_MEASURED["sm90"]
+    assert narrow.splits == 1
+    assert [gemv_plan("sm90", 1, n, 132) for n in (2112, 4096, 4224)] == [narrow] * 3
+    assert [gemv_plan("sm90", 1, n, 132) for n in (2096, 4240, 14336)] == [one_row] * 3
+    assert gemv_plan("sm90", 2, 4096, 132) == few_rows
+    assert gemv_plan("sm80", 1, 4096, 132) == GEMV_FALLBACK[0][1]
 
 
 def test_a_forced_tiled_plan_gives_the_gemvs_result():

@@ -172,8 +172,8 @@ def choose_plan(weight_only: bool, m: int, n: int, device: torch.device, per_ste
                 ) -> GemmTiles | GemvPlan:  # fmt: skip
     """The split-K GEMV for weight-only calls with few rows of x (plan.gemv_plan's bound), else the tiled or
     persistent kernel's tiles (plan.gemm_tiles; ``per_step``: a scale varies along K)."""
-    return (weight_only and gemv_plan(arch(device), m)) or gemm_tiles(arch(device), m, weight_only=weight_only, n=n,
-                                                                      per_step=per_step)  # fmt: skip
+    gemv = weight_only and gemv_plan(arch(device), m, n, sm_count(device))
+    return gemv or gemm_tiles(arch(device), m, weight_only=weight_only, n=n, per_step=per_step)
 
 
 def scaled_linear_fwd(

@@ -4,10 +4,11 @@ the split-K GEMV of weight-only layers at a few rows, with the heuristic that pi
 
 MEASURED holds the tiled kernel's tiles by rows on sm90 for x holding codes (WIDE for wide outputs at 65-128 rows),
 STEP_SCALED its tile for codes with group or block scales, PERSISTENT the persistent TMA kernel's tile for large
-products of codes on sm90, and GEMV_MEASURED the one-row GEMV's plan on sm90; everything else takes FALLBACK and
-GEMV_FALLBACK, the documented fallback of an unknown GPU. The tiled fallback fits the 99 KB of shared memory of
-sm86/sm89 at three stages with one-byte operands (two 128 x 64 tiles: 16 KB a stage); the GEMV's tiles are small
-enough for any GPU (its one-row form buffers nothing in shared memory).
+products of codes on sm90, GEMV_MEASURED the GEMV's plans on sm90 and GEMV_NARROW its one-row plan for outputs
+that fill the GPU unsplit; everything else takes FALLBACK and GEMV_FALLBACK, the documented fallback of an unknown
+GPU. The tiled fallback fits the 99 KB of shared memory of sm86/sm89 at three stages with one-byte operands (two
+128 x 64 tiles: 16 KB a stage); the GEMV's tiles are small enough for any GPU (its one-row form buffers nothing in
+shared memory).
 """
 
 from __future__ import annotations
@@ -166,6 +167,12 @@ GEMV_MEASURED: dict[str, tuple] = {
         (16, GemvPlan(16, 64, 128, 4, 3, 4, 512, last_split_sums=True)),
     ),
 }
+# sm90, one row, where w's 16-column tiles alone give every multiprocessor one to two programs (gemv_plan): 16 x 512
+# tiles, K unsplit (no partials), pipelined four deep, codes as words. On the H200 at N 4096 (256 tiles for 132
+# multiprocessors; benchmarks/gemv_plans.py, 2026-11-29-gemv-plans-unsplit.md, CUDA-graph GPU time): K 4096 8.46 ->
+# 7.40 us (47% -> 54% of the copy), K 8192 12.45 -> 12.01; at N 14336 and 28672 (7 and 14 such tiles a
+# multiprocessor) the split plan above stays 3-6% faster.
+GEMV_NARROW: dict[str, GemvPlan] = {"sm90": GemvPlan(1, 16, 512, 4, 4, 2, 512, splits=1, words=True)}
 
 # Each split writes an fp32 partial (4 bytes per row of x and output) for the block_k-wide slices of w it reads (1
 # byte per K value and output): K splits of at least PARTIAL_K_PER_ROW K values per row of x keep the partials'
@@ -177,8 +184,12 @@ REDUCE_OUTPUTS = 2048
 REDUCE_WARPS = 4
 
 
-def gemv_plan(arch: str, m: int) -> GemvPlan | None:
-    """The GEMV plan for a weight-only call with ``m`` rows of x, or None where the tiled kernel takes it."""
+def gemv_plan(arch: str, m: int, n: int = 0, sm_count: int = 0) -> GemvPlan | None:
+    """The GEMV plan for a weight-only call with ``m`` rows of x and ``n`` outputs on a GPU of ``sm_count``
+    multiprocessors, or None where the tiled kernel takes it."""
+    narrow = GEMV_NARROW.get(arch)
+    if m == 1 and narrow and sm_count <= cdiv(n, narrow.block_n) <= 2 * sm_count:
+        return narrow
     table = GEMV_MEASURED.get(arch, GEMV_FALLBACK)
     return next((plan for bound, plan in table if m <= bound), None)
 
