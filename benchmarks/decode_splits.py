@@ -1,6 +1,9 @@
 """Flash decoding by split count, key block and plan variant: one GPU, CUDA-graph GPU time
 (triton.testing.do_bench_cudagraph), GQA 32:8, d128, one new token per sequence, every sequence full, paged caches
-of 64-token pages, SDPA with enable_gqa over a contiguous bf16 cache of the same shape in the same run.
+of 64-token pages, SDPA with enable_gqa over a contiguous bf16 cache of the same shape in the same run. Every shape
+takes as many input sets as overflow L2 twice (tritonkit.bench.harness.input_sets_needed), each run's graph calls
+them in turn and its time is the graph's over their count, as the bench harness times: a cache that fits in L2 is
+not read from it warm. (Results before 2026-11-30 timed one input set: small caches were read from L2.)
 
 - Default against variant first: int8 and fp8 with their codes converted straight to bf16 (plan.direct_codes)
   beside the default plan, and int4 with the default plan, each with the split heuristic asking for 2 and for 8
@@ -121,32 +124,47 @@ class Runner:
         self.warm, self.owners = warm, {}
 
     def inputs(self, b: int, s: int, kv: str, paged: bool = True):
-        import torch
-
+        """The case at (b, s) in format ``kv`` and its input sets: one when dry, else as many as overflow L2 twice."""
         values = {"b": b, "s": s, **self.heads, "capacity": s, "kv": kv, "page_size": PAGE if paged else 0}
         case = self.spec.parse_case(values)
-        generator = torch.Generator(self.device).manual_seed(0)
-        return case, self.spec.make_inputs(case, self.device, self.dtype, generator)
+        return case, self.input_sets(self.spec, case)
+
+    def input_sets(self, spec, case) -> list:
+        import torch
+
+        from tritonkit.bench.harness import input_sets_needed
+
+        def make(seed: int):
+            return spec.make_inputs(case, self.device, self.dtype, torch.Generator(self.device).manual_seed(seed))
+
+        first = make(0)
+        if self.dry:
+            return [first]
+        tensors = [t for t in (*first.args, *first.kwargs.values()) if isinstance(t, torch.Tensor)]
+        l2_bytes = torch.cuda.get_device_properties(self.device).L2_cache_size
+        count = input_sets_needed(sum(t.nbytes for t in tensors), l2_bytes)
+        return [first, *(make(seed) for seed in range(1, count))]
 
     def sdpa(self, b: int, s: int, part: str) -> float | None:
         """SDPA with GQA over a contiguous bf16 cache of this shape, timed as a row of ``part``: its milliseconds."""
         from tritonkit.bench.decoding_peers import sdpa_decode
 
-        case, inputs = self.inputs(b, s, "plain", paged=False)
+        case, sets = self.inputs(b, s, "plain", paged=False)
         call = sdpa_decode()
-        return self.run(case, inputs, {"part": part, "cache": "bf16", "plan": "sdpa contiguous"},
-                        lambda: call(*inputs.args, **inputs.kwargs))  # fmt: skip
+        return self.run(case, sets, {"part": part, "cache": "bf16", "plan": "sdpa contiguous"},
+                        lambda inputs: call(*inputs.args, **inputs.kwargs))  # fmt: skip
 
     def plan(self, block_n: int, variant: dict):
         from tritonkit.ops.decoding.plan import decode_plan
 
         return dataclasses.replace(decode_plan(self.arch, self.heads["d"]), block_n=block_n, **variant)
 
-    def run(self, case, inputs, label: dict, fn, sdpa_ms: float | None = None, variant=None, spec=None,
+    def run(self, case, sets: list, label: dict, fn, sdpa_ms: float | None = None, variant=None, spec=None,
             baseline: str = "SDPA"):  # fmt: skip
-        """Time fn (one call of the op) and record a row labelled ``label``; returns the milliseconds. ``variant``:
-        the keys of the kernels fn compiles (the split kernel's, the reduction's or None; None: none of ours).
-        ``sdpa_ms``: the time of the ``baseline`` run at this shape, recorded as its time over this one's."""
+        """Time fn (one call of the op on an input set) over ``sets`` in turn and record a row labelled ``label``;
+        returns the milliseconds of one call. ``variant``: the keys of the kernels fn compiles (the split kernel's,
+        the reduction's or None; None: none of ours). ``sdpa_ms``: the time of the ``baseline`` run at this shape,
+        recorded as its time over this one's."""
         import torch
         import triton.testing
 
@@ -159,7 +177,7 @@ class Runner:
                 self.owners[key] = len(self.owners) % self.warm[1]
             if new and self.owners[new[0]] == self.warm[0]:
                 try:
-                    fn()
+                    fn(sets[0])
                     if not self.dry:
                         torch.cuda.synchronize()
                 except Exception as error:  # the timing process meets it again and records it
@@ -172,7 +190,7 @@ class Runner:
             self.rows.append(row)
             return None
         try:
-            out = fn()
+            out = fn(sets[0])
         except Exception as error:  # one variant that fails leaves the others' times
             row["skipped"] = f"failed: {type(error).__name__}: {str(error).splitlines()[0][:160] if str(error) else ''}"
             print(f"B{case.b:<3} S{case.s:<6} {_describe(label)}  {row['skipped']}", flush=True)
@@ -183,15 +201,22 @@ class Runner:
             self.rows.append(row)
             return None
         if self.dry:
-            as64 = [a.double() if a.is_floating_point() else a for a in inputs.args]
-            expected = self.spec.reference(*as64, **inputs.kwargs)
+            as64 = [a.double() if a.is_floating_point() else a for a in sets[0].args]
+            expected = self.spec.reference(*as64, **sets[0].kwargs)
             row["max_abs_error"] = (out.double() - expected).abs().max().item()
             print(f"B{case.b:<3} S{case.s:<6} {_describe(label)}  max abs error {row['max_abs_error']:.1e}", flush=True)
             self.rows.append(row)
             return None
+        for inputs in sets[1:]:  # every set once outside the capture
+            fn(inputs)
         torch.cuda.synchronize()
-        ms = triton.testing.do_bench_cudagraph(fn, rep=self.rep_ms)
-        row.update(us=ms * 1e3, gb_s=spec.bytes_moved(case, self.dtype) / ms / 1e6)
+
+        def cycle():
+            for inputs in sets:
+                fn(inputs)
+
+        ms = triton.testing.do_bench_cudagraph(cycle, rep=self.rep_ms) / len(sets)
+        row.update(us=ms * 1e3, gb_s=spec.bytes_moved(case, self.dtype) / ms / 1e6, input_sets=len(sets))
         ratio_key = f"{baseline.lower()}_over_this"
         if sdpa_ms:
             row[ratio_key] = sdpa_ms / ms
@@ -201,29 +226,29 @@ class Runner:
         self.rows.append(row)
         return ms
 
-    def ours(self, case, inputs, plan, splits: int, label: dict, sdpa_ms: float | None = None,
+    def ours(self, case, sets: list, plan, splits: int, label: dict, sdpa_ms: float | None = None,
              baseline: str = "SDPA") -> float | None:  # fmt: skip
         from tritonkit.ops.decoding import launch
         from tritonkit.ops.decoding.plan import choose_splits
 
-        q, k_cache, v_cache, lengths = inputs.args
-        options = inputs.kwargs
         used = splits or choose_splits(case.b * self.heads["hk"], case.s, self.sms, plan)
         label = {**label, "block_n": plan.block_n, "splits": splits, "splits_used": used}
-        scale = 1 / math.sqrt(q.shape[-1])
+        scale = 1 / math.sqrt(self.heads["d"])
 
-        def call():
-            return launch.decode_attention_fwd(q, k_cache, v_cache, lengths, options.get("block_table"),
-                                               options.get("k_scales"), options.get("v_scales"), scale, True, -1,
-                                               0.0, splits, plan=plan)[0]  # fmt: skip
+        def call(inputs):
+            options = inputs.kwargs
+            return launch.decode_attention_fwd(*inputs.args, options.get("block_table"), options.get("k_scales"),
+                                               options.get("v_scales"), scale, True, -1, 0.0, splits,
+                                               plan=plan)[0]  # fmt: skip
 
         # What the kernels are compiled for: the format, the plan's switches, the key block, warps and stages, one
         # split or several and the split count's divisibility by 16 (Triton specialises on it); the reduction's tile
         # of splits.
         stages = plan.stages_for(case.s, used)  # the launch's, from about its capacity
-        split_key = (label["cache"], label["plan"], plan.block_n, plan.warps, stages, used > 1, used % 16 == 0)
+        warps = plan.warps_for(used * case.b * self.heads["hk"], self.sms)  # one block of rows a program (GQA 4)
+        split_key = (label["cache"], label["plan"], plan.block_n, warps, stages, used > 1, used % 16 == 0)
         variant = (split_key, ("reduce", 1 << (used - 1).bit_length()) if used > 1 else None)
-        return self.run(case, inputs, label, call, sdpa_ms, variant, baseline=baseline)
+        return self.run(case, sets, label, call, sdpa_ms, variant, baseline=baseline)
 
 
 def _describe(label: dict) -> str:
@@ -239,8 +264,6 @@ def appends(runner: Runner, shapes, program_tokens: tuple[int, ...] = (0,)) -> N
     cache of each format, in place (idempotent: the lengths are not advanced, so every replay writes the same
     slots), with each count of tokens a program in ``program_tokens`` (0: the plan's); with several counts, the
     public op (validation, custom op) at the plan's count too."""
-    import torch
-
     import tritonkit as tk
     from tritonkit import catalog
     from tritonkit.ops.decoding import launch, plan
@@ -251,25 +274,24 @@ def appends(runner: Runner, shapes, program_tokens: tuple[int, ...] = (0,)) -> N
             values = {"b": batch, "s": 0, "sq": tokens, "hk": runner.heads["hk"], "d": runner.heads["d"],
                       "page_size": PAGE, "kv": kv, "capacity": tokens}  # fmt: skip
             case = spec.parse_case(values)
-            generator = torch.Generator(runner.device).manual_seed(0)
-            inputs = spec.make_inputs(case, runner.device, runner.dtype, generator)
-            options = inputs.kwargs
+            sets = runner.input_sets(spec, case)
             cache = "bf16" if kv == "plain" else kv
             for per_program in program_tokens:
                 count = per_program or plan.APPEND_TOKENS
                 label = {"part": "append", "cache": cache, "plan": f"{tokens} tokens, {count} a program",
                          "tokens_a_program": count}  # fmt: skip
 
-                def call(inputs=inputs, options=options, count=count):
+                def call(inputs, count=count):
+                    options = inputs.kwargs
                     launch.append_tokens(*inputs.args, options["block_table"], options.get("k_scales"),
                                          options.get("v_scales"), count)  # fmt: skip
 
-                runner.run(case, inputs, label, call, variant=(("append", kv, count), None), spec=spec)
+                runner.run(case, sets, label, call, variant=(("append", kv, count), None), spec=spec)
             if len(program_tokens) > 1:
                 label = {"part": "append", "cache": cache, "plan": f"{tokens} tokens, public op",
                          "tokens_a_program": plan.APPEND_TOKENS}  # fmt: skip
-                runner.run(case, inputs, label, lambda inputs=inputs: tk.ops.kv_cache_append(*inputs.args,
-                           **inputs.kwargs), variant=(("append", kv, plan.APPEND_TOKENS), None), spec=spec)  # fmt: skip
+                runner.run(case, sets, label, lambda inputs: tk.ops.kv_cache_append(*inputs.args, **inputs.kwargs),
+                           variant=(("append", kv, plan.APPEND_TOKENS), None), spec=spec)  # fmt: skip
 
 
 def _plans(variant: dict) -> list[tuple[str, dict]]:
@@ -282,13 +304,13 @@ def headline(runner: Runner, shapes) -> None:
     MORE_PROGRAMS programs per multiprocessor (key block 64)."""
     for b, s in shapes:
         for kv, variant in VARIANTS.items():
-            case, inputs = runner.inputs(b, s, kv)
+            case, sets = runner.inputs(b, s, kv)
             for name, change in _plans(variant):
                 for programs in (2, MORE_PROGRAMS):
                     plan = runner.plan(64, {**change, "programs_per_sm": programs})
                     label = {"part": "headline", "cache": kv, "plan": name, "programs_per_sm": programs}
-                    runner.ours(case, inputs, plan, 0, label)
-            del inputs
+                    runner.ours(case, sets, plan, 0, label)
+            del sets
 
 
 def sweep(runner: Runner, shapes) -> None:
@@ -296,21 +318,21 @@ def sweep(runner: Runner, shapes) -> None:
     for b, s in shapes:
         sdpa_ms = runner.sdpa(b, s, "sweep")
         splits = [0, *(n for n in PLAIN_SPLITS if s // n >= MIN_SPLIT_KEYS)]
-        case, inputs = runner.inputs(b, s, "plain")
+        case, sets = runner.inputs(b, s, "plain")
         label = {"part": "sweep", "cache": "bf16", "plan": "default"}
-        runner.ours(case, inputs, runner.plan(32, {}), 0, label, sdpa_ms)
+        runner.ours(case, sets, runner.plan(32, {}), 0, label, sdpa_ms)
         for block_n in PLAIN_BLOCKS:
             for n in splits:
-                runner.ours(case, inputs, runner.plan(block_n, {}), n, label, sdpa_ms)
-        del inputs
+                runner.ours(case, sets, runner.plan(block_n, {}), n, label, sdpa_ms)
+        del sets
         for kv, variant in VARIANTS.items():
-            case, inputs = runner.inputs(b, s, kv)
+            case, sets = runner.inputs(b, s, kv)
             for plan_name, change in _plans(variant):
                 label = {"part": "sweep", "cache": kv, "plan": plan_name}
                 for n in (0, *(n for n in QUANTIZED_SPLITS if s // n >= MIN_SPLIT_KEYS)):
-                    runner.ours(case, inputs, runner.plan(64, change), n, label, sdpa_ms)
-                runner.ours(case, inputs, runner.plan(128, change), 0, label, sdpa_ms)
-            del inputs
+                    runner.ours(case, sets, runner.plan(64, change), n, label, sdpa_ms)
+                runner.ours(case, sets, runner.plan(128, change), 0, label, sdpa_ms)
+            del sets
 
 
 def heuristic(runner: Runner, shapes) -> None:
@@ -321,10 +343,10 @@ def heuristic(runner: Runner, shapes) -> None:
     d = runner.heads["d"]
     for b, s in shapes:
         sdpa_ms = runner.sdpa(b, s, "heuristic")
-        case, inputs = runner.inputs(b, s, "plain")
+        case, sets = runner.inputs(b, s, "plain")
         for name, plan in (("fallback", FALLBACK[d]), ("this GPU's", decode_plan(runner.arch, d, "plain"))):
-            runner.ours(case, inputs, plan, 0, {"part": "heuristic", "cache": "bf16", "plan": name}, sdpa_ms)
-        del inputs
+            runner.ours(case, sets, plan, 0, {"part": "heuristic", "cache": "bf16", "plan": name}, sdpa_ms)
+        del sets
 
 
 def quantized(runner: Runner, shapes) -> None:
@@ -334,12 +356,12 @@ def quantized(runner: Runner, shapes) -> None:
 
     d = runner.heads["d"]
     for b, s in shapes:
-        case, inputs = runner.inputs(b, s, "plain")
+        case, sets = runner.inputs(b, s, "plain")
         label = {"part": "quantized", "cache": "bf16", "plan": "default"}
-        bf16_ms = runner.ours(case, inputs, decode_plan(runner.arch, d, "plain"), 0, label)
-        del inputs
+        bf16_ms = runner.ours(case, sets, decode_plan(runner.arch, d, "plain"), 0, label)
+        del sets
         for kv in ("int8", "fp8", "int4"):
-            case, inputs = runner.inputs(b, s, kv)
+            case, sets = runner.inputs(b, s, kv)
             default = decode_plan(runner.arch, d, kv)
             plans = [("default", default)]
             if kv != "int4":  # direct_codes converts int8 and fp8 codes only
@@ -347,9 +369,9 @@ def quantized(runner: Runner, shapes) -> None:
                 plans.append((f"direct_codes {'on' if flipped else 'off'}",
                               dataclasses.replace(default, direct_codes=flipped)))  # fmt: skip
             for name, plan in plans:
-                runner.ours(case, inputs, plan, 0, {"part": "quantized", "cache": kv, "plan": name}, bf16_ms,
+                runner.ours(case, sets, plan, 0, {"part": "quantized", "cache": kv, "plan": name}, bf16_ms,
                             baseline="bf16")  # fmt: skip
-            del inputs
+            del sets
 
 
 def pdl(runner: Runner, shapes) -> None:
@@ -363,17 +385,17 @@ def pdl(runner: Runner, shapes) -> None:
         sdpa_ms = runner.sdpa(b, s, "pdl")
         bf16_ms = None
         for kv in ("plain", "int8", "fp8", "int4"):
-            case, inputs = runner.inputs(b, s, kv)
+            case, sets = runner.inputs(b, s, kv)
             default = decode_plan(runner.arch, d, kv)
             cache = "bf16" if kv == "plain" else kv
             baseline, baseline_ms = ("SDPA", sdpa_ms) if kv == "plain" else ("bf16", bf16_ms)
             for name, on in (("two launches", False), ("pdl", True)):
                 plan = dataclasses.replace(default, pdl=on)
-                ms = runner.ours(case, inputs, plan, 0, {"part": "pdl", "cache": cache, "plan": name}, baseline_ms,
+                ms = runner.ours(case, sets, plan, 0, {"part": "pdl", "cache": cache, "plan": name}, baseline_ms,
                                  baseline=baseline)  # fmt: skip
                 if kv == "plain" and not on:
                     bf16_ms = ms
-            del inputs
+            del sets
 
 
 def tiles(runner: Runner, shapes, stages=TILE_STAGES) -> None:
@@ -386,21 +408,22 @@ def tiles(runner: Runner, shapes, stages=TILE_STAGES) -> None:
         sdpa_ms = runner.sdpa(b, s, "tiles")
         bf16_ms = None
         for kv in ("plain", "int8", "fp8", "int4"):
-            case, inputs = runner.inputs(b, s, kv)
+            case, sets = runner.inputs(b, s, kv)
             default = decode_plan(runner.arch, d, kv)
             cache = "bf16" if kv == "plain" else kv
             baseline, baseline_ms = ("SDPA", sdpa_ms) if kv == "plain" else ("bf16", bf16_ms)
-            ms = runner.ours(case, inputs, default, 0, {"part": "tiles", "cache": cache, "plan": "default"},
+            ms = runner.ours(case, sets, default, 0, {"part": "tiles", "cache": cache, "plan": "default"},
                              baseline_ms, baseline=baseline)  # fmt: skip
             if kv == "plain":
                 bf16_ms = ms
             for block_n, warps, depth in tile_grid(stages):
                 for per_sm in (default.programs_per_sm, 2 * default.programs_per_sm)[: 2 if warps == 2 else 1]:
                     plan = dataclasses.replace(default, block_n=block_n, warps=warps, stages=depth,
-                                               programs_per_sm=per_sm, short_split_stages=())  # fmt: skip
+                                               programs_per_sm=per_sm, short_split_stages=(),
+                                               one_wave_warps=0)  # fmt: skip
                     label = {"part": "tiles", "cache": cache, "plan": f"{warps}w {depth}s", "programs_per_sm": per_sm}
-                    runner.ours(case, inputs, plan, 0, label, baseline_ms, baseline=baseline)
-            del inputs
+                    runner.ours(case, sets, plan, 0, label, baseline_ms, baseline=baseline)
+            del sets
 
 
 def splits(runner: Runner, shapes, formats=SPLIT_FORMATS) -> None:
@@ -414,16 +437,16 @@ def splits(runner: Runner, shapes, formats=SPLIT_FORMATS) -> None:
         sdpa_ms = runner.sdpa(b, s, "splits")
         bf16_ms = None
         for kv in ("plain", *(f for f in formats if f != "plain")):
-            case, inputs = runner.inputs(b, s, kv)
+            case, sets = runner.inputs(b, s, kv)
             plan = decode_plan(runner.arch, d, kv)
             cache = "bf16" if kv == "plain" else kv
             baseline, baseline_ms = ("SDPA", sdpa_ms) if kv == "plain" else ("bf16", bf16_ms)
             for count in (0, *(n for n in SPLIT_COUNTS if s // n >= plan.block_n)):
-                ms = runner.ours(case, inputs, plan, count, {"part": "splits", "cache": cache, "plan": "default"},
+                ms = runner.ours(case, sets, plan, count, {"part": "splits", "cache": cache, "plan": "default"},
                                  baseline_ms, baseline=baseline)  # fmt: skip
                 if kv == "plain" and count == 0:
                     bf16_ms = ms
-            del inputs
+            del sets
 
 
 def _warm(task: tuple[int, int, bool, str, tuple, tuple, tuple]) -> None:

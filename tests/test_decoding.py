@@ -557,6 +557,14 @@ def test_a_decode_step_captures_in_a_cuda_graph(fmt):
     assert torch.equal(lengths, eager_lengths)
 
 
+def test_a_grid_of_lone_programs_takes_the_plans_one_wave_warps():
+    """DecodePlan.one_wave_warps: a grid of at most one program per multiprocessor takes them; a larger grid, or a
+    plan without them, takes the plan's warps."""
+    plan = DecodePlan(64, 2, 3, 64, one_wave_warps=4)
+    assert [plan.warps_for(programs, 132) for programs in (1, 128, 132, 133, 512)] == [4, 4, 4, 2, 2]
+    assert DecodePlan(64, 2, 3, 64).warps_for(8, 132) == 2
+
+
 def test_short_splits_take_their_own_pipeline_depth():
     """A plan's short-split rule: a split of at most the first pair's key blocks runs that pair's stages deep, else
     the next pair's, else the plan's own (a 1024-key cache in 16, 8, 6, 4 and 1 splits: splits of 1, 2, 3, 4 and 16

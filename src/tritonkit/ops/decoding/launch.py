@@ -321,7 +321,9 @@ def decode_attention_fwd(
         qk_scale, softcap_log2 = scale / softcap, softcap * LOG2_E
     else:
         qk_scale, softcap_log2 = scale * LOG2_E, 0.0
-    _decode_kernel[(num_splits * row_blocks, n_batch * cache.n_heads)](
+    grid = (num_splits * row_blocks, n_batch * cache.n_heads)
+    warps = plan.warps_for(grid[0] * grid[1], sm_count(q.device))
+    _decode_kernel[grid](
         q, k_cache, v_cache, k_scales, v_scales, cache_seqlens, table, out, lse, part_o, part_lse,
         n_queries, n_heads_q, cache.n_heads, group, head_dim, UNBOUNDED if window < 0 else window, cache.capacity,
         cache.n_pages, qk_scale, softcap_log2,
@@ -332,7 +334,7 @@ def decode_attention_fwd(
         n_splits=num_splits, SPLIT=num_splits > 1, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         UPCAST=upcast_bf16_dots(q.dtype), DIRECT_CODES=plan.direct_codes and cache.format in ("int8", "fp8"),
         BLOCK_M=block_m, BLOCK_N=plan.block_n, BLOCK_D=block_d, GROUP=max(cache.group, 2), PDL=pdl,
-        num_warps=plan.warps, num_stages=plan.stages_for(cache.capacity, num_splits), launch_pdl=pdl,
+        num_warps=warps, num_stages=plan.stages_for(cache.capacity, num_splits), launch_pdl=pdl,
     )  # fmt: skip
     if num_splits > 1:
         _decode_reduce_kernel[(n_batch * n_queries * n_heads_q,)](

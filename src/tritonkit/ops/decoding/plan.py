@@ -40,10 +40,17 @@ class DecodePlan:
     # cache's capacity) run that many stages deep instead of `stages` (empty: no such rule). A pipeline deeper than
     # the loop's few steps only delays its first product.
     short_split_stages: tuple[tuple[int, int], ...] = ()
+    # Warps a program when the whole grid is at most one program per multiprocessor (0: `warps`): a lone program has
+    # no other on its multiprocessor to hide its loads behind, so it takes more warps of its own.
+    one_wave_warps: int = 0
     # Programmatic dependent launch (sm_90 and newer): the decode kernel and the reduction each launched so that it
     # starts while its predecessor drains, waiting for it in the kernel (griddepcontrol), to take the launches' gaps
     # off short caches. Off in FALLBACK, which must run below sm_90 too.
     pdl: bool = False
+
+    def warps_for(self, programs: int, sm_count: int) -> int:
+        """The split kernel's warps a program for a grid of ``programs`` on ``sm_count`` multiprocessors."""
+        return self.one_wave_warps if self.one_wave_warps and programs <= sm_count else self.warps
 
     def stages_for(self, max_keys: int, n_splits: int) -> int:
         """The key loop's pipeline depth for ``max_keys`` (the cache's capacity) cut into ``n_splits`` splits."""
@@ -82,21 +89,26 @@ FALLBACK = {16: _D64, 32: _D64, 64: _D64, 128: DecodePlan(64, 4, 2, 64), 256: De
 # faster than three at 1 to 4 blocks, level at 8); plain three (within 5% of two there).
 _SHORT_PLAIN = ((2, 1),)
 _SHORT_8BIT = ((2, 1), (8, 2))
+# The 2-warp plans (8-bit, int4) take 4 warps where the grid is one wave of lone programs (B1 S1k: 16 splits x 8 key
+# heads = 128 programs for 132 multiprocessors), H200, inputs past L2 (2026-11-30-decode-tiles-cold.json): int8
+# 8.7 -> 7.0 us, fp8 8.4 -> 6.9, int4 10.1 -> 8.1; with four programs a multiprocessor (B4 S1k) 2 warps stay faster
+# (int8 10.8 against 12.7 at 4 warps).
+ONE_WAVE_WARPS = 4
 # Every sm90 plan launches as programmatic dependents (pdl): 0.1-0.9 us off each call of every format at B1 S1k to
 # B64 S1k (H200, 2026-11-29-decode-pdl.json; paged bf16 B1 S1k 8.5 -> 7.7 us, B8 S1k 14.4 -> 13.5), level at B8 S32k.
 _SM90_INT8 = DecodePlan(64, 2, 3, 64, direct_codes=True, programs_per_sm=4, min_keys_per_split=64, min_splits=2,
-                        short_split_stages=_SHORT_8BIT, pdl=True)  # fmt: skip
+                        short_split_stages=_SHORT_8BIT, one_wave_warps=ONE_WAVE_WARPS, pdl=True)  # fmt: skip
 _SM90_FP8 = DecodePlan(64, 2, 3, 64, programs_per_sm=4, min_keys_per_split=64, min_splits=2,
-                       short_split_stages=_SHORT_8BIT, pdl=True)  # fmt: skip
+                       short_split_stages=_SHORT_8BIT, one_wave_warps=ONE_WAVE_WARPS, pdl=True)  # fmt: skip
 # int4's kernel is bound by its unpacking, not by bytes: its fastest split counts follow the token count, as
 # plain's do, with splits down to one key block, not FALLBACK's 512-key splits (2026-11-29-decode-split-counts
 # .json, B1 to B16 x S1k to S32k: B1 S1k 9.2 against 30.0 us, B8 S1k 23.8 against 30.3). 2 warps at 4 programs
 # a multiprocessor and 2 stages, against FALLBACK's 4 warps at 2 (2026-11-29-decode-tiles-stages-long.json):
 # B8 S32k 557 -> 413 us, B64 S4k 560 -> 414, B1 S131k 283 -> 214, B1 S32k 79 -> 64; one stage up to 2
 # blocks (B8 S1k 22.2 -> 19.8, B1 S8k 23.0 -> 20.3); B1 S1k 8.9 -> 10.0 us (the decode table),
-# the one shape where 4 warps win.
+# where 4 warps win: ONE_WAVE_WARPS.
 _SM90_INT4 = DecodePlan(64, 2, 2, 64, programs_per_sm=4, min_keys_per_split=64, short_split_stages=_SHORT_PLAIN,
-                        pdl=True)  # fmt: skip
+                        one_wave_warps=ONE_WAVE_WARPS, pdl=True)  # fmt: skip
 MEASURED: dict[str, dict[tuple[int, str], DecodePlan]] = {
     "sm90": {
         (128, "plain"): DecodePlan(64, 4, 3, 64, min_keys_per_split=64, short_split_stages=_SHORT_PLAIN, pdl=True),
