@@ -1,9 +1,11 @@
 """Time two source trees of tritonkit on the same GPU in one call, alternating, and compare them case by case.
 
-    python3 benchmarks/before_after.py BEFORE_SRC AFTER_SRC --out DIR [--rounds 2] [--mode fwd+bwd] NAMES...
+    python3 benchmarks/before_after.py BEFORE_SRC AFTER_SRC NAMES... --out DIR [--rounds 2] [--mode fwd+bwd]
+        [--case KEY=VALUE ...]...
 
-Each round runs ``tritonkit bench NAMES --providers tritonkit --cuda-graph --dtype bfloat16 --sizes sweep`` once
-with each tree on PYTHONPATH (before, after, before, after, ...), in fresh processes that share one calibration, so
+Each round runs ``tritonkit bench NAMES --providers tritonkit --cuda-graph --dtype bfloat16 --sizes sweep`` (or,
+with ``--case``, repeatable, those cases in place of the kernels' own, as ``tritonkit bench --case``) once with each
+tree on PYTHONPATH (before, after, before, after, ...), in fresh processes that share one calibration, so
 that drift of the GPU's clocks over the call lands on both. Per case the best of the rounds is kept (the least
 disturbed run), and the table gives before, after and after / before. Writes DIR/before-after.md and .json; prints
 the table.
@@ -19,12 +21,15 @@ import sys
 from pathlib import Path
 
 
-def bench(src: str, names: list[str], mode: str, out: Path, label: str, cache: Path) -> dict:
-    """One ``tritonkit bench`` run of the tree ``src``: case id -> ms (CUDA-graph GPU time of tritonkit)."""
+def bench(src: str, names: list[str], mode: str, out: Path, label: str, cache: Path,
+          cases: list[list[str]] | None = None) -> dict:  # fmt: skip
+    """One ``tritonkit bench`` run of the tree ``src`` (over ``cases``, each a list of KEY=VALUE, when given): case
+    id -> ms (CUDA-graph GPU time of tritonkit)."""
     env = {**os.environ, "PYTHONPATH": src, "TRITONKIT_CACHE_DIR": str(cache), "TRITONKIT_AUTOTUNE": "quick"}
     env.pop("TRITON_INTERPRET", None)
-    command = [sys.executable, "-m", "tritonkit", "bench", *names, "--mode", mode, "--dtype", "bfloat16", "--sizes",
-               "sweep", "--providers", "tritonkit", "--cuda-graph", "--out", str(out), "--label", label]  # fmt: skip
+    sizes = [word for case in cases for word in ("--case", *case)] if cases else ["--sizes", "sweep"]
+    command = [sys.executable, "-m", "tritonkit", "bench", *names, "--mode", mode, "--dtype", "bfloat16", *sizes,
+               "--providers", "tritonkit", "--cuda-graph", "--out", str(out), "--label", label]  # fmt: skip
     result = subprocess.run(command, env=env, capture_output=True, text=True)
     (out / f"{label}.log").write_text(result.stdout + result.stderr)
     if result.returncode:
@@ -42,6 +47,13 @@ def main() -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--mode", default="fwd+bwd")
+    parser.add_argument(
+        "--case",
+        nargs="+",
+        action="append",
+        metavar="KEY=VALUE",
+        help="time this case in place of the kernels' own (repeatable; tritonkit bench --case)",
+    )
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -50,7 +62,7 @@ def main() -> int:
     for index in range(args.rounds):
         for which in ("before", "after"):
             src = args.before if which == "before" else args.after
-            runs[which].append(bench(src, args.names, args.mode, out, f"{which}-{index}", cache))
+            runs[which].append(bench(src, args.names, args.mode, out, f"{which}-{index}", cache, args.case))
     keys = [key for key in runs["before"][0] if all(key in run for run in runs["before"] + runs["after"])]
     table = []
     for spec, case in keys:
@@ -62,7 +74,7 @@ def main() -> int:
         f"# Before and after, {args.mode}, bfloat16, CUDA-graph GPU time (best of {args.rounds} alternating rounds)",
         "",
         f"before: {args.before}; after: {args.after}; `tritonkit bench NAMES --mode {args.mode} --providers tritonkit "
-        "--cuda-graph --sizes sweep`.",
+        f"--cuda-graph {' '.join('--case ' + ' '.join(c) for c in args.case) if args.case else '--sizes sweep'}`.",
         "",
         "| kernel | case | before ms | after ms | after / before |",
         "|---|---|---|---|---|",
