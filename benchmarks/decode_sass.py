@@ -1,8 +1,8 @@
 """Flash decoding's sm_90 machine code, without a GPU: the decode kernel compiled for Hopper (as a GPU launch would
-specialise it: tests/compile_for_hopper.py's Recorder) for each cache format, at d128, GQA 32:8, pages of 64, four
-splits, this Hopper plan; prints each key loop's SASS by opcode, its instructions per K or V value read (per thread:
-the loop's count times the threads of a program over the block's 2 x BLOCK_N x 128 values), and the kinds of its
-loads and stores.
+specialise it: tests/compile_for_hopper.py's Recorder) for each cache format, at B8, d128, GQA 32:8, pages of 64,
+four splits, this Hopper plan; prints each key loop's SASS by opcode, its instructions per K or V value read (per
+thread: the loop's count times the threads of a program over the block's 2 x BLOCK_N x 128 values), and the kinds of
+its loads and stores.
 
     python benchmarks/decode_sass.py [int4 int8 fp8 plain]
 
@@ -21,7 +21,8 @@ import tempfile
 from pathlib import Path
 
 FORMATS = ("int4", "int8", "fp8", "plain")
-B, S, HQ, HK, D, PAGE, SPLITS = 1, 4096, 32, 8, 128, 64, 4
+# B8: 256 programs for the 132 multiprocessors set below, so the plans' own warps (not DecodePlan.one_wave_warps)
+B, S, HQ, HK, D, PAGE, SPLITS = 8, 4096, 32, 8, 128, 64, 4
 
 
 def _launch(fmt: str) -> None:
