@@ -171,7 +171,8 @@ GEMV_MEASURED: dict[str, tuple] = {
 # tiles, K unsplit (no partials), pipelined four deep, codes as words. On the H200 at N 4096 (256 tiles for 132
 # multiprocessors; benchmarks/gemv_plans.py, 2026-11-29-gemv-plans-unsplit.md, CUDA-graph GPU time): K 4096 8.46 ->
 # 7.40 us (47% -> 54% of the copy), K 8192 12.45 -> 12.01; at N 14336 and 28672 (7 and 14 such tiles a
-# multiprocessor) the split plan above stays 3-6% faster.
+# multiprocessor) the split plan above stays 3-6% faster. Timed with int8 codes and row scales; float8 codes and
+# group scales (K steps of at most a group) take it untimed, as they take GEMV_MEASURED's plans.
 GEMV_NARROW: dict[str, GemvPlan] = {"sm90": GemvPlan(1, 16, 512, 4, 4, 2, 512, splits=1, words=True)}
 
 # Each split writes an fp32 partial (4 bytes per row of x and output) for the block_k-wide slices of w it reads (1
