@@ -64,10 +64,41 @@ def _loops(sass: str) -> list[tuple[int, int, collections.Counter]]:
     return found
 
 
+def report_loops(sass: str, threads: int, values: int, shortest: int = 100) -> None:
+    """Print each loop of at least ``shortest`` instructions in ``sass``: its count, the count per value of the
+    ``values`` a step of the loop reads over a program's ``threads``, its opcodes and its loads and stores."""
+    for start, end, opcodes in _loops(sass):
+        count = sum(opcodes.values())
+        if count < shortest:
+            continue
+        memory = {op: n for op, n in opcodes.items() if op.startswith(("LDG", "LDS", "STS", "LDGSTS"))}
+        print(f"  loop {start:#x}-{end:#x}: {count} instructions, {count * threads / values:.2f} a value")
+        base = collections.Counter()
+        for op, n in opcodes.items():
+            base[op.split(".")[0]] += n
+        print(f"    {dict(base.most_common(16))}")
+        print(f"    memory: {memory}")
+
+
+def compile_sass(kernel, signature, constexprs, options, attrs) -> tuple:
+    """(compiled kernel, nvdisasm's listing) of a launch recorded by tests/compile_for_hopper.py's Recorder, compiled
+    for sm_90."""
+    import triton
+
+    import compile_for_hopper as hopper
+
+    source = triton.compiler.ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
+    compiled = triton.compile(source, target=hopper.HOPPER, options=options or None)
+    nvdisasm = Path(triton.__file__).parent / "backends/nvidia/bin/nvdisasm"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
+        cubin.write(compiled.asm["cubin"])
+        cubin.flush()
+        return compiled, subprocess.run([nvdisasm, "-c", cubin.name], capture_output=True, text=True).stdout
+
+
 def main(argv=None) -> int:
     os.environ.pop("TRITON_INTERPRET", None)  # compile, not interpret
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    import triton
     from triton.runtime.autotuner import Autotuner
     from triton.runtime.jit import JITFunction
 
@@ -76,7 +107,6 @@ def main(argv=None) -> int:
     from tritonkit.ops.decoding import launch
 
     formats = (argv if argv is not None else sys.argv[1:]) or FORMATS
-    nvdisasm = Path(triton.__file__).parent / "backends/nvidia/bin/nvdisasm"
     checks.kernels_interpreted = lambda: True  # CPU tensors pass the device check; the launches are only recorded
     launch.arch, launch.sm_count = (lambda device: "sm90"), (lambda device: 132)
     launch.upcast_bf16_dots = lambda dtype: False  # the GPU's code paths
@@ -87,28 +117,12 @@ def main(argv=None) -> int:
         for key, (kernel, signature, constexprs, options) in recorder.variants.items():
             if key[0] != "_decode_kernel":
                 continue
-            source = triton.compiler.ASTSource(fn=kernel, signature=signature, constexprs=constexprs,
-                                               attrs=recorder.attrs[key])  # fmt: skip
-            compiled = triton.compile(source, target=hopper.HOPPER, options=options or None)
-            with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
-                cubin.write(compiled.asm["cubin"])
-                cubin.flush()
-                sass = subprocess.run([nvdisasm, "-c", cubin.name], capture_output=True, text=True).stdout
+            compiled, sass = compile_sass(kernel, signature, constexprs, options, recorder.attrs[key])
             threads = 32 * options.get("num_warps", 4)
             values = 2 * constexprs["BLOCK_N"] * D
             print(f"{fmt}: {options.get('num_warps')} warps, {options.get('num_stages')} stages, BLOCK_N "
                   f"{constexprs['BLOCK_N']}, {compiled.metadata.shared} B of shared memory")  # fmt: skip
-            for start, end, opcodes in _loops(sass):
-                count = sum(opcodes.values())
-                if count < 100:
-                    continue
-                memory = {op: n for op, n in opcodes.items() if op.startswith(("LDG", "LDS", "STS", "LDGSTS"))}
-                print(f"  loop {start:#x}-{end:#x}: {count} instructions, {count * threads / values:.2f} a value")
-                base = collections.Counter()
-                for op, n in opcodes.items():
-                    base[op.split(".")[0]] += n
-                print(f"    {dict(base.most_common(16))}")
-                print(f"    memory: {memory}")
+            report_loops(sass, threads, values)
     return 0
 
 
