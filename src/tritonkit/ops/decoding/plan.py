@@ -8,10 +8,10 @@ that the reduction reads back).
 Plans are looked up by padded head dim and cache format. MEASURED holds what a sweep settled on the H200
 (benchmarks/decode_splits.py, docs/kernels/decoding.md): at d128, three stages and splits down to one key block, the
 key loop unpipelined where a split is at most 2 key blocks; for 8-bit caches 2 warps, 4 programs per multiprocessor
-and at least two splits, two stages for splits of 5 to 8 key blocks, int8 with its codes converted straight to bf16;
-for int4 2 warps at 4 programs per multiprocessor. Every other head dim and format, and any GPU never
-measured, take FALLBACK: key blocks of 64 (32 at d256) with two stages, which fit the 99 KB of shared memory of
-sm86/sm89 at every head dim and format.
+and at least two splits, two stages for splits of 3 to 8 key blocks, int8 with its codes converted straight to bf16;
+for int4 2 warps at 4 programs per multiprocessor; the 2-warp plans take 4 where the grid is one wave of lone
+programs. Every other head dim and format, and any GPU never measured, take FALLBACK: key blocks of 64 (32 at
+d256) with two stages, which fit the 99 KB of shared memory of sm86/sm89 at every head dim and format.
 """
 
 from __future__ import annotations
