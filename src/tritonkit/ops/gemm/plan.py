@@ -185,7 +185,7 @@ REDUCE_OUTPUTS = 2048
 REDUCE_WARPS = 4
 
 
-def gemv_plan(arch: str, m: int, n: int = 0, sm_count: int = 0) -> GemvPlan | None:
+def gemv_plan(arch: str, m: int, n: int, sm_count: int) -> GemvPlan | None:
     """The GEMV plan for a weight-only call with ``m`` rows of x and ``n`` outputs on a GPU of ``sm_count``
     multiprocessors, or None where the tiled kernel takes it."""
     narrow = GEMV_NARROW.get(arch)
