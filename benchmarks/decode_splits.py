@@ -130,20 +130,15 @@ class Runner:
         return case, self.input_sets(self.spec, case)
 
     def input_sets(self, spec, case) -> list:
+        """The case's input sets, seeded 0, 1, ...: one when dry, else as many as overflow L2 twice."""
+        import itertools
+
         import torch
 
-        from tritonkit.bench.harness import input_sets_needed
+        from tritonkit.bench.harness import make_input_sets
 
-        def make(seed: int):
-            return spec.make_inputs(case, self.device, self.dtype, torch.Generator(self.device).manual_seed(seed))
-
-        first = make(0)
-        if self.dry:
-            return [first]
-        tensors = [t for t in (*first.args, *first.kwargs.values()) if isinstance(t, torch.Tensor)]
-        l2_bytes = torch.cuda.get_device_properties(self.device).L2_cache_size
-        count = input_sets_needed(sum(t.nbytes for t in tensors), l2_bytes)
-        return [first, *(make(seed) for seed in range(1, count))]
+        l2_bytes = 0 if self.dry else torch.cuda.get_device_properties(self.device).L2_cache_size
+        return make_input_sets(spec, case, self.device, self.dtype, l2_bytes, itertools.count().__next__)
 
     def sdpa(self, b: int, s: int, part: str) -> float | None:
         """SDPA with GQA over a contiguous bf16 cache of this shape, timed as a row of ``part``: its milliseconds."""

@@ -76,6 +76,19 @@ def _tensors(inputs: Inputs) -> list[torch.Tensor]:
     return [v for v in values if isinstance(v, torch.Tensor)]
 
 
+def make_input_sets(spec: KernelSpec, case: Case, device: torch.device, dtype: torch.dtype, l2_bytes: int,
+                    next_seed: Callable[[], int]) -> list[Inputs]:  # fmt: skip
+    """The case's inputs, as many sets as overflow ``l2_bytes`` twice (input_sets_needed; one for 0), each made
+    from a generator seeded with the next of ``next_seed()``."""
+
+    def make() -> Inputs:
+        return spec.make_inputs(case, device, dtype, torch.Generator(device).manual_seed(next_seed()))
+
+    first = make()
+    count = input_sets_needed(sum(t.numel() * t.element_size() for t in _tensors(first)), l2_bytes)
+    return [first, *(make() for _ in range(count - 1))]
+
+
 def _differentiable_outputs(result) -> list[torch.Tensor]:
     """Every output a backward flows from: all of a tuple's, as a training step uses them all."""
     outputs = result if isinstance(result, (tuple, list)) else (result,)
@@ -210,13 +223,8 @@ def measure_case(
         if provider.name in COMPILED:
             torch._dynamo.reset()  # a fresh compile per case: no recompile limit, no stale guards
         try:
-            first = spec.make_inputs(case, device, dtype, torch.Generator(device).manual_seed(fresh_seed()))
-            bytes_per_set = sum(t.numel() * t.element_size() for t in _tensors(first))
-            n_sets = input_sets_needed(bytes_per_set, l2_bytes)
-            input_sets = [first] + [
-                spec.make_inputs(case, device, dtype, torch.Generator(device).manual_seed(fresh_seed()))
-                for _ in range(n_sets - 1)
-            ]
+            input_sets = make_input_sets(spec, case, device, dtype, l2_bytes, fresh_seed)
+            n_sets = len(input_sets)
             # Under CUDA graphs everything runs on the capture stream, the setup's forward of a "bwd" step
             # included: autograd runs each backward op on its forward op's stream, so a forward run
             # elsewhere would put the captured backward outside the capture.
