@@ -309,8 +309,9 @@ def decode_attention_fwd(
     rows = group * n_queries
     block_m = max(16, min(next_power_of_2(rows), plan.max_rows))
     row_blocks = cdiv(rows, block_m)
+    sms = sm_count(q.device)
     if num_splits == 0:
-        num_splits = choose_splits(n_batch * cache.n_heads * row_blocks, cache.capacity, sm_count(q.device), plan)
+        num_splits = choose_splits(n_batch * cache.n_heads * row_blocks, cache.capacity, sms, plan)
     part_o = part_lse = out  # stand-ins: one split writes out and lse itself
     if num_splits > 1:
         part_o = torch.empty((n_batch, n_queries, n_heads_q, num_splits, head_dim), dtype=torch.float32,
@@ -322,7 +323,7 @@ def decode_attention_fwd(
     else:
         qk_scale, softcap_log2 = scale * LOG2_E, 0.0
     grid = (num_splits * row_blocks, n_batch * cache.n_heads)
-    warps = plan.warps_for(grid[0] * grid[1], sm_count(q.device))
+    warps = plan.warps_for(grid[0] * grid[1], sms)
     _decode_kernel[grid](
         q, k_cache, v_cache, k_scales, v_scales, cache_seqlens, table, out, lse, part_o, part_lse,
         n_queries, n_heads_q, cache.n_heads, group, head_dim, UNBOUNDED if window < 0 else window, cache.capacity,
