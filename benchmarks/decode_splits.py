@@ -74,6 +74,7 @@ VARIANTS = {"int8": {"direct_codes": True}, "fp8": {"direct_codes": True}, "int4
 # --part tiles: each format's plan at key blocks 64 and 128, 2 and 4 warps, 2 and 3 stages (2 warps also at twice the
 # plan's programs per multiprocessor: half the warps per program), at these shapes.
 TILE_SHAPES = ((1, 32768), (8, 32768), (64, 4096))
+QUANTIZED_FORMATS = ("int8", "fp8", "int4")
 TILE_STAGES = (2, 3)  # --part tiles' pipeline depths unless --stages names others (1: the key loop unpipelined)
 
 
@@ -393,16 +394,16 @@ def pdl(runner: Runner, shapes) -> None:
             del sets
 
 
-def tiles(runner: Runner, shapes, stages=TILE_STAGES) -> None:
-    """--part tiles: SDPA and paged bf16's default plan, then every format at each tile of tile_grid(stages), paged
-    bf16 against SDPA, the quantized caches against paged bf16's default plan."""
+def tiles(runner: Runner, shapes, stages=TILE_STAGES, formats=QUANTIZED_FORMATS) -> None:
+    """--part tiles: SDPA and paged bf16's default plan, then paged bf16 and each of ``formats`` at each tile of
+    tile_grid(stages), paged bf16 against SDPA, the quantized caches against paged bf16's default plan."""
     from tritonkit.ops.decoding.plan import decode_plan
 
     d = runner.heads["d"]
     for b, s in shapes:
         sdpa_ms = runner.sdpa(b, s, "tiles")
         bf16_ms = None
-        for kv in ("plain", "int8", "fp8", "int4"):
+        for kv in ("plain", *formats):
             case, sets = runner.inputs(b, s, kv)
             default = decode_plan(runner.arch, d, kv)
             cache = "bf16" if kv == "plain" else kv
@@ -451,7 +452,7 @@ def _warm(task: tuple[int, int, bool, str, tuple, tuple, tuple]) -> None:
         quantized(runner, DRY["headline"] if dry else HEADLINE)
         return
     if part == "tiles":
-        tiles(runner, DRY["headline"] if dry else tile_shapes, stages)
+        tiles(runner, DRY["headline"] if dry else tile_shapes, stages, formats)
         return
     if part == "splits":
         splits(runner, DRY["shapes"] if dry else SPLIT_SHAPES, formats)
@@ -488,12 +489,14 @@ def main(argv: list[str] | None = None) -> int:
         "--formats",
         nargs="+",
         choices=("int8", "fp8", "int4"),
-        default=SPLIT_FORMATS,
-        help="--part splits: the quantized formats swept beside paged bf16 (default: int8 fp8)",
+        default=None,
+        help="--part splits and tiles: the quantized formats swept beside paged bf16 (default: int8 fp8 for splits, "
+        "all three for tiles)",
     )
     parser.add_argument("--compile-workers", type=int, default=min(12, (os.cpu_count() or 2) - 2),
                         help="processes compiling the kernel variants first (0: compile as the runs come)")  # fmt: skip
     args = parser.parse_args(argv)
+    formats = tuple(args.formats or (SPLIT_FORMATS if args.part == "splits" else QUANTIZED_FORMATS))
     if args.dry_run:
         os.environ["TRITON_INTERPRET"] = "1"
     import torch
@@ -510,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
         # into Triton's on-disk cache, they cost the timing process a cache read each.
         workers = args.compile_workers
         with multiprocessing.get_context("spawn").Pool(workers) as pool:
-            tasks = [(index, workers, args.dry_run, args.part, args.shapes, tuple(args.formats), tuple(args.stages))
+            tasks = [(index, workers, args.dry_run, args.part, args.shapes, formats, tuple(args.stages))
                      for index in range(workers)]  # fmt: skip
             pool.map(_warm, tasks)
         print(f"compiled in {time.perf_counter() - start:.0f} s by {workers} processes", flush=True)
@@ -520,10 +523,10 @@ def main(argv: list[str] | None = None) -> int:
         quantized(runner, DRY["headline"] if args.dry_run else HEADLINE)
         return _write(args, runner, start, "decode-quantized")
     if args.part == "tiles":
-        tiles(runner, DRY["headline"] if args.dry_run else args.shapes, tuple(args.stages))
+        tiles(runner, DRY["headline"] if args.dry_run else args.shapes, tuple(args.stages), formats)
         return _write(args, runner, start, "decode-tiles")
     if args.part == "splits":
-        splits(runner, DRY["shapes"] if args.dry_run else SPLIT_SHAPES, tuple(args.formats))
+        splits(runner, DRY["shapes"] if args.dry_run else SPLIT_SHAPES, formats)
         return _write(args, runner, start, "decode-split-counts")
     if args.part == "appends":
         appends(runner, DRY["appends"] if args.dry_run else APPEND_SHAPES, PROGRAM_TOKENS)

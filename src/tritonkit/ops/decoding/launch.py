@@ -185,6 +185,22 @@ def wants_value_checks(name: str, requested, cache_seqlens) -> bool:
     return wanted and not torch.compiler.is_compiling()
 
 
+def _as_words(cache: Cache, k_cache, v_cache, k_scales, v_scales, dtype: torch.dtype):
+    """An int4 cache viewed as int32 words, (k, v, k_scales, v_scales): its data eight codes a word, its scales one
+    (scale, zero) pair a word (the pair dim dropped), where the kernel may read it so (the queries 16-bit, groups of
+    at least 8 values, every row and pair on a 4-byte boundary); else None."""
+    if cache.format != "int4" or dtype == torch.float32 or cache.group < 8:
+        return None
+    for data in (k_cache, v_cache):
+        if data.stride(3) != 1 or data.storage_offset() % 4 or any(data.stride(dim) % 4 for dim in range(3)):
+            return None
+    for scales in (k_scales, v_scales):
+        if scales.stride(4) != 1 or scales.storage_offset() % 2 or any(scales.stride(dim) % 2 for dim in range(4)):
+            return None
+    views = (x.view(torch.int32) for x in (k_cache, v_cache))
+    return (*views, *(x.view(torch.int32).squeeze(4) for x in (k_scales, v_scales)))
+
+
 def _cache_strides(cache: torch.Tensor) -> tuple[int, int, int]:
     return cache.stride(0), cache.stride(1), cache.stride(2)
 
@@ -324,6 +340,9 @@ def decode_attention_fwd(
         qk_scale, softcap_log2 = scale * LOG2_E, 0.0
     grid = (num_splits * row_blocks, n_batch * cache.n_heads)
     warps = plan.warps_for(grid[0] * grid[1], sms)
+    words = _as_words(cache, k_cache, v_cache, k_scales, v_scales, q.dtype)
+    if words is not None:
+        k_cache, v_cache, k_scales, v_scales = words
     _decode_kernel[grid](
         q, k_cache, v_cache, k_scales, v_scales, cache_seqlens, table, out, lse, part_o, part_lse,
         n_queries, n_heads_q, cache.n_heads, group, head_dim, UNBOUNDED if window < 0 else window, cache.capacity,
@@ -333,8 +352,10 @@ def decode_attention_fwd(
         out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1),
         KV=cache.format, PAGED=cache.paged, PAGE_SIZE=cache.page_size, CAUSAL=causal, SOFTCAP=softcap != 0.0,
         n_splits=num_splits, SPLIT=num_splits > 1, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        UPCAST=upcast_bf16_dots(q.dtype), DIRECT_CODES=plan.direct_codes and cache.format in ("int8", "fp8"),
-        BLOCK_M=block_m, BLOCK_N=plan.block_n, BLOCK_D=block_d, GROUP=max(cache.group, 2), PDL=pdl,
+        UPCAST=upcast_bf16_dots(q.dtype) and words is None,  # int4 words: fp16 operands, whatever q's dtype
+        DIRECT_CODES=plan.direct_codes and cache.format in ("int8", "fp8"),
+        BLOCK_M=block_m, BLOCK_N=plan.block_n, BLOCK_D=block_d, GROUP=max(cache.group, 2), INT4_WORDS=words is not None,
+        PDL=pdl,
         num_warps=warps, num_stages=plan.stages_for(cache.capacity, num_splits), launch_pdl=pdl,
     )  # fmt: skip
     if num_splits > 1:

@@ -100,13 +100,14 @@ _SM90_INT8 = DecodePlan(64, 2, 3, 64, direct_codes=True, programs_per_sm=4, min_
                         short_split_stages=_SHORT_8BIT, one_wave_warps=ONE_WAVE_WARPS, pdl=True)  # fmt: skip
 _SM90_FP8 = DecodePlan(64, 2, 3, 64, programs_per_sm=4, min_keys_per_split=64, min_splits=2,
                        short_split_stages=_SHORT_8BIT, one_wave_warps=ONE_WAVE_WARPS, pdl=True)  # fmt: skip
-# int4's kernel is bound by its unpacking, not by bytes: its fastest split counts follow the token count, as
-# plain's do, with splits down to one key block, not FALLBACK's 512-key splits (2026-11-29-decode-split-counts
+# int4's kernel is bound by its unpacking and latency, not by bytes: its fastest split counts follow the token count,
+# as plain's do, with splits down to one key block, not FALLBACK's 512-key splits (2026-11-29-decode-split-counts
 # .json, B1 to B16 x S1k to S32k: B1 S1k 9.2 against 30.0 us, B8 S1k 23.8 against 30.3). 2 warps at 4 programs
 # a multiprocessor and 2 stages, against FALLBACK's 4 warps at 2 (2026-11-29-decode-tiles-stages-long.json):
 # B8 S32k 557 -> 413 us, B64 S4k 560 -> 414, B1 S131k 283 -> 214, B1 S32k 79 -> 64; one stage up to 2
 # blocks (B8 S1k 22.2 -> 19.8, B1 S8k 23.0 -> 20.3); B1 S1k 8.9 -> 10.0 us (the decode table),
-# where 4 warps win: ONE_WAVE_WARPS.
+# where 4 warps win: ONE_WAVE_WARPS. Kept for the word path (2026-11-30-decode-tiles-int4-words.json: fastest or
+# within 1% at B1 S1k, B8 S8k and S32k, B64 S4k; 4 warps 1.2-1.4x slower at long caches, 3 and 4 stages slower).
 _SM90_INT4 = DecodePlan(64, 2, 2, 64, programs_per_sm=4, min_keys_per_split=64, short_split_stages=_SHORT_PLAIN,
                         one_wave_warps=ONE_WAVE_WARPS, pdl=True)  # fmt: skip
 MEASURED: dict[str, dict[tuple[int, str], DecodePlan]] = {
