@@ -23,9 +23,9 @@ plan, and int8, fp8 and int4 with theirs, int8 and fp8 also with their plan's di
 converted straight to bf16 or through fp32); each against bf16 (bf16_over_this).
 
 ``--part tiles`` (``<date>-decode-tiles.json``): at TILE_SHAPES (or ``--shapes B:S,...``), SDPA and each format's
-plan, then each format at every key block, warp count and stage count of tile_grid (the depths of ``--stages``; 2
-warps also at twice the plan's programs per multiprocessor); paged bf16 against SDPA, the quantized caches against
-paged bf16's plan.
+plan, then each format of ``--formats`` (default all four, "plain" for paged bf16) at every key block, warp count
+and stage count of tile_grid (the blocks of ``--blocks``, the depths of ``--stages``; 2 warps also at twice the
+plan's programs per multiprocessor); paged bf16 against SDPA, the quantized caches against paged bf16's plan.
 
 ``--part pdl`` (``<date>-decode-pdl.json``): at PDL_SHAPES (short caches, where the launches weigh, and one long one),
 SDPA, then paged bf16 and each quantized format with this GPU's plans, their launches plain and programmatic
@@ -74,13 +74,14 @@ VARIANTS = {"int8": {"direct_codes": True}, "fp8": {"direct_codes": True}, "int4
 # --part tiles: each format's plan at key blocks 64 and 128, 2 and 4 warps, 2 and 3 stages (2 warps also at twice the
 # plan's programs per multiprocessor: half the warps per program), at these shapes.
 TILE_SHAPES = ((1, 32768), (8, 32768), (64, 4096))
-QUANTIZED_FORMATS = ("int8", "fp8", "int4")
+TILE_FORMATS = ("plain", "int8", "fp8", "int4")  # --part tiles' formats swept unless --formats names others
 TILE_STAGES = (2, 3)  # --part tiles' pipeline depths unless --stages names others (1: the key loop unpipelined)
+TILE_BLOCKS = (64, 128)  # --part tiles' key blocks unless --blocks names others
 
 
-def tile_grid(stages=TILE_STAGES) -> tuple:
+def tile_grid(stages=TILE_STAGES, blocks=TILE_BLOCKS) -> tuple:
     """--part tiles' (key block, warps, stages) candidates."""
-    return tuple((block_n, warps, depth) for block_n in (64, 128) for warps in (2, 4) for depth in stages)
+    return tuple((block_n, warps, depth) for block_n in blocks for warps in (2, 4) for depth in stages)
 
 
 # --part splits: paged bf16, int8 and fp8 with their plans at the heuristic's split count and at each of
@@ -394,16 +395,17 @@ def pdl(runner: Runner, shapes) -> None:
             del sets
 
 
-def tiles(runner: Runner, shapes, stages=TILE_STAGES, formats=QUANTIZED_FORMATS) -> None:
-    """--part tiles: SDPA and paged bf16's default plan, then paged bf16 and each of ``formats`` at each tile of
-    tile_grid(stages), paged bf16 against SDPA, the quantized caches against paged bf16's default plan."""
+def tiles(runner: Runner, shapes, grid, formats=TILE_FORMATS) -> None:
+    """--part tiles: SDPA and paged bf16's default plan, then each of ``formats`` ("plain": paged bf16) with its
+    default plan and at each (key block, warps, stages) of ``grid``; paged bf16 against SDPA, the quantized caches
+    against paged bf16's default plan."""
     from tritonkit.ops.decoding.plan import decode_plan
 
     d = runner.heads["d"]
     for b, s in shapes:
         sdpa_ms = runner.sdpa(b, s, "tiles")
         bf16_ms = None
-        for kv in ("plain", *formats):
+        for kv in ("plain", *(f for f in formats if f != "plain")):
             case, sets = runner.inputs(b, s, kv)
             default = decode_plan(runner.arch, d, kv)
             cache = "bf16" if kv == "plain" else kv
@@ -412,7 +414,7 @@ def tiles(runner: Runner, shapes, stages=TILE_STAGES, formats=QUANTIZED_FORMATS)
                              baseline_ms, baseline=baseline)  # fmt: skip
             if kv == "plain":
                 bf16_ms = ms
-            for block_n, warps, depth in tile_grid(stages):
+            for block_n, warps, depth in grid if kv in formats else ():
                 for per_sm in (default.programs_per_sm, 2 * default.programs_per_sm)[: 2 if warps == 2 else 1]:
                     plan = dataclasses.replace(default, block_n=block_n, warps=warps, stages=depth,
                                                programs_per_sm=per_sm, short_split_stages=(),
@@ -446,13 +448,13 @@ def splits(runner: Runner, shapes, formats=SPLIT_FORMATS) -> None:
 
 
 def _warm(task: tuple[int, int, bool, str, tuple, tuple, tuple]) -> None:
-    index, workers, dry, part, tile_shapes, formats, stages = task
+    index, workers, dry, part, tile_shapes, formats, grid = task
     runner = Runner(dry, math.inf, 0, warm=(index, workers))
     if part == "quantized":
         quantized(runner, DRY["headline"] if dry else HEADLINE)
         return
     if part == "tiles":
-        tiles(runner, DRY["headline"] if dry else tile_shapes, stages, formats)
+        tiles(runner, DRY["headline"] if dry else tile_shapes, grid, formats)
         return
     if part == "splits":
         splits(runner, DRY["shapes"] if dry else SPLIT_SHAPES, formats)
@@ -483,20 +485,23 @@ def main(argv: list[str] | None = None) -> int:
                              "with their launches programmatic, at short caches")  # fmt: skip
     parser.add_argument("--stages", type=int, nargs="+", default=list(TILE_STAGES),
                         help="--part tiles: the key loop's pipeline depths tried (default: 2 3)")  # fmt: skip
+    parser.add_argument("--blocks", type=int, nargs="+", default=list(TILE_BLOCKS),
+                        help="--part tiles: the key blocks tried (default: 64 128)")  # fmt: skip
     parser.add_argument("--shapes", type=_shapes, default=TILE_SHAPES,
                         help="--part tiles: B:S pairs, comma-separated (default: TILE_SHAPES)")  # fmt: skip
     parser.add_argument(
         "--formats",
         nargs="+",
-        choices=("int8", "fp8", "int4"),
+        choices=("plain", "int8", "fp8", "int4"),
         default=None,
-        help="--part splits and tiles: the quantized formats swept beside paged bf16 (default: int8 fp8 for splits, "
-        "all three for tiles)",
+        help="--part splits: the quantized formats swept beside paged bf16 (default: int8 fp8); --part tiles: the "
+        "formats whose tiles are swept, plain for paged bf16 (default: all four)",
     )
     parser.add_argument("--compile-workers", type=int, default=min(12, (os.cpu_count() or 2) - 2),
                         help="processes compiling the kernel variants first (0: compile as the runs come)")  # fmt: skip
     args = parser.parse_args(argv)
-    formats = tuple(args.formats or (SPLIT_FORMATS if args.part == "splits" else QUANTIZED_FORMATS))
+    formats = tuple(args.formats or (SPLIT_FORMATS if args.part == "splits" else TILE_FORMATS))
+    grid = tile_grid(tuple(args.stages), tuple(args.blocks))
     if args.dry_run:
         os.environ["TRITON_INTERPRET"] = "1"
     import torch
@@ -513,7 +518,7 @@ def main(argv: list[str] | None = None) -> int:
         # into Triton's on-disk cache, they cost the timing process a cache read each.
         workers = args.compile_workers
         with multiprocessing.get_context("spawn").Pool(workers) as pool:
-            tasks = [(index, workers, args.dry_run, args.part, args.shapes, formats, tuple(args.stages))
+            tasks = [(index, workers, args.dry_run, args.part, args.shapes, formats, grid)
                      for index in range(workers)]  # fmt: skip
             pool.map(_warm, tasks)
         print(f"compiled in {time.perf_counter() - start:.0f} s by {workers} processes", flush=True)
@@ -523,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
         quantized(runner, DRY["headline"] if args.dry_run else HEADLINE)
         return _write(args, runner, start, "decode-quantized")
     if args.part == "tiles":
-        tiles(runner, DRY["headline"] if args.dry_run else args.shapes, tuple(args.stages), formats)
+        tiles(runner, DRY["headline"] if args.dry_run else args.shapes, grid, formats)
         return _write(args, runner, start, "decode-tiles")
     if args.part == "splits":
         splits(runner, DRY["shapes"] if args.dry_run else SPLIT_SHAPES, formats)

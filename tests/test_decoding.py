@@ -212,23 +212,23 @@ def test_quantized_plan_variants_match_the_reference(device, fmt, variant, dtype
     assert torch.all(out[2] == 0) and torch.all(lse[2] == -math.inf)  # the empty sequence
 
 
-@pytest.mark.parametrize("words", [True, False], ids=["as-words", "as-bytes"])
-def test_int4_queries_beyond_fp16s_range_and_both_readings(device, words):
+@pytest.mark.parametrize("halfwords", [True, False], ids=["as-halfwords", "as-bytes"])
+def test_int4_queries_beyond_fp16s_range_and_both_readings(device, halfwords):
     """bf16 queries reach int4 caches' fp16 products scaled row by row: rows 2^40 and 2^-40 times larger than usual,
     far outside fp16's range, against the reference on the dequantized cache. A cache whose rows do not start on
-    4-byte boundaries (a view 2 bytes into its storage) is read byte by byte, with the same result."""
+    2-byte boundaries (a view 1 byte into its storage) is read byte by byte, with the same result."""
     inputs = _problem(device, lens=(70, 3, 0, 33), hq=8, hk=2, d=64, dtype=torch.bfloat16, fmt="int4")
     q, k_cache, v_cache, lengths = inputs.args
     options = inputs.kwargs
     q = q.clone()
     q[0, :, 1] *= 2.0**40
     q[3, :, 5] *= 2.0**-40
-    if not words:
-        k_cache = torch.cat([k_cache.new_zeros(2), k_cache.flatten()])[2:].view(k_cache.shape)
-        v_cache = torch.cat([v_cache.new_zeros(2), v_cache.flatten()])[2:].view(v_cache.shape)
+    if not halfwords:
+        k_cache = torch.cat([k_cache.new_zeros(1), k_cache.flatten()])[1:].view(k_cache.shape)
+        v_cache = torch.cat([v_cache.new_zeros(1), v_cache.flatten()])[1:].view(v_cache.shape)
     k_scales, v_scales = options["k_scales"], options["v_scales"]
     cache = launch.describe_cache(k_cache, options["block_table"], k_scales, q.dtype, 64)
-    assert (launch._as_words(cache, k_cache, v_cache, k_scales, v_scales, q.dtype) is not None) == words
+    assert (launch._as_halfwords(cache, k_cache, v_cache, k_scales, v_scales, q.dtype, 64) is not None) == halfwords
     out, lse = launch.decode_attention_fwd(q, k_cache, v_cache, lengths, options["block_table"], k_scales, v_scales,
                                            1 / math.sqrt(q.shape[-1]), True, -1, 0.0, 3)  # fmt: skip
     expected, expected_lse = REFERENCE(q.double(), k_cache, v_cache, lengths, block_table=options["block_table"],

@@ -3,8 +3,6 @@
 import triton
 import triton.language as tl
 
-from tritonkit._core.jit.fastmath import PTX_MATH
-
 
 @triton.jit
 def dot_fp32(a, b, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, MAX_IMPRECISE: tl.constexpr = None, acc=None):
@@ -27,17 +25,3 @@ def _as_fp32(x):
         return tl.where(nan_code, float("nan"), x.to(tl.float32))
     else:
         return x.to(tl.float32)
-
-
-@triton.jit
-def joined_operand(x):
-    """x (a 16-bit tile built by tl.join) unchanged, as an operand of tl.dot that keeps the 16-bit layout. Triton
-    (3.6) picks a product's operand layout from the narrowest load behind it and halves that width for every join
-    on the way, so a tile joined from 16-bit values is laid out as 8-bit codes would be (kWidth 4), and ptxas then
-    copies every fragment into place before each MMA (about one MOV a value in flash decoding's int4 loop). A copy
-    the compiler may not look through (inline assembly with side effects, one MOV a pair that ptxas removes) ends
-    that trace. The interpreter and other GPUs take x as it is."""
-    if PTX_MATH:
-        return tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [x], dtype=x.dtype, is_pure=False, pack=2)
-    else:
-        return x

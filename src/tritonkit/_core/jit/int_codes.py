@@ -99,16 +99,19 @@ def word_bytes_as_floats(b_word):
     return v0, v1, v2, v3
 
 
-# Nibbles j and j + 4 of a word placed in the two fp16 halves of a register under 1024's exponent (bits 0x6400 | q:
-# exactly 1024 + q) by one LOP3 each, from the word shifted by 4 j; less 1024 (exact), then q scale + zero in one
-# packed FMA, rounded once to fp16. The halves come out as they sit in the registers, pair by pair.
-_WORD_HALVES = tl.constexpr("""{
-.reg .b32 s1, s2, s3, p0, p1, p2, p3, bias;
+# Nibble j of each of two 16-bit halfwords (the first at bits 4 j, the second at 16 + 4 j) placed in the two fp16
+# halves of a register as 1024 + q by one LOP3 after a shift by 4 j; less 1024, then q scale + zero in one packed
+# FMA. $4 holds the two halfwords, $5 and $6 their (scale, zero) pairs (scale in the low half): the scales of both
+# in one register and the zeros in another by two byte permutes.
+_HALFWORD_PAIR_HALVES = tl.constexpr("""{
+.reg .b32 s1, s2, s3, p0, p1, p2, p3, bias, scale, zero;
 mov.b32 bias, 0x64006400;
-shr.u32 s1, $8, 4;
-shr.u32 s2, $8, 8;
-shr.u32 s3, $8, 12;
-lop3.b32 p0, $8, 0x000F000F, 0x64006400, 0xEA;
+prmt.b32 scale, $5, $6, 0x5410;
+prmt.b32 zero, $5, $6, 0x7632;
+shr.u32 s1, $4, 4;
+shr.u32 s2, $4, 8;
+shr.u32 s3, $4, 12;
+lop3.b32 p0, $4, 0x000F000F, 0x64006400, 0xEA;
 lop3.b32 p1, s1, 0x000F000F, 0x64006400, 0xEA;
 lop3.b32 p2, s2, 0x000F000F, 0x64006400, 0xEA;
 lop3.b32 p3, s3, 0x000F000F, 0x64006400, 0xEA;
@@ -116,50 +119,32 @@ sub.f16x2 p0, p0, bias;
 sub.f16x2 p1, p1, bias;
 sub.f16x2 p2, p2, bias;
 sub.f16x2 p3, p3, bias;
-fma.rn.f16x2 p0, p0, $9, $10;
-fma.rn.f16x2 p1, p1, $9, $10;
-fma.rn.f16x2 p2, p2, $9, $10;
-fma.rn.f16x2 p3, p3, $9, $10;
-mov.b32 {$0, $1}, p0;
-mov.b32 {$2, $3}, p1;
-mov.b32 {$4, $5}, p2;
-mov.b32 {$6, $7}, p3;
+fma.rn.f16x2 $0, p0, scale, zero;
+fma.rn.f16x2 $1, p1, scale, zero;
+fma.rn.f16x2 $2, p2, scale, zero;
+fma.rn.f16x2 $3, p3, scale, zero;
 }""")
 
 
 @triton.jit
-def word_nibbles_as_halves(b_word, b_pair):
-    """The eight 4-bit codes q_j of int32 words (nibble j at bits 4 j ..) as eight fp16 tiles of q_j scale + zero, each
-    rounded once, in the order q_0, q_4, q_1, q_5, q_2, q_6, q_3, q_7: the pairs (q_j, q_j+4) that one register holds,
-    so that tiles joined in this order need no repacking. b_pair: int32 words holding the fp16 scale in their low
-    half and the zero in their high half, broadcast against the words. Per pair of values one LOP3, one packed
-    subtraction and one packed FMA, plus a shift (PTX), against the fp32 way's LOP3, FADD, FFMA and half a
-    conversion a value. The interpreter and other GPUs compute q_j scale + zero in fp32 and round it to fp16."""
+def halfword_nibbles_as_halves(b_half, b_pair):
+    """The four 4-bit codes q_j of int16 halfwords (nibble j at bits 4 j ..) as four fp16 tiles of q_j scale + zero,
+    each rounded once, the tiles of b_half's shape. b_pair: int32 words holding each halfword's fp16 scale in their
+    low half and its zero in their high half (broadcast against the halfwords). Elementwise, so Triton converts the
+    halfwords where a product's operand layout holds them (no trip of the values through shared memory): per two
+    halfwords two byte permutes and three shifts, and for each of the four pairs of values one LOP3, one packed
+    subtraction and one packed FMA (PTX). The interpreter and other GPUs compute q_j scale + zero in fp32 and round
+    it to fp16."""
     if PTX_MATH:
-        scales = (b_pair & 0xFFFF) * 0x10001  # the scale in both halves
-        zeros = ((b_pair >> 16) & 0xFFFF) * 0x10001
-        h0, h1, h2, h3, h4, h5, h6, h7 = tl.inline_asm_elementwise(
-            _WORD_HALVES, "=h,=h,=h,=h,=h,=h,=h,=h,r,r,r", [b_word, scales, zeros], dtype=(tl.float16,) * 8,
-            is_pure=True, pack=1,
-        )  # fmt: skip
+        h0, h1, h2, h3 = tl.inline_asm_elementwise(
+            _HALFWORD_PAIR_HALVES, "=r,=r,=r,=r,r,r,r", [b_half, b_pair], dtype=(tl.float16,) * 4, is_pure=True, pack=2
+        )
     else:
-        v0, v1, v2, v3, v4, v5, v6, v7 = word_nibbles_as_floats(b_word)
+        bits = b_half.to(tl.int32) & 0xFFFF
         scale = b_pair.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
         zero = (b_pair >> 16).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
-        # v_j carries 2^e_j q_j, e_j = 0, 4, 8, 12, 16, 0, 4, 8 (word_nibbles_as_floats)
-        h0 = ((v0 - CODE_BIAS) * scale + zero).to(tl.float16)
-        h1 = ((v4 - CODE_BIAS) * (scale * 0.0000152587890625) + zero).to(tl.float16)
-        h2 = ((v1 - CODE_BIAS) * (scale * 0.0625) + zero).to(tl.float16)
-        h3 = ((v5 - CODE_BIAS) * scale + zero).to(tl.float16)
-        h4 = ((v2 - CODE_BIAS) * (scale * 0.00390625) + zero).to(tl.float16)
-        h5 = ((v6 - CODE_BIAS) * (scale * 0.0625) + zero).to(tl.float16)
-        h6 = ((v3 - CODE_BIAS) * (scale * 0.000244140625) + zero).to(tl.float16)
-        h7 = ((v7 - CODE_BIAS) * (scale * 0.00390625) + zero).to(tl.float16)
-    return h0, h1, h2, h3, h4, h5, h6, h7
-
-
-@triton.jit
-def interleave_eight(x0, x1, x2, x3, x4, x5, x6, x7):
-    """Tiles [..., W] x_j as one [..., W, 8] whose element [..., w, j] is x_j[..., w] (register moves only)."""
-    # Three levels of joins: the first adds the slowest of the three new dims (index bit 2 of j), the last the fastest.
-    return tl.join(tl.join(tl.join(x0, x4), tl.join(x2, x6)), tl.join(tl.join(x1, x5), tl.join(x3, x7)))
+        h0 = ((bits & 15).to(tl.float32) * scale + zero).to(tl.float16)
+        h1 = (((bits >> 4) & 15).to(tl.float32) * scale + zero).to(tl.float16)
+        h2 = (((bits >> 8) & 15).to(tl.float32) * scale + zero).to(tl.float16)
+        h3 = ((bits >> 12).to(tl.float32) * scale + zero).to(tl.float16)
+    return h0, h1, h2, h3

@@ -34,9 +34,9 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from tritonkit._core.jit.dots import dot_fp32, joined_operand
+from tritonkit._core.jit.dots import dot_fp32
 from tritonkit._core.jit.fastmath import LOG2_E, tanh_via_exp2
-from tritonkit._core.jit.int_codes import code_as_float, interleave_eight, word_nibbles_as_halves
+from tritonkit._core.jit.int_codes import code_as_float, halfword_nibbles_as_halves
 from tritonkit._core.jit.rounding import round_to_float8, rounded_int32, to_dot_operand
 
 
@@ -158,36 +158,42 @@ def _int4_values(p_data, off_data, p_scales, off_scales, m_r, head_dim, stride_s
 
 
 @triton.jit
-def _int4_word_values(p_words, off_words, p_pairs, off_pairs, m_r, head_dim, stride_pair_g, BLOCK_D: tl.constexpr,
-                      GROUP: tl.constexpr):  # fmt: skip
-    """fp16 values [R, BLOCK_D] of int4 rows read as int32 words of eight codes (p_words: the data as int32, off_words
-    [R] in words; G >= 8, so that a word lies in one group), their groups' (scale, zero) pairs as int32 words too
-    (p_pairs, off_pairs [R] and stride_pair_g in words: loads of 4 bytes, which the key loop's pipeline copies
-    ahead, where 2-byte ones it leaves to wait in each step), each q scale + zero rounded once to fp16
-    (word_nibbles_as_halves), with each word's values in the order its registers hold them: column c holds the value
-    of _int4_word_columns(c) (value 8 w + j is nibble j of word w). Against _int4_values (bytes, fp32 arithmetic,
-    each value converted to the 16-bit operand), 4.3 instead of 9.5 sm_90 instructions a value in the decode loop.
-    Padding columns and masked rows read 0."""
+def _int4_quarters(p_halves, off_halves, p_pairs, off_pairs, m_r, head_dim, stride_pair_g, BLOCK_D: tl.constexpr,
+                   GROUP: tl.constexpr):  # fmt: skip
+    """fp16 values of int4 rows as four tiles x_j [R, BLOCK_D / 4], x_j[r, e] the value of head-dim index 4 e + j,
+    each q scale + zero rounded once (halfword_nibbles_as_halves): the data read as int16 halfwords of four codes
+    (p_halves: the data as int16, off_halves [R] in halfwords), the (scale, zero) pairs as int32 words (p_pairs,
+    off_pairs [R] and stride_pair_g in words: 4-byte loads, which the key loop's pipeline copies ahead, where 2-byte
+    ones it leaves to wait in each step). G >= 4, so that a halfword lies in one group. Each product takes a
+    quarter at a time, keys against q's matching quarter (q . k = sum_j q_j . x_j), P against each quarter of the
+    values for the same quarter of o: the halfwords reach the product's operand layout as they were loaded (for the
+    values by the transposing ldmatrix) and convert there, where a tile of whole rows would need its fp16 values
+    stored to shared memory and read back in that layout (two of three bytes of the L1 traffic of int4 words,
+    2026-11-30). Padding columns and masked rows read 0."""
+    HALVES: tl.constexpr = BLOCK_D // 4
+    GROUP_HALVES: tl.constexpr = GROUP // 4
     N_GROUPS: tl.constexpr = BLOCK_D // GROUP
-    GROUP_WORDS: tl.constexpr = GROUP // 8
     rows: tl.constexpr = m_r.shape[0]
-    o_word = tl.arange(0, BLOCK_D // 8)
-    # The mask is constant over a group's words, so that a row's words load as vectors of up to 16 bytes.
-    m_word = m_r[:, None] & (o_word[None, :] // GROUP_WORDS < head_dim // GROUP)
-    b_word = tl.load(p_words + off_words[:, None] + o_word[None, :], mask=m_word, other=0)
-    b_word = tl.reshape(b_word, (rows, N_GROUPS, GROUP_WORDS))
+    o_e = tl.arange(0, HALVES)
+    # The mask is constant over a group's halfwords, so that a row's halfwords load as vectors.
+    m_half = m_r[:, None] & (o_e[None, :] // GROUP_HALVES < head_dim // GROUP)
+    b_half = tl.load(p_halves + off_halves[:, None] + o_e[None, :], mask=m_half, other=0)
     o_g = tl.arange(0, N_GROUPS)
     m_g = m_r[:, None] & (o_g[None, :] < head_dim // GROUP)  # [R, D / G]
     b_pair = tl.load(p_pairs + off_pairs[:, None] + o_g[None, :] * stride_pair_g, mask=m_g, other=0)
-    h0, h1, h2, h3, h4, h5, h6, h7 = word_nibbles_as_halves(b_word, b_pair[:, :, None])
-    return joined_operand(tl.reshape(interleave_eight(h0, h1, h2, h3, h4, h5, h6, h7), (rows, BLOCK_D)))
+    b_pair = tl.reshape(tl.broadcast_to(b_pair[:, :, None], (rows, N_GROUPS, GROUP_HALVES)), (rows, HALVES))
+    return halfword_nibbles_as_halves(b_half, b_pair)
 
 
 @triton.jit
-def _int4_word_columns(o_c):
-    """The head-dim index of each column o_c of _int4_word_values' tiles: a word's values come as nibbles 0, 4, 1, 5,
-    2, 6, 3, 7."""
-    return o_c // 8 * 8 + o_c % 8 // 2 + o_c % 2 * 4
+def _head_dim_quarters(b_q):
+    """(q_0, q_1, q_2, q_3) of q [M, D]: q_j[m, e] = q[m, 4 e + j] (register moves only)."""
+    rows: tl.constexpr = b_q.shape[0]
+    quarter: tl.constexpr = b_q.shape[1] // 4
+    q_even, q_odd = tl.split(tl.reshape(b_q, (rows, quarter, 2, 2)))  # 4 e + 2 a + b: b = 0 / 1
+    q_0, q_2 = tl.split(q_even)
+    q_1, q_3 = tl.split(q_odd)
+    return q_0, q_1, q_2, q_3
 
 
 @triton.jit
@@ -273,7 +279,7 @@ def _kv_append_kernel(
 @triton.jit
 def _load_keys(p_data, off_data, p_scales, off_scales, m_x, m_n, head_dim, o_d, stride_s_g, stride_s_z,
                mma_dtype: tl.constexpr, KV: tl.constexpr, BLOCK_D: tl.constexpr, GROUP: tl.constexpr,
-               UPCAST: tl.constexpr, DIRECT_CODES: tl.constexpr, INT4_WORDS: tl.constexpr):  # fmt: skip
+               UPCAST: tl.constexpr, DIRECT_CODES: tl.constexpr):  # fmt: skip
     """A [N, D] tile of cache rows as the products read it (mma_dtype) and the rows' scales [N] (1 where the format
     has none, or folds them into the values: plain, int4). Masked rows read 0 (a value row of NaN would poison the
     products even with weight 0). UPCAST: int4's values rounded to bf16 by their bits (and kept in fp32), because the
@@ -283,14 +289,9 @@ def _load_keys(p_data, off_data, p_scales, off_scales, m_x, m_n, head_dim, o_d, 
     the fp32 step, its conversion from int8 gives NaN there. int8 and fp8 masked rows are filled with 0 by the load
     itself (_zero_filled_codes), so that the conversion is the tile's only operation, which the compiler then moves
     after the read of the tile in the layout of the product's operand (no round trip of the converted tile through
-    shared memory). INT4_WORDS: int4 data and (scale, zero) pairs read as int32 words (offsets and strides in
-    words), fp16 values (_int4_word_values).
-    """
+    shared memory)."""
     offsets = off_data[:, None] + o_d[None, :]
-    if KV == "int4" and INT4_WORDS:
-        b_x = _int4_word_values(p_data, off_data, p_scales, off_scales, m_n, head_dim, stride_s_g, BLOCK_D, GROUP)
-        b_scale = tl.full(m_n.shape, 1.0, tl.float32)
-    elif KV == "int4":  # values not exact in bf16: the one format whose rounding to the operand matters
+    if KV == "int4":  # values not exact in bf16: the one format whose rounding to the operand matters
         b_x = _int4_values(p_data, off_data, p_scales, off_scales, m_n, head_dim, stride_s_g, stride_s_z, BLOCK_D,
                            GROUP)  # fmt: skip
         b_x = to_dot_operand(b_x, mma_dtype, UPCAST)
@@ -328,14 +329,16 @@ def _attend_keys(
     stride_ks_page, stride_ks_slot, stride_ks_h, stride_ks_g, stride_ks_z,
     stride_vs_page, stride_vs_slot, stride_vs_h, stride_vs_g, stride_vs_z, stride_table_b,
     KV: tl.constexpr, PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, CAUSAL: tl.constexpr, SOFTCAP: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, DIRECT_CODES: tl.constexpr, INT4_WORDS: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, DIRECT_CODES: tl.constexpr, INT4_QUARTERS: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, GROUP: tl.constexpr, MASKED: tl.constexpr,
 ):  # fmt: skip
     """One step of the online softmax (base 2) over the key block start_n .. + BLOCK_N: the running row maxima m_i,
     sums l_i and output acc, updated. MASKED: keys looked up one by one and hidden by the split's end, the capacity,
     the pool, the window and causality; unmasked (a block every row sees whole), with pages of at least a block, one
     page lookup for the block, and with smaller pages that divide it, one lookup a page (a page outside the pool
-    still hides its keys). INT4_WORDS: qk_scale holds one factor a row (q's rows scaled into fp16, _rows_as_fp16)."""
+    still hides its keys). INT4_QUARTERS: the cache's data as int16 halfwords and its scales as int32 pairs
+    (_int4_quarters), acc four quarters of o [M, D / 4] (acc_j[m, e]: o[m, 4 e + j]), q in fp16 with qk_scale one
+    factor a row (_rows_as_fp16)."""
     o_j = start_n + o_n
     if not MASKED and (not PAGED or PAGE_SIZE % BLOCK_N == 0):
         if PAGED:
@@ -374,13 +377,21 @@ def _attend_keys(
         off_vs = page * stride_vs_page + slot64 * stride_vs_slot + hk64 * stride_vs_h
     m_x = m_n[:, None] & m_d[None, :]
     mma_dtype: tl.constexpr = b_q.dtype
-    b_k, k_scale = _load_keys(p_k, off_k, p_k_scales, off_ks, m_x, m_n, head_dim, o_d, stride_ks_g, stride_ks_z,
-                              mma_dtype, KV, BLOCK_D, GROUP, UPCAST, DIRECT_CODES, INT4_WORDS)  # fmt: skip
-    b_v, v_scale = _load_keys(p_v, off_v, p_v_scales, off_vs, m_x, m_n, head_dim, o_d, stride_vs_g, stride_vs_z,
-                              mma_dtype, KV, BLOCK_D, GROUP, UPCAST, DIRECT_CODES, INT4_WORDS)  # fmt: skip
-    if INT4_WORDS:
-        b_s = dot_fp32(b_q, tl.trans(b_k), DOT_PRECISION, UPCAST) * qk_scale[:, None]  # [M, N]; int4 keys: no scale
+    if INT4_QUARTERS:
+        k_0, k_1, k_2, k_3 = _int4_quarters(p_k, off_k, p_k_scales, off_ks, m_n, head_dim, stride_ks_g, BLOCK_D,
+                                            GROUP)  # fmt: skip
+        v_0, v_1, v_2, v_3 = _int4_quarters(p_v, off_v, p_v_scales, off_vs, m_n, head_dim, stride_vs_g, BLOCK_D,
+                                            GROUP)  # fmt: skip
+        q_0, q_1, q_2, q_3 = _head_dim_quarters(b_q)
+        b_s = tl.dot(q_0, tl.trans(k_0))
+        b_s = tl.dot(q_1, tl.trans(k_1), b_s)
+        b_s = tl.dot(q_2, tl.trans(k_2), b_s)
+        b_s = tl.dot(q_3, tl.trans(k_3), b_s) * qk_scale[:, None]  # [M, N]; int4 keys: no scale
     else:
+        b_k, k_scale = _load_keys(p_k, off_k, p_k_scales, off_ks, m_x, m_n, head_dim, o_d, stride_ks_g,
+                                  stride_ks_z, mma_dtype, KV, BLOCK_D, GROUP, UPCAST, DIRECT_CODES)  # fmt: skip
+        b_v, v_scale = _load_keys(p_v, off_v, p_v_scales, off_vs, m_x, m_n, head_dim, o_d, stride_vs_g,
+                                  stride_vs_z, mma_dtype, KV, BLOCK_D, GROUP, UPCAST, DIRECT_CODES)  # fmt: skip
         b_s = dot_fp32(b_q, tl.trans(b_k), DOT_PRECISION, UPCAST) * (qk_scale * k_scale)[None, :]  # [M, N]
     if SOFTCAP:
         b_s = tanh_via_exp2(b_s) * softcap_log2
@@ -395,8 +406,14 @@ def _attend_keys(
     b_p = tl.exp2(b_s - m_safe[:, None])
     alpha = tl.exp2(m_i - m_safe)
     l_i = l_i * alpha + tl.sum(b_p, axis=1)
-    b_pv = to_dot_operand(b_p * v_scale[None, :], mma_dtype, UPCAST)
-    acc = acc * alpha[:, None] + dot_fp32(b_pv, b_v, DOT_PRECISION, UPCAST)
+    if INT4_QUARTERS:
+        b_pv = b_p.to(tl.float16)
+        acc_0, acc_1, acc_2, acc_3 = acc
+        acc = (tl.dot(b_pv, v_0, acc_0 * alpha[:, None]), tl.dot(b_pv, v_1, acc_1 * alpha[:, None]),
+               tl.dot(b_pv, v_2, acc_2 * alpha[:, None]), tl.dot(b_pv, v_3, acc_3 * alpha[:, None]))  # fmt: skip
+    else:
+        b_pv = to_dot_operand(b_p * v_scale[None, :], mma_dtype, UPCAST)
+        acc = acc * alpha[:, None] + dot_fp32(b_pv, b_v, DOT_PRECISION, UPCAST)
     return acc, m_new, l_i
 
 
@@ -412,15 +429,16 @@ def _decode_kernel(
     KV: tl.constexpr, PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, CAUSAL: tl.constexpr, SOFTCAP: tl.constexpr,
     n_splits, SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, DIRECT_CODES: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, GROUP: tl.constexpr,
-    INT4_WORDS: tl.constexpr = False, PDL: tl.constexpr = False,
+    INT4_QUARTERS: tl.constexpr = False, PDL: tl.constexpr = False,
 ):  # fmt: skip
     """One of n_splits splits of the keys for BLOCK_M rows of one (batch, key head): rows r = t * group + g are query
     t of query head h_k * group + g. Writes the partial (o_s, lse_s in base 2) to the workspace (SPLIT), or with one
     split o and lse. ``window`` is a bound no position reaches when unbounded; qk_scale is scale * log2(e), or
     scale / c with a softcap c (softcap_log2 = c * log2(e)). PDL (launched as a programmatic dependent, sm_90 and
     newer): the program may start while the previous kernel drains and waits for it before reading anything; its
-    keys read, it lets the reduction launch. INT4_WORDS: an int4 cache read as int32 words (strides in words) into
-    fp16 operands, q's rows scaled into fp16 (_rows_as_fp16)."""
+    keys read, it lets the reduction launch. INT4_QUARTERS: an int4 cache read as int16 halfwords and int32 (scale,
+    zero) pairs (strides in those units) into fp16 products by quarters of the head dim (_int4_quarters), q's rows
+    scaled into fp16 (_rows_as_fp16)."""
     if PDL:
         gdc_wait()  # q, the cache and the lengths may be the previous kernel's writes
     i_split = tl.program_id(0) % n_splits
@@ -447,18 +465,18 @@ def _decode_kernel(
 
     o_n = tl.arange(0, BLOCK_N)
     o_d = tl.arange(0, BLOCK_D)
-    if INT4_WORDS:
-        o_d = _int4_word_columns(o_d)  # q read and o written in the order of the cache's values
     m_d = o_d < head_dim
     b64 = i_b.to(tl.int64)
     p_q_rows = p_q + b64 * stride_q_b + o_t.to(tl.int64)[:, None] * stride_q_s + o_h.to(tl.int64)[:, None] * stride_q_h
     b_q = tl.load(p_q_rows + o_d[None, :], mask=m_r[:, None] & m_d[None, :], other=0.0)  # [M, D]
-    if INT4_WORDS:
+    if INT4_QUARTERS:
         b_q, row_factor = _rows_as_fp16(b_q)
         qk_rows = qk_scale * row_factor
+        zeros = tl.zeros([BLOCK_M, BLOCK_D // 4], dtype=tl.float32)
+        acc = (zeros, zeros, zeros, zeros)  # o's quarters: acc_j[m, e] is o[m, 4 e + j]
     else:
         qk_rows = qk_scale
-    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     hk64 = i_hk.to(tl.int64)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -489,27 +507,38 @@ def _decode_kernel(
                 stride_k_page, stride_k_slot, stride_k_h, stride_v_page, stride_v_slot, stride_v_h,
                 stride_ks_page, stride_ks_slot, stride_ks_h, stride_ks_g, stride_ks_z,
                 stride_vs_page, stride_vs_slot, stride_vs_h, stride_vs_g, stride_vs_z, stride_table_b,
-                KV, PAGED, PAGE_SIZE, CAUSAL, SOFTCAP, DOT_PRECISION, UPCAST, DIRECT_CODES, INT4_WORDS, BLOCK_N,
+                KV, PAGED, PAGE_SIZE, CAUSAL, SOFTCAP, DOT_PRECISION, UPCAST, DIRECT_CODES, INT4_QUARTERS, BLOCK_N,
                 BLOCK_D, GROUP, MASKED=run != 1)  # fmt: skip
 
     if PDL:
         gdc_launch_dependents()  # the reduction's programs may launch; they wait for this kernel's partials
     seen = l_i > 0.0
     l_safe = tl.where(seen, l_i, 1.0)
-    b_o = acc / l_safe[:, None]
     lse_log2 = tl.where(seen, m_i + tl.log2(l_safe), float("-inf"))
-    m_o = m_r[:, None] & m_d[None, :]
+    # Workspace rows ((b * Sq + t) * Hq + h) * n_splits + split, contiguous: o_s (..., D) and lse_s (...).
+    part = ((b64 * n_queries + o_t) * n_heads_q + o_h) * n_splits + i_split  # [M]
+    p_o_rows = p_o + b64 * stride_o_b + o_t.to(tl.int64)[:, None] * stride_o_s + o_h.to(tl.int64)[:, None] * stride_o_h
+    if INT4_QUARTERS:
+        o_e = 4 * tl.arange(0, BLOCK_D // 4)  # quarter j holds head-dim indices 4 e + j
+        for j in tl.static_range(4):
+            _write_rows(acc[j] / l_safe[:, None], p_o_rows, p_part_o, part, head_dim, o_e + j, m_r, SPLIT)
+    else:
+        _write_rows(acc / l_safe[:, None], p_o_rows, p_part_o, part, head_dim, o_d, m_r, SPLIT)
     if not SPLIT:
-        p_o_rows = (
-            p_o + b64 * stride_o_b + o_t.to(tl.int64)[:, None] * stride_o_s + o_h.to(tl.int64)[:, None] * stride_o_h
-        )
-        tl.store(p_o_rows + o_d[None, :], b_o.to(p_o.dtype.element_ty), mask=m_o)
         tl.store(p_lse + b64 * stride_lse_b + o_h.to(tl.int64) * stride_lse_h + o_t, lse_log2 / LOG2_E, mask=m_r)
     else:
-        # Workspace rows ((b * Sq + t) * Hq + h) * n_splits + split, contiguous: o_s (..., D) and lse_s (...).
-        part = ((b64 * n_queries + o_t) * n_heads_q + o_h) * n_splits + i_split  # [M]
-        tl.store(p_part_o + part[:, None] * head_dim + o_d[None, :], b_o, mask=m_o)
         tl.store(p_part_lse + part, lse_log2, mask=m_r)
+
+
+@triton.jit
+def _write_rows(b_o, p_o_rows, p_part_o, part, head_dim, o_cols, m_r, SPLIT: tl.constexpr):
+    """Columns o_cols of the rows' output b_o [M, C] (fp32): into o at p_o_rows [M, 1] in its dtype, or (SPLIT) into
+    the workspace's fp32 rows ``part`` [M]."""
+    m_o = m_r[:, None] & (o_cols < head_dim)[None, :]
+    if SPLIT:
+        tl.store(p_part_o + part[:, None] * head_dim + o_cols[None, :], b_o, mask=m_o)
+    else:
+        tl.store(p_o_rows + o_cols[None, :], b_o.to(p_o_rows.dtype.element_ty), mask=m_o)
 
 
 @triton.jit

@@ -9,9 +9,9 @@ Plans are looked up by padded head dim and cache format. MEASURED holds what a s
 (benchmarks/decode_splits.py, docs/kernels/decoding.md): at d128, three stages and splits down to one key block, the
 key loop unpipelined where a split is at most 2 key blocks; for 8-bit caches 2 warps, 4 programs per multiprocessor
 and at least two splits, two stages for splits of 3 to 8 key blocks, int8 with its codes converted straight to bf16;
-for int4 2 warps at 4 programs per multiprocessor; the 2-warp plans take 4 where the grid is one wave of lone
-programs. Every other head dim and format, and any GPU never measured, take FALLBACK: key blocks of 64 (32 at
-d256) with two stages, which fit the 99 KB of shared memory of sm86/sm89 at every head dim and format.
+for int4 2 warps at 4 programs per multiprocessor and three stages; the 2-warp plans take 4 where the grid is one
+wave of lone programs. Every other head dim and format, and any GPU never measured, take FALLBACK: key blocks of 64
+(32 at d256) with two stages, which fit the 99 KB of shared memory of sm86/sm89 at every head dim and format.
 """
 
 from __future__ import annotations
@@ -106,9 +106,11 @@ _SM90_FP8 = DecodePlan(64, 2, 3, 64, programs_per_sm=4, min_keys_per_split=64, m
 # a multiprocessor and 2 stages, against FALLBACK's 4 warps at 2 (2026-11-29-decode-tiles-stages-long.json):
 # B8 S32k 557 -> 413 us, B64 S4k 560 -> 414, B1 S131k 283 -> 214, B1 S32k 79 -> 64; one stage up to 2
 # blocks (B8 S1k 22.2 -> 19.8, B1 S8k 23.0 -> 20.3); B1 S1k 8.9 -> 10.0 us (the decode table),
-# where 4 warps win: ONE_WAVE_WARPS. Kept for the word path (2026-11-30-decode-tiles-int4-words.json: fastest or
-# within 1% at B1 S1k, B8 S8k and S32k, B64 S4k; 4 warps 1.2-1.4x slower at long caches, 3 and 4 stages slower).
-_SM90_INT4 = DecodePlan(64, 2, 2, 64, programs_per_sm=4, min_keys_per_split=64, short_split_stages=_SHORT_PLAIN,
+# where 4 warps win: ONE_WAVE_WARPS. With the cache read in quarters of the head dim (halfwords converted in the
+# products' operand layout, H200, 2026-11-30-decode-tiles-int4-quarters.json), 3 stages: B8 S32k 177.5 -> 155.3 us,
+# B64 S4k 172.2 -> 148.6, B8 S4k (8-block splits) 31.1 -> 29.5; 4 warps 1.2-1.5x slower; key blocks of 32 slower
+# than 64 at every depth (2026-11-30-decode-tiles-int4-key-quarters.json).
+_SM90_INT4 = DecodePlan(64, 2, 3, 64, programs_per_sm=4, min_keys_per_split=64, short_split_stages=_SHORT_PLAIN,
                         one_wave_warps=ONE_WAVE_WARPS, pdl=True)  # fmt: skip
 MEASURED: dict[str, dict[tuple[int, str], DecodePlan]] = {
     "sm90": {
