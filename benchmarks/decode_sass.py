@@ -4,7 +4,9 @@ four splits, this Hopper plan; prints each key loop's SASS by opcode, its instru
 thread: the loop's count times the threads of a program over the block's 2 x BLOCK_N x 128 values), and the kinds of
 its loads and stores.
 
-    python benchmarks/decode_sass.py [int4 int8 fp8 plain]
+    python benchmarks/decode_sass.py [int4 int8 fp8 plain] [--code-halves]
+
+``--code-halves``: int8 and fp8 with their plan's code_halves on (read by halves of the head dim).
 
 A proxy for a format's cost per value where timing needs a GPU: on the H200 plain caches stream at the copy
 bandwidth, 8-bit ones at up to 1.4x paged bf16's speed, int4 at up to 1.5x (docs/kernels/decoding.md). The count
@@ -15,6 +17,7 @@ were loaded in each step, and Nsight Compute showed the round trip of its values
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import re
 import subprocess
@@ -108,7 +111,11 @@ def main(argv=None) -> int:
     from tritonkit._core import checks
     from tritonkit.ops.decoding import launch
 
-    formats = (argv if argv is not None else sys.argv[1:]) or FORMATS
+    args = argv if argv is not None else sys.argv[1:]
+    formats = [arg for arg in args if not arg.startswith("--")] or FORMATS
+    if "--code-halves" in args:
+        plan_of = launch.decode_plan
+        launch.decode_plan = lambda *key: dataclasses.replace(plan_of(*key), code_halves=True)
     checks.kernels_interpreted = lambda: True  # CPU tensors pass the device check; the launches are only recorded
     launch.arch, launch.sm_count = (lambda device: "sm90"), (lambda device: 132)
     launch.upcast_bf16_dots = lambda dtype: False  # the GPU's code paths

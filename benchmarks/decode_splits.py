@@ -20,7 +20,8 @@ not read from it warm. (Results before 2026-11-30 timed one input set: small cac
 
 ``--part quantized`` (``<date>-decode-quantized.json``): at B 8 S 32k and B 64 S 4k, paged bf16 with this GPU's
 plan, and int8, fp8 and int4 with theirs, int8 and fp8 also with their plan's direct_codes the other way (the codes
-converted straight to bf16 or through fp32); each against bf16 (bf16_over_this).
+converted straight to bf16 or through fp32) and with code_halves on (read by halves of the head dim); each against
+bf16 (bf16_over_this).
 
 ``--part tiles`` (``<date>-decode-tiles.json``): at TILE_SHAPES (or ``--shapes B:S,...``), SDPA and each format's
 plan, then each format of ``--formats`` (default all four, "plain" for paged bf16) at every key block, warp count
@@ -348,7 +349,7 @@ def heuristic(runner: Runner, shapes) -> None:
 
 def quantized(runner: Runner, shapes) -> None:
     """--part quantized: paged bf16 with this GPU's plan, then int8, fp8 and int4 with theirs, and int8 and fp8 with
-    their plan's direct_codes flipped, each against the bf16 run at the shape."""
+    their plan's direct_codes flipped and with code_halves on, each against the bf16 run at the shape."""
     from tritonkit.ops.decoding.plan import decode_plan
 
     d = runner.heads["d"]
@@ -365,6 +366,7 @@ def quantized(runner: Runner, shapes) -> None:
                 flipped = not default.direct_codes
                 plans.append((f"direct_codes {'on' if flipped else 'off'}",
                               dataclasses.replace(default, direct_codes=flipped)))  # fmt: skip
+                plans.append(("code_halves", dataclasses.replace(default, code_halves=True)))
             for name, plan in plans:
                 runner.ours(case, sets, plan, 0, {"part": "quantized", "cache": kv, "plan": name}, bf16_ms,
                             baseline="bf16")  # fmt: skip

@@ -183,8 +183,14 @@ def test_every_split_count_matches_the_reference(splits):
     assert torch.all(out[2] == 0) and torch.all(lse[2] == -math.inf)  # the empty sequence
 
 
-# int8 and fp8 with the codes converted straight to the products' dtype; the other tests take the default plan.
-QUANTIZED_VARIANTS = [("int8", {"direct_codes": True}), ("fp8", {"direct_codes": True})]
+# int8 and fp8 with the codes converted straight to the products' dtype, and read by halves of the head dim; the other
+# tests take the default plan.
+QUANTIZED_VARIANTS = [
+    ("int8", {"direct_codes": True}),
+    ("fp8", {"direct_codes": True}),
+    ("int8", {"code_halves": True}),
+    ("fp8", {"code_halves": True}),
+]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
@@ -228,7 +234,8 @@ def test_int4_queries_beyond_fp16s_range_and_both_readings(device, halfwords):
         v_cache = torch.cat([v_cache.new_zeros(1), v_cache.flatten()])[1:].view(v_cache.shape)
     k_scales, v_scales = options["k_scales"], options["v_scales"]
     cache = launch.describe_cache(k_cache, options["block_table"], k_scales, q.dtype, 64)
-    assert (launch._as_halfwords(cache, k_cache, v_cache, k_scales, v_scales, q.dtype, 64) is not None) == halfwords
+    parts = launch._code_parts(cache, k_cache, v_cache, k_scales, v_scales, q.dtype, 64, SMALL, "sm90")[0]
+    assert parts == (4 if halfwords else 0)
     out, lse = launch.decode_attention_fwd(q, k_cache, v_cache, lengths, options["block_table"], k_scales, v_scales,
                                            1 / math.sqrt(q.shape[-1]), True, -1, 0.0, 3)  # fmt: skip
     expected, expected_lse = REFERENCE(q.double(), k_cache, v_cache, lengths, block_table=options["block_table"],

@@ -1,4 +1,5 @@
-"""Tensor-core products accumulated in fp32, correct under the interpreter too."""
+"""Tensor-core products accumulated in fp32, correct under the interpreter too, and operands taken by parts of their
+depth."""
 
 import triton
 import triton.language as tl
@@ -25,3 +26,18 @@ def _as_fp32(x):
         return tl.where(nan_code, float("nan"), x.to(tl.float32))
     else:
         return x.to(tl.float32)
+
+
+@triton.jit
+def interleaved_parts(b_x, PARTS: tl.constexpr):
+    """x [M, K] as PARTS (2 or 4) tiles x_j [M, K / PARTS], x_j[m, e] = x[m, PARTS e + j], for a product taken part by
+    part of its depth (x @ y = sum_j x_j @ y_j, y's rows parted alike): register moves only."""
+    rows: tl.constexpr = b_x.shape[0]
+    width: tl.constexpr = b_x.shape[1] // PARTS
+    if PARTS == 2:
+        return tl.split(tl.reshape(b_x, (rows, width, 2)))
+    else:
+        x_even, x_odd = tl.split(tl.reshape(b_x, (rows, width, 2, 2)))  # 4 e + 2 a + b: b = 0 / 1
+        x_0, x_2 = tl.split(x_even)
+        x_1, x_3 = tl.split(x_odd)
+        return x_0, x_1, x_2, x_3

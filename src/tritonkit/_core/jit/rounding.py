@@ -1,4 +1,5 @@
-"""Rounding to integers and to float8 grids in fp32, the same on a GPU and under the interpreter (quantization)."""
+"""Rounding to integers and to float8 grids in fp32, the same on a GPU and under the interpreter (quantization), and
+rows scaled by powers of two into fp16's range."""
 
 import triton
 import triton.language as tl
@@ -57,3 +58,15 @@ def to_dot_operand(x, DTYPE: tl.constexpr, UPCAST: tl.constexpr):
     """An fp32 tile as a 16-bit dot operand: rounded to nearest even in DTYPE. UPCAST (bf16 under the interpreter,
     whose bf16 dots and conversions are wrong): rounded by its bits and kept in fp32 (dots.dot_fp32 takes it so)."""
     return round_to_bf16_grid(x) if UPCAST else x.to(DTYPE)
+
+
+@triton.jit
+def rows_as_fp16(b_x):
+    """(x', f): the rows of a 16-bit x [M, K] scaled by powers of two into fp16, x = x' f[:, None]: each row's largest
+    |value| brought into [1, 2), so that bf16's range fits fp16's and its values stay exact (fp16 holds every bf16
+    significand), except those below 2^-14 of their row's largest, which become fp16 subnormals."""
+    x32 = b_x.to(tl.float32)
+    amax = tl.max(tl.abs(x32), axis=1)
+    biased = tl.minimum(tl.maximum((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF, 1), 253)  # exponents kept normal
+    down = ((254 - biased) << 23).to(tl.float32, bitcast=True)  # 2^(127 - biased)
+    return (x32 * down[:, None]).to(tl.float16), (biased << 23).to(tl.float32, bitcast=True)

@@ -34,10 +34,10 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from tritonkit._core.jit.dots import dot_fp32
+from tritonkit._core.jit.dots import dot_fp32, interleaved_parts
 from tritonkit._core.jit.fastmath import LOG2_E, tanh_via_exp2
-from tritonkit._core.jit.int_codes import code_as_float, halfword_nibbles_as_halves
-from tritonkit._core.jit.rounding import round_to_float8, rounded_int32, to_dot_operand
+from tritonkit._core.jit.int_codes import code_as_float, halfword_bytes_as_floats, halfword_nibbles_as_halves
+from tritonkit._core.jit.rounding import round_to_float8, rounded_int32, rows_as_fp16, to_dot_operand
 
 
 @triton.jit
@@ -168,44 +168,35 @@ def _int4_quarters(p_halves, off_halves, p_pairs, off_pairs, m_r, head_dim, stri
     quarter at a time, keys against q's matching quarter (q . k = sum_j q_j . x_j), P against each quarter of the
     values for the same quarter of o: the halfwords reach the product's operand layout as they were loaded (for the
     values by the transposing ldmatrix) and convert there, where a tile of whole rows would need its fp16 values
-    stored to shared memory and read back in that layout (two of three bytes of the L1 traffic of int4 words,
-    2026-11-30). Padding columns and masked rows read 0."""
-    HALVES: tl.constexpr = BLOCK_D // 4
-    GROUP_HALVES: tl.constexpr = GROUP // 4
+    stored to shared memory and read back in that layout (docs/kernels/decoding.md). Padding columns and masked
+    rows read 0."""
+    HALFWORDS: tl.constexpr = BLOCK_D // 4
+    GROUP_HALFWORDS: tl.constexpr = GROUP // 4
     N_GROUPS: tl.constexpr = BLOCK_D // GROUP
     rows: tl.constexpr = m_r.shape[0]
-    o_e = tl.arange(0, HALVES)
+    o_e = tl.arange(0, HALFWORDS)
     # The mask is constant over a group's halfwords, so that a row's halfwords load as vectors.
-    m_half = m_r[:, None] & (o_e[None, :] // GROUP_HALVES < head_dim // GROUP)
+    m_half = m_r[:, None] & (o_e[None, :] // GROUP_HALFWORDS < head_dim // GROUP)
     b_half = tl.load(p_halves + off_halves[:, None] + o_e[None, :], mask=m_half, other=0)
     o_g = tl.arange(0, N_GROUPS)
     m_g = m_r[:, None] & (o_g[None, :] < head_dim // GROUP)  # [R, D / G]
     b_pair = tl.load(p_pairs + off_pairs[:, None] + o_g[None, :] * stride_pair_g, mask=m_g, other=0)
-    b_pair = tl.reshape(tl.broadcast_to(b_pair[:, :, None], (rows, N_GROUPS, GROUP_HALVES)), (rows, HALVES))
+    b_pair = tl.reshape(tl.broadcast_to(b_pair[:, :, None], (rows, N_GROUPS, GROUP_HALFWORDS)), (rows, HALFWORDS))
     return halfword_nibbles_as_halves(b_half, b_pair)
 
 
 @triton.jit
-def _head_dim_quarters(b_q):
-    """(q_0, q_1, q_2, q_3) of q [M, D]: q_j[m, e] = q[m, 4 e + j] (register moves only)."""
-    rows: tl.constexpr = b_q.shape[0]
-    quarter: tl.constexpr = b_q.shape[1] // 4
-    q_even, q_odd = tl.split(tl.reshape(b_q, (rows, quarter, 2, 2)))  # 4 e + 2 a + b: b = 0 / 1
-    q_0, q_2 = tl.split(q_even)
-    q_1, q_3 = tl.split(q_odd)
-    return q_0, q_1, q_2, q_3
-
-
-@triton.jit
-def _rows_as_fp16(b_q):
-    """(q', f): the rows of a 16-bit q [M, D] scaled by powers of two into fp16, q = q' f[:, None]: each row's largest
-    |value| brought into [1, 2), so that bf16's range fits fp16's and its values stay exact (fp16 holds every bf16
-    significand), except those below 2^-14 of their row's largest, which become fp16 subnormals."""
-    q32 = b_q.to(tl.float32)
-    amax = tl.max(tl.abs(q32), axis=1)
-    biased = tl.minimum(tl.maximum((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF, 1), 253)  # exponents kept normal
-    down = ((254 - biased) << 23).to(tl.float32, bitcast=True)  # 2^(127 - biased)
-    return (q32 * down[:, None]).to(tl.float16), (biased << 23).to(tl.float32, bitcast=True)
+def _code_halves(p_halves, off_halves, m_r, head_dim, BLOCK_D: tl.constexpr, KV: tl.constexpr,
+                 DTYPE: tl.constexpr):  # fmt: skip
+    """int8 or fp8 rows as two tiles [R, BLOCK_D / 2] of their codes' values in DTYPE (fp32 off PTX), x_j[r, e] the
+    code at head-dim index 2 e + j: the data read as int16 halfwords of two codes (p_halves: the data as int16,
+    off_halves [R] in halfwords). As _int4_quarters: the halfwords reach the products' operand layout as loaded and
+    convert there (halfword_bytes_as_floats), where whole 8-bit tiles are converted there too but their value tiles
+    are gathered a byte at a time along the keys. Padding columns and masked rows read 0."""
+    o_e = tl.arange(0, BLOCK_D // 2)
+    m_half = m_r[:, None] & (o_e[None, :] < head_dim // 2)  # head_dim even; this form keeps vector loads
+    b_half = tl.load(p_halves + off_halves[:, None] + o_e[None, :], mask=m_half, other=0)
+    return halfword_bytes_as_floats(b_half, KV, DTYPE)
 
 
 @triton.jit
@@ -329,16 +320,17 @@ def _attend_keys(
     stride_ks_page, stride_ks_slot, stride_ks_h, stride_ks_g, stride_ks_z,
     stride_vs_page, stride_vs_slot, stride_vs_h, stride_vs_g, stride_vs_z, stride_table_b,
     KV: tl.constexpr, PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, CAUSAL: tl.constexpr, SOFTCAP: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, DIRECT_CODES: tl.constexpr, INT4_QUARTERS: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, DIRECT_CODES: tl.constexpr, CODE_PARTS: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, GROUP: tl.constexpr, MASKED: tl.constexpr,
 ):  # fmt: skip
     """One step of the online softmax (base 2) over the key block start_n .. + BLOCK_N: the running row maxima m_i,
     sums l_i and output acc, updated. MASKED: keys looked up one by one and hidden by the split's end, the capacity,
     the pool, the window and causality; unmasked (a block every row sees whole), with pages of at least a block, one
     page lookup for the block, and with smaller pages that divide it, one lookup a page (a page outside the pool
-    still hides its keys). INT4_QUARTERS: the cache's data as int16 halfwords and its scales as int32 pairs
-    (_int4_quarters), acc four quarters of o [M, D / 4] (acc_j[m, e]: o[m, 4 e + j]), q in fp16 with qk_scale one
-    factor a row (_rows_as_fp16)."""
+    still hides its keys). CODE_PARTS (4: int4, 2: int8 or fp8; 0: whole tiles): the cache's data as int16 halfwords
+    taken in CODE_PARTS parts of the head dim (_int4_quarters with its scales as int32 pairs, q in fp16 and qk_scale
+    one factor a row (rows_as_fp16); _code_halves), acc CODE_PARTS tiles of o [M, D / CODE_PARTS] (acc_j[m, e]:
+    o[m, CODE_PARTS e + j])."""
     o_j = start_n + o_n
     if not MASKED and (not PAGED or PAGE_SIZE % BLOCK_N == 0):
         if PAGED:
@@ -377,16 +369,23 @@ def _attend_keys(
         off_vs = page * stride_vs_page + slot64 * stride_vs_slot + hk64 * stride_vs_h
     m_x = m_n[:, None] & m_d[None, :]
     mma_dtype: tl.constexpr = b_q.dtype
-    if INT4_QUARTERS:
-        k_0, k_1, k_2, k_3 = _int4_quarters(p_k, off_k, p_k_scales, off_ks, m_n, head_dim, stride_ks_g, BLOCK_D,
-                                            GROUP)  # fmt: skip
-        v_0, v_1, v_2, v_3 = _int4_quarters(p_v, off_v, p_v_scales, off_vs, m_n, head_dim, stride_vs_g, BLOCK_D,
-                                            GROUP)  # fmt: skip
-        q_0, q_1, q_2, q_3 = _head_dim_quarters(b_q)
-        b_s = tl.dot(q_0, tl.trans(k_0))
-        b_s = tl.dot(q_1, tl.trans(k_1), b_s)
-        b_s = tl.dot(q_2, tl.trans(k_2), b_s)
-        b_s = tl.dot(q_3, tl.trans(k_3), b_s) * qk_scale[:, None]  # [M, N]; int4 keys: no scale
+    if CODE_PARTS:
+        if CODE_PARTS == 4:
+            k_parts = _int4_quarters(p_k, off_k, p_k_scales, off_ks, m_n, head_dim, stride_ks_g, BLOCK_D, GROUP)
+            v_parts = _int4_quarters(p_v, off_v, p_v_scales, off_vs, m_n, head_dim, stride_vs_g, BLOCK_D, GROUP)
+            score_scale = qk_scale[:, None]  # int4 keys: no scale; q's rows: one factor each
+        else:
+            part_dtype: tl.constexpr = tl.float32 if UPCAST else mma_dtype
+            k_parts = _code_halves(p_k, off_k, m_n, head_dim, BLOCK_D, KV, part_dtype)
+            v_parts = _code_halves(p_v, off_v, m_n, head_dim, BLOCK_D, KV, part_dtype)
+            k_scale = tl.load(p_k_scales + off_ks, mask=m_n, other=0.0)
+            v_scale = tl.load(p_v_scales + off_vs, mask=m_n, other=0.0)
+            score_scale = (qk_scale * k_scale)[None, :]
+        q_parts = interleaved_parts(b_q, CODE_PARTS)
+        b_s = dot_fp32(q_parts[0], tl.trans(k_parts[0]), DOT_PRECISION, UPCAST)
+        for j in tl.static_range(1, CODE_PARTS):
+            b_s = dot_fp32(q_parts[j], tl.trans(k_parts[j]), DOT_PRECISION, UPCAST, acc=b_s)
+        b_s = b_s * score_scale  # [M, N]
     else:
         b_k, k_scale = _load_keys(p_k, off_k, p_k_scales, off_ks, m_x, m_n, head_dim, o_d, stride_ks_g,
                                   stride_ks_z, mma_dtype, KV, BLOCK_D, GROUP, UPCAST, DIRECT_CODES)  # fmt: skip
@@ -406,11 +405,16 @@ def _attend_keys(
     b_p = tl.exp2(b_s - m_safe[:, None])
     alpha = tl.exp2(m_i - m_safe)
     l_i = l_i * alpha + tl.sum(b_p, axis=1)
-    if INT4_QUARTERS:
+    if CODE_PARTS == 4:
         b_pv = b_p.to(tl.float16)
-        acc_0, acc_1, acc_2, acc_3 = acc
-        acc = (tl.dot(b_pv, v_0, acc_0 * alpha[:, None]), tl.dot(b_pv, v_1, acc_1 * alpha[:, None]),
-               tl.dot(b_pv, v_2, acc_2 * alpha[:, None]), tl.dot(b_pv, v_3, acc_3 * alpha[:, None]))  # fmt: skip
+        acc = (tl.dot(b_pv, v_parts[0], acc[0] * alpha[:, None]),
+               tl.dot(b_pv, v_parts[1], acc[1] * alpha[:, None]),
+               tl.dot(b_pv, v_parts[2], acc[2] * alpha[:, None]),
+               tl.dot(b_pv, v_parts[3], acc[3] * alpha[:, None]))  # fmt: skip
+    elif CODE_PARTS == 2:
+        b_pv = to_dot_operand(b_p * v_scale[None, :], mma_dtype, UPCAST)
+        acc = (dot_fp32(b_pv, v_parts[0], DOT_PRECISION, UPCAST, acc=acc[0] * alpha[:, None]),
+               dot_fp32(b_pv, v_parts[1], DOT_PRECISION, UPCAST, acc=acc[1] * alpha[:, None]))  # fmt: skip
     else:
         b_pv = to_dot_operand(b_p * v_scale[None, :], mma_dtype, UPCAST)
         acc = acc * alpha[:, None] + dot_fp32(b_pv, b_v, DOT_PRECISION, UPCAST)
@@ -429,16 +433,16 @@ def _decode_kernel(
     KV: tl.constexpr, PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, CAUSAL: tl.constexpr, SOFTCAP: tl.constexpr,
     n_splits, SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, DIRECT_CODES: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, GROUP: tl.constexpr,
-    INT4_QUARTERS: tl.constexpr = False, PDL: tl.constexpr = False,
+    CODE_PARTS: tl.constexpr = 0, PDL: tl.constexpr = False,
 ):  # fmt: skip
     """One of n_splits splits of the keys for BLOCK_M rows of one (batch, key head): rows r = t * group + g are query
     t of query head h_k * group + g. Writes the partial (o_s, lse_s in base 2) to the workspace (SPLIT), or with one
     split o and lse. ``window`` is a bound no position reaches when unbounded; qk_scale is scale * log2(e), or
     scale / c with a softcap c (softcap_log2 = c * log2(e)). PDL (launched as a programmatic dependent, sm_90 and
     newer): the program may start while the previous kernel drains and waits for it before reading anything; its
-    keys read, it lets the reduction launch. INT4_QUARTERS: an int4 cache read as int16 halfwords and int32 (scale,
-    zero) pairs (strides in those units) into fp16 products by quarters of the head dim (_int4_quarters), q's rows
-    scaled into fp16 (_rows_as_fp16)."""
+    keys read, it lets the reduction launch. CODE_PARTS: a quantized cache read as int16 halfwords (strides in
+    halfwords; int4's scales as int32 (scale, zero) pairs) by quarters (int4, fp16 products, q's rows scaled into
+    fp16 by rows_as_fp16) or halves (int8, fp8) of the head dim (_attend_keys)."""
     if PDL:
         gdc_wait()  # q, the cache and the lengths may be the previous kernel's writes
     i_split = tl.program_id(0) % n_splits
@@ -469,11 +473,15 @@ def _decode_kernel(
     b64 = i_b.to(tl.int64)
     p_q_rows = p_q + b64 * stride_q_b + o_t.to(tl.int64)[:, None] * stride_q_s + o_h.to(tl.int64)[:, None] * stride_q_h
     b_q = tl.load(p_q_rows + o_d[None, :], mask=m_r[:, None] & m_d[None, :], other=0.0)  # [M, D]
-    if INT4_QUARTERS:
-        b_q, row_factor = _rows_as_fp16(b_q)
+    if CODE_PARTS == 4:
+        b_q, row_factor = rows_as_fp16(b_q)
         qk_rows = qk_scale * row_factor
         zeros = tl.zeros([BLOCK_M, BLOCK_D // 4], dtype=tl.float32)
         acc = (zeros, zeros, zeros, zeros)  # o's quarters: acc_j[m, e] is o[m, 4 e + j]
+    elif CODE_PARTS == 2:
+        qk_rows = qk_scale
+        zeros = tl.zeros([BLOCK_M, BLOCK_D // 2], dtype=tl.float32)
+        acc = (zeros, zeros)  # o's halves: acc_j[m, e] is o[m, 2 e + j]
     else:
         qk_rows = qk_scale
         acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
@@ -507,7 +515,7 @@ def _decode_kernel(
                 stride_k_page, stride_k_slot, stride_k_h, stride_v_page, stride_v_slot, stride_v_h,
                 stride_ks_page, stride_ks_slot, stride_ks_h, stride_ks_g, stride_ks_z,
                 stride_vs_page, stride_vs_slot, stride_vs_h, stride_vs_g, stride_vs_z, stride_table_b,
-                KV, PAGED, PAGE_SIZE, CAUSAL, SOFTCAP, DOT_PRECISION, UPCAST, DIRECT_CODES, INT4_QUARTERS, BLOCK_N,
+                KV, PAGED, PAGE_SIZE, CAUSAL, SOFTCAP, DOT_PRECISION, UPCAST, DIRECT_CODES, CODE_PARTS, BLOCK_N,
                 BLOCK_D, GROUP, MASKED=run != 1)  # fmt: skip
 
     if PDL:
@@ -518,9 +526,9 @@ def _decode_kernel(
     # Workspace rows ((b * Sq + t) * Hq + h) * n_splits + split, contiguous: o_s (..., D) and lse_s (...).
     part = ((b64 * n_queries + o_t) * n_heads_q + o_h) * n_splits + i_split  # [M]
     p_o_rows = p_o + b64 * stride_o_b + o_t.to(tl.int64)[:, None] * stride_o_s + o_h.to(tl.int64)[:, None] * stride_o_h
-    if INT4_QUARTERS:
-        o_e = 4 * tl.arange(0, BLOCK_D // 4)  # quarter j holds head-dim indices 4 e + j
-        for j in tl.static_range(4):
+    if CODE_PARTS:
+        o_e = CODE_PARTS * tl.arange(0, BLOCK_D // CODE_PARTS)  # part j holds head-dim indices CODE_PARTS e + j
+        for j in tl.static_range(CODE_PARTS):
             _write_rows(acc[j] / l_safe[:, None], p_o_rows, p_part_o, part, head_dim, o_e + j, m_r, SPLIT)
     else:
         _write_rows(acc / l_safe[:, None], p_o_rows, p_part_o, part, head_dim, o_d, m_r, SPLIT)

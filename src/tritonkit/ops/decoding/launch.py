@@ -185,21 +185,37 @@ def wants_value_checks(name: str, requested, cache_seqlens) -> bool:
     return wanted and not torch.compiler.is_compiling()
 
 
-def _as_halfwords(cache: Cache, k_cache, v_cache, k_scales, v_scales, dtype: torch.dtype, block_d: int):
-    """An int4 cache viewed as (k, v, k_scales, v_scales) for the kernel's quarters of the head dim: its data as int16
-    halfwords of four codes, its scales one (scale, zero) pair an int32 word (the pair dim dropped), where the kernel
-    may read it so (the queries 16-bit, groups of at least 4 values, quarters of at least 16 values: a product's
-    depth, every halfword and pair aligned); else None."""
-    if cache.format != "int4" or dtype == torch.float32 or cache.group < 4 or block_d < 64:
-        return None
+def _code_parts(cache: Cache, k_cache, v_cache, k_scales, v_scales, dtype, block_d: int, plan: DecodePlan,
+                device_arch: str) -> tuple:  # fmt: skip
+    """(parts, k, v, k_scales, v_scales): how the kernel reads a quantized cache by parts of the head dim (4: int4
+    by quarters, 2: int8 or fp8 by halves with ``plan.code_halves``; 0: whole tiles, the tensors as given) and the
+    tensors it then takes: the data as int16 halfwords, int4's scales one (scale, zero) pair an int32 word (the pair
+    dim dropped). Parts need a 16-bit q, every halfword (and pair) aligned, parts of at least 16 values (a product's
+    depth); int4 groups of at least 4 values; e4m3's conversion of two codes at once, sm_89 or newer."""
+    as_given = (0, k_cache, v_cache, k_scales, v_scales)
+    if dtype == torch.float32:
+        return as_given  # products in fp32
+    if cache.format == "int4":
+        parts = 4 if cache.group >= 4 and block_d >= 64 else 0
+    elif cache.format in ("int8", "fp8") and plan.code_halves:
+        fp8_ok = cache.format == "int8" or kernels_interpreted() or arch_number(device_arch) >= 89
+        parts = 2 if block_d >= 32 and fp8_ok else 0
+    else:
+        parts = 0
     for data in (k_cache, v_cache):
-        if data.stride(3) != 1 or data.storage_offset() % 2 or any(data.stride(dim) % 2 for dim in range(3)):
-            return None
-    for scales in (k_scales, v_scales):
-        if scales.stride(4) != 1 or scales.storage_offset() % 2 or any(scales.stride(dim) % 2 for dim in range(4)):
-            return None
-    return (k_cache.view(torch.int16), v_cache.view(torch.int16),
-            *(x.view(torch.int32).squeeze(4) for x in (k_scales, v_scales)))  # fmt: skip
+        aligned = data.storage_offset() % 2 == 0 and all(data.stride(d) % 2 == 0 for d in range(3))
+        if data.stride(3) != 1 or data.shape[3] % 2 or not aligned:
+            parts = 0
+    if parts == 4:
+        for scales in (k_scales, v_scales):
+            if scales.stride(4) != 1 or scales.storage_offset() % 2 or any(scales.stride(d) % 2 for d in range(4)):
+                parts = 0
+    if parts == 0:
+        return as_given
+    halves = (x.view(torch.int16) for x in (k_cache, v_cache))
+    if parts == 4:
+        return (parts, *halves, *(x.view(torch.int32).squeeze(4) for x in (k_scales, v_scales)))
+    return (parts, *halves, k_scales, v_scales)
 
 
 def _cache_strides(cache: torch.Tensor) -> tuple[int, int, int]:
@@ -341,9 +357,8 @@ def decode_attention_fwd(
         qk_scale, softcap_log2 = scale * LOG2_E, 0.0
     grid = (num_splits * row_blocks, n_batch * cache.n_heads)
     warps = plan.warps_for(grid[0] * grid[1], sms)
-    halfwords = _as_halfwords(cache, k_cache, v_cache, k_scales, v_scales, q.dtype, block_d)
-    if halfwords is not None:
-        k_cache, v_cache, k_scales, v_scales = halfwords
+    parts, k_cache, v_cache, k_scales, v_scales = _code_parts(cache, k_cache, v_cache, k_scales, v_scales, q.dtype,
+                                                              block_d, plan, device_arch)  # fmt: skip
     _decode_kernel[grid](
         q, k_cache, v_cache, k_scales, v_scales, cache_seqlens, table, out, lse, part_o, part_lse,
         n_queries, n_heads_q, cache.n_heads, group, head_dim, UNBOUNDED if window < 0 else window, cache.capacity,
@@ -353,10 +368,10 @@ def decode_attention_fwd(
         out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1),
         KV=cache.format, PAGED=cache.paged, PAGE_SIZE=cache.page_size, CAUSAL=causal, SOFTCAP=softcap != 0.0,
         n_splits=num_splits, SPLIT=num_splits > 1, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        UPCAST=upcast_bf16_dots(q.dtype) and halfwords is None,  # int4 halfwords: fp16 operands, whatever q's dtype
+        UPCAST=upcast_bf16_dots(q.dtype) and parts != 4,  # int4 by quarters: fp16 products, whatever q's dtype
         DIRECT_CODES=plan.direct_codes and cache.format in ("int8", "fp8"),
         BLOCK_M=block_m, BLOCK_N=plan.block_n, BLOCK_D=block_d, GROUP=max(cache.group, 2),
-        INT4_QUARTERS=halfwords is not None, PDL=pdl,
+        CODE_PARTS=parts, PDL=pdl,
         num_warps=warps, num_stages=plan.stages_for(cache.capacity, num_splits), launch_pdl=pdl,
     )  # fmt: skip
     if num_splits > 1:

@@ -31,6 +31,13 @@ class DecodePlan:
     # both formats) instead of through fp32. On the H200, timed before the loads zero-filled the codes: int8 faster
     # by 5-15%, fp8 slower by 5-25%.
     direct_codes: bool = False
+    # int8 and fp8 caches read as int16 halfwords of two codes, taken by halves of the head dim (the even and the
+    # odd columns), each converted where its product's operand layout holds it (the value tiles by the transposing
+    # ldmatrix), instead of the value codes gathered a byte at a time along the keys: 4.2 sm_90 instructions a
+    # value in int8's unmasked loop against 5.4 (docs/kernels/decoding.md). Not timed yet: off in every plan.
+    # Needs sm_89 or newer for fp8 (its conversion of two codes at once), a 16-bit q and an even head dim; other
+    # calls read whole tiles.
+    code_halves: bool = False
     # The split heuristic (choose_splits): programs per multiprocessor wanted, the shortest split in keys, and the
     # fewest splits.
     programs_per_sm: int = 2  # two programs per multiprocessor keep loads in flight while the other computes
