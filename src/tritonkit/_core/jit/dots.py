@@ -13,12 +13,12 @@ def dot_fp32(a, b, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, MAX_IMPREC
     MAX_IMPRECISE (float8 operands on sm_90): how many products the tensor cores may sum in their shortened format
     before the partial sum is added in fp32; None: Triton's default, which on sm_90 never promotes."""
     if UPCAST:
-        a, b = _as_fp32(a), _as_fp32(b)
+        a, b = as_fp32(a), as_fp32(b)
     return tl.dot(a, b, acc, input_precision=DOT_PRECISION, max_num_imprecise_acc=MAX_IMPRECISE)
 
 
 @triton.jit
-def _as_fp32(x):
+def as_fp32(x):
     """x in fp32 under the interpreter. Its conversion from e4m3 decodes the NaN codes (bits 0x7F, 0xFF) as +-480,
     which would make a NaN operand finite where the tensor cores keep it NaN: NaN by the bits instead."""
     if x.dtype == tl.float8e4nv:

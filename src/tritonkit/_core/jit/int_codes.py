@@ -3,6 +3,7 @@
 import triton
 import triton.language as tl
 
+from tritonkit._core.jit.dots import as_fp32
 from tritonkit._core.jit.fastmath import PTX_MATH
 
 # 2^23: the fp32 of bits 0x4B000000 | n (exponent 23, n in the mantissa) is exactly 2^23 + n for 0 <= n < 2^23.
@@ -227,9 +228,7 @@ def halfword_bytes_as_floats(b_half, FORMAT: tl.constexpr, DTYPE: tl.constexpr):
         if FORMAT == "int8":
             low, high = low_byte.to(tl.float32), high_byte.to(tl.float32)
         else:
-            low = tl.where((low_byte & 0x7F) == 0x7F, float("nan"),
-                           low_byte.to(tl.float8e4nv, bitcast=True).to(tl.float32))  # fmt: skip
-            high = tl.where((high_byte & 0x7F) == 0x7F, float("nan"),
-                            high_byte.to(tl.float8e4nv, bitcast=True).to(tl.float32))  # fmt: skip
+            low = as_fp32(low_byte.to(tl.float8e4nv, bitcast=True))
+            high = as_fp32(high_byte.to(tl.float8e4nv, bitcast=True))
         low, high = low.to(DTYPE), high.to(DTYPE)
     return low, high
