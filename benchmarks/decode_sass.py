@@ -86,19 +86,23 @@ def report_loops(sass: str, threads: int, values: int, shortest: int = 100) -> N
 
 
 def compile_sass(kernel, signature, constexprs, options, attrs) -> tuple:
-    """(compiled kernel, nvdisasm's listing) of a launch recorded by tests/compile_for_hopper.py's Recorder, compiled
-    for sm_90."""
+    """(compiled kernel, nvdisasm's listing, cuobjdump's resource usage line) of a launch recorded by
+    tests/compile_for_hopper.py's Recorder, compiled for sm_90."""
     import triton
 
     import compile_for_hopper as hopper
 
     source = triton.compiler.ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
     compiled = triton.compile(source, target=hopper.HOPPER, options=options or None)
-    nvdisasm = Path(triton.__file__).parent / "backends/nvidia/bin/nvdisasm"
+    tools = Path(triton.__file__).parent / "backends/nvidia/bin"
     with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
         cubin.write(compiled.asm["cubin"])
         cubin.flush()
-        return compiled, subprocess.run([nvdisasm, "-c", cubin.name], capture_output=True, text=True).stdout
+        sass = subprocess.run([tools / "nvdisasm", "-c", cubin.name], capture_output=True, text=True).stdout
+        usage = subprocess.run([tools / "cuobjdump", "--dump-resource-usage", cubin.name], capture_output=True,
+                               text=True).stdout  # fmt: skip
+    resources = re.search(r"REG:\d+.*", usage)
+    return compiled, sass, resources.group(0) if resources else "resource usage not found"
 
 
 def main(argv=None) -> int:
@@ -126,11 +130,11 @@ def main(argv=None) -> int:
         for key, (kernel, signature, constexprs, options) in recorder.variants.items():
             if key[0] != "_decode_kernel":
                 continue
-            compiled, sass = compile_sass(kernel, signature, constexprs, options, recorder.attrs[key])
+            compiled, sass, resources = compile_sass(kernel, signature, constexprs, options, recorder.attrs[key])
             threads = 32 * options.get("num_warps", 4)
             values = 2 * constexprs["BLOCK_N"] * D
             print(f"{fmt}: {options.get('num_warps')} warps, {options.get('num_stages')} stages, BLOCK_N "
-                  f"{constexprs['BLOCK_N']}, {compiled.metadata.shared} B of shared memory")  # fmt: skip
+                  f"{constexprs['BLOCK_N']}, {compiled.metadata.shared} B of shared memory; {resources}")  # fmt: skip
             report_loops(sass, threads, values)
     return 0
 

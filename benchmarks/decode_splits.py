@@ -20,13 +20,14 @@ not read from it warm. (Results before 2026-11-30 timed one input set: small cac
 
 ``--part quantized`` (``<date>-decode-quantized.json``): at B 8 S 32k and B 64 S 4k, paged bf16 with this GPU's
 plan, and int8, fp8 and int4 with theirs, int8 and fp8 also with their plan's direct_codes the other way (the codes
-converted straight to bf16 or through fp32) and with code_halves on (read by halves of the head dim); each against
-bf16 (bf16_over_this).
+converted straight to bf16 or through fp32) and with code_halves the other way (read by halves of the head dim or
+as whole tiles); each against bf16 (bf16_over_this).
 
 ``--part tiles`` (``<date>-decode-tiles.json``): at TILE_SHAPES (or ``--shapes B:S,...``), SDPA and each format's
-plan, then each format of ``--formats`` (default all four, "plain" for paged bf16) at every key block, warp count
-and stage count of tile_grid (the blocks of ``--blocks``, the depths of ``--stages``; 2 warps also at twice the
-plan's programs per multiprocessor); paged bf16 against SDPA, the quantized caches against paged bf16's plan.
+plan, then each format of ``--formats`` (default all four, "plain" for paged bf16) at every key block, warp count,
+stage count, register cap and programs per multiprocessor of tile_grid (``--blocks``, ``--warps``, ``--stages``,
+``--registers``, ``--programs-per-sm``; by default the plan's programs per multiprocessor, and with 2 warps twice
+that); paged bf16 against SDPA, the quantized caches against paged bf16's plan.
 
 ``--part pdl`` (``<date>-decode-pdl.json``): at PDL_SHAPES (short caches, where the launches weigh, and one long one),
 SDPA, then paged bf16 and each quantized format with this GPU's plans, their launches plain and programmatic
@@ -80,9 +81,11 @@ TILE_STAGES = (2, 3)  # --part tiles' pipeline depths unless --stages names othe
 TILE_BLOCKS = (64, 128)  # --part tiles' key blocks unless --blocks names others
 
 
-def tile_grid(stages=TILE_STAGES, blocks=TILE_BLOCKS) -> tuple:
-    """--part tiles' (key block, warps, stages) candidates."""
-    return tuple((block_n, warps, depth) for block_n in blocks for warps in (2, 4) for depth in stages)
+def tile_grid(stages=TILE_STAGES, blocks=TILE_BLOCKS, warp_counts=(2, 4), registers=(0,), per_sm=()) -> tuple:
+    """--part tiles' (key block, warps, stages, register cap, programs per multiprocessor) candidates; programs per
+    multiprocessor 0: the plan's, and for 2 warps also twice that."""
+    return tuple((block_n, warps, depth, regs, programs) for block_n in blocks for warps in warp_counts
+                 for depth in stages for regs in registers for programs in per_sm or (0,))  # fmt: skip
 
 
 # --part splits: paged bf16, int8 and fp8 with their plans at the heuristic's split count and at each of
@@ -349,7 +352,7 @@ def heuristic(runner: Runner, shapes) -> None:
 
 def quantized(runner: Runner, shapes) -> None:
     """--part quantized: paged bf16 with this GPU's plan, then int8, fp8 and int4 with theirs, and int8 and fp8 with
-    their plan's direct_codes flipped and with code_halves on, each against the bf16 run at the shape."""
+    their plan's direct_codes flipped and with its code_halves flipped, each against the bf16 run at the shape."""
     from tritonkit.ops.decoding.plan import decode_plan
 
     d = runner.heads["d"]
@@ -366,7 +369,9 @@ def quantized(runner: Runner, shapes) -> None:
                 flipped = not default.direct_codes
                 plans.append((f"direct_codes {'on' if flipped else 'off'}",
                               dataclasses.replace(default, direct_codes=flipped)))  # fmt: skip
-                plans.append(("code_halves", dataclasses.replace(default, code_halves=True)))
+                halves = not default.code_halves
+                plans.append((f"code_halves {'on' if halves else 'off'}",
+                              dataclasses.replace(default, code_halves=halves)))  # fmt: skip
             for name, plan in plans:
                 runner.ours(case, sets, plan, 0, {"part": "quantized", "cache": kv, "plan": name}, bf16_ms,
                             baseline="bf16")  # fmt: skip
@@ -416,12 +421,15 @@ def tiles(runner: Runner, shapes, grid, formats=TILE_FORMATS) -> None:
                              baseline_ms, baseline=baseline)  # fmt: skip
             if kv == "plain":
                 bf16_ms = ms
-            for block_n, warps, depth in grid if kv in formats else ():
-                for per_sm in (default.programs_per_sm, 2 * default.programs_per_sm)[: 2 if warps == 2 else 1]:
+            for block_n, warps, depth, regs, programs in grid if kv in formats else ():
+                doubled = (default.programs_per_sm, 2 * default.programs_per_sm)[: 2 if warps == 2 else 1]
+                for per_sm in (programs,) if programs else doubled:
                     plan = dataclasses.replace(default, block_n=block_n, warps=warps, stages=depth,
-                                               programs_per_sm=per_sm, short_split_stages=(),
-                                               one_wave_warps=0)  # fmt: skip
-                    label = {"part": "tiles", "cache": cache, "plan": f"{warps}w {depth}s", "programs_per_sm": per_sm}
+                                               programs_per_sm=per_sm, short_split_stages=(), one_wave_warps=0,
+                                               max_registers=regs)  # fmt: skip
+                    name = f"{warps}w {depth}s" + (f" {regs}r" if regs else "")
+                    label = {"part": "tiles", "cache": cache, "plan": name, "programs_per_sm": per_sm,
+                             "max_registers": regs}  # fmt: skip
                     runner.ours(case, sets, plan, 0, label, baseline_ms, baseline=baseline)
             del sets
 
@@ -481,14 +489,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--part", choices=("all", "heuristic", "quantized", "tiles", "splits", "appends", "pdl"),
                         default="all",
                         help="heuristic: this GPU's split heuristic against the fallback's, paged bf16; quantized: "
-                             "the quantized caches' plans (direct_codes both ways) against paged bf16; tiles: key "
-                             "block, warps and stages of every format; splits: bf16 and --formats at each split "
-                             "count; appends: a prompt's append at each count of tokens a program; pdl: the plans "
-                             "with their launches programmatic, at short caches")  # fmt: skip
+                             "the quantized caches' plans (direct_codes, code_halves both ways) against paged "
+                             "bf16; tiles: key block, warps, stages and registers of every format; splits: bf16 "
+                             "and --formats at each split count; appends: a prompt's append at each count of "
+                             "tokens a program; pdl: the plans with their launches programmatic, at short "
+                             "caches")  # fmt: skip
     parser.add_argument("--stages", type=int, nargs="+", default=list(TILE_STAGES),
                         help="--part tiles: the key loop's pipeline depths tried (default: 2 3)")  # fmt: skip
     parser.add_argument("--blocks", type=int, nargs="+", default=list(TILE_BLOCKS),
                         help="--part tiles: the key blocks tried (default: 64 128)")  # fmt: skip
+    parser.add_argument("--warps", type=int, nargs="+", default=[2, 4],
+                        help="--part tiles: the warp counts tried (default: 2 4)")  # fmt: skip
+    parser.add_argument("--registers", type=int, nargs="+", default=[0],
+                        help="--part tiles: register caps a thread tried (DecodePlan.max_registers; default: 0, "
+                             "the compiler's choice)")  # fmt: skip
+    parser.add_argument("--programs-per-sm", type=int, nargs="+", default=[],
+                        help="--part tiles: programs per multiprocessor tried (default: the plan's, and twice it "
+                             "with 2 warps)")  # fmt: skip
     parser.add_argument("--shapes", type=_shapes, default=TILE_SHAPES,
                         help="--part tiles: B:S pairs, comma-separated (default: TILE_SHAPES)")  # fmt: skip
     parser.add_argument(
@@ -503,7 +520,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="processes compiling the kernel variants first (0: compile as the runs come)")  # fmt: skip
     args = parser.parse_args(argv)
     formats = tuple(args.formats or (SPLIT_FORMATS if args.part == "splits" else TILE_FORMATS))
-    grid = tile_grid(tuple(args.stages), tuple(args.blocks))
+    grid = tile_grid(tuple(args.stages), tuple(args.blocks), tuple(args.warps), tuple(args.registers),
+                     tuple(args.programs_per_sm))  # fmt: skip
     if args.dry_run:
         os.environ["TRITON_INTERPRET"] = "1"
     import torch

@@ -47,7 +47,7 @@ def main(argv=None) -> int:
             for key, (kernel, signature, constexprs, options) in recorder.variants.items():
                 if not key[0].startswith("_gemv"):
                     continue
-                compiled, sass = compile_sass(kernel, signature, constexprs, options, recorder.attrs[key])
+                compiled, sass, _ = compile_sass(kernel, signature, constexprs, options, recorder.attrs[key])
                 warps = options.get("num_warps", 4)
                 print(f"M {m}, N {n}: {key[0]}, {constexprs['BLOCK_N']} x {constexprs['BLOCK_K']}, {warps} warps, "
                       f"{options.get('num_stages')} stages, {compiled.metadata.shared} B of shared memory")  # fmt: skip

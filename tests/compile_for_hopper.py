@@ -53,7 +53,7 @@ class Recorder:
         self.attrs = {}
 
     def record(self, kernel: JITFunction, args, kwargs) -> None:
-        options = {key: kwargs.pop(key) for key in ("num_warps", "num_stages") if key in kwargs}
+        options = {key: kwargs.pop(key) for key in ("num_warps", "num_stages", "maxnreg") if key in kwargs}
         signature, constexprs = {}, {}
         for param, value in zip(kernel.params, [*args, *([None] * (len(kernel.params) - len(args)))], strict=True):
             if param.name in kwargs:

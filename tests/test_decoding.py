@@ -218,6 +218,46 @@ def test_quantized_plan_variants_match_the_reference(device, fmt, variant, dtype
     assert torch.all(out[2] == 0) and torch.all(lse[2] == -math.inf)  # the empty sequence
 
 
+def test_short_splits_read_whole_tiles(device):
+    """DecodePlan.code_halves_min_blocks: int8 caches are read by halves only where each split spans that many key
+    blocks of the capacity (here 5 pages of 16 keys, 80 keys, in blocks of 16)."""
+    inputs = _problem(device, lens=(70, 3, 0, 33), hq=8, hk=2, d=64, dtype=torch.bfloat16, fmt="int8")
+    q, k_cache, v_cache, _ = inputs.args
+    k_scales, v_scales, table = inputs.kwargs["k_scales"], inputs.kwargs["v_scales"], inputs.kwargs["block_table"]
+    cache = launch.describe_cache(k_cache, table, k_scales, q.dtype, 64)
+    plan = dataclasses.replace(SMALL, code_halves=True, code_halves_min_blocks=3)
+    parts = [launch._code_parts(cache, k_cache, v_cache, k_scales, v_scales, q.dtype, 64, plan, "sm90", splits)[0]
+             for splits in (1, 2, 3)]  # fmt: skip
+    assert parts == [2, 2, 0]  # 5, 3 and 2 blocks a split
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("fmt", ["int8", "fp8"])
+def test_code_halves_keep_value_scales_of_any_magnitude(device, fmt, dtype):
+    """Caches read by halves take fp16 products: the probabilities times the value scales reach fp16 relative to the
+    block's largest scale, so that value scales far outside fp16's range (bf16 q: 2^-60 and 2^60 times the usual;
+    fp16 q: 2^-12, where p v_scale itself would be subnormal in fp16) keep their precision, against the reference
+    on the dequantized cache, each sequence compared in its own units."""
+    inputs = _problem(device, lens=(70, 3, 0, 33), hq=8, hk=2, d=64, dtype=dtype, fmt=fmt)
+    q, k_cache, v_cache, lengths = inputs.args
+    options = inputs.kwargs
+    k_scales, v_scales, table = options["k_scales"], options["v_scales"], options["block_table"]
+    units = torch.tensor([2.0**-60, 1.0, 1.0, 2.0**60] if dtype == torch.bfloat16 else [2.0**-12, 1.0, 1.0, 2.0**-4])
+    v_scales = v_scales.clone()
+    for b, unit in enumerate(units.tolist()):
+        pages = table[b][table[b] >= 0]  # the sequence's own pages
+        v_scales[pages] *= unit
+    plan = dataclasses.replace(SMALL, code_halves=True)
+    out, _ = launch.decode_attention_fwd(q, k_cache, v_cache, lengths, table, k_scales, v_scales,
+                                         1 / math.sqrt(q.shape[-1]), True, -1, 0.0, 3, plan=plan)  # fmt: skip
+    expected = REFERENCE(q.double(), k_cache.double() if fmt == "fp8" else k_cache,
+                         v_cache.double() if fmt == "fp8" else v_cache, lengths, block_table=table,
+                         k_scales=k_scales, v_scales=v_scales)  # fmt: skip
+    in_units = units.to(device, torch.float64)[:, None, None, None]
+    tol = TOLERANCES[dtype]
+    torch.testing.assert_close(out.double() / in_units, expected / in_units, atol=tol.atol, rtol=tol.rtol)
+
+
 @pytest.mark.parametrize("halfwords", [True, False], ids=["as-halfwords", "as-bytes"])
 def test_int4_queries_beyond_fp16s_range_and_both_readings(device, halfwords):
     """bf16 queries reach int4 caches' fp16 products scaled row by row: rows 2^40 and 2^-40 times larger than usual,

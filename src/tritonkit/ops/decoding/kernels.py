@@ -186,17 +186,16 @@ def _int4_quarters(p_halves, off_halves, p_pairs, off_pairs, m_r, head_dim, stri
 
 
 @triton.jit
-def _code_halves(p_halves, off_halves, m_r, head_dim, BLOCK_D: tl.constexpr, KV: tl.constexpr,
-                 DTYPE: tl.constexpr):  # fmt: skip
-    """int8 or fp8 rows as two tiles [R, BLOCK_D / 2] of their codes' values in DTYPE (fp32 off PTX), x_j[r, e] the
-    code at head-dim index 2 e + j: the data read as int16 halfwords of two codes (p_halves: the data as int16,
+def _code_halves(p_halves, off_halves, m_r, head_dim, BLOCK_D: tl.constexpr, KV: tl.constexpr):
+    """int8 or fp8 rows as two fp16 tiles [R, BLOCK_D / 2] of their codes' values (exact), x_j[r, e] the code at
+    head-dim index 2 e + j: the data read as int16 halfwords of two codes (p_halves: the data as int16,
     off_halves [R] in halfwords). As _int4_quarters: the halfwords reach the products' operand layout as loaded and
     convert there (halfword_bytes_as_floats), where whole 8-bit tiles are converted there too but their value tiles
     are gathered a byte at a time along the keys. Padding columns and masked rows read 0."""
     o_e = tl.arange(0, BLOCK_D // 2)
     m_half = m_r[:, None] & (o_e[None, :] < head_dim // 2)  # head_dim even; this form keeps vector loads
     b_half = tl.load(p_halves + off_halves[:, None] + o_e[None, :], mask=m_half, other=0)
-    return halfword_bytes_as_floats(b_half, KV, DTYPE)
+    return halfword_bytes_as_floats(b_half, KV, tl.float16)
 
 
 @triton.jit
@@ -328,9 +327,9 @@ def _attend_keys(
     the pool, the window and causality; unmasked (a block every row sees whole), with pages of at least a block, one
     page lookup for the block, and with smaller pages that divide it, one lookup a page (a page outside the pool
     still hides its keys). CODE_PARTS (4: int4, 2: int8 or fp8; 0: whole tiles): the cache's data as int16 halfwords
-    taken in CODE_PARTS parts of the head dim (_int4_quarters with its scales as int32 pairs, q in fp16 and qk_scale
-    one factor a row (rows_as_fp16); _code_halves), acc CODE_PARTS tiles of o [M, D / CODE_PARTS] (acc_j[m, e]:
-    o[m, CODE_PARTS e + j])."""
+    taken in CODE_PARTS parts of the head dim (_int4_quarters with its scales as int32 pairs; _code_halves), fp16
+    products, q in fp16 and qk_scale one factor a row (rows_as_fp16), acc CODE_PARTS tiles of o [M, D / CODE_PARTS]
+    (acc_j[m, e]: o[m, CODE_PARTS e + j]), for halves in units of acc[2] (the largest value scale so far)."""
     o_j = start_n + o_n
     if not MASKED and (not PAGED or PAGE_SIZE % BLOCK_N == 0):
         if PAGED:
@@ -375,16 +374,15 @@ def _attend_keys(
             v_parts = _int4_quarters(p_v, off_v, p_v_scales, off_vs, m_n, head_dim, stride_vs_g, BLOCK_D, GROUP)
             score_scale = qk_scale[:, None]  # int4 keys: no scale; q's rows: one factor each
         else:
-            part_dtype: tl.constexpr = tl.float32 if UPCAST else mma_dtype
-            k_parts = _code_halves(p_k, off_k, m_n, head_dim, BLOCK_D, KV, part_dtype)
-            v_parts = _code_halves(p_v, off_v, m_n, head_dim, BLOCK_D, KV, part_dtype)
+            k_parts = _code_halves(p_k, off_k, m_n, head_dim, BLOCK_D, KV)
+            v_parts = _code_halves(p_v, off_v, m_n, head_dim, BLOCK_D, KV)
             k_scale = tl.load(p_k_scales + off_ks, mask=m_n, other=0.0)
             v_scale = tl.load(p_v_scales + off_vs, mask=m_n, other=0.0)
-            score_scale = (qk_scale * k_scale)[None, :]
+            score_scale = qk_scale[:, None] * k_scale[None, :]
         q_parts = interleaved_parts(b_q, CODE_PARTS)
-        b_s = dot_fp32(q_parts[0], tl.trans(k_parts[0]), DOT_PRECISION, UPCAST)
+        b_s = tl.dot(q_parts[0], tl.trans(k_parts[0]))
         for j in tl.static_range(1, CODE_PARTS):
-            b_s = dot_fp32(q_parts[j], tl.trans(k_parts[j]), DOT_PRECISION, UPCAST, acc=b_s)
+            b_s = tl.dot(q_parts[j], tl.trans(k_parts[j]), b_s)
         b_s = b_s * score_scale  # [M, N]
     else:
         b_k, k_scale = _load_keys(p_k, off_k, p_k_scales, off_ks, m_x, m_n, head_dim, o_d, stride_ks_g,
@@ -412,9 +410,13 @@ def _attend_keys(
                tl.dot(b_pv, v_parts[2], acc[2] * alpha[:, None]),
                tl.dot(b_pv, v_parts[3], acc[3] * alpha[:, None]))  # fmt: skip
     elif CODE_PARTS == 2:
-        b_pv = to_dot_operand(b_p * v_scale[None, :], mma_dtype, UPCAST)
-        acc = (dot_fp32(b_pv, v_parts[0], DOT_PRECISION, UPCAST, acc=acc[0] * alpha[:, None]),
-               dot_fp32(b_pv, v_parts[1], DOT_PRECISION, UPCAST, acc=acc[1] * alpha[:, None]))  # fmt: skip
+        # fp16 takes p v_scale over the block's largest scale, in [0, 1] whatever the scales' range (products below
+        # 2^-14 of it lose bits to subnormals); acc counts in units of that largest scale, v_unit, carried as acc[2].
+        v_peak = tl.max(v_scale, axis=0)
+        v_unit = tl.where(v_peak > 0.0, v_peak, acc[2])  # a block of masked keys or zero scales adds nothing
+        b_pv = (b_p * (v_scale * (1.0 / v_unit))[None, :]).to(tl.float16)
+        rescale = (alpha * (acc[2] / v_unit))[:, None]
+        acc = (tl.dot(b_pv, v_parts[0], acc[0] * rescale), tl.dot(b_pv, v_parts[1], acc[1] * rescale), v_unit)
     else:
         b_pv = to_dot_operand(b_p * v_scale[None, :], mma_dtype, UPCAST)
         acc = acc * alpha[:, None] + dot_fp32(b_pv, b_v, DOT_PRECISION, UPCAST)
@@ -441,8 +443,8 @@ def _decode_kernel(
     scale / c with a softcap c (softcap_log2 = c * log2(e)). PDL (launched as a programmatic dependent, sm_90 and
     newer): the program may start while the previous kernel drains and waits for it before reading anything; its
     keys read, it lets the reduction launch. CODE_PARTS: a quantized cache read as int16 halfwords (strides in
-    halfwords; int4's scales as int32 (scale, zero) pairs) by quarters (int4, fp16 products, q's rows scaled into
-    fp16 by rows_as_fp16) or halves (int8, fp8) of the head dim (_attend_keys)."""
+    halfwords; int4's scales as int32 (scale, zero) pairs) by quarters (int4) or halves (int8, fp8) of the head dim,
+    in fp16 products, q's rows scaled into fp16 by rows_as_fp16 (_attend_keys)."""
     if PDL:
         gdc_wait()  # q, the cache and the lengths may be the previous kernel's writes
     i_split = tl.program_id(0) % n_splits
@@ -473,15 +475,12 @@ def _decode_kernel(
     b64 = i_b.to(tl.int64)
     p_q_rows = p_q + b64 * stride_q_b + o_t.to(tl.int64)[:, None] * stride_q_s + o_h.to(tl.int64)[:, None] * stride_q_h
     b_q = tl.load(p_q_rows + o_d[None, :], mask=m_r[:, None] & m_d[None, :], other=0.0)  # [M, D]
-    if CODE_PARTS == 4:
+    if CODE_PARTS:
         b_q, row_factor = rows_as_fp16(b_q)
         qk_rows = qk_scale * row_factor
-        zeros = tl.zeros([BLOCK_M, BLOCK_D // 4], dtype=tl.float32)
-        acc = (zeros, zeros, zeros, zeros)  # o's quarters: acc_j[m, e] is o[m, 4 e + j]
-    elif CODE_PARTS == 2:
-        qk_rows = qk_scale
-        zeros = tl.zeros([BLOCK_M, BLOCK_D // 2], dtype=tl.float32)
-        acc = (zeros, zeros)  # o's halves: acc_j[m, e] is o[m, 2 e + j]
+        zeros = tl.zeros([BLOCK_M, BLOCK_D // CODE_PARTS], dtype=tl.float32)
+        # o's quarters (acc_j[m, e]: o[m, 4 e + j]), or o's halves (o[m, 2 e + j]) in units of v_unit, acc[2]
+        acc = (zeros, zeros, zeros, zeros) if CODE_PARTS == 4 else (zeros, zeros, tl.full([], 1.0, tl.float32))
     else:
         qk_rows = qk_scale
         acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
@@ -528,8 +527,9 @@ def _decode_kernel(
     p_o_rows = p_o + b64 * stride_o_b + o_t.to(tl.int64)[:, None] * stride_o_s + o_h.to(tl.int64)[:, None] * stride_o_h
     if CODE_PARTS:
         o_e = CODE_PARTS * tl.arange(0, BLOCK_D // CODE_PARTS)  # part j holds head-dim indices CODE_PARTS e + j
+        o_unit = acc[2] if CODE_PARTS == 2 else 1.0
         for j in tl.static_range(CODE_PARTS):
-            _write_rows(acc[j] / l_safe[:, None], p_o_rows, p_part_o, part, head_dim, o_e + j, m_r, SPLIT)
+            _write_rows(acc[j] * (o_unit / l_safe)[:, None], p_o_rows, p_part_o, part, head_dim, o_e + j, m_r, SPLIT)
     else:
         _write_rows(acc / l_safe[:, None], p_o_rows, p_part_o, part, head_dim, o_d, m_r, SPLIT)
     if not SPLIT:

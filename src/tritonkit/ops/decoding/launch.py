@@ -186,9 +186,10 @@ def wants_value_checks(name: str, requested, cache_seqlens) -> bool:
 
 
 def _code_parts(cache: Cache, k_cache, v_cache, k_scales, v_scales, dtype, block_d: int, plan: DecodePlan,
-                device_arch: str) -> tuple:  # fmt: skip
+                device_arch: str, n_splits: int = 1) -> tuple:  # fmt: skip
     """(parts, k, v, k_scales, v_scales): how the kernel reads a quantized cache by parts of the head dim (4: int4
-    by quarters, 2: int8 or fp8 by halves with ``plan.code_halves``; 0: whole tiles, the tensors as given) and the
+    by quarters, 2: int8 or fp8 by halves with ``plan.code_halves`` where each of ``n_splits`` splits of the
+    capacity spans at least ``plan.code_halves_min_blocks`` key blocks; 0: whole tiles, the tensors as given) and the
     tensors it then takes: the data as int16 halfwords, int4's scales one (scale, zero) pair an int32 word (the pair
     dim dropped). Parts need a 16-bit q, every halfword (and pair) aligned, parts of at least 16 values (a product's
     depth); int4 groups of at least 4 values; e4m3's conversion of two codes at once, sm_89 or newer."""
@@ -198,8 +199,9 @@ def _code_parts(cache: Cache, k_cache, v_cache, k_scales, v_scales, dtype, block
     if cache.format == "int4":
         parts = 4 if cache.group >= 4 and block_d >= 64 else 0
     elif cache.format in ("int8", "fp8") and plan.code_halves:
+        long_splits = plan.split_blocks(cache.capacity, n_splits) >= plan.code_halves_min_blocks
         fp8_ok = cache.format == "int8" or kernels_interpreted() or arch_number(device_arch) >= 89
-        parts = 2 if block_d >= 32 and fp8_ok else 0
+        parts = 2 if block_d >= 32 and fp8_ok and long_splits else 0
     else:
         parts = 0
     for data in (k_cache, v_cache):
@@ -358,7 +360,7 @@ def decode_attention_fwd(
     grid = (num_splits * row_blocks, n_batch * cache.n_heads)
     warps = plan.warps_for(grid[0] * grid[1], sms)
     parts, k_cache, v_cache, k_scales, v_scales = _code_parts(cache, k_cache, v_cache, k_scales, v_scales, q.dtype,
-                                                              block_d, plan, device_arch)  # fmt: skip
+                                                              block_d, plan, device_arch, num_splits)  # fmt: skip
     _decode_kernel[grid](
         q, k_cache, v_cache, k_scales, v_scales, cache_seqlens, table, out, lse, part_o, part_lse,
         n_queries, n_heads_q, cache.n_heads, group, head_dim, UNBOUNDED if window < 0 else window, cache.capacity,
@@ -368,11 +370,12 @@ def decode_attention_fwd(
         out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1),
         KV=cache.format, PAGED=cache.paged, PAGE_SIZE=cache.page_size, CAUSAL=causal, SOFTCAP=softcap != 0.0,
         n_splits=num_splits, SPLIT=num_splits > 1, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        UPCAST=upcast_bf16_dots(q.dtype) and parts != 4,  # int4 by quarters: fp16 products, whatever q's dtype
+        UPCAST=upcast_bf16_dots(q.dtype) and not parts,  # caches read by parts: fp16 products, whatever q's dtype
         DIRECT_CODES=plan.direct_codes and cache.format in ("int8", "fp8"),
         BLOCK_M=block_m, BLOCK_N=plan.block_n, BLOCK_D=block_d, GROUP=max(cache.group, 2),
         CODE_PARTS=parts, PDL=pdl,
         num_warps=warps, num_stages=plan.stages_for(cache.capacity, num_splits), launch_pdl=pdl,
+        **({"maxnreg": plan.max_registers} if plan.max_registers else {}),
     )  # fmt: skip
     if num_splits > 1:
         _decode_reduce_kernel[(n_batch * n_queries * n_heads_q,)](

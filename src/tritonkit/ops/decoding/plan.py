@@ -34,10 +34,12 @@ class DecodePlan:
     # int8 and fp8 caches read as int16 halfwords of two codes, taken by halves of the head dim (the even and the
     # odd columns), each converted where its product's operand layout holds it (the value tiles by the transposing
     # ldmatrix), instead of the value codes gathered a byte at a time along the keys: 4.2 sm_90 instructions a
-    # value in int8's unmasked loop against 5.4 (docs/kernels/decoding.md). Not timed yet: off in every plan.
-    # Needs sm_89 or newer for fp8 (its conversion of two codes at once), a 16-bit q and an even head dim; other
-    # calls read whole tiles.
+    # value in int8's unmasked loop against 5.4 (docs/kernels/decoding.md). Needs sm_89 or newer for fp8 (its
+    # conversion of two codes at once), a 16-bit q and an even head dim; other calls read whole tiles.
     code_halves: bool = False
+    # The fewest key blocks a split spans (of the cache's capacity) for code_halves to apply; shorter splits read
+    # whole tiles, where the halves' fixed costs (q's rows scaled into fp16, the value scales' largest a block) weigh.
+    code_halves_min_blocks: int = 0
     # The split heuristic (choose_splits): programs per multiprocessor wanted, the shortest split in keys, and the
     # fewest splits.
     programs_per_sm: int = 2  # two programs per multiprocessor keep loads in flight while the other computes
@@ -54,14 +56,21 @@ class DecodePlan:
     # starts while its predecessor drains, waiting for it in the kernel (griddepcontrol), to take the launches' gaps
     # off short caches. Off in FALLBACK, which must run below sm_90 too.
     pdl: bool = False
+    # Registers a thread may take (ptxas' maxnreg; 0: the compiler's choice): fewer registers let more programs share
+    # a multiprocessor (sm_90: 64K registers, so 2-warp programs of 239 to 254 registers fit four at a time).
+    max_registers: int = 0
 
     def warps_for(self, programs: int, sm_count: int) -> int:
         """The split kernel's warps a program for a grid of ``programs`` on ``sm_count`` multiprocessors."""
         return self.one_wave_warps if self.one_wave_warps and programs <= sm_count else self.warps
 
+    def split_blocks(self, max_keys: int, n_splits: int) -> int:
+        """Key blocks a split spans of ``max_keys`` (the cache's capacity) cut into ``n_splits`` splits."""
+        return cdiv(cdiv(max_keys, max(n_splits, 1)), self.block_n)
+
     def stages_for(self, max_keys: int, n_splits: int) -> int:
         """The key loop's pipeline depth for ``max_keys`` (the cache's capacity) cut into ``n_splits`` splits."""
-        split_blocks = cdiv(cdiv(max_keys, max(n_splits, 1)), self.block_n)
+        split_blocks = self.split_blocks(max_keys, n_splits)
         if split_blocks > 0:
             for most_blocks, stages in self.short_split_stages:
                 if split_blocks <= most_blocks:
@@ -103,10 +112,19 @@ _SHORT_8BIT = ((2, 1), (8, 2))
 ONE_WAVE_WARPS = 4
 # Every sm90 plan launches as programmatic dependents (pdl): 0.1-0.9 us off each call of every format at B1 S1k to
 # B64 S1k (H200, 2026-11-29-decode-pdl.json; paged bf16 B1 S1k 8.5 -> 7.7 us, B8 S1k 14.4 -> 13.5), level at B8 S32k.
-_SM90_INT8 = DecodePlan(64, 2, 3, 64, direct_codes=True, programs_per_sm=4, min_keys_per_split=64, min_splits=2,
-                        short_split_stages=_SHORT_8BIT, one_wave_warps=ONE_WAVE_WARPS, pdl=True)  # fmt: skip
-_SM90_FP8 = DecodePlan(64, 2, 3, 64, programs_per_sm=4, min_keys_per_split=64, min_splits=2,
-                       short_split_stages=_SHORT_8BIT, one_wave_warps=ONE_WAVE_WARPS, pdl=True)  # fmt: skip
+# int8 and fp8 read by halves of the head dim (code_halves), H200, B8 S32k / B64 S4k against the whole tiles
+# (2026-11-30-decode-quantized.json, bf16 products): int8 194.5 -> 155.9 / 207.0 -> 164.5 us, fp8 185.6 -> 145.6 /
+# 200.7 -> 155.4; then in fp16 products (2026-11-30-decode-code-halves-fp16.md): int8 0.90-0.92x the time at long
+# caches, fp8 0.94-0.99x, B1 S1k (splits of one key block) 1.08-1.10x. Splits of one block read whole tiles
+# (code_halves_min_blocks 2): B1 S1k 7.3 -> 6.8 / 6.7 us; whole tiles up to 2 blocks lost at 2 (B8 S1k, B1 S8k:
+# 1.05-1.11x the time; -code-halves-short-3.md, -short-2.md). A register cap (max_registers 168 or 128, for 6 or 8
+# programs a multiprocessor) spills in the key loop: 1.1-4.5x slower in every format (-tiles-registers.json).
+_SM90_INT8 = DecodePlan(64, 2, 3, 64, direct_codes=True, code_halves=True, code_halves_min_blocks=2,
+                        programs_per_sm=4, min_keys_per_split=64, min_splits=2, short_split_stages=_SHORT_8BIT,
+                        one_wave_warps=ONE_WAVE_WARPS, pdl=True)  # fmt: skip
+_SM90_FP8 = DecodePlan(64, 2, 3, 64, code_halves=True, code_halves_min_blocks=2, programs_per_sm=4,
+                       min_keys_per_split=64, min_splits=2, short_split_stages=_SHORT_8BIT,
+                       one_wave_warps=ONE_WAVE_WARPS, pdl=True)  # fmt: skip
 # int4's kernel is bound by its unpacking and latency, not by bytes: its fastest split counts follow the token count,
 # as plain's do, with splits down to one key block, not FALLBACK's 512-key splits (2026-11-29-decode-split-counts
 # .json, B1 to B16 x S1k to S32k: B1 S1k 9.2 against 30.0 us, B8 S1k 23.8 against 30.3). 2 warps at 4 programs
