@@ -2,11 +2,13 @@
 specialise it: tests/compile_for_hopper.py's Recorder) for each cache format, at B8, d128, GQA 32:8, pages of 64,
 four splits, this Hopper plan; prints each key loop's SASS by opcode, its instructions per K or V value read (per
 thread: the loop's count times the threads of a program over the block's 2 x BLOCK_N x 128 values), and the kinds of
-its loads and stores.
+its loads and stores (spills to local memory included), with the registers and stack a thread takes.
 
-    python benchmarks/decode_sass.py [int4 int8 fp8 plain] [--code-halves]
+    python benchmarks/decode_sass.py [int4 int8 fp8 plain] [--code-halves] [--max-registers N]
 
 ``--code-halves``: int8 and fp8 with their plan's code_halves on (read by halves of the head dim).
+``--max-registers N``: each plan with DecodePlan.max_registers N (ptxas' cap; what it spills shows as STACK and as
+local loads and stores in the loops).
 
 A proxy for a format's cost per value where timing needs a GPU: on the H200 plain caches stream at the copy
 bandwidth, 8-bit ones at up to 1.4x paged bf16's speed, int4 at up to 1.5x (docs/kernels/decoding.md). The count
@@ -16,6 +18,7 @@ were loaded in each step, and Nsight Compute showed the round trip of its values
 
 from __future__ import annotations
 
+import argparse
 import collections
 import dataclasses
 import os
@@ -26,6 +29,7 @@ import tempfile
 from pathlib import Path
 
 FORMATS = ("int4", "int8", "fp8", "plain")
+MEMORY_OPS = ("LDG", "LDS", "STS", "LDGSTS", "LDL", "STL")  # global, shared and local (spills) loads and stores
 # B8: 256 programs for the 132 multiprocessors set below, so the plans' own warps (not DecodePlan.one_wave_warps)
 B, S, HQ, HK, D, PAGE, SPLITS = 8, 4096, 32, 8, 128, 64, 4
 
@@ -71,12 +75,13 @@ def _loops(sass: str) -> list[tuple[int, int, collections.Counter]]:
 
 def report_loops(sass: str, threads: int, values: int, shortest: int = 100) -> None:
     """Print each loop of at least ``shortest`` instructions in ``sass``: its count, the count per value of the
-    ``values`` a step of the loop reads over a program's ``threads``, its opcodes and its loads and stores."""
+    ``values`` a step of the loop reads over a program's ``threads``, its opcodes and its loads and stores (spills
+    to local memory included)."""
     for start, end, opcodes in _loops(sass):
         count = sum(opcodes.values())
         if count < shortest:
             continue
-        memory = {op: n for op, n in opcodes.items() if op.startswith(("LDG", "LDS", "STS", "LDGSTS"))}
+        memory = {op: n for op, n in opcodes.items() if op.startswith(MEMORY_OPS)}
         print(f"  loop {start:#x}-{end:#x}: {count} instructions, {count * threads / values:.2f} a value")
         base = collections.Counter()
         for op, n in opcodes.items():
@@ -115,11 +120,18 @@ def main(argv=None) -> int:
     from tritonkit._core import checks
     from tritonkit.ops.decoding import launch
 
-    args = argv if argv is not None else sys.argv[1:]
-    formats = [arg for arg in args if not arg.startswith("--")] or FORMATS
-    if "--code-halves" in args:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("formats", nargs="*", choices=FORMATS, default=FORMATS)
+    parser.add_argument("--code-halves", action="store_true", help="int8 and fp8 read by halves of the head dim")
+    parser.add_argument("--max-registers", type=int, default=0, help="DecodePlan.max_registers (0: the plan's)")
+    args = parser.parse_args(argv)
+    formats = args.formats or FORMATS
+    changes = {"code_halves": True} if args.code_halves else {}
+    if args.max_registers:
+        changes["max_registers"] = args.max_registers
+    if changes:
         plan_of = launch.decode_plan
-        launch.decode_plan = lambda *key: dataclasses.replace(plan_of(*key), code_halves=True)
+        launch.decode_plan = lambda *key: dataclasses.replace(plan_of(*key), **changes)
     checks.kernels_interpreted = lambda: True  # CPU tensors pass the device check; the launches are only recorded
     launch.arch, launch.sm_count = (lambda device: "sm90"), (lambda device: 132)
     launch.upcast_bf16_dots = lambda dtype: False  # the GPU's code paths

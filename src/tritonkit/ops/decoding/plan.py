@@ -118,7 +118,9 @@ ONE_WAVE_WARPS = 4
 # caches, fp8 0.94-0.99x, B1 S1k (splits of one key block) 1.08-1.10x. Splits of one block read whole tiles
 # (code_halves_min_blocks 2): B1 S1k 7.3 -> 6.8 / 6.7 us; whole tiles up to 2 blocks lost at 2 (B8 S1k, B1 S8k:
 # 1.05-1.11x the time; -code-halves-short-3.md, -short-2.md). A register cap (max_registers 168 or 128, for 6 or 8
-# programs a multiprocessor) spills in the key loop: 1.1-4.5x slower in every format (-tiles-registers.json).
+# programs a multiprocessor) spills in the key loop: 1.1-4.5x slower in every format (-tiles-registers.json). A cap
+# of 200 (5 programs) spills nothing in int4's loops and 2-5 local loads a step in int8's (decode_sass.py
+# --max-registers 200): not timed yet.
 _SM90_INT8 = DecodePlan(64, 2, 3, 64, direct_codes=True, code_halves=True, code_halves_min_blocks=2,
                         programs_per_sm=4, min_keys_per_split=64, min_splits=2, short_split_stages=_SHORT_8BIT,
                         one_wave_warps=ONE_WAVE_WARPS, pdl=True)  # fmt: skip
