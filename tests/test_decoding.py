@@ -218,6 +218,26 @@ def test_quantized_plan_variants_match_the_reference(device, fmt, variant, dtype
     assert torch.all(out[2] == 0) and torch.all(lse[2] == -math.inf)  # the empty sequence
 
 
+@pytest.mark.parametrize("fmt", ["int8", "fp8"])
+def test_code_halves_with_a_window_and_a_softcap(device, fmt):
+    """Caches read by halves under a window of 9 keys and a softcap of 5 (its scores' scale folded with q's row
+    factors), two new tokens, bf16 q, against the reference on the dequantized cache."""
+    inputs = _problem(device, lens=(70, 3, 0, 33), hq=8, hk=2, d=64, dtype=torch.bfloat16, fmt=fmt)
+    q, k_cache, v_cache, lengths = inputs.args
+    options = inputs.kwargs
+    plan = dataclasses.replace(SMALL, code_halves=True)
+    k_scales, v_scales = options["k_scales"], options["v_scales"]
+    out, lse = launch.decode_attention_fwd(q, k_cache, v_cache, lengths, options["block_table"], k_scales, v_scales,
+                                           1 / math.sqrt(q.shape[-1]), True, 9, 5.0, 3, plan=plan)  # fmt: skip
+    expected, expected_lse = REFERENCE(q.double(), k_cache.double() if fmt == "fp8" else k_cache,
+                                       v_cache.double() if fmt == "fp8" else v_cache, lengths,
+                                       block_table=options["block_table"], k_scales=k_scales, v_scales=v_scales,
+                                       window=9, softcap=5.0, return_lse=True)  # fmt: skip
+    tol = TOLERANCES[torch.bfloat16]
+    torch.testing.assert_close(out.double(), expected, atol=tol.atol, rtol=tol.rtol)
+    torch.testing.assert_close(lse.double(), expected_lse, atol=1e-5, rtol=1e-5)
+
+
 def test_short_splits_read_whole_tiles(device):
     """DecodePlan.code_halves_min_blocks: int8 caches are read by halves only where each split spans that many key
     blocks of the capacity (here 5 pages of 16 keys, 80 keys, in blocks of 16)."""
