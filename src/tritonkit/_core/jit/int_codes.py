@@ -151,11 +151,10 @@ def halfword_nibbles_as_halves(b_half, b_pair):
     return h0, h1, h2, h3
 
 
-# The bytes of two 16-bit halfwords ($2: bytes 0, 1 the first, 2, 3 the second) as two registers of two 16-bit
-# floats: $0 the low bytes (0 and 2), $1 the high ones (1 and 3), exactly. int8 to fp16: the code plus 128 (sign bit
-# flipped) under 1024's exponent (0x64XX is 1024 + XX), less 1152. int8 to bf16: bf16 holds 128 + XX only below
-# XX = 128 (0x43XX), so the low 7 bits go there (128 + l) and the top bit chooses what to subtract: 128 (bit set)
-# or 256. e4m3 to fp16: the conversion of two codes at once (sm_89 and newer); to bf16 through fp32.
+# The bytes of two 16-bit halfwords ($2: bytes 0, 1 the first, 2, 3 the second) as two registers of two fp16
+# values: $0 the low bytes (0 and 2), $1 the high ones (1 and 3), exactly. int8: the code plus 128 (sign bit
+# flipped) under 1024's exponent (0x64XX is 1024 + XX), less 1152. e4m3: the conversion of two codes at once (sm_89
+# and newer). (To bf16 these took 9 and 11 instructions: the products read fp16 instead.)
 _INT8_PAIRS_FP16 = tl.constexpr("""{
 .reg .b32 f, lo, hi, bias;
 mov.b32 bias, 0x64806480;
@@ -165,18 +164,6 @@ prmt.b32 hi, f, 0x64646464, 0x4341;
 sub.f16x2 $0, lo, bias;
 sub.f16x2 $1, hi, bias;
 }""")
-_INT8_PAIRS_BF16 = tl.constexpr("""{
-.reg .b32 f, lo, hi, lo_value, hi_value, lo_less, hi_less;
-xor.b32 f, $2, 0x80808080;
-prmt.b32 lo, f, 0x43434343, 0x4240;
-prmt.b32 hi, f, 0x43434343, 0x4341;
-and.b32 lo_value, lo, 0xFF7FFF7F;
-and.b32 hi_value, hi, 0xFF7FFF7F;
-lop3.b32 lo_less, lo, 0x00800080, 0x43804380, 0x6A;
-lop3.b32 hi_less, hi, 0x00800080, 0x43804380, 0x6A;
-sub.rn.bf16x2 $0, lo_value, lo_less;
-sub.rn.bf16x2 $1, hi_value, hi_less;
-}""")
 _E4M3_PAIRS_FP16 = tl.constexpr("""{
 .reg .b32 t;
 .reg .b16 lo, hi;
@@ -185,44 +172,21 @@ mov.b32 {lo, hi}, t;
 cvt.rn.f16x2.e4m3x2 $0, lo;
 cvt.rn.f16x2.e4m3x2 $1, hi;
 }""")
-_E4M3_PAIRS_BF16 = tl.constexpr("""{
-.reg .b32 t, lo2, hi2;
-.reg .b16 lo, hi, a, b;
-.reg .f32 x, y;
-prmt.b32 t, $2, 0, 0x3120;
-mov.b32 {lo, hi}, t;
-cvt.rn.f16x2.e4m3x2 lo2, lo;
-cvt.rn.f16x2.e4m3x2 hi2, hi;
-mov.b32 {a, b}, lo2;
-cvt.f32.f16 x, a;
-cvt.f32.f16 y, b;
-cvt.rn.bf16x2.f32 $0, y, x;
-mov.b32 {a, b}, hi2;
-cvt.f32.f16 x, a;
-cvt.f32.f16 y, b;
-cvt.rn.bf16x2.f32 $1, y, x;
-}""")
 
 
 @triton.jit
-def halfword_bytes_as_floats(b_half, FORMAT: tl.constexpr, DTYPE: tl.constexpr):
-    """(low, high): the low and high bytes of int16 halfwords, int8 or e4m3 codes (FORMAT "int8" or "fp8"), as
-    tiles of b_half's shape in DTYPE (bf16, fp16, or fp32 for the interpreter's bf16 products), exactly: each holds
-    every int8 and e4m3 value. Elementwise, so Triton converts the halfwords where a product's operand layout holds
-    them (PTX: per two halfwords 5 to 9 instructions for int8, 3 (fp16) or 11 (bf16) for e4m3, which needs sm_89 or
-    newer). The interpreter and other GPUs take the bytes' values through fp32, e4m3's NaN codes (0x7F, 0xFF) as
-    NaN."""
+def halfword_bytes_as_halves(b_half, FORMAT: tl.constexpr):
+    """(low, high): the low and high bytes of int16 halfwords, int8 or e4m3 codes (FORMAT "int8" or "fp8"), as fp16
+    tiles of b_half's shape, exactly: fp16 holds every int8 and e4m3 value. Elementwise, so Triton converts the
+    halfwords where a product's operand layout holds them (PTX: per two halfwords 5 instructions for int8, 3 for
+    e4m3, which needs sm_89 or newer). The interpreter and other GPUs take the bytes' values through fp32, e4m3's
+    NaN codes (0x7F, 0xFF) as NaN."""
     if PTX_MATH:
-        bf16: tl.constexpr = (tl.bfloat16, tl.bfloat16)
-        fp16: tl.constexpr = (tl.float16, tl.float16)
-        if FORMAT == "int8" and tl.bfloat16 == DTYPE:
-            low, high = tl.inline_asm_elementwise(_INT8_PAIRS_BF16, "=r,=r,r", [b_half], bf16, True, 2)
-        elif FORMAT == "int8":
-            low, high = tl.inline_asm_elementwise(_INT8_PAIRS_FP16, "=r,=r,r", [b_half], fp16, True, 2)
-        elif tl.bfloat16 == DTYPE:
-            low, high = tl.inline_asm_elementwise(_E4M3_PAIRS_BF16, "=r,=r,r", [b_half], bf16, True, 2)
+        halves: tl.constexpr = (tl.float16, tl.float16)
+        if FORMAT == "int8":
+            low, high = tl.inline_asm_elementwise(_INT8_PAIRS_FP16, "=r,=r,r", [b_half], halves, True, 2)
         else:
-            low, high = tl.inline_asm_elementwise(_E4M3_PAIRS_FP16, "=r,=r,r", [b_half], fp16, True, 2)
+            low, high = tl.inline_asm_elementwise(_E4M3_PAIRS_FP16, "=r,=r,r", [b_half], halves, True, 2)
     else:
         low_byte, high_byte = b_half.to(tl.int8), (b_half >> 8).to(tl.int8)
         if FORMAT == "int8":
@@ -230,5 +194,5 @@ def halfword_bytes_as_floats(b_half, FORMAT: tl.constexpr, DTYPE: tl.constexpr):
         else:
             low = as_fp32(low_byte.to(tl.float8e4nv, bitcast=True))
             high = as_fp32(high_byte.to(tl.float8e4nv, bitcast=True))
-        low, high = low.to(DTYPE), high.to(DTYPE)
+        low, high = low.to(tl.float16), high.to(tl.float16)
     return low, high

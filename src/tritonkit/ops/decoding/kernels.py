@@ -36,7 +36,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from tritonkit._core.jit.dots import dot_fp32, interleaved_parts
 from tritonkit._core.jit.fastmath import LOG2_E, tanh_via_exp2
-from tritonkit._core.jit.int_codes import code_as_float, halfword_bytes_as_floats, halfword_nibbles_as_halves
+from tritonkit._core.jit.int_codes import code_as_float, halfword_bytes_as_halves, halfword_nibbles_as_halves
 from tritonkit._core.jit.rounding import round_to_float8, rounded_int32, rows_as_fp16, to_dot_operand
 
 
@@ -190,12 +190,12 @@ def _code_halves(p_halves, off_halves, m_r, head_dim, BLOCK_D: tl.constexpr, KV:
     """int8 or fp8 rows as two fp16 tiles [R, BLOCK_D / 2] of their codes' values (exact), x_j[r, e] the code at
     head-dim index 2 e + j: the data read as int16 halfwords of two codes (p_halves: the data as int16,
     off_halves [R] in halfwords). As _int4_quarters: the halfwords reach the products' operand layout as loaded and
-    convert there (halfword_bytes_as_floats), where whole 8-bit tiles are converted there too but their value tiles
+    convert there (halfword_bytes_as_halves), where whole 8-bit tiles are converted there too but their value tiles
     are gathered a byte at a time along the keys. Padding columns and masked rows read 0."""
     o_e = tl.arange(0, BLOCK_D // 2)
     m_half = m_r[:, None] & (o_e[None, :] < head_dim // 2)  # head_dim even; this form keeps vector loads
     b_half = tl.load(p_halves + off_halves[:, None] + o_e[None, :], mask=m_half, other=0)
-    return halfword_bytes_as_floats(b_half, KV, tl.float16)
+    return halfword_bytes_as_halves(b_half, KV)
 
 
 @triton.jit

@@ -36,7 +36,7 @@ import triton.language as tl
 
 from tritonkit._core.jit.dots import dot_fp32, interleaved_parts
 from tritonkit._core.jit.gemm import grouped_tile
-from tritonkit._core.jit.int_codes import SIGNED_BYTE_BIAS, halfword_bytes_as_floats, word_bytes_as_floats
+from tritonkit._core.jit.int_codes import SIGNED_BYTE_BIAS, halfword_bytes_as_halves, word_bytes_as_floats
 from tritonkit._core.jit.quantize import amax_scale, codes, finite_row_amax
 from tritonkit._core.jit.rounding import fp16_row_factors
 from tritonkit._core.jit.row_sync import arrive
@@ -357,7 +357,7 @@ def _product_by_halves(b_x, x_down, p_halves, mask, CODES: tl.constexpr):
     columns, in fp16 products of exact codes, x's rows taken into fp16 by the powers of two x_down (exact but for
     values below 2^-14 of their row's largest, which become subnormals)."""
     b_half = tl.load(p_halves, mask=mask, other=0, eviction_policy="evict_first")  # [N, K / 2], read once
-    w_even, w_odd = halfword_bytes_as_floats(b_half, CODES, tl.float16)
+    w_even, w_odd = halfword_bytes_as_halves(b_half, CODES)
     x_even, x_odd = interleaved_parts((b_x.to(tl.float32) * x_down[:, None]).to(tl.float16), 2)
     return tl.dot(x_odd, tl.trans(w_odd), tl.dot(x_even, tl.trans(w_even)))
 
