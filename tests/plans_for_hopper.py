@@ -1,7 +1,7 @@
-"""Compile for sm_90 the kernel variants that only a forced plan reaches there (no sm90 plan takes them, so
-compile_for_hopper.py, which records the registry's cases under the default plans, never sees them; its
-FORCED_PLAN_ONLY names the kernels left to this script). Run by test_compiled_build.py without TRITON_INTERPRET;
-prints one line per compiled variant.
+"""Compile for sm_90 the kernel variants that compile_for_hopper.py, which records the registry's cases under the
+interpreter and the default plans, never sees: those only a forced plan reaches (no sm90 plan takes them; its
+FORCED_PLAN_ONLY names the kernels left to this script) and those the interpreter launches otherwise. Run by
+test_compiled_build.py without TRITON_INTERPRET; prints one line per compiled variant.
 
 - The W8A16 GEMV's two-launch form (GemvPlan(last_split_sums=False): the fallback's on every other GPU): the byte
   loop at one row and at 16 rows (tl.dot), the one-row kernel reading int8 codes as words, in bf16, and the split-K
@@ -9,7 +9,8 @@ prints one line per compiled variant.
   reading int8 and e4m3 codes by halves of K (GemvPlan.code_halves, in no plan yet).
 - Flash decoding launched as programmatic dependents (DecodePlan.pdl, which sm90's plans take on the GPU but the
   interpreter, under which compile_for_hopper.py records, launches without): the split kernel and the reduction with
-  their griddepcontrol waits, a paged bf16 cache split four ways.
+  their griddepcontrol waits, a paged bf16 cache split four ways; and int8 and fp8 caches read by halves of the head
+  dim (DecodePlan.code_halves, whose PTX the interpreter does not take).
 """
 
 import sys
@@ -20,6 +21,7 @@ from triton.runtime.autotuner import Autotuner
 from triton.runtime.jit import JITFunction
 
 import compile_for_hopper as hopper
+import tritonkit
 from tritonkit._core import checks
 from tritonkit.ops.decoding import launch as decoding
 from tritonkit.ops.decoding.plan import decode_plan
@@ -53,13 +55,22 @@ def main() -> int:
     plan = decode_plan("sm90", 128)
     assert plan.pdl, "sm90's paged bf16 plan launches as programmatic dependents"
     decoding.decode_attention_fwd(q, cache, cache, lengths, table, None, None, 0.125, True, -1, 0.0, 4, plan=plan)
+    for fmt in ("int8", "fp8"):  # read by halves of the head dim (16 key blocks a split)
+        data, scales = tritonkit.ops.quantize_kv(cache, fmt)
+        plan = decode_plan("sm90", 128, fmt)
+        assert plan.code_halves, f"sm90's {fmt} plan reads its cache by halves"
+        decoding.decode_attention_fwd(q, data, data, lengths, table, scales, scales, 0.125, True, -1, 0.0, 4,
+                                      plan=plan)  # fmt: skip
     for key, (kernel, signature, constexprs, options) in recorder.variants.items():
         name = key[0]
+        if name == "_quantize_kv_kernel":
+            continue  # it only made the caches above (compile_for_hopper.py compiles it)
         source = triton.compiler.ASTSource(fn=kernel, signature=signature, constexprs=constexprs,
                                            attrs=recorder.attrs[key])  # fmt: skip
         compiled = triton.compile(source, target=hopper.HOPPER, options=options)
         form = " [two launches]" if "LAST_SPLIT_SUMS" in constexprs else ""  # the GEMV's; the reduction has none
         form += " [PDL]" if constexprs.get("PDL") else ""
+        form += f" [{constexprs['KV']} by halves]" if constexprs.get("CODE_PARTS") == 2 else ""
         print(f"{name}{form}: {len(compiled.asm['cubin'])} bytes of sm_90 code")
     return 0
 

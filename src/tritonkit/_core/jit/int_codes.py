@@ -182,11 +182,13 @@ def halfword_bytes_as_halves(b_half, FORMAT: tl.constexpr):
     e4m3, which needs sm_89 or newer). The interpreter and other GPUs take the bytes' values through fp32, e4m3's
     NaN codes (0x7F, 0xFF) as NaN."""
     if PTX_MATH:
-        halves: tl.constexpr = (tl.float16, tl.float16)
+        # (The dtypes as a literal tuple: Triton 3.9 does not unwrap a tuple held as a constexpr.)
         if FORMAT == "int8":
-            low, high = tl.inline_asm_elementwise(_INT8_PAIRS_FP16, "=r,=r,r", [b_half], halves, True, 2)
+            low, high = tl.inline_asm_elementwise(_INT8_PAIRS_FP16, "=r,=r,r", [b_half], dtype=(tl.float16,) * 2,
+                                                  is_pure=True, pack=2)  # fmt: skip
         else:
-            low, high = tl.inline_asm_elementwise(_E4M3_PAIRS_FP16, "=r,=r,r", [b_half], halves, True, 2)
+            low, high = tl.inline_asm_elementwise(_E4M3_PAIRS_FP16, "=r,=r,r", [b_half], dtype=(tl.float16,) * 2,
+                                                  is_pure=True, pack=2)  # fmt: skip
     else:
         low_byte, high_byte = b_half.to(tl.int8), (b_half >> 8).to(tl.int8)
         if FORMAT == "int8":
