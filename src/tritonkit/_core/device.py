@@ -57,6 +57,12 @@ def converts_to_float8_rounding(arch_name: str) -> bool:
     return arch_number(arch_name) >= FLOAT8_CONVERSION_ARCH
 
 
+def converts_e4m3_pairs(arch_name: str) -> bool:
+    """Whether GPUs of ``arch_name`` ("sm90") convert two e4m3 codes to fp16 in one instruction (cvt.rn.f16x2.e4m3x2,
+    which _core/jit/int_codes.halfword_bytes_as_halves issues): the same sm_89 (Ada) and newer."""
+    return arch_number(arch_name) >= FLOAT8_CONVERSION_ARCH
+
+
 def sm_count(device: torch.device) -> int:
     """Multiprocessors of ``device`` (a small stand-in under the interpreter)."""
     if kernels_interpreted() or device.type != "cuda":

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor, debug_checks
-from tritonkit._core.device import arch, arch_number, converts_to_float8_rounding, sm_count
+from tritonkit._core.device import arch, arch_number, converts_e4m3_pairs, converts_to_float8_rounding, sm_count
 from tritonkit._core.env import kernels_interpreted, upcast_bf16_dots
 from tritonkit._core.ints import cdiv, next_power_of_2
 from tritonkit.ops.decoding.kernels import (
@@ -200,7 +200,7 @@ def _code_parts(cache: Cache, k_cache, v_cache, k_scales, v_scales, dtype, block
         parts = 4 if cache.group >= 4 and block_d >= 64 else 0
     elif cache.format in ("int8", "fp8") and plan.code_halves:
         long_splits = plan.split_blocks(cache.capacity, n_splits) >= plan.code_halves_min_blocks
-        fp8_ok = cache.format == "int8" or kernels_interpreted() or arch_number(device_arch) >= 89
+        fp8_ok = cache.format == "int8" or converts_e4m3_pairs(device_arch)  # the interpreter's arch is sm90
         parts = 2 if block_d >= 32 and fp8_ok and long_splits else 0
     else:
         parts = 0

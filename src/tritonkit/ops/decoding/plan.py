@@ -33,9 +33,9 @@ class DecodePlan:
     direct_codes: bool = False
     # int8 and fp8 caches read as int16 halfwords of two codes, taken by halves of the head dim (the even and the
     # odd columns), each converted where its product's operand layout holds it (the value tiles by the transposing
-    # ldmatrix), instead of the value codes gathered a byte at a time along the keys: 4.2 sm_90 instructions a
-    # value in int8's unmasked loop against 5.4 (docs/kernels/decoding.md). Needs sm_89 or newer for fp8 (its
-    # conversion of two codes at once), a 16-bit q and an even head dim; other calls read whole tiles.
+    # ldmatrix), in fp16 products, instead of the value codes gathered a byte at a time along the keys: 3.5 sm_90
+    # instructions a value in int8's unmasked loop against 5.4 (docs/kernels/decoding.md). Needs sm_89 or newer for
+    # fp8 (its conversion of two codes at once), a 16-bit q and an even head dim; other calls read whole tiles.
     code_halves: bool = False
     # The fewest key blocks a split spans (of the cache's capacity) for code_halves to apply; shorter splits read
     # whole tiles, where the halves' fixed costs (q's rows scaled into fp16, the value scales' largest a block) weigh.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor, debug_checks
-from tritonkit._core.device import arch, arch_number, sm_count
+from tritonkit._core.device import arch, converts_e4m3_pairs, sm_count
 from tritonkit._core.env import kernels_interpreted
 from tritonkit._core.ints import cdiv, next_power_of_2
 from tritonkit._core.row_sync import kept_counters
@@ -363,7 +363,7 @@ def _halves_codes(rows: torch.Tensor, w: torch.Tensor, plan: GemvPlan) -> str | 
     16-bit x, int8 or e4m3 codes (e4m3's conversion of two codes at once needs sm_89 or newer), rows of whole,
     2-byte aligned halfwords (the int16 view exists); else None."""
     fmt = {torch.int8: "int8", torch.float8_e4m3fn: "fp8"}.get(w.dtype)
-    e4m3_ok = fmt == "int8" or kernels_interpreted() or arch_number(arch(rows.device)) >= 89
+    e4m3_ok = fmt == "int8" or converts_e4m3_pairs(arch(rows.device))  # the interpreter's arch is sm90
     aligned = w.shape[1] % 2 == 0 and w.stride(0) % 2 == 0 and w.storage_offset() % 2 == 0
     halves = plan.code_halves and rows.dtype in (torch.bfloat16, torch.float16) and fmt is not None and e4m3_ok
     return fmt if halves and aligned and w.stride(1) == 1 else None
