@@ -20,19 +20,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gemm_table import GEMV_M, GEMV_NK  # the benchmarks folder is no package: its own path
 
 # name -> GemvPlan's (block_m, block_n, block_k, warps, stages, programs_per_sm[, options]); min_split_k stays the
-# fallback's; options: GemvPlan's words (int8 codes read as int32 words; else byte by byte), code_halves (16 rows:
-# the codes read as int16 halfwords by halves of K, fp16 products; else whole tiles), last_split_sums (the tile's last
-# split sums the partials; else a second launch) and splits (forced; else splits_to_fill). One row
+# fallback's; options: GemvPlan's words (int8 codes read as int32 words; else byte by byte), last_split_sums (the
+# tile's last split sums the partials; else a second launch) and splits (forced; else splits_to_fill). One row
 # multiplies in fp32 lanes (block_m 1; its K loop pipelined where stages > 1, asked of the loop); more rows go through
 # tl.dot on rows padded to 16, pipelined through shared memory. The candidates swept before (tiles, depths, programs
-# a multiprocessor, more splits, words at 16 rows, and the kept counters against a zeroing launch: commit 23d1ccc's
+# a multiprocessor, more splits, words at 16 rows, codes read by halves of K in fp16 products at 1-16 rows (removed
+# after 2026-11-30-gemv-plans-halves.md), and the kept counters against a zeroing launch: commit 23d1ccc's
 # "tritonkit zeroed counters", which cleared the kept ones before each call) are in the committed results
 # (2026-11-28/29/30-gemv-plans*.md; K unsplit with deep pipelines at one row: 2026-11-29-gemv-plans-unsplit.md, whose
 # 16 x 512 tile sm90 now takes at N 4096: plan.GEMV_NARROW). Now: the tl.dot plan's tile, depth and programs a
-# multiprocessor at 4 and 16 rows, each summing in the last split as sm90's plan does, with whole tiles and by halves.
+# multiprocessor at 4 and 16 rows, each summing in the last split as sm90's plan does.
 SUMS = {"last_split_sums": True}
 WORDS_SUMS = {"words": True, **SUMS}
-HALVES_SUMS = {"code_halves": True, **SUMS}
 CANDIDATES = {
     "r1 32x256 w4 s4 p2 words sums": (1, 32, 256, 4, 4, 2, WORDS_SUMS),  # the split plan, one stage deeper
     "r16 32x128 w4 s3 sums": (16, 32, 128, 4, 3, 4, SUMS),
@@ -41,20 +40,13 @@ CANDIDATES = {
     "r16 64x128 w4 s3 p2 sums": (16, 64, 128, 4, 3, 2, SUMS),
     "r16 128x128 w8 s3 sums": (16, 128, 128, 8, 3, 4, SUMS),
     "r16 16x256 w4 s3 sums": (16, 16, 256, 4, 3, 4, SUMS),  # twice the tiles of 32 columns at N 4096
-    # The codes read as int16 halfwords by halves of K, in fp16 products (GemvPlan.code_halves)
-    "r16 64x128 w4 s3 halves sums": (16, 64, 128, 4, 3, 4, HALVES_SUMS),  # sm90's plan with code_halves
-    "r16 64x128 w4 s4 halves sums": (16, 64, 128, 4, 4, 4, HALVES_SUMS),
-    "r16 64x256 w4 s3 halves sums": (16, 64, 256, 4, 3, 4, HALVES_SUMS),
-    "r16 32x128 w4 s3 halves sums": (16, 32, 128, 4, 3, 4, HALVES_SUMS),
 }
 MIN_SPLIT_K = 512  # the fewest K values of a split (plan.GEMV_FALLBACK's)
 
 
 def candidates_for(m: int) -> list[str]:
-    """One-row plans for one row; tl.dot plans (16 rows a program) for more, and those reading by halves of K for
-    one row too (its fp32 lanes take 4.6 sm_90 instructions a value, the halves' tl.dot 3.9 at 4 rows)."""
-    return [name for name, plan in CANDIDATES.items()
-            if (plan[0] == 1) == (m == 1) or (m == 1 and plan[6].get("code_halves"))]  # fmt: skip
+    """One-row plans for one row; tl.dot plans (16 rows a program) for more."""
+    return [name for name, plan in CANDIDATES.items() if (plan[0] == 1) == (m == 1)]
 
 
 def _plan(name: str):

@@ -4,9 +4,7 @@
 K loop's SASS by opcode and its instructions per weight value a step reads (per thread: the loop's count times the
 threads of a program over the step's block_n x block_k values), with decode_sass.py's report.
 
-    python benchmarks/gemv_sass.py [ROWS ...] [--code-halves]     # default: 1 4 16
-
-``--code-halves``: the few-row plans with GemvPlan.code_halves on (the codes read by halves of K).
+    python benchmarks/gemv_sass.py [ROWS ...]     # default: 1 4 16
 
 A proxy for the GEMV's cost per weight byte where timing needs a GPU (docs/kernels/gemm.md: the one-row loop's 6.3
 instructions a value fell to 4.6 with its codes read as words, 65 -> 72% of the copy on the H200).
@@ -14,7 +12,6 @@ instructions a value fell to 4.6 with its codes read as words, 65 -> 72% of the 
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -24,16 +21,6 @@ from decode_sass import compile_sass, report_loops  # the benchmarks folder is n
 
 K = 4096
 SHAPES = (4096, 14336)  # N: the narrow outputs (GEMV_NARROW at one row) and the wide
-
-
-def _with_halves(plan_of):
-    """gemv_plan with code_halves on in its tl.dot plans."""
-
-    def plan(*key):
-        found = plan_of(*key)
-        return dataclasses.replace(found, code_halves=True) if found and found.block_m > 1 else found
-
-    return plan
 
 
 def main(argv=None) -> int:
@@ -49,8 +36,6 @@ def main(argv=None) -> int:
 
     args = argv if argv is not None else sys.argv[1:]
     rows = [int(word) for word in args if not word.startswith("--")] or [1, 4, 16]
-    if "--code-halves" in args:
-        launch.gemv_plan = _with_halves(launch.gemv_plan)
     checks.kernels_interpreted = lambda: True  # CPU tensors pass the device check; the launches are only recorded
     launch.kernels_interpreted = lambda: False  # the GPU's code paths
     launch.arch, launch.sm_count = (lambda device: "sm90"), (lambda device: 132)

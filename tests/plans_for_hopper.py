@@ -5,8 +5,7 @@ test_compiled_build.py without TRITON_INTERPRET; prints one line per compiled va
 
 - The W8A16 GEMV's two-launch form (GemvPlan(last_split_sums=False): the fallback's on every other GPU): the byte
   loop at one row and at 16 rows (tl.dot), the one-row kernel reading int8 codes as words, in bf16, and the split-K
-  reduction that sums their partials; benchmarks/gemv_plans.py times them against sm90's plans. The 16-row loop
-  reading int8 and e4m3 codes by halves of K (GemvPlan.code_halves, in no plan yet).
+  reduction that sums their partials; benchmarks/gemv_plans.py times them against sm90's plans.
 - Flash decoding launched as programmatic dependents (DecodePlan.pdl, which sm90's plans take on the GPU but the
   interpreter, under which compile_for_hopper.py records, launches without): the split kernel and the reduction with
   their griddepcontrol waits, a paged bf16 cache split four ways; and int8 and fp8 caches read by halves of the head
@@ -33,8 +32,6 @@ FORCED = [
     (GemvPlan(1, 32, 256, 4, 3, 2, 512), 1, torch.float8_e4m3fn),
     (GemvPlan(1, 32, 256, 4, 3, 2, 512, words=True), 1, torch.int8),
     (GemvPlan(16, 64, 128, 4, 3, 4, 512), 16, torch.int8),
-    (GemvPlan(16, 64, 128, 4, 3, 4, 512, code_halves=True), 16, torch.int8),
-    (GemvPlan(16, 64, 128, 4, 3, 4, 512, code_halves=True), 16, torch.float8_e4m3fn),
 ]
 
 

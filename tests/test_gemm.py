@@ -320,58 +320,6 @@ def test_gemv_int8_words_leave_what_they_cannot_read_to_the_byte_loop(monkeypatc
     torch.testing.assert_close(out, expected, rtol=0, atol=0)  # the byte loop itself
 
 
-HALVES = dataclasses.replace(DOT_ROWS, code_halves=True)
-
-
-def _halves_launched(grid, kwargs):
-    return kwargs["CODE_HALVES"]
-
-
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
-@pytest.mark.parametrize("m", [3, 20])
-@pytest.mark.parametrize("weights", WEIGHTS[:3], ids=["int8-row", "e4m3-tensor", "int8-group"])
-def test_gemv_code_halves_match_the_reference(monkeypatch, device, weights, m, dtype):
-    """GemvPlan.code_halves: w's codes read as int16 halfwords and multiplied by halves of K in fp16, 3 splits of
-    whole 32-wide steps (the last one short, K 100), 3 rows of x in a 16-row tile or 20 in two; bf16 rows 2^40 and
-    2^-40 times the others (scaled into fp16 row by row) against float64."""
-    launched = []
-    monkeypatch.setattr(launch, "_gemv_split_k_kernel", RecordingKernel(launch._gemv_split_k_kernel, launched,
-                                                                        _halves_launched))  # fmt: skip
-    case = {"m": m, "n": 37, "k": 100, **weights}
-    inputs = _inputs(case, device, dtype)
-    x, w, x_scale, w_scale = inputs.args
-    if dtype == torch.bfloat16:
-        x = x.clone()
-        x[0] *= 2.0**40
-        x[2] *= 2.0**-40
-        inputs = dataclasses.replace(inputs, args=(x, w, x_scale, w_scale))
-    out = launch.scaled_linear_fwd(x, w, x_scale, w_scale, inputs.kwargs["bias"], torch.float32, False, plan=HALVES)
-    assert launched == [{"int8": "int8", "e4m3": "fp8"}[weights["w"]]]
-    expected = _expected(inputs)
-    in_units = expected.abs().amax(dim=1, keepdim=True).clamp_min(1e-300)  # each row against its own largest
-    torch.testing.assert_close(out.double() / in_units, expected / in_units, rtol=1e-5, atol=1e-5)
-
-
-@pytest.mark.parametrize("case", ["k-odd", "float32-rows", "e5m2", "unaligned-rows"])
-def test_gemv_code_halves_leave_what_they_cannot_read_to_whole_tiles(monkeypatch, device, case):
-    launched = []
-    monkeypatch.setattr(launch, "_gemv_split_k_kernel", RecordingKernel(launch._gemv_split_k_kernel, launched,
-                                                                        _halves_launched))  # fmt: skip
-    weights = {"k-odd": {"k": 101, "w": "int8", "w_scale": "row"},
-               "float32-rows": {"k": 100, "w": "int8", "w_scale": "row"},
-               "e5m2": {"k": 100, "w": "e5m2", "w_scale": "row"},
-               "unaligned-rows": {"k": 100, "w": "int8", "w_scale": "row"}}[case]  # fmt: skip
-    inputs = _inputs({"m": 3, "n": 37, **weights}, device, torch.float32 if case == "float32-rows" else torch.bfloat16)
-    x, w, x_scale, w_scale = inputs.args
-    if case == "unaligned-rows":  # rows 101 bytes apart, 100 of them used: no int16 view
-        w = torch.zeros(37, 101, dtype=torch.int8, device=device).copy_(torch.nn.functional.pad(w, (0, 1)))[:, :100]
-    out = launch.scaled_linear_fwd(x, w, x_scale, w_scale, None, torch.float32, False, plan=HALVES)
-    assert launched == [None]
-    expected = launch.scaled_linear_fwd(x, w.contiguous(), x_scale, w_scale, None, torch.float32, False,
-                                        plan=DOT_ROWS)  # fmt: skip
-    torch.testing.assert_close(out, expected, rtol=0, atol=0)  # whole tiles themselves
-
-
 @pytest.mark.parametrize("plan", [ONE_ROW, DOT_ROWS], ids=["one-row", "dot"])
 def test_gemv_reads_strided_rows_and_a_batch_of_single_tokens(plan):
     """x (3, 1, K) cut from a wider tensor: rows 2K apart, K not contiguous in the source (copied once)."""

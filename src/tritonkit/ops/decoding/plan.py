@@ -118,9 +118,15 @@ ONE_WAVE_WARPS = 4
 # caches, fp8 0.94-0.99x, B1 S1k (splits of one key block) 1.08-1.10x. Splits of one block read whole tiles
 # (code_halves_min_blocks 2): B1 S1k 7.3 -> 6.8 / 6.7 us; whole tiles up to 2 blocks lost at 2 (B8 S1k, B1 S8k:
 # 1.05-1.11x the time; -code-halves-short-3.md, -short-2.md). A register cap (max_registers 168 or 128, for 6 or 8
-# programs a multiprocessor) spills in the key loop: 1.1-4.5x slower in every format (-tiles-registers.json). A cap
-# of 200 (5 programs) spills nothing in int4's loops and 2-5 local loads a step in int8's (decode_sass.py
-# --max-registers 200): not timed yet.
+# programs a multiprocessor) spills in the key loop: 1.1-4.5x slower in every format (-tiles-registers.json). Caps
+# of 200 and 192 (H200, 2026-11-30-decode-tiles-register-cap-200.json and -192.json, B1 S131k to B256 S4k): five
+# 2-warp programs still do not fit a multiprocessor at 200 (registers are allotted a warp at a time, 208 a thread),
+# and at 192 the loops spill; at four programs the cap slows int8 and fp8 by 5-25% (2-5 local loads a step at 200,
+# decode_sass.py --max-registers 200), and int4 by 10% where its keys are not split (B64 S4k 147.6 -> 162.6 us,
+# B256 S4k 575 -> 635), and speeds its split kernel by 3-5%: B8 S32k 155.8 -> 147.9 us (155.0 -> 146.6 in the run
+# before), B1 S131k 84.7 -> 81.1, B8 S8k 48.0 -> 46.6. With the cap on split int4 launches only, against the tree
+# before, alternating in one call (2026-11-30-decode-int4-split-cap-ab.md): 0.97x the time at B8 S32k, B1 S131k and
+# B8 S8k, 1.10x at B8 S1k (splits of 2 blocks). Not kept: 3% where a rule of split lengths would be needed.
 _SM90_INT8 = DecodePlan(64, 2, 3, 64, direct_codes=True, code_halves=True, code_halves_min_blocks=2,
                         programs_per_sm=4, min_keys_per_split=64, min_splits=2, short_split_stages=_SHORT_8BIT,
                         one_wave_warps=ONE_WAVE_WARPS, pdl=True)  # fmt: skip

@@ -34,11 +34,10 @@ nothing to any sum.
 import triton
 import triton.language as tl
 
-from tritonkit._core.jit.dots import dot_fp32, interleaved_parts
+from tritonkit._core.jit.dots import dot_fp32
 from tritonkit._core.jit.gemm import grouped_tile
-from tritonkit._core.jit.int_codes import SIGNED_BYTE_BIAS, halfword_bytes_as_halves, word_bytes_as_floats
+from tritonkit._core.jit.int_codes import SIGNED_BYTE_BIAS, word_bytes_as_floats
 from tritonkit._core.jit.quantize import amax_scale, codes, finite_row_amax
-from tritonkit._core.jit.rounding import fp16_row_factors
 from tritonkit._core.jit.row_sync import arrive
 
 
@@ -265,7 +264,7 @@ def _gemv_split_k_kernel(
     stride_x_m, stride_w_n, stride_ws_n, stride_out_m,
     W_SCALE: tl.constexpr, G: tl.constexpr, HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr,
     LAST_SPLIT_SUMS: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, STAGES: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, CODE_HALVES: tl.constexpr = None,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """Split program_id(1) of K, [k_s, k_s + k_per_split) cut at K, for the BLOCK_M rows x BLOCK_N outputs of block
     program_id(0) (column blocks first) of a weight-only product (module docstring). k_per_split is a multiple of
@@ -273,12 +272,7 @@ def _gemv_split_k_kernel(
     scale group. BLOCK_M = 1: fp32 lanes accumulate x[k] s_w(n, k) w[n, k] over [BLOCK_N, BLOCK_K] and sum along K
     once at the end; else tl.dot. STAGES: the K loop's software pipeline (asked of the loop: the compiler pipelines
     a plain range's loads only where they feed a dot). SPLIT: store the fp32 partial P_s to p_partial (S, M, N)
-    (_split_partial; LAST_SPLIT_SUMS: the tile's last split also sums them); else the output. CODE_HALVES ("int8" or
-    "fp8", BLOCK_M > 1, a 16-bit x; None: off): w as int16 halfwords of two codes (p_w, stride_w_n in halfwords), each
-    step's product taken by halves of K in fp16 (_product_by_halves), the codes converted where the product's operand
-    layout holds them (int8 in 5 instructions per four codes), where whole int8 tiles widen x's operand layout to
-    four values a register, which costs a register move per x fragment; bf16 rows of x scaled into fp16 by powers of
-    two from the split's largest |x| (_split_row_factors, a first pass over the split's x), undone on the sums."""
+    (_split_partial; LAST_SPLIT_SUMS: the tile's last split also sums them); else the output."""
     n_blocks_n = tl.cdiv(N, BLOCK_N)
     i_m, i_n, i_split = tl.program_id(0) // n_blocks_n, tl.program_id(0) % n_blocks_n, tl.program_id(1)
     o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -287,16 +281,9 @@ def _gemv_split_k_kernel(
     m_m, m_n = o_m < M, o_n < N
     k_start = i_split * k_per_split
     p_x_tile = p_x + o_m.to(tl.int64)[:, None] * stride_x_m + (k_start + o_k)[None, :]
-    if CODE_HALVES is not None:
-        o_h = tl.arange(0, BLOCK_K // 2)  # halfword h holds columns 2 h and 2 h + 1
-        p_w_tile = p_w + o_n.to(tl.int64)[:, None] * stride_w_n + (k_start // 2 + o_h)[None, :]
-    else:
-        p_w_tile = p_w + o_n.to(tl.int64)[:, None] * stride_w_n + (k_start + o_k)[None, :]
-    W_STEP: tl.constexpr = BLOCK_K // 2 if CODE_HALVES is not None else BLOCK_K
+    p_w_tile = p_w + o_n.to(tl.int64)[:, None] * stride_w_n + (k_start + o_k)[None, :]
     PER_STEP: tl.constexpr = W_SCALE == "group" or W_SCALE == "block"
     k_end = tl.minimum(K, k_start + k_per_split)
-    if CODE_HALVES is not None:
-        x_down, x_up = _split_row_factors(p_x_tile, m_m, o_k, K, k_start, k_end, BLOCK_K)
     if BLOCK_M == 1:
         acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     else:
@@ -312,54 +299,20 @@ def _gemv_split_k_kernel(
                 b_w = b_w * _row_scales(p_w_scale, o_n, m_n, stride_ws_n, k // G, W_SCALE, G)[:, None]
             acc += b_w * b_x.to(tl.float32)
         else:
-            if CODE_HALVES is not None:
-                m_half = m_n[:, None] & (o_h < (K - k) // 2)[None, :]  # K even
-                b_part = _product_by_halves(b_x, x_down, p_w_tile, m_half, CODE_HALVES)
-            else:
-                b_w = _load_zero_padded(p_w_tile, m_n[:, None] & m_k[None, :], "evict_first", UPCAST)  # read once
-                b_part = dot_fp32(b_x, tl.trans(_codes_as(b_w, b_x.dtype, UPCAST)), DOT_PRECISION, UPCAST)
+            b_w = _load_zero_padded(p_w_tile, m_n[:, None] & m_k[None, :], "evict_first", UPCAST)  # read once
+            b_part = dot_fp32(b_x, tl.trans(_codes_as(b_w, b_x.dtype, UPCAST)), DOT_PRECISION, UPCAST)
             if PER_STEP:
                 b_part = b_part * _row_scales(p_w_scale, o_n, m_n, stride_ws_n, k // G, W_SCALE, G)[None, :]
             acc += b_part
         p_x_tile += BLOCK_K
-        p_w_tile += W_STEP
+        p_w_tile += BLOCK_K
     b_sum = tl.sum(acc, axis=1)[None, :] if BLOCK_M == 1 else acc  # [M, N]
-    if CODE_HALVES is not None:
-        b_sum = b_sum * x_up[:, None]
     if SPLIT:
         _split_partial(b_sum, p_partial, p_arrivals, p_w_scale, p_bias, p_out, o_m, o_n, M, N, n_splits, stride_ws_n,
                        stride_out_m, W_SCALE, G, HAS_BIAS, LAST_SPLIT_SUMS)  # fmt: skip
     else:
         _store_output(b_sum, None, p_w_scale, p_bias, p_out, o_m, o_n, M, N, 0, stride_ws_n, stride_out_m, "none",
                       W_SCALE, G, not PER_STEP, HAS_BIAS)  # fmt: skip
-
-
-@triton.jit
-def _split_row_factors(p_x_tile, m_m, o_k, K, k_start, k_end, BLOCK_K: tl.constexpr):
-    """(down, up) [M]: powers of two that bring x's bf16 rows over the split's columns [k_start, k_end) into fp16
-    (fp16_row_factors of their largest |x|, read from the split's x tiles at p_x_tile ..); 1 and 1 for fp16 x."""
-    if p_x_tile.dtype.element_ty == tl.bfloat16:
-        amax = tl.zeros(m_m.shape, dtype=tl.float32)
-        for k in range(k_start, k_end, BLOCK_K):
-            b_x = tl.load(p_x_tile + (k - k_start), mask=m_m[:, None] & (o_k < K - k)[None, :], other=0.0)
-            amax = tl.maximum(amax, tl.max(tl.abs(b_x.to(tl.float32)), axis=1))
-        down, up = fp16_row_factors(amax)
-    else:
-        down = tl.full(m_m.shape, 1.0, tl.float32)
-        up = down
-    return down, up
-
-
-@triton.jit
-def _product_by_halves(b_x, x_down, p_halves, mask, CODES: tl.constexpr):
-    """(x [M, K] x_down[:, None]) @ w^T in fp32 for w's [N, K] int8 or e4m3 codes (CODES "int8" or "fp8") read as
-    int16 halfwords at p_halves [N, K / 2] (masked lanes 0): sum over j of x_j @ w_j^T, j the even and the odd
-    columns, in fp16 products of exact codes, x's rows taken into fp16 by the powers of two x_down (exact but for
-    values below 2^-14 of their row's largest, which become subnormals)."""
-    b_half = tl.load(p_halves, mask=mask, other=0, eviction_policy="evict_first")  # [N, K / 2], read once
-    w_even, w_odd = halfword_bytes_as_halves(b_half, CODES)
-    x_even, x_odd = interleaved_parts((b_x.to(tl.float32) * x_down[:, None]).to(tl.float16), 2)
-    return tl.dot(x_odd, tl.trans(w_odd), tl.dot(x_even, tl.trans(w_even)))
 
 
 @triton.jit

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from tritonkit._core.checks import FLOAT_DTYPES, check_device, check_tensor, debug_checks
-from tritonkit._core.device import arch, converts_e4m3_pairs, sm_count
+from tritonkit._core.device import arch, sm_count
 from tritonkit._core.env import kernels_interpreted
 from tritonkit._core.ints import cdiv, next_power_of_2
 from tritonkit._core.row_sync import kept_counters
@@ -358,17 +358,6 @@ def _words_apply(w: torch.Tensor, w_granularity: str, plan: GemvPlan, block_k: i
             and w.data_ptr() % 4 == 0)  # fmt: skip
 
 
-def _halves_codes(rows: torch.Tensor, w: torch.Tensor, plan: GemvPlan) -> str | None:
-    """The codes' format ("int8", "fp8") where the few-row GEMV reads w by halves of K (GemvPlan.code_halves): a
-    16-bit x, int8 or e4m3 codes (e4m3's conversion of two codes at once needs sm_89 or newer), rows of whole,
-    2-byte aligned halfwords (the int16 view exists); else None."""
-    fmt = {torch.int8: "int8", torch.float8_e4m3fn: "fp8"}.get(w.dtype)
-    e4m3_ok = fmt == "int8" or converts_e4m3_pairs(arch(rows.device))  # the interpreter's arch is sm90
-    aligned = w.shape[1] % 2 == 0 and w.stride(0) % 2 == 0 and w.storage_offset() % 2 == 0
-    halves = plan.code_halves and rows.dtype in (torch.bfloat16, torch.float16) and fmt is not None and e4m3_ok
-    return fmt if halves and aligned and w.stride(1) == 1 else None
-
-
 def _gemv(rows, w, w_scale, stride_ws, w_granularity, group, bias, out_rows, plan: GemvPlan, block_k: int,
           precision: str) -> None:  # fmt: skip
     """The split-K GEMV (kernels.py): K cut into splits of whole block_k steps (plan.splits_to_fill), then, with more
@@ -393,14 +382,12 @@ def _gemv(rows, w, w_scale, stride_ws, w_granularity, group, bias, out_rows, pla
             STAGES=plan.stages, BLOCK_N=plan.block_n, BLOCK_K=block_k, num_warps=plan.warps, num_stages=plan.stages,
         )  # fmt: skip
     else:
-        halves = _halves_codes(rows, w, plan)
-        codes, stride_w = (w.view(torch.int16), w.stride(0) // 2) if halves else (w, w.stride(0))
         _gemv_split_k_kernel[(tiles, splits)](
-            rows, codes, w_scale, bias, out_rows, partial, arrivals, m, n, k, k_per_split, splits,
-            rows.stride(0), stride_w, stride_ws, out_rows.stride(0),
+            rows, w, w_scale, bias, out_rows, partial, arrivals, m, n, k, k_per_split, splits,
+            rows.stride(0), w.stride(0), stride_ws, out_rows.stride(0),
             **scales, SPLIT=splits > 1, LAST_SPLIT_SUMS=last_split_sums, DOT_PRECISION=precision,
             UPCAST=kernels_interpreted(), STAGES=plan.stages, BLOCK_M=plan.block_m, BLOCK_N=plan.block_n,
-            BLOCK_K=block_k, CODE_HALVES=halves, num_warps=plan.warps, num_stages=plan.stages,
+            BLOCK_K=block_k, num_warps=plan.warps, num_stages=plan.stages,
         )  # fmt: skip
     if splits > 1 and not last_split_sums:
         block_m = min(next_power_of_2(m), 16)

@@ -127,10 +127,6 @@ class GemvPlan:
     # With K split: the last split to finish each output tile sums the partials (in split order, as the reduction
     # kernel does) and writes the output, counted in by an atomic, instead of a second launch (sm90's plans).
     last_split_sums: bool = False
-    # block_m >= 16 with 16-bit x and int8 or e4m3 codes (K even; e4m3 on sm_89 or newer): the codes read as int16
-    # halfwords and multiplied by halves of K in fp16 (kernels._product_by_halves), where whole int8 tiles make
-    # ptxas move x's fragments before each product (63 of the 4-row step's 307 sm_90 instructions). Not timed yet.
-    code_halves: bool = False
 
     def __post_init__(self):
         if self.block_m != 1 and (self.block_m < 16 or self.block_m & (self.block_m - 1)):
@@ -140,8 +136,6 @@ class GemvPlan:
             # Timed at 16 rows through four tl.dot a step on the H200: 19-31% of the copy against the byte loop's 57%
             # (docs/kernels/gemm.md), so that form was removed.
             raise ValueError(f"GemvPlan: words reads one row a program (block_m 1), got block_m {self.block_m}")
-        if self.code_halves and self.block_m == 1:
-            raise ValueError("GemvPlan: code_halves feeds tl.dot (block_m >= 16), got block_m 1")
 
 
 # Rows of x per plan, for weight-only calls; more rows than the last bound take the tiled kernel.
