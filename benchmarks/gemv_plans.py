@@ -28,18 +28,19 @@ from gemm_table import GEMV_M, GEMV_NK  # the benchmarks folder is no package: i
 # after 2026-11-30-gemv-plans-halves.md), and the kept counters against a zeroing launch: commit 23d1ccc's
 # "tritonkit zeroed counters", which cleared the kept ones before each call) are in the committed results
 # (2026-11-28/29/30-gemv-plans*.md; K unsplit with deep pipelines at one row: 2026-11-29-gemv-plans-unsplit.md, whose
-# 16 x 512 tile sm90 now takes at N 4096: plan.GEMV_NARROW). Now: the tl.dot plan's tile, depth and programs a
-# multiprocessor at 4 and 16 rows, each summing in the last split as sm90's plan does.
+# 16 x 512 tile sm90 now takes at N 4096: plan.GEMV_NARROW; tl.dot tiles, depths and programs a multiprocessor at 4
+# and 16 rows: 2026-11-30-gemv-plans-rows-tiles.md). Now: more splits at 4 and 16 rows, forced. Nsight Compute at 4
+# rows, N 4096 (2026-11-30-ncu-gemv.txt): 512 programs, 0.55 waves, DRAM 35%; at 16 rows splits_to_fill keeps each
+# split >= PARTIAL_K_PER_ROW x 16 = 1024 K values, 4 splits of K 4096: 256 programs for 132 multiprocessors.
 SUMS = {"last_split_sums": True}
 WORDS_SUMS = {"words": True, **SUMS}
 CANDIDATES = {
     "r1 32x256 w4 s4 p2 words sums": (1, 32, 256, 4, 4, 2, WORDS_SUMS),  # the split plan, one stage deeper
-    "r16 32x128 w4 s3 sums": (16, 32, 128, 4, 3, 4, SUMS),
-    "r16 64x256 w4 s3 sums": (16, 64, 256, 4, 3, 4, SUMS),
-    "r16 64x128 w4 s4 sums": (16, 64, 128, 4, 4, 4, SUMS),
-    "r16 64x128 w4 s3 p2 sums": (16, 64, 128, 4, 3, 2, SUMS),
-    "r16 128x128 w8 s3 sums": (16, 128, 128, 8, 3, 4, SUMS),
-    "r16 16x256 w4 s3 sums": (16, 16, 256, 4, 3, 4, SUMS),  # twice the tiles of 32 columns at N 4096
+    "r16 64x128 w4 s3 x4 sums": (16, 64, 128, 4, 3, 4, {"splits": 4, **SUMS}),
+    "r16 64x128 w4 s3 x8 sums": (16, 64, 128, 4, 3, 4, {"splits": 8, **SUMS}),
+    "r16 64x128 w4 s3 x12 sums": (16, 64, 128, 4, 3, 4, {"splits": 12, **SUMS}),
+    "r16 64x128 w4 s3 x16 sums": (16, 64, 128, 4, 3, 4, {"splits": 16, **SUMS}),
+    "r16 64x128 w4 s2 x16 sums": (16, 64, 128, 4, 2, 4, {"splits": 16, **SUMS}),
 }
 MIN_SPLIT_K = 512  # the fewest K values of a split (plan.GEMV_FALLBACK's)
 
