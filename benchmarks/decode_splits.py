@@ -38,9 +38,9 @@ tokens, eight of 2048) into each format's paged cache with each of PROGRAM_TOKEN
 (launch.append_tokens), and the public op.
 
 ``--part splits`` (``<date>-decode-split-counts.json``): at SPLIT_SHAPES (B 1 to 16 at S 1k to 32k, B 64 S 4k,
-B 256 S 1k), SDPA, then paged bf16 and the quantized formats (``--formats``, default int8 and fp8) with this GPU's
-plans at the heuristic's split count and at each of SPLIT_COUNTS; bf16 against SDPA, the quantized caches against
-bf16's heuristic run.
+B 256 S 1k; or ``--shapes``), SDPA, then paged bf16 and the quantized formats (``--formats``, default int8 and fp8)
+with this GPU's plans at the heuristic's split count and at each of SPLIT_COUNTS; bf16 against SDPA, the quantized
+caches against bf16's heuristic run.
 
 Prints one line per run and writes ``<date>-decode-splits.json`` into DIR: per run the shape, cache, plan, key block,
 split count asked (0: the heuristic) and used, µs, GB/s of the spec's cost model (the keys and values in their
@@ -458,16 +458,16 @@ def splits(runner: Runner, shapes, formats=SPLIT_FORMATS) -> None:
 
 
 def _warm(task: tuple[int, int, bool, str, tuple, tuple, tuple]) -> None:
-    index, workers, dry, part, tile_shapes, formats, grid = task
+    index, workers, dry, part, shapes, formats, grid = task
     runner = Runner(dry, math.inf, 0, warm=(index, workers))
     if part == "quantized":
         quantized(runner, DRY["headline"] if dry else HEADLINE)
         return
     if part == "tiles":
-        tiles(runner, DRY["headline"] if dry else tile_shapes, grid, formats)
+        tiles(runner, DRY["headline"] if dry else shapes or TILE_SHAPES, grid, formats)
         return
     if part == "splits":
-        splits(runner, DRY["shapes"] if dry else SPLIT_SHAPES, formats)
+        splits(runner, DRY["shapes"] if dry else shapes or SPLIT_SHAPES, formats)
         return
     if part == "appends":
         appends(runner, DRY["appends"] if dry else APPEND_SHAPES, PROGRAM_TOKENS)
@@ -506,8 +506,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--programs-per-sm", type=int, nargs="+", default=[],
                         help="--part tiles: programs per multiprocessor tried (default: the plan's, and twice it "
                              "with 2 warps)")  # fmt: skip
-    parser.add_argument("--shapes", type=_shapes, default=TILE_SHAPES,
-                        help="--part tiles: B:S pairs, comma-separated (default: TILE_SHAPES)")  # fmt: skip
+    parser.add_argument("--shapes", type=_shapes, default=None,
+                        help="--part tiles and splits: B:S pairs, comma-separated (default: TILE_SHAPES, "
+                             "SPLIT_SHAPES)")  # fmt: skip
     parser.add_argument(
         "--formats",
         nargs="+",
@@ -548,10 +549,10 @@ def main(argv: list[str] | None = None) -> int:
         quantized(runner, DRY["headline"] if args.dry_run else HEADLINE)
         return _write(args, runner, start, "decode-quantized")
     if args.part == "tiles":
-        tiles(runner, DRY["headline"] if args.dry_run else args.shapes, grid, formats)
+        tiles(runner, DRY["headline"] if args.dry_run else args.shapes or TILE_SHAPES, grid, formats)
         return _write(args, runner, start, "decode-tiles")
     if args.part == "splits":
-        splits(runner, DRY["shapes"] if args.dry_run else SPLIT_SHAPES, formats)
+        splits(runner, DRY["shapes"] if args.dry_run else args.shapes or SPLIT_SHAPES, formats)
         return _write(args, runner, start, "decode-split-counts")
     if args.part == "appends":
         appends(runner, DRY["appends"] if args.dry_run else APPEND_SHAPES, PROGRAM_TOKENS)

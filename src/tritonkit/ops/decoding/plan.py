@@ -91,8 +91,11 @@ FALLBACK = {16: _D64, 32: _D64, 64: _D64, 128: DecodePlan(64, 4, 2, 64), 256: De
 # Their split heuristics from every split count at B 1 to 16 x S 1k to 32k, B64 S4k and B256 S1k (decode_splits.py
 # --part splits, 2026-11-28-decode-split-counts.json): the fastest count fills about 2 (plain) or 4 (8-bit) programs
 # per multiprocessor, with splits as short as one key block (B1 S1k: 16 splits of 64 keys); more programs than that
-# start a second wave (8-bit at B16 S4k: 89 us at 5 splits, 58 at 4); 8-bit caches run fastest with 2 splits even
-# where the batch alone fills the GPU (B64 S4k: 194 against 235 us).
+# start a second wave (8-bit at B16 S4k: 89 us at 5 splits, 58 at 4). 8-bit caches read as whole tiles ran fastest
+# with 2 splits even where the batch alone fills the GPU (B64 S4k: 194 against 235 us); read by halves they do not
+# (H200, 2026-11-30-decode-split-counts-halves.json, CUDA-graph GPU time): one split against two at B64 S4k 138.7
+# against 153.4 us (int8) and 138.0 against 153.2 (fp8), B64 S8k 273.6 / 287.5 and 268.8 / 286.8, B256 S4k 552.1 /
+# 605.8 and 542.3 / 590.2; the heuristic's counts at B1 to B16 stay within 3% of the fastest. So no minimum of two.
 # Short splits run shallower (DecodePlan.short_split_stages), by the length of a split in key blocks of 64. The tile
 # sweep (H200, decode_splits.py --part tiles --stages 1 2 3, 2026-11-29-decode-tiles-stages-short.json and
 # -stages-long.json, CUDA-graph GPU time, one input set) found the key loop unpipelined (1 stage) fastest in every
@@ -128,10 +131,10 @@ ONE_WAVE_WARPS = 4
 # before, alternating in one call (2026-11-30-decode-int4-split-cap-ab.md): 0.97x the time at B8 S32k, B1 S131k and
 # B8 S8k, 1.10x at B8 S1k (splits of 2 blocks). Not kept: 3% where a rule of split lengths would be needed.
 _SM90_INT8 = DecodePlan(64, 2, 3, 64, direct_codes=True, code_halves=True, code_halves_min_blocks=2,
-                        programs_per_sm=4, min_keys_per_split=64, min_splits=2, short_split_stages=_SHORT_8BIT,
+                        programs_per_sm=4, min_keys_per_split=64, short_split_stages=_SHORT_8BIT,
                         one_wave_warps=ONE_WAVE_WARPS, pdl=True)  # fmt: skip
 _SM90_FP8 = DecodePlan(64, 2, 3, 64, code_halves=True, code_halves_min_blocks=2, programs_per_sm=4,
-                       min_keys_per_split=64, min_splits=2, short_split_stages=_SHORT_8BIT,
+                       min_keys_per_split=64, short_split_stages=_SHORT_8BIT,
                        one_wave_warps=ONE_WAVE_WARPS, pdl=True)  # fmt: skip
 # int4's kernel is bound by its unpacking and latency, not by bytes: its fastest split counts follow the token count,
 # as plain's do, with splits down to one key block, not FALLBACK's 512-key splits (2026-11-29-decode-split-counts
