@@ -91,11 +91,9 @@ FALLBACK = {16: _D64, 32: _D64, 64: _D64, 128: DecodePlan(64, 4, 2, 64), 256: De
 # Their split heuristics from every split count at B 1 to 16 x S 1k to 32k, B64 S4k and B256 S1k (decode_splits.py
 # --part splits, 2026-11-28-decode-split-counts.json): the fastest count fills about 2 (plain) or 4 (8-bit) programs
 # per multiprocessor, with splits as short as one key block (B1 S1k: 16 splits of 64 keys); more programs than that
-# start a second wave (8-bit at B16 S4k: 89 us at 5 splits, 58 at 4). 8-bit caches read as whole tiles ran fastest
-# with 2 splits even where the batch alone fills the GPU (B64 S4k: 194 against 235 us); read by halves they do not
-# (H200, 2026-11-30-decode-split-counts-halves.json, CUDA-graph GPU time): one split against two at B64 S4k 138.7
-# against 153.4 us (int8) and 138.0 against 153.2 (fp8), B64 S8k 273.6 / 287.5 and 268.8 / 286.8, B256 S4k 552.1 /
-# 605.8 and 542.3 / 590.2; the heuristic's counts at B1 to B16 stay within 3% of the fastest. So no minimum of two.
+# start a second wave (8-bit at B16 S4k: 89 us at 5 splits, 58 at 4). Where the batch alone fills the GPU, 8-bit
+# caches read by halves run fastest unsplit (B64 S4k 138.7 against 153.4 us at 2 splits, int8;
+# 2026-11-30-decode-split-counts-halves.json), so they take no minimum of splits (whole tiles had wanted 2).
 # Short splits run shallower (DecodePlan.short_split_stages), by the length of a split in key blocks of 64. The tile
 # sweep (H200, decode_splits.py --part tiles --stages 1 2 3, 2026-11-29-decode-tiles-stages-short.json and
 # -stages-long.json, CUDA-graph GPU time, one input set) found the key loop unpipelined (1 stage) fastest in every
@@ -121,15 +119,8 @@ ONE_WAVE_WARPS = 4
 # caches, fp8 0.94-0.99x, B1 S1k (splits of one key block) 1.08-1.10x. Splits of one block read whole tiles
 # (code_halves_min_blocks 2): B1 S1k 7.3 -> 6.8 / 6.7 us; whole tiles up to 2 blocks lost at 2 (B8 S1k, B1 S8k:
 # 1.05-1.11x the time; -code-halves-short-3.md, -short-2.md). A register cap (max_registers 168 or 128, for 6 or 8
-# programs a multiprocessor) spills in the key loop: 1.1-4.5x slower in every format (-tiles-registers.json). Caps
-# of 200 and 192 (H200, 2026-11-30-decode-tiles-register-cap-200.json and -192.json, B1 S131k to B256 S4k): five
-# 2-warp programs still do not fit a multiprocessor at 200 (registers are allotted a warp at a time, 208 a thread),
-# and at 192 the loops spill; at four programs the cap slows int8 and fp8 by 5-25% (2-5 local loads a step at 200,
-# decode_sass.py --max-registers 200), and int4 by 10% where its keys are not split (B64 S4k 147.6 -> 162.6 us,
-# B256 S4k 575 -> 635), and speeds its split kernel by 3-5%: B8 S32k 155.8 -> 147.9 us (155.0 -> 146.6 in the run
-# before), B1 S131k 84.7 -> 81.1, B8 S8k 48.0 -> 46.6. With the cap on split int4 launches only, against the tree
-# before, alternating in one call (2026-11-30-decode-int4-split-cap-ab.md): 0.97x the time at B8 S32k, B1 S131k and
-# B8 S8k, 1.10x at B8 S1k (splits of 2 blocks). Not kept: 3% where a rule of split lengths would be needed.
+# programs a multiprocessor) spills in the key loop: 1.1-4.5x slower in every format (-tiles-registers.json); caps of
+# 192 and 200 did not pay either (docs/kernels/decoding.md, Launch plans' sweep table).
 _SM90_INT8 = DecodePlan(64, 2, 3, 64, direct_codes=True, code_halves=True, code_halves_min_blocks=2,
                         programs_per_sm=4, min_keys_per_split=64, short_split_stages=_SHORT_8BIT,
                         one_wave_warps=ONE_WAVE_WARPS, pdl=True)  # fmt: skip
