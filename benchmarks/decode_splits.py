@@ -464,10 +464,10 @@ def _warm(task: tuple[int, int, bool, str, tuple, tuple, tuple]) -> None:
         quantized(runner, DRY["headline"] if dry else HEADLINE)
         return
     if part == "tiles":
-        tiles(runner, DRY["headline"] if dry else shapes or TILE_SHAPES, grid, formats)
+        tiles(runner, DRY["headline"] if dry else shapes, grid, formats)
         return
     if part == "splits":
-        splits(runner, DRY["shapes"] if dry else shapes or SPLIT_SHAPES, formats)
+        splits(runner, DRY["shapes"] if dry else shapes, formats)
         return
     if part == "appends":
         appends(runner, DRY["appends"] if dry else APPEND_SHAPES, PROGRAM_TOKENS)
@@ -521,6 +521,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="processes compiling the kernel variants first (0: compile as the runs come)")  # fmt: skip
     args = parser.parse_args(argv)
     formats = tuple(args.formats or (SPLIT_FORMATS if args.part == "splits" else TILE_FORMATS))
+    shapes = args.shapes or (SPLIT_SHAPES if args.part == "splits" else TILE_SHAPES)  # --shapes' parts
     grid = tile_grid(tuple(args.stages), tuple(args.blocks), tuple(args.warps), tuple(args.registers),
                      tuple(args.programs_per_sm))  # fmt: skip
     if args.dry_run:
@@ -539,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
         # into Triton's on-disk cache, they cost the timing process a cache read each.
         workers = args.compile_workers
         with multiprocessing.get_context("spawn").Pool(workers) as pool:
-            tasks = [(index, workers, args.dry_run, args.part, args.shapes, formats, grid)
+            tasks = [(index, workers, args.dry_run, args.part, shapes, formats, grid)
                      for index in range(workers)]  # fmt: skip
             pool.map(_warm, tasks)
         print(f"compiled in {time.perf_counter() - start:.0f} s by {workers} processes", flush=True)
@@ -549,10 +550,10 @@ def main(argv: list[str] | None = None) -> int:
         quantized(runner, DRY["headline"] if args.dry_run else HEADLINE)
         return _write(args, runner, start, "decode-quantized")
     if args.part == "tiles":
-        tiles(runner, DRY["headline"] if args.dry_run else args.shapes or TILE_SHAPES, grid, formats)
+        tiles(runner, DRY["headline"] if args.dry_run else shapes, grid, formats)
         return _write(args, runner, start, "decode-tiles")
     if args.part == "splits":
-        splits(runner, DRY["shapes"] if args.dry_run else args.shapes or SPLIT_SHAPES, formats)
+        splits(runner, DRY["shapes"] if args.dry_run else shapes, formats)
         return _write(args, runner, start, "decode-split-counts")
     if args.part == "appends":
         appends(runner, DRY["appends"] if args.dry_run else APPEND_SHAPES, PROGRAM_TOKENS)

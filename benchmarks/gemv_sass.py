@@ -34,8 +34,7 @@ def main(argv=None) -> int:
     from tritonkit._core import checks
     from tritonkit.ops.gemm import launch
 
-    args = argv if argv is not None else sys.argv[1:]
-    rows = [int(word) for word in args if not word.startswith("--")] or [1, 4, 16]
+    rows = [int(word) for word in (argv if argv is not None else sys.argv[1:])] or [1, 4, 16]
     checks.kernels_interpreted = lambda: True  # CPU tensors pass the device check; the launches are only recorded
     launch.kernels_interpreted = lambda: False  # the GPU's code paths
     launch.arch, launch.sm_count = (lambda device: "sm90"), (lambda device: 132)

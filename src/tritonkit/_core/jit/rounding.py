@@ -61,18 +61,12 @@ def to_dot_operand(x, DTYPE: tl.constexpr, UPCAST: tl.constexpr):
 
 
 @triton.jit
-def fp16_row_factors(amax):
-    """(down, up): powers of two for rows whose largest |value| is amax (fp32, >= 0): amax * down in [1, 2), up =
-    1 / down (rows_as_fp16). Exponents are kept normal: a zero row takes 2^126 and 2^-126."""
-    biased = tl.minimum(tl.maximum((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF, 1), 253)
-    return ((254 - biased) << 23).to(tl.float32, bitcast=True), (biased << 23).to(tl.float32, bitcast=True)
-
-
-@triton.jit
 def rows_as_fp16(b_x):
     """(x', f): the rows of a 16-bit x [M, K] scaled by powers of two into fp16, x = x' f[:, None]: each row's largest
     |value| brought into [1, 2), so that bf16's range fits fp16's and its values stay exact (fp16 holds every bf16
     significand), except those below 2^-14 of their row's largest, which become fp16 subnormals."""
     x32 = b_x.to(tl.float32)
-    down, up = fp16_row_factors(tl.max(tl.abs(x32), axis=1))
-    return (x32 * down[:, None]).to(tl.float16), up
+    amax = tl.max(tl.abs(x32), axis=1)
+    biased = tl.minimum(tl.maximum((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF, 1), 253)  # exponents kept normal
+    down = ((254 - biased) << 23).to(tl.float32, bitcast=True)  # 2^(127 - biased)
+    return (x32 * down[:, None]).to(tl.float16), (biased << 23).to(tl.float32, bitcast=True)

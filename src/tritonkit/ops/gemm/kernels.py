@@ -283,23 +283,21 @@ def _gemv_split_k_kernel(
     p_x_tile = p_x + o_m.to(tl.int64)[:, None] * stride_x_m + (k_start + o_k)[None, :]
     p_w_tile = p_w + o_n.to(tl.int64)[:, None] * stride_w_n + (k_start + o_k)[None, :]
     PER_STEP: tl.constexpr = W_SCALE == "group" or W_SCALE == "block"
-    k_end = tl.minimum(K, k_start + k_per_split)
     if BLOCK_M == 1:
         acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     else:
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k in tl.range(k_start, k_end, BLOCK_K, num_stages=STAGES):
+    for k in tl.range(k_start, tl.minimum(K, k_start + k_per_split), BLOCK_K, num_stages=STAGES):
         # Only the last step of all reaches past K; K - k keeps K's divisibility, so the masked loads stay vectors.
         m_k = o_k < K - k
         b_x = tl.load(p_x_tile, mask=m_m[:, None] & m_k[None, :], other=0.0)  # [M, K]
+        b_w = _load_zero_padded(p_w_tile, m_n[:, None] & m_k[None, :], "evict_first", UPCAST)  # [N, K], read once
         if BLOCK_M == 1:
-            b_w = _load_zero_padded(p_w_tile, m_n[:, None] & m_k[None, :], "evict_first", UPCAST)  # [N, K], read once
             b_w = _codes_as(b_w, tl.float32, UPCAST)
             if PER_STEP:
                 b_w = b_w * _row_scales(p_w_scale, o_n, m_n, stride_ws_n, k // G, W_SCALE, G)[:, None]
             acc += b_w * b_x.to(tl.float32)
         else:
-            b_w = _load_zero_padded(p_w_tile, m_n[:, None] & m_k[None, :], "evict_first", UPCAST)  # read once
             b_part = dot_fp32(b_x, tl.trans(_codes_as(b_w, b_x.dtype, UPCAST)), DOT_PRECISION, UPCAST)
             if PER_STEP:
                 b_part = b_part * _row_scales(p_w_scale, o_n, m_n, stride_ws_n, k // G, W_SCALE, G)[None, :]
