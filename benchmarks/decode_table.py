@@ -225,9 +225,14 @@ def comparison(results: list[dict], entries: list[dict], ceilings_gbps: float | 
     def ratio(theirs, ours):
         return f"{theirs / ours:.2f}x" if theirs and ours else "—"
 
+    def mhz(case_id):
+        found = by.get((case_id, "tritonkit"))
+        return f"{found['sm_mhz']:.0f}" if found and found.get("sm_mhz") else "—"
+
     lines = ["| B | S | tritonkit paged GB/s | % of copy | vs SDPA-GQA (contiguous) | vs FlexAttention (paged) | "
-             "vs xFormers split-K (paged) | contiguous GB/s | vs xFormers (contiguous) | int8 | fp8 | int4 |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+             "vs xFormers split-K (paged) | contiguous GB/s | vs xFormers (contiguous) | int8 | fp8 | int4 | "
+             "SM MHz bf16 / int8 |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     shapes = sorted({(e["case"]["b"], e["case"]["s"]) for e in entries if e["role"] == "paged"})
     for b, s in shapes:
         paged, contiguous = row("paged", b, s), row("contiguous", b, s)
@@ -239,12 +244,14 @@ def comparison(results: list[dict], entries: list[dict], ceilings_gbps: float | 
             f"| {b} | {s} | {gbps(paged, 'tritonkit')} | {percent} | {ratio(ms(contiguous, 'sdpa'), ours)} | "
             f"{ratio(ms(paged, 'flex'), ours)} | {ratio(ms(paged, 'xformers'), ours)} | "
             f"{gbps(contiguous, 'tritonkit')} | {ratio(ms(contiguous, 'xformers'), ms(contiguous, 'tritonkit'))} | "
-            f"{' | '.join(quantized)} |"
+            f"{' | '.join(quantized)} | {mhz(paged)} / {mhz(row('int8', b, s))} |"
         )
     lines += [
         "",
         "Ratios: the other's time over tritonkit paged bf16's (> 1: tritonkit faster), xFormers on a contiguous "
-        "cache over tritonkit's contiguous; int8, fp8 and int4: paged bf16's time over the quantized cache's.",
+        "cache over tritonkit's contiguous; int8, fp8 and int4: paged bf16's time over the quantized cache's. "
+        "SM MHz: the median SM clock while tritonkit's paged bf16 and int8 were timed (nvidia-smi; the power cap "
+        "lowers it, which slows the quantized caches' conversions and not bf16's streaming).",
         "",
         "| page size | GB/s | % of copy |",
         "|---|---|---|",

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from tritonkit.bench import MODES, SIZES  # noqa: F401 - re-exported for callers of the harness
+from tritonkit.bench import MODES, SIZES, clocks  # noqa: F401 - MODES, SIZES: re-exported for the harness' callers
 from tritonkit.bench.cost import Ceilings, ceiling_dtype, speedup, throughput
 from tritonkit.bench.providers import COMPILED, Provider, select_providers
 from tritonkit.registry import Case, Inputs, KernelSpec
@@ -46,6 +46,11 @@ class Measurement:
     peak_mib: float | None = None
     input_sets: int = 1
     skipped: str | None = None
+    # The GPU while this row was timed (tritonkit.bench.clocks): median SM clock and power of the busy samples, and
+    # the slowdowns nvidia-smi reported (e.g. "power cap"); None without nvidia-smi.
+    sm_mhz: float | None = None
+    power_w: float | None = None
+    slowdowns: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -209,6 +214,7 @@ def measure_case(
     """Time every provider on one case; fill in throughput, % of ceiling and speed-ups."""
     device = torch.device("cuda")
     l2_bytes = torch.cuda.get_device_properties(device).L2_cache_size
+    gpu = clocks.torch_device_id()
     dtype_name = str(dtype).removeprefix("torch.")
     rows = []
     for provider in providers:
@@ -233,9 +239,13 @@ def measure_case(
                 capture_stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(capture_stream):  # the current stream when None
                 steps = [make_step(provider.fn, inputs, mode) for inputs in input_sets]
-                row.ms = _time(steps, capture_stream)
+                with clocks.Sampler(gpu) as sampler:
+                    row.ms = _time(steps, capture_stream)
                 row.peak_mib = _peak_mib(steps[0])
             row.input_sets = n_sets
+            seen = sampler.clocks()
+            if seen is not None:
+                row.sm_mhz, row.power_w, row.slowdowns = seen.sm_mhz, seen.power_w, ", ".join(seen.slowdowns)
         except Exception as error:  # a provider that fails is reported, not dropped
             row.skipped = f"failed: {type(error).__name__}: {str(error).splitlines()[0][:160] if str(error) else ''}"
             continue

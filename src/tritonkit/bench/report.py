@@ -49,6 +49,14 @@ def rate_cells(r: Measurement) -> tuple[str, str, str]:
     return f"{value:.1f}", "-", percent
 
 
+def _note(r: Measurement) -> str:
+    """The note cell: input sets past one, and the GPU's clocks while timed (tritonkit.bench.clocks)."""
+    parts = [] if r.input_sets == 1 else [f"{r.input_sets} input sets"]
+    if r.sm_mhz is not None:
+        parts.append(", ".join([f"SM {r.sm_mhz:.0f} MHz", f"{r.power_w:.0f} W", *filter(None, [r.slowdowns])]))
+    return "; ".join(parts)
+
+
 def rows_for_table(results: Sequence[Measurement]) -> list[list[str]]:
     rows = []
     for r in results:
@@ -66,7 +74,7 @@ def rows_for_table(results: Sequence[Measurement]) -> list[list[str]]:
                 *rate_cells(r),
                 _fmt(r.speedup_vs_best_baseline, ".2f") + ("x" if r.ms else ""),
                 _fmt(r.peak_mib, ".1f"),
-                "" if r.input_sets == 1 else f"{r.input_sets} input sets",
+                _note(r),
             ]
         )
     return rows
