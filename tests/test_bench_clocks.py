@@ -2,6 +2,7 @@
 the report's note cell. The GPU side is nvidia-smi itself, read by every timed bench run."""
 
 import threading
+import time
 
 import pytest
 
@@ -43,6 +44,20 @@ def test_the_sampler_reads_until_its_block_ends():
     count = len(sampler.samples)
     assert count >= 2 and sampler.samples == given[:count]
     assert sampler.clocks().sm_mhz == pytest.approx(1800.0 + (count - 1) / 2)
+
+
+def test_nvidia_smi_is_asked_for_the_query_on_the_device(tmp_path, monkeypatch):
+    script = tmp_path / "nvidia-smi"
+    script.write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path / 'calls'}\necho '1455, 690.12, 99, 0x0000000000000004'\n")
+    script.chmod(0o755)
+    monkeypatch.setattr(clocks.shutil, "which", lambda name: str(script))
+    assert clocks.read("GPU-1234") == clocks.Sample(1455.0, 690.12, 99.0, 4)
+    with clocks.Sampler("GPU-1234", interval_s=0.001) as sampler:
+        time.sleep(0.2)
+    assert sampler.samples and set(sampler.samples) == {clocks.Sample(1455.0, 690.12, 99.0, 4)}
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert len(calls) == 1 + len(sampler.samples)
+    assert set(calls) == {f"--query-gpu={','.join(clocks.QUERY)} --format=csv,noheader,nounits --id=GPU-1234"}
 
 
 def test_without_nvidia_smi_nothing_is_sampled(monkeypatch):

@@ -2,9 +2,10 @@
 
 A kernel bound by memory alone runs at the memory clock's pace; one that also issues many instructions a byte slows
 with the SM clock, which the board's power cap lowers while HBM streams: on the lent H200s, flash decoding over an
-int8 cache against a bf16 one differed by a quarter from one board to another (docs/kernels/decoding.md). Reports
-keep the clocks beside the times, so that runs on different boards can be told apart. Without nvidia-smi (no NVIDIA
-driver, a CPU run) nothing is sampled and nothing is reported.
+int8 cache ran at 1.6x a bf16 one's speed on one board and 1.8x on another (docs/kernels/decoding.md). Reports keep
+the clocks beside the times, so that runs on different boards can be told apart. Without nvidia-smi (no NVIDIA
+driver, a CPU run) nothing is sampled and nothing is reported. One nvidia-smi call a sample: a long-running one
+(its --loop-ms) left a bench run's long timings without a sample, its output to a pipe buffered, it seems.
 """
 
 from __future__ import annotations
