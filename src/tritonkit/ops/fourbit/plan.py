@@ -3,8 +3,8 @@ splits of the contraction.
 
 Few rows (decoding, M <= 16) split the contraction across programs (split-K): the output has too few tiles to occupy
 the GPU, so there are about SPLIT_TARGET_WAVES programs per multiprocessor, and a second kernel adds the splits' fp32
-partial sums in order. The forward takes, by the H200's measurement (benchmarks/fourbit_gemv.py,
-benchmarks/results/nvidia-h200/2026-11-28-fourbit-gemv.md and -gemv-2.md; GEMV_FALLBACK below):
+partial sums in order. The forward takes, by format (GEMV_FALLBACK below; the timings that chose it in
+docs/kernels/fourbit.md, Measured):
 
     rows      INT4                                    NF4
     1         Gemv4Tiles, products on the CUDA cores  Gemv4Tiles, products on the CUDA cores
@@ -18,18 +18,16 @@ direction: few rows, a BLOCK_M of 16 (tl.dot's smallest) and wide K steps; many 
 in grouped order, one split. The input gradient, whose contraction runs over N, takes Linear4Tiles up to 16 rows.
 
 MEASURED holds sm90's table (FALLBACK's tiles, NF4 decoded by byte permutes); every other architecture takes
-FALLBACK. On an H100 its many-rows tile at three stages
-asked for 240 KB (bf16, double-quantized NF4) and 288 KB (fp32) of shared memory against 227 KB: the gathered
-per-value absmax and code lookups are pipelined beside the operands. Two stages leave a third of that.
+FALLBACK. Its many-rows tile takes two stages: at three, the gathered per-value absmax and code lookups, pipelined
+beside the operands, overflow an H100's shared memory (docs/kernels/fourbit.md, Launch plans).
 
 NF4's codes become values one of three ways (NF4_DECODES), a field of each plan: "gather" loads them from the
 16-entry table in global memory; "select" picks them in registers by a tree of 15 selects on the code's bits;
 "prmt" builds them with byte permutes from the table held in registers, about 6 instructions a value (PTX: the
-interpreter and other GPUs take the select tree). On an H200 the gather held the fused one-row layer on the L1
-cache's throughput, while the dequantize-first kernel, with no products to feed, ran faster gathering than selecting
-(docs/kernels/fourbit.md). Measured there too: "prmt" takes the one-row NF4 layer from 89 to 51 us, and the
-dequantize-first kernel still runs fastest gathering (45.7 us against 50.5 for "prmt" and 66.9 for "select"), so
-sm90's fused tiles and GEMV take "prmt", FALLBACK's the select tree, and DequantizeFirst gathers.
+interpreter and other GPUs take the select tree). In the fused few-row layer the gather was bound by the L1 cache
+and "prmt" was the fastest, so sm90's fused tiles and GEMV take "prmt" and FALLBACK's the select tree; the
+dequantize-first kernel, with no products to feed, runs fastest gathering, so DequantizeFirst gathers
+(docs/kernels/fourbit.md, Design: Codes to values, and Measured).
 """
 
 from __future__ import annotations
@@ -95,9 +93,9 @@ class Gemv4Tiles:
 class DequantizeFirst:
     """Many rows: the weight dequantized once into x's dtype (N x K, freed after the call) by a tiled kernel of
     block_n x block_k (k_tiles of them a program, consecutive along K), then y = F.linear(x, W) and dx = dy W on
-    cuBLAS, as bitsandbytes does for more than one row.
-    The fused tiles dequantize each weight tile again for every block_m rows: at 4096 rows (a QLoRA step of 4 x
-    1024 tokens) that ran at 0.09x of the bf16 model's tokens/s on an H100."""
+    cuBLAS, as bitsandbytes does for more than one row. The fused tiles dequantize each weight tile again for every
+    block_m rows, several times slower at many rows (docs/kernels/fourbit.md, Measured; What was tried and not
+    kept)."""
 
     block_n: int = 32
     block_k: int = 128  # even: whole bytes
@@ -120,8 +118,8 @@ def _by_byte_permutes(table: tuple) -> tuple:
     return tuple((bound, tiles and replace(tiles, nf4_decode="prmt")) for bound, tiles in table)
 
 
-# Rows of x from which the weight is dequantized first: past the few-row split-K kernels' 16. On an H200 (N 14336,
-# K 4096) the fused tiles took 0.40 ms (INT4) and 0.96 ms (NF4) at 128 rows, dequantize + cuBLAS 0.13 and 0.11 ms.
+# Rows of x from which the weight is dequantized first: past the few-row split-K kernels' 16, where the fused tiles,
+# dequantizing again per block of rows, are slower than dequantize + cuBLAS (docs/kernels/fourbit.md, Measured).
 DEQUANTIZE_FIRST_ROWS = 17
 
 # Rows of x (M) -> tiles: the first entry whose bound is >= M.
@@ -130,8 +128,8 @@ FALLBACK = (
     (64, Linear4Tiles(64, 64, 64, 4, 3, 8)),
     (1 << 62, Linear4Tiles(128, 128, 64, 8, 2, 8)),  # two stages: three overflowed an H100 (docstring)
 )
-# sm90: FALLBACK's tiles with NF4's codes by byte permutes, measured on the H200 (benchmarks/fourbit_variants.py):
-# the one-row NF4 layer 89 -> 51 us and 16 rows 102 -> 87 us against the select tree.
+# sm90: FALLBACK's tiles with NF4's codes by byte permutes, faster there than the select tree at 1 and 16 rows
+# (docs/kernels/fourbit.md, Measured: the three NF4 lookups).
 MEASURED: dict[str, tuple] = {"sm90": _by_byte_permutes(FALLBACK)}
 
 SPLIT_TARGET_WAVES = 6  # programs per multiprocessor the splits aim for (docs/kernels/fourbit.md: 4 splits at one row)
@@ -140,23 +138,20 @@ MAX_PARTIAL_ELEMENTS = 1 << 28  # partial sums stay far below 2**31 elements (in
 
 
 FORMATS = ("nf4", "int4")  # the weight's formats (the launcher's FORMAT flag)
-# The few-row forward's tiles, measured on an H200 in bf16 (2026-11-28-fourbit-gemv.md). One row: products on the
-# CUDA cores, 32 x 256, 4 warps, splits chosen: at N 14336, K 4096 INT4 27.0 us, NF4 42.8 (the dot tile 38.6 and
-# 51.4; the best of nine tiles swept, 26.8 and 41.3, is within the noise of it); at N 4096, K 14336 28.6 and 44.2
-# (the dot tile 41.2 and 53.7).
-# One stage: the loop as timed (its loads unpipelined; from 2 the loop asks for asynchronous copies ahead, not yet
-# timed on the CUDA cores' form).
+# The few-row forward's tiles (docs/kernels/fourbit.md, Launch plans; figures in Measured: the GEMV). One row:
+# products on the CUDA cores, 32 x 256, 4 warps, splits chosen: faster than the dot tile, and within the noise of the
+# best CUDA-core tile swept. One stage: pipelining the loop (asynchronous copies ahead, from 2) made it no faster.
 GEMV_ONE_ROW = Gemv4Tiles(stages=1)
 # INT4 at one row, its codes read as words (kernels._int4_gemv_words_kernel): 128 x 128, 4 warps, splits chosen, four
-# rows a thread so that each of x's values is converted once for four rows. At N 14336, K 4096 19.7 us and at N 4096,
-# K 14336 21.1 (1.52x and 1.50x cuBLAS bf16; 32 x 256 took 24.4 and 25.2; 2026-11-29-fourbit-gemv-words.md), its
-# loop not pipelined: the loop's stages (asynchronous copies ahead) are not yet timed, so it keeps one.
+# rows a thread so that each of x's values is converted once for four rows; faster than 32 x 256 at both shapes
+# timed. One stage: pipelining its loop made it no faster (docs/kernels/fourbit.md, Measured: INT4's one-row GEMV
+# by words).
 GEMV_INT4_ONE_ROW = Gemv4Tiles(128, 128, warps=4, stages=1)
-# From 2 rows (INT4) and from 9 rows (NF4): on the tensor cores, 32 x 256 on 2 warps (mma.sync). At N 14336, K 4096
-# INT4 32.4 us at 4 rows and 32.5 at 16, against 49.2 and 165.6 on the CUDA cores and 46.3 and 81.3 for the dot tile;
-# NF4 at 16 rows 48.2 against 87.5 for the dot tile (N 4096, K 14336: 52.4 against 84.1; 2026-11-28-fourbit-gemv-2).
+# From 2 rows (INT4) and from 9 rows (NF4): on the tensor cores, 32 x 256 on 2 warps (mma.sync). INT4 runs as fast at
+# 16 rows as at one, where the CUDA cores' products and the dot tile slow with the rows; NF4 at 16 rows beats the dot
+# tile (docs/kernels/fourbit.md, Measured: the GEMV; wgmma's 64 x 256 on 4 warps in What was tried and not kept).
 GEMV_ROWS_ON_TENSOR_CORES = Gemv4Tiles(32, 256, warps=2, products="dot")
-GEMV_NF4_DOT_TILE_ROWS = 8  # NF4 at 4 rows: the dot tile 54.4 us, this GEMV 58.7; at 16 the GEMV; 5 to 15 not timed
+GEMV_NF4_DOT_TILE_ROWS = 8  # NF4's dot tile up to here: faster than the GEMV at 4 rows, slower at 16; 5 to 15 not timed
 # Format -> ((the most rows, tiles or None for the dot tiles), ...), the first bound >= M; rows past the last bound
 # take the dot tiles (linear4_tiles). Measured on sm90 only; other architectures take the same rule, NF4 by the
 # select tree.

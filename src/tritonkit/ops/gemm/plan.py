@@ -28,7 +28,7 @@ class GemmTiles:
     group: int  # tile-rows walked together (grouped order), for L2 reuse of w
     # float8 x float8: products the tensor cores sum in their shortened format (about 14 bits, DeepSeek-V3) before
     # an fp32 promotion inside a K step (each step's sum is added in fp32 anyway); 0: Triton's sm_90 default (none).
-    # On an H100, 32 cut the largest error over the rms from 1.6e-3 to 2.7e-4 at K = 128; 64 cost 17% at 8192^3.
+    # Promotion buys accuracy at a cost in speed, so no plan asks for it (docs/kernels/gemm.md, Launch plans).
     fp8_promote: int = 0
     # The persistent TMA kernel (codes with tensor or row scales, operands a tensor descriptor can address, sm90 and
     # newer); elsewhere the tiled kernel runs with these tiles.
@@ -44,8 +44,8 @@ FALLBACK = (
 )
 # Timed with int8 and float8 codes in x; weight-only calls keep FALLBACK until they are timed too.
 MEASURED: dict[str, tuple] = {
-    # Many rows: a K step of 128 (benchmarks/fp8_tiles.py, H100, 8192^3); 17 to 512 rows: narrower or deeper tiles
-    # (benchmarks/code_tiles.py, H200, docs/kernels/gemm.md "Open gaps": the fastest of 13 tiles at M 32-512).
+    # Many rows: a K step of 128, the fastest at 8192^3; 17 to 512 rows: narrower or deeper tiles, the fastest there,
+    # where 128 x 128 tiles leave multiprocessors idle (docs/kernels/gemm.md, Launch plans and Open gaps).
     "sm90": (
         FALLBACK[0],
         (128, GemmTiles(64, 64, 256, 4, 3, 8)),  # a K step past the 1 x 128 group is cut to it (the launcher)
@@ -56,21 +56,21 @@ MEASURED: dict[str, tuple] = {
 }
 
 
-# 65 to 128 rows of a wide output take WIDE's tiles where the arch has them: at M 128, N 14336 the 64 x 64 x 256
-# tiles of MEASURED gave 0.70x _scaled_mm and 1.08x bare _int_mm, 128 x 128 x 128 four deep 0.82-0.83x and 1.27x
-# (H200, benchmarks/code_tiles.py); at N 4096 and 7168 the narrow tiles stay the faster.
+# 65 to 128 rows of a wide output take WIDE's tiles where the arch has them: at M 128 they beat MEASURED's
+# 64 x 64 x 256 at N 14336 for both codes, and the narrow tiles stayed the faster at N 4096 and 7168, so WIDE_MIN_N
+# lies between (docs/kernels/gemm.md, Open gaps).
 WIDE_ROWS = range(65, 129)
 WIDE_MIN_N = 12288
 WIDE: dict[str, GemmTiles] = {"sm90": GemmTiles(128, 128, 128, 8, 4, 8)}
 
 
-# Products of codes at least this large in M and N take the persistent kernel where PERSISTENT has the arch: below,
-# the output is at most 64 tiles of 128 x 128, under one wave of an H100's 132 multiprocessors, so each program takes
-# one tile and persistence has no next tile to overlap.
+# Products of codes at least this large in M and N take the persistent kernel where PERSISTENT has the arch: with
+# both below, the output is at most 64 tiles of 128 x 128, under one wave of an H100's 132 multiprocessors, so each
+# program takes one tile and persistence has no next tile to overlap.
 PERSISTENT_MIN_SIZE = 1024
-# sm90: 128 x 256 x 128, 8 warps, 3 stages, split store, measured on the H200 (benchmarks/fp8_persistent.py;
-# docs/kernels/gemm.md): the fastest or within 1% of it for e4m3 at every size timed, and for int8 as fast as the
-# tiled kernel, where 128 x 128 tiles lost a third.
+# sm90: 128 x 256 x 128, 8 warps, 3 stages, split store: the fastest float8 tile or close to it at every size timed,
+# and level with the tiled kernel for int8, where 128 x 128 tiles fell well behind; four stages gained nothing
+# (docs/kernels/gemm.md, The persistent TMA kernel).
 PERSISTENT: dict[str, GemmTiles] = {"sm90": GemmTiles(128, 256, 128, 8, 3, 8, persistent=True, split_store=True)}
 # The persistent tiles benchmarks/fp8_persistent.py times on sm90 (and the GPU tests check): 128 or 256 outputs wide,
 # three or four stages, 8 warps; 128 x 256 stores its output in halves, or 4 stages of 48 KB and the 64 KB bf16 tile
@@ -82,11 +82,10 @@ PERSISTENT_CANDIDATES = (
 )
 
 
-# Codes with a scale that varies along K (1 x G groups, G x G blocks), from STEP_SCALED_MIN_ROWS rows:
-# each K step's sum is scaled as it joins the accumulator, and the tiled kernel with 128 x 128 x 128 tiles four
-# stages deep was the fastest of 11 tiles on the H200 at DeepSeek-V3's float8 shapes (benchmarks/fp8_persistent.py
-# --blocks --tiles, 2026-11-29-fp8-blocks.md): 570-694 TFLOP/s, 0.89-0.98x torchao's autotuned Triton kernel in the
-# same run, against 539-644 at three stages; the persistent kernel's 128 x 256 tiles 378-550, its 128 x 128 516-636.
+# Codes with a scale that varies along K (1 x G groups, G x G blocks), from STEP_SCALED_MIN_ROWS rows: each K step's
+# sum is scaled as it joins the accumulator, and the tiled kernel's 128 x 128 x 128 tiles four stages deep were the
+# fastest timed at DeepSeek-V3's float8 shapes, ahead of three stages and of the persistent kernel's tiles
+# (docs/kernels/gemm.md, Measured).
 STEP_SCALED: dict[str, GemmTiles] = {"sm90": GemmTiles(128, 128, 128, 8, 4, 8)}
 STEP_SCALED_MIN_ROWS = 65  # fewer rows keep MEASURED's 64-row tiles (most of a 128-row tile would be padding)
 
@@ -133,8 +132,8 @@ class GemvPlan:
             raise ValueError(f"GemvPlan: block_m must be 1 or a power of two >= 16 (tl.dot's smallest M), got "
                              f"{self.block_m}")  # fmt: skip
         if self.words and self.block_m != 1:
-            # Timed at 16 rows through four tl.dot a step on the H200: 19-31% of the copy against the byte loop's 57%
-            # (docs/kernels/gemm.md), so that form was removed.
+            # Words at 16 rows (four tl.dot a step) timed far slower than the byte loop, so that form was removed
+            # (docs/kernels/gemm.md, What was tried and not kept).
             raise ValueError(f"GemvPlan: words reads one row a program (block_m 1), got block_m {self.block_m}")
 
 
@@ -143,24 +142,18 @@ GEMV_FALLBACK = (
     # One row: a 32 x 256 int8 tile is 8 KB a step, 16 B a lane per row; four programs a multiprocessor keep 32 KB of
     # loads in flight, past the ~20 KB per multiprocessor that covers HBM's latency at full bandwidth on an H100.
     # One stage: the loop unpipelined, occupancy hiding the loads (sm90 pipelines it three deep: GEMV_MEASURED;
-    # unmeasured GPUs keep the plain loop). int8 codes with a tensor or row scale as int32 words (words): 4.6
-    # instructions a value against the byte loop's 6.3 in sm_90's code of this tile, 16-byte loads both; on the H200
-    # 72% of the copy against 65% for the same plan reading bytes (docs/kernels/gemm.md).
+    # unmeasured GPUs keep the plain loop). int8 codes with a tensor or row scale as int32 words (words): fewer
+    # instructions a value than the byte loop in sm_90's code, with the same 16-byte loads, and faster
+    # (docs/kernels/gemm.md, Open gaps).
     (1, GemvPlan(1, 32, 256, 4, 1, 4, 512, words=True)),
     # Up to 16 rows: tl.dot over rows padded to 16 (the tensor cores' work is free next to the weight's read); 64 x
     # 128 w tiles, pipelined three deep through shared memory.
     (16, GemvPlan(16, 64, 128, 4, 3, 4, 512)),
 )
-# sm90, one row: the fallback's 32 x 256 w tiles with the K loop pipelined three deep (asynchronous copies ahead) and
-# 2 programs a multiprocessor (fewer K splits), the fastest of 20 one-row plans on the H200 (benchmarks/gemv_plans.py,
-# 2026-11-29-gemv-plans-r1-stages.md): 65% of the copy bandwidth in geometric mean over the decode shapes, against 63%
-# with 4 programs a multiprocessor (2026-11-29-gemv-plans.md), 56% for the unpipelined 16 x 512 plan before it and
-# 46% for the fallback's. 2 to 16 rows keep the fallback's: 55-57%, within 1-2 points of the best single plan, though
-# single shapes gain up to 1.25x with another (4 rows, N 28672 K 8192: 64 x 256 tiles).
-# Its codes read as int32 words (the fallback's reason): 72% (2026-11-29-gemv-plans-words.md, 28 one-row plans).
-# Both with the last split summing the partials (no reduction launch): one row 72% against 71%, 2 to 16 rows 64% and
-# 62% at 4 and 16 rows against 56% and 59% for the same tiles with the second launch, the best of 5 tiles at each
-# (2026-11-29-gemv-plans-sums.md).
+# sm90, one row: the fallback's 32 x 256 w tiles and int32 words, with the K loop pipelined three deep (asynchronous
+# copies ahead) and 2 programs a multiprocessor (fewer K splits), the fastest one-row plan timed. 2 to 16 rows keep
+# the fallback's tiles: no other single plan was clearly faster over the decode shapes. Both let each tile's last
+# split sum the partials (no reduction launch), faster at 1, 4 and 16 rows (docs/kernels/gemm.md, Launch plans).
 GEMV_MEASURED: dict[str, tuple] = {
     "sm90": (
         (1, GemvPlan(1, 32, 256, 4, 3, 2, 512, words=True, last_split_sums=True)),
@@ -168,11 +161,10 @@ GEMV_MEASURED: dict[str, tuple] = {
     ),
 }
 # sm90, one row, where w's 16-column tiles alone give every multiprocessor one to two programs (gemv_plan): 16 x 512
-# tiles, K unsplit (no partials), pipelined four deep, codes as words. On the H200 at N 4096 (256 tiles for 132
-# multiprocessors; benchmarks/gemv_plans.py, 2026-11-29-gemv-plans-unsplit.md, CUDA-graph GPU time): K 4096 8.46 ->
-# 7.40 us (47% -> 54% of the copy), K 8192 12.45 -> 12.01; at N 14336 and 28672 (7 and 14 such tiles a
-# multiprocessor) the split plan above stays 3-6% faster. Timed with int8 codes and row scales; float8 codes and
-# group scales (K steps of at most a group) take it untimed, as they take GEMV_MEASURED's plans.
+# tiles, K unsplit (no partials), pipelined four deep, codes as words; faster there (N 4096: 256 tiles for 132
+# multiprocessors) than the split plan above, which stayed faster at 7 and 14 such tiles a multiprocessor (N 14336,
+# 28672). Timed with int8 codes and row scales; float8 codes and group scales take it untimed (docs/kernels/gemm.md,
+# Open gaps).
 GEMV_NARROW: dict[str, GemvPlan] = {"sm90": GemvPlan(1, 16, 512, 4, 4, 2, 512, splits=1, words=True)}
 
 # Each split writes an fp32 partial (4 bytes per row of x and output) for the block_k-wide slices of w it reads (1

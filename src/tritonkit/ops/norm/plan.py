@@ -3,8 +3,8 @@
 Plans are frozen dataclasses, one type per schedule (the kernel it runs). Measured plans are keyed by device
 architecture (tritonkit._core.device.arch), then by (power-of-two row width, element size, norm); a width or a GPU
 never measured takes the analytic fallback (:func:`fallback_fwd_plan`, :func:`fallback_bwd_plan`). The sm90 tables
-were measured on the H200 by benchmarks/norm_configs.py, through the launchers; an H100 runs them too. How each entry
-was measured, and what lost, is in docs/kernels/norm.md.
+were measured on the H200 by benchmarks/norm_configs.py; an H100 runs them too. How each entry was measured, and
+what lost: docs/kernels/norm.md, Launch plans and What was tried and not kept.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ ONE_PROGRAM_BACKWARD = 1 << 15
 WEIGHT_FIRST_ELEMENTS = 32  # forward: at most this many row elements a thread load the weight and bias with x
 ROW_SUMS_CHUNK = 4096  # the wide backward's row-sums phase: columns a step (16 a thread at 8 warps)
 ROW_SUMS_WARPS = 8  # one program a row reads the whole row: 8 warps keep enough loads in flight for it alone
-ROW_SUMS_STAGES = 3  # that phase's pipeline depth: the fastest measured (2 deep was 10% slower; docs/kernels/norm.md)
+ROW_SUMS_STAGES = 3  # that phase's pipeline depth: the fastest measured (docs/kernels/norm.md, Backward, wide rows)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -58,8 +58,8 @@ class FwdSplitRowPlan:
 
 NormFwdPlan = FwdRowsPlan | FwdLoopedPlan | FwdSplitRowPlan
 
-# sm90, keyed by (width, element size, RMSNorm?); forwards with and without the statistics stored share them (the
-# best plans of a forward without them were within 2% of these: docs/kernels/norm.md).
+# sm90, keyed by (width, element size, RMSNorm?); forwards with and without the statistics stored share them (plans
+# of their own gained too little to keep: docs/kernels/norm.md, Today's plans and the old tables).
 _SM90_FWD = {
     (1024, 2, True): FwdRowsPlan(rows=2, warps=4),
     (2048, 2, True): FwdRowsPlan(rows=1, warps=4),
@@ -276,7 +276,7 @@ def given_plan(element_size: int, arch: str) -> BwdGivenPlan:
 
 def saves_registers(rows: int, block_n: int, warps: int) -> bool:
     """Whether the backward takes its LOW_REGISTERS order: where a step's fp32 terms (xhat, dy, g and the dweight
-    sum, a row's worth each per thread) and the weight would pass the registers a thread may have. At 16384 wide,
-    bf16, 16 warps, the usual order spilled 168 bytes a thread (ptxas) and this one none."""
+    sum, a row's worth each per thread) and the weight would pass the registers a thread may have (there the usual
+    order spills: docs/kernels/norm.md, Backward, single pass)."""
     per_thread = rows * block_n // (32 * warps)
     return 5 * per_thread > min(255, 65536 // (32 * warps))

@@ -3,10 +3,10 @@ fits one tile) or twice (a wider one), and how float8 values are rounded.
 
 The fallback for every architecture (and an unknown GPU): tiles of about 4096 elements per program (16 KB of fp32 in
 registers with 4 warps), which any CUDA GPU holds without spilling; a group wider than 2048 columns and a 128 x 128
-block are read twice in chunks. Hopper (sm90) reads them once: a row of up to 8192 columns in one tile at 8 warps,
-a 128 x 128 block in one tile at 8 warps (on an H200 1.17-1.19x and 1.14-1.19x the chunked reads:
-docs/kernels/quant.md). Float8 rounding by the conversion instruction needs sm_89 or newer; older GPUs (and the
-interpreter) round in fp32 arithmetic.
+block are read twice in chunks. Hopper (sm90) reads them once, which measured faster than the chunks on the H200
+(docs/kernels/quant.md, Launch plans): a group (a row) of up to 8192 columns in one tile at 1024 elements a warp,
+a 128 x 128 block in one tile at 8 warps. Float8 rounding by the conversion instruction needs sm_89 or newer; older
+GPUs (and the interpreter) round in fp32 arithmetic.
 """
 
 from __future__ import annotations
@@ -58,17 +58,16 @@ def groups_plan(arch: str, group: int) -> QuantPlan:
 
 
 # Column-strided x (rows contiguous down its columns, as a transposed operand lies) read where it lies, which group
-# scales still do: 16 x 128 tiles at 4 warps, the fastest of 7 tiles (16 to 128 rows, 32 to 128 columns) at all six
-# H200 cases of row and tensor scales read so, 1.1-2.3x faster than copying first (2026-11-29-quantize-columns-
-# tiles.md; docs/kernels/quant.md); the same on every architecture until measured there.
+# scales still do: 16 x 128 tiles at 4 warps, the fastest of the tiles swept on the H200 and faster than copying x
+# first (docs/kernels/quant.md, Launch plans); the same on every architecture until measured there.
 COLUMNS_TILE = (16, 128)
 
 
 # A transposed operand's row or tensor scales, from the tensor it transposes read along its own rows: its column
 # amax over 256 rows of 128 columns a program, 32 rows a step (one atomic maximum a column every 256 rows), then its
-# codes from 64 x 64 tiles transposed in registers (TRANSPOSED_TILE: _quantize_columns_kernel's plan): the fastest of
-# seven tiles or within 1% in six H200 cases (2026-11-29-quantize-columns-rows.md; dy^T of 8192 x 14336 with row
-# scales 275 us, against 370 reading down the columns and 845 copying first).
+# codes from 64 x 64 tiles transposed in registers (TRANSPOSED_TILE: _quantize_columns_kernel's plan), at or near
+# the fastest of the tiles swept on the H200 and faster than reading down the columns or copying first
+# (docs/kernels/quant.md, Launch plans).
 COLUMN_AMAX_TILE = (32, 128)
 COLUMN_AMAX_ROWS = 256
 TRANSPOSED_TILE = (64, 64)
