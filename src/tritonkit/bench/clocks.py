@@ -79,10 +79,6 @@ class Clocks:
     power_w: float
     slowdowns: tuple[str, ...]
 
-    def note(self) -> str:
-        """The report's note, e.g. "SM 1455 MHz, 690 W, power cap"."""
-        return ", ".join([f"SM {self.sm_mhz:.0f} MHz", f"{self.power_w:.0f} W", *self.slowdowns])
-
 
 def summarize(samples: list[Sample]) -> Clocks | None:
     """The busy samples' (BUSY_PERCENT) medians and slowdowns; None without a busy sample."""
